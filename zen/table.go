@@ -1,0 +1,61 @@
+package zen
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrNotFound is returned when a row, object or edge does not exist (or is soft-deleted).
+var ErrNotFound = errors.New("zen: not found")
+
+// KV is one row of a Table: its key and its value.
+type KV struct {
+	Key   []byte
+	Value []byte
+}
+
+// Mutation is one write in a batch: a put of Value at Key, or a delete of Key when Delete is set.
+type Mutation struct {
+	Key    []byte
+	Value  []byte
+	Delete bool
+}
+
+// ScanOptions bounds a range scan over [Start, Stop). A nil Start means the first row, a nil
+// Stop means past the last row. Reverse returns rows from the highest key below Stop down to
+// Start. Limit caps the number of rows returned (0 means no limit).
+type ScanOptions struct {
+	Start   []byte
+	Stop    []byte
+	Reverse bool
+	Limit   int
+}
+
+// Table is a sorted, HBase-like table: byte-string row keys in bytewise order, one value each.
+// Every method is safe for concurrent use and bounded by ctx.
+//
+// Apply is atomic on the embedded backend but only per row on HBase: callers that write several
+// rows must stay correct if only some of them land (write in an order that is safe to replay).
+type Table interface {
+	// Get returns the value at key, or ErrNotFound.
+	Get(ctx context.Context, key []byte) ([]byte, error)
+	// Apply writes a batch of puts and deletes.
+	Apply(ctx context.Context, muts []Mutation) error
+	// Scan returns the rows in the range, in key order (or reverse key order).
+	Scan(ctx context.Context, opts ScanOptions) ([]KV, error)
+	// CheckAndSet writes value at key only if the current value equals expected; a nil expected
+	// means "only if absent", a nil value means "delete". It reports whether it wrote.
+	CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error)
+	// Increment atomically adds delta to the 8-byte big-endian counter at key (absent = 0) and
+	// returns the new value.
+	Increment(ctx context.Context, key []byte, delta int64) (int64, error)
+}
+
+// Store opens the named tables of one storage cluster. Table names are short lowercase words
+// (e.g. "objects", "edges", "pools", "feed"); the HBase backend maps each to an HBase table.
+type Store interface {
+	// Table returns the named table, creating it if the backend needs that.
+	Table(ctx context.Context, name string) (Table, error)
+	// Close releases the store.
+	Close() error
+}
