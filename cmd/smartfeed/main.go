@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"sort"
 	"syscall"
 )
 
@@ -21,17 +22,45 @@ func main() {
 	}
 }
 
+// command is one subcommand: it gets the arguments after its name.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+// commands lists the subcommands. Each lives in its own file of this package.
+func commands() map[string]command {
+	return map[string]command{
+		"version": {"print the version", runVersion},
+	}
+}
+
 // run dispatches a subcommand.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	_ = ctx
-	_ = stderr
-	if len(args) == 0 || args[0] == "help" {
-		fmt.Fprintln(stdout, "usage: smartfeed <command> [flags]")
+	cmds := commands()
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		fmt.Fprintln(stdout, "usage: smartfeed <command> [flags]\n\ncommands:")
+		names := make([]string, 0, len(cmds))
+		for n := range cmds {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Fprintf(stdout, "  %-10s %s\n", n, cmds[n].summary)
+		}
 		return nil
 	}
-	if args[0] == "version" {
-		fmt.Fprintln(stdout, "smartfeed dev")
-		return nil
+	c, ok := cmds[args[0]]
+	if !ok {
+		return fmt.Errorf("unknown command %q (run 'smartfeed help')", args[0])
 	}
-	return fmt.Errorf("unknown command %q (run 'smartfeed help')", args[0])
+	return c.run(ctx, args[1:], stdout, stderr)
+}
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	fmt.Fprintln(stdout, "smartfeed", version)
+	return nil
 }
