@@ -1,0 +1,589 @@
+package generator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// ErrInvalidArgument marks a request the generator refuses (zero user, bad size, malformed
+// chunk ID). The gRPC edge maps it to InvalidArgument.
+var ErrInvalidArgument = errors.New("generator: invalid argument")
+
+// Pools is what the generator needs of zen.Pools (declared here, by its consumer).
+type Pools interface {
+	// Top returns the n best entries of one pool, best first.
+	Top(ctx context.Context, user zen.ID, src zen.Source, n int) ([]zen.PoolEntry, error)
+	// Take removes the given entries from the pools, each pin for exactly one caller, and
+	// returns those this call won.
+	Take(ctx context.Context, user zen.ID, es []zen.PoolEntry) ([]zen.PoolEntry, error)
+	// Insert puts entries (back) into the pools; idempotent.
+	Insert(ctx context.Context, es []zen.PoolEntry) (int, error)
+	// Expire removes the user's entries created before olderThanMs and returns how many.
+	Expire(ctx context.Context, user zen.ID, olderThanMs int64) (int, error)
+}
+
+var _ Pools = (*zen.Pools)(nil)
+
+// Item is one pin of a chunk.
+type Item struct {
+	Pin    zen.ID
+	Source zen.Source
+	Score  float64
+	Author zen.ID
+	Board  zen.ID
+	Reason string
+}
+
+// Chunk is an ordered set of new pins for one user, best first. ID is empty when nothing
+// was available (such a chunk needs no settling).
+type Chunk struct {
+	ID    string
+	User  zen.ID
+	Items []Item
+	Debug []string
+}
+
+// Options are the per-request knobs of GenerateChunk.
+type Options struct {
+	// Max caps the chunk size; 0 means the configured maximum. It must be in [0, HardMaxChunk].
+	Max int
+	// Debug fills Chunk.Debug with the size computation, each choice and each deferral.
+	Debug bool
+}
+
+// Params wires a Generator.
+type Params struct {
+	// Pools holds the users' pools (zen.NewPools in production). Required.
+	Pools Pools
+	// State is the "genstate" table: per-user state, in-flight chunks, claims. Required.
+	State zen.Table
+	// Config is the initial configuration; nil means DefaultConfig.
+	Config *Config
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger; nil means no logging.
+	Logger *zap.Logger
+	// Registerer receives the generator's metrics; nil means they are not registered.
+	Registerer prometheus.Registerer
+}
+
+// Generator composes chunks. Its methods are safe for concurrent use, also across processes
+// sharing the same tables.
+type Generator struct {
+	pools Pools
+	state zen.Table
+	now   func() time.Time
+	log   *zap.Logger
+	cfg   atomic.Pointer[Config]
+	m     metrics
+}
+
+type metrics struct {
+	chunks   prometheus.Counter
+	pins     *prometheus.CounterVec
+	deferred prometheus.Counter
+	dropped  prometheus.Counter
+	lost     prometheus.Counter
+	settled  *prometheus.CounterVec
+}
+
+// New returns a Generator.
+func New(p Params) (*Generator, error) {
+	if p.Pools == nil || p.State == nil {
+		return nil, errors.New("generator: Pools and State are required")
+	}
+	g := &Generator{pools: p.Pools, state: p.State, now: p.Now, log: p.Logger}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.log == nil {
+		g.log = zap.NewNop()
+	}
+	c := DefaultConfig()
+	if p.Config != nil {
+		c = *p.Config
+	}
+	if err := g.SetConfig(c); err != nil {
+		return nil, err
+	}
+	g.m = metrics{
+		chunks:   prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_chunks_total", Help: "Chunks generated (non-empty)."}),
+		pins:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_pins_total", Help: "Pins put into chunks, by source."}, []string{"source"}),
+		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_deferred_total", Help: "Weak pins seen and left in the pools for a later session."}),
+		dropped:  prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_dropped_total", Help: "Pins dropped from the pools as expired."}),
+		lost:     prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_claims_lost_total", Help: "Chosen pins claimed first by a concurrent chunk and replaced."}),
+		settled:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_settled_total", Help: "Chunks settled, by outcome."}, []string{"delivered"}),
+	}
+	if p.Registerer != nil {
+		for _, c := range []prometheus.Collector{g.m.chunks, g.m.pins, g.m.deferred, g.m.dropped, g.m.lost, g.m.settled} {
+			if err := p.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("register generator metrics: %w", err)
+			}
+		}
+	}
+	return g, nil
+}
+
+// Config returns the configuration in force.
+func (g *Generator) Config() Config { return *g.cfg.Load() }
+
+// SetConfig validates c and puts it in force for the next requests; on error nothing changes.
+func (g *Generator) SetConfig(c Config) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	srcs := make(map[string]SourceConfig, len(c.Sources))
+	for k, v := range c.Sources {
+		srcs[k] = v
+	}
+	c.Sources = srcs
+	g.cfg.Store(&c)
+	return nil
+}
+
+// ReloadConfig reads the JSON file at path and puts it in force; on error the configuration
+// in force is kept.
+func (g *Generator) ReloadConfig(path string) error {
+	c, err := LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	if err := g.SetConfig(c); err != nil {
+		return err
+	}
+	g.log.Info("generator config reloaded", zap.String("path", path))
+	return nil
+}
+
+// Drops returns how many of the user's pins this generator's expiry sweeps dropped.
+func (g *Generator) Drops(ctx context.Context, user zen.ID) (int64, error) {
+	return g.state.Increment(ctx, userKey(user, tagDrops), 0)
+}
+
+func checkUser(user zen.ID) error {
+	if user == 0 {
+		return fmt.Errorf("%w: user is zero", ErrInvalidArgument)
+	}
+	return nil
+}
+
+// debugLog collects debug lines when asked for.
+type debugLog struct {
+	on    bool
+	lines []string
+}
+
+func (d *debugLog) add(format string, a ...any) {
+	if d.on {
+		d.lines = append(d.lines, fmt.Sprintf(format, a...))
+	}
+}
+
+// GenerateChunk composes the user's next chunk and takes its pins out of the pools.
+//
+// Crash safety: the chunk's record is written first, listing the chosen pins (intent); each
+// pin is then claimed in genstate (compare-and-set) and taken from the pools; finally the
+// record is rewritten with only the pins won, in serving order. A pin claimed first by a
+// concurrent chunk is replaced by another candidate. A record left unfinished by a crash is
+// recovered by Pending (served later) or Settle (served or put back).
+func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options) (Chunk, error) {
+	if err := checkUser(user); err != nil {
+		return Chunk{}, err
+	}
+	if opts.Max < 0 || opts.Max > HardMaxChunk {
+		return Chunk{}, fmt.Errorf("%w: max %d not in [0, %d]", ErrInvalidArgument, opts.Max, HardMaxChunk)
+	}
+	cfg := g.cfg.Load()
+	now := g.now()
+	nowMs := now.UnixMilli()
+	dbg := &debugLog{on: opts.Debug}
+
+	st, _, err := g.loadState(ctx, user)
+	if err != nil {
+		return Chunk{}, err
+	}
+	n, note := wantedSize(cfg, st.LastVisitMs, nowMs, st.Owed, opts.Max)
+	dbg.add("size: %s", note)
+
+	expireBefore := nowMs - time.Duration(cfg.MaxAge).Milliseconds()
+	if nowMs-st.LastExpireMs >= time.Duration(cfg.ExpireEvery).Milliseconds() {
+		if err := g.sweep(ctx, user, expireBefore, nowMs, dbg); err != nil {
+			return Chunk{}, err
+		}
+	}
+
+	plan := cfg.plan()
+	k := int(math.Ceil(float64(n) * cfg.ReadFactor))
+	dbg.add("read: best %d per source (n %d × read_factor %g)", k, n, cfg.ReadFactor)
+	excluded := map[zen.ID]bool{}
+	var won []pick
+	wonBy := make([]int, len(plan))
+	var no uint64
+	var rec *record
+	var last selection
+	sawExpired := false
+
+	for round := 0; round < cfg.TakeRounds && len(won) < n; round++ {
+		lists := make([][]zen.PoolEntry, len(plan))
+		for i, p := range plan {
+			top, err := g.pools.Top(ctx, user, p.src, min(k+len(excluded), HardMaxChunk*10))
+			if err != nil {
+				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("read pool %d/%s: %w", uint64(user), p.name, err))
+			}
+			for _, e := range top {
+				switch {
+				case excluded[e.Pin]:
+				case e.CreatedMs < expireBefore:
+					excluded[e.Pin] = true
+					sawExpired = true
+					dbg.add("expired: %s, left for the sweep", describe(e))
+				default:
+					lists[i] = append(lists[i], e)
+				}
+			}
+		}
+		last = choose(plan, lists, wonBy, n, cfg.MinChunk)
+		if round == 0 {
+			for _, s := range last.notes {
+				dbg.add("%s", s)
+			}
+		}
+		if len(last.picks) == 0 {
+			break
+		}
+		if rec == nil {
+			c, err := g.state.Increment(ctx, userKey(user, tagCounter), 1)
+			if err != nil {
+				return Chunk{}, fmt.Errorf("number chunk of %d: %w", uint64(user), err)
+			}
+			no = uint64(c)
+			rec = &record{ID: chunkID(user, no), State: stateIntent, CreatedMs: nowMs}
+		}
+		// 1. Intent: the record lists every pin this chunk may hold before any is claimed.
+		rec.Entries = rec.Entries[:0]
+		for _, p := range won {
+			rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
+		}
+		for _, p := range last.picks {
+			rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
+		}
+		if err := g.putRecord(ctx, user, no, rec); err != nil {
+			return Chunk{}, g.abandon(ctx, user, no, rec, err)
+		}
+		// 2. Claim each pin (one chunk per pin), then take the claimed ones out of the pools.
+		claimed := make([]pick, 0, len(last.picks))
+		for _, p := range last.picks {
+			excluded[p.e.Pin] = true
+			ok, err := g.state.CheckAndSet(ctx, userKey2(user, tagClaim, uint64(p.e.Pin)), nil, []byte(rec.ID))
+			if err != nil {
+				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("claim pin %d: %w", uint64(p.e.Pin), err))
+			}
+			if ok {
+				claimed = append(claimed, p)
+			} else {
+				g.m.lost.Inc()
+				dbg.add("lost: %s claimed by another chunk; replacing", describe(p.e))
+			}
+		}
+		es := make([]zen.PoolEntry, len(claimed))
+		for i, p := range claimed {
+			es[i] = p.e
+		}
+		taken, err := g.pools.Take(ctx, user, es)
+		if err != nil {
+			return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("take from pools of %d: %w", uint64(user), err))
+		}
+		got := make(map[zen.ID]bool, len(taken))
+		for _, e := range taken {
+			got[e.Pin] = true
+		}
+		for _, p := range claimed {
+			if got[p.e.Pin] {
+				won = append(won, p)
+				for i := range plan {
+					if plan[i].src == p.e.Source {
+						wonBy[i]++
+					}
+				}
+				continue
+			}
+			// Claimed but gone from the pools (removed or expired meanwhile): not ours to serve.
+			g.m.lost.Inc()
+			dbg.add("lost: %s left the pools before it was taken; replacing", describe(p.e))
+			if _, err := g.state.CheckAndSet(ctx, userKey2(user, tagClaim, uint64(p.e.Pin)), []byte(rec.ID), nil); err != nil {
+				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("release pin %d: %w", uint64(p.e.Pin), err))
+			}
+		}
+	}
+	if sawExpired {
+		if err := g.sweep(ctx, user, expireBefore, nowMs, dbg); err != nil {
+			g.log.Warn("expiry sweep", zap.Uint64("user", uint64(user)), zap.Error(err))
+		}
+	}
+	for _, e := range last.deferred {
+		dbg.add("defer: %s under threshold %.4g, left for a later session", describe(e), g.threshold(plan, e.Source))
+	}
+	g.m.deferred.Add(float64(len(last.deferred)))
+
+	arranged, notes := arrange(won, cfg.MaxRun)
+	for _, s := range notes {
+		dbg.add("%s", s)
+	}
+	chunk := Chunk{User: user, Debug: nil}
+	if len(arranged) > 0 {
+		// 3. Ready: the record now holds exactly the pins won, in serving order.
+		rec.State = stateReady
+		rec.Entries = rec.Entries[:0]
+		for i, p := range arranged {
+			rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
+			chunk.Items = append(chunk.Items, itemOf(p.e, p.reason))
+			dbg.add("pick %d: %s: %s", i+1, describe(p.e), p.reason)
+			g.m.pins.WithLabelValues(SourceName(p.e.Source)).Inc()
+		}
+		if err := g.putRecord(ctx, user, no, rec); err != nil {
+			return Chunk{}, g.abandon(ctx, user, no, rec, err)
+		}
+		chunk.ID = rec.ID
+		g.m.chunks.Inc()
+	} else if rec != nil {
+		// Nothing won: the intent record holds no claim of ours.
+		if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true}}); err != nil {
+			return Chunk{}, fmt.Errorf("drop empty chunk %s: %w", rec.ID, err)
+		}
+	}
+	got := len(chunk.Items)
+	if err := g.updateState(ctx, user, func(s *userState) {
+		s.LastVisitMs = nowMs
+		if got >= s.Owed {
+			s.Owed = 0
+		}
+	}); err != nil {
+		// The chunk is taken and recorded; a stale last visit only affects the next size.
+		g.log.Warn("update generator state", zap.Uint64("user", uint64(user)), zap.Error(err))
+	}
+	dbg.add("chunk %q: %d of %d wanted", chunk.ID, got, n)
+	chunk.Debug = dbg.lines
+	return chunk, nil
+}
+
+func (g *Generator) threshold(plan []sourcePlan, s zen.Source) float64 {
+	for _, p := range plan {
+		if p.src == s {
+			return p.threshold
+		}
+	}
+	return 0
+}
+
+func itemOf(e zen.PoolEntry, reason string) Item {
+	return Item{Pin: e.Pin, Source: e.Source, Score: e.Score, Author: e.Author, Board: e.Board, Reason: reason}
+}
+
+// sweep drops the user's expired pins from the pools and counts them.
+func (g *Generator) sweep(ctx context.Context, user zen.ID, before, nowMs int64, dbg *debugLog) error {
+	n, err := g.pools.Expire(ctx, user, before)
+	if err != nil {
+		return fmt.Errorf("expire pools of %d: %w", uint64(user), err)
+	}
+	if n > 0 {
+		if _, err := g.state.Increment(ctx, userKey(user, tagDrops), int64(n)); err != nil {
+			return fmt.Errorf("count drops of %d: %w", uint64(user), err)
+		}
+		g.m.dropped.Add(float64(n))
+		dbg.add("expired: dropped %d pins created before %s", n, time.UnixMilli(before).UTC().Format(time.RFC3339))
+	}
+	return g.updateState(ctx, user, func(s *userState) { s.LastExpireMs = nowMs })
+}
+
+// abandon tries to put back what a failed GenerateChunk claimed, and returns err. If that
+// fails too, the intent record stays for Pending/Settle to recover.
+func (g *Generator) abandon(ctx context.Context, user zen.ID, no uint64, rec *record, err error) error {
+	if rec == nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if rerr := g.release(ctx, user, no, rec, false); rerr != nil {
+		g.log.Warn("put back failed chunk; left for recovery", zap.String("chunk", rec.ID), zap.Error(rerr))
+	}
+	return err
+}
+
+// owned returns the record's entries whose claim row names this chunk.
+func (g *Generator) owned(ctx context.Context, user zen.ID, rec *record) ([]recEntry, error) {
+	var out []recEntry
+	for _, re := range rec.Entries {
+		v, err := g.state.Get(ctx, userKey2(user, tagClaim, uint64(re.Entry.Pin)))
+		if errors.Is(err, zen.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read claim of pin %d: %w", uint64(re.Entry.Pin), err)
+		}
+		if string(v) == rec.ID {
+			out = append(out, re)
+		}
+	}
+	return out, nil
+}
+
+// finish turns an intent record left by a crash into a ready one: it keeps the pins this
+// chunk claimed, makes sure they are out of the pools, and orders them for serving.
+func (g *Generator) finish(ctx context.Context, user zen.ID, no uint64, rec *record) error {
+	own, err := g.owned(ctx, user, rec)
+	if err != nil {
+		return err
+	}
+	es := make([]zen.PoolEntry, len(own))
+	picks := make([]pick, len(own))
+	for i, re := range own {
+		es[i] = re.Entry
+		picks[i] = pick{e: re.Entry, reason: re.Reason}
+	}
+	if len(es) > 0 {
+		// Claimed pins not yet taken are taken now; already-taken ones are simply not won again.
+		if _, err := g.pools.Take(ctx, user, es); err != nil {
+			return fmt.Errorf("take pins of chunk %s: %w", rec.ID, err)
+		}
+	}
+	arranged, _ := arrange(picks, g.cfg.Load().MaxRun)
+	rec.State = stateReady
+	rec.Entries = rec.Entries[:0]
+	for _, p := range arranged {
+		rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
+	}
+	return g.putRecord(ctx, user, no, rec)
+}
+
+// release closes a record: when putBack is set, the pins it owns go back into the pools
+// first; then its claims and the record itself are deleted. Every step is safe to repeat.
+func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *record, delivered bool) error {
+	own, err := g.owned(ctx, user, rec)
+	if err != nil {
+		return err
+	}
+	if !delivered && len(own) > 0 {
+		es := make([]zen.PoolEntry, len(own))
+		for i, re := range own {
+			es[i] = re.Entry
+		}
+		if _, err := g.pools.Insert(ctx, es); err != nil {
+			return fmt.Errorf("put back chunk %s: %w", rec.ID, err)
+		}
+	}
+	for _, re := range own {
+		if _, err := g.state.CheckAndSet(ctx, userKey2(user, tagClaim, uint64(re.Entry.Pin)), []byte(rec.ID), nil); err != nil {
+			return fmt.Errorf("release pin %d: %w", uint64(re.Entry.Pin), err)
+		}
+	}
+	if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true}}); err != nil {
+		return fmt.Errorf("delete chunk %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+// Settle closes an in-flight chunk. delivered=true: it has been materialized, the record and
+// its claims go away. delivered=false: its pins return to the pools and the next chunk of the
+// user is at least as large. Settling a chunk already settled (or the empty chunk ID) does
+// nothing; a malformed ID or one of another user is refused.
+func (g *Generator) Settle(ctx context.Context, user zen.ID, chunkID string, delivered bool) error {
+	if err := checkUser(user); err != nil {
+		return err
+	}
+	if chunkID == "" {
+		return nil
+	}
+	no, err := parseChunkID(user, chunkID)
+	if err != nil {
+		return err
+	}
+	rec, err := g.getRecord(ctx, user, no)
+	if errors.Is(err, zen.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read chunk %s: %w", chunkID, err)
+	}
+	if rec.State == stateIntent {
+		if err := g.finish(ctx, user, no, rec); err != nil {
+			return err
+		}
+	}
+	if !delivered {
+		size := len(rec.Entries)
+		if err := g.updateState(ctx, user, func(s *userState) { s.Owed = max(s.Owed, size) }); err != nil {
+			return err
+		}
+	}
+	if err := g.release(ctx, user, no, rec, delivered); err != nil {
+		return err
+	}
+	g.m.settled.WithLabelValues(fmt.Sprint(delivered)).Inc()
+	return nil
+}
+
+// Pending lists the user's chunks taken from the pools and not yet settled, oldest first.
+// Chunks a crash left unfinished are finished first (their claimed pins, in serving order),
+// once they are older than InFlightGrace so a request still running is not disturbed; a
+// crashed chunk that owns no pin is deleted.
+func (g *Generator) Pending(ctx context.Context, user zen.ID) ([]Chunk, error) {
+	if err := checkUser(user); err != nil {
+		return nil, err
+	}
+	prefix := userKey(user, tagChunk)
+	stop := userKey(user, tagChunk+1)
+	rows, err := g.state.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: stop})
+	if err != nil {
+		return nil, fmt.Errorf("scan chunks of %d: %w", uint64(user), err)
+	}
+	grace := time.Duration(g.cfg.Load().InFlightGrace).Milliseconds()
+	nowMs := g.now().UnixMilli()
+	var out []Chunk
+	for _, kv := range rows {
+		if len(kv.Key) != len(prefix)+8 {
+			continue
+		}
+		no := beUint64(kv.Key[len(prefix):])
+		rec, err := decodeRecord(kv.Value)
+		if err != nil {
+			return nil, fmt.Errorf("chunk %d of %d: %w", no, uint64(user), err)
+		}
+		if rec.State == stateIntent {
+			if nowMs-rec.CreatedMs < grace {
+				continue
+			}
+			if err := g.finish(ctx, user, no, rec); err != nil {
+				return nil, err
+			}
+			if len(rec.Entries) == 0 {
+				if err := g.release(ctx, user, no, rec, true); err != nil {
+					return nil, err
+				}
+				continue
+			}
+		}
+		c := Chunk{ID: rec.ID, User: user}
+		for _, re := range rec.Entries {
+			c.Items = append(c.Items, itemOf(re.Entry, re.Reason))
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func beUint64(b []byte) uint64 {
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}

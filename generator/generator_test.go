@@ -1,0 +1,426 @@
+package generator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+func pinsOf(items []Item) []zen.ID {
+	out := make([]zen.ID, len(items))
+	for i, it := range items {
+		out[i] = it.Pin
+	}
+	return out
+}
+
+func entryPins(es []zen.PoolEntry) []zen.ID {
+	out := make([]zen.ID, len(es))
+	for i, e := range es {
+		out[i] = e.Pin
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func (e *env) fill(t testing.TB, n int) []zen.PoolEntry {
+	t.Helper()
+	var es []zen.PoolEntry
+	for i := 1; i <= n; i++ {
+		es = append(es, e.entry(t, zen.SourceFollowing, uint64(i), 1-float64(i)/1000, uint64(i), uint64(i), time.Hour))
+	}
+	e.insert(t, es...)
+	return es
+}
+
+// runCrashing runs fn in a goroutine that a hook may end with runtime.Goexit (a crash: no
+// cleanup code of the generator runs) and waits for it.
+func runCrashing(fn func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	<-done
+}
+
+// TestCrashBetweenChoosingAndServing crashes GenerateChunk at each step of the take protocol and
+// checks that nothing is lost or handed out twice: the crashed chunk is reported by Pending
+// (after the grace period) with exactly the pins it claimed, and settling it either way
+// accounts for every pin.
+func TestCrashBetweenChoosingAndServing(t *testing.T) {
+	points := []struct {
+		name    string
+		claimed bool // whether the crashed chunk owns its pins
+	}{
+		{"after-intent-before-claims", false},
+		{"after-claims-before-take", true},
+		{"after-take-before-ready", true},
+	}
+	for _, b := range backends {
+		for _, pt := range points {
+			for _, delivered := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/delivered=%v", b.name, pt.name, delivered), func(t *testing.T) {
+					ctx := context.Background()
+					cfg := DefaultConfig()
+					cfg.MaxChunk = 10
+					e := newEnv(t, b.make, &cfg)
+					e.fill(t, 30)
+					crashing := true
+					hp := &hookPools{Pools: e.pools}
+					ht := &hookTable{Table: e.state}
+					switch pt.name {
+					case "after-intent-before-claims":
+						ht.beforeCAS = func(key []byte) {
+							if crashing && len(key) == 17 && key[8] == tagClaim {
+								runtime.Goexit()
+							}
+						}
+					case "after-claims-before-take":
+						hp.beforeTake = func([]zen.PoolEntry) {
+							if crashing {
+								runtime.Goexit()
+							}
+						}
+					case "after-take-before-ready":
+						hp.afterTake = func([]zen.PoolEntry) {
+							if crashing {
+								runtime.Goexit()
+							}
+						}
+					}
+					g, err := New(Params{Pools: hp, State: ht, Config: &cfg, Now: e.clk.Now})
+					if err != nil {
+						t.Fatal(err)
+					}
+					runCrashing(func() {
+						_, err := g.GenerateChunk(ctx, e.user, Options{})
+						t.Errorf("GenerateChunk returned (%v); the hook should have crashed it", err)
+					})
+					crashing = false
+
+					// A request right after the crash gets none of the crashed chunk's pins.
+					other, err := g.GenerateChunk(ctx, e.user, Options{Max: 10})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(other.Items) != 10 {
+						t.Fatalf("next chunk has %d pins, want 10", len(other.Items))
+					}
+					// Too young to recover: Pending lists only the ready chunk.
+					pend, err := g.Pending(ctx, e.user)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(pend) != 1 || pend[0].ID != other.ID {
+						t.Fatalf("Pending before grace = %v, want only %s", pend, other.ID)
+					}
+					// After the grace period the crashed chunk is finished and listed (oldest
+					// first) with exactly the pins it claimed, none of them in the other chunk.
+					e.clk.Advance(2 * time.Minute)
+					pend, err = g.Pending(ctx, e.user)
+					if err != nil {
+						t.Fatal(err)
+					}
+					crashedPins := 0
+					if pt.claimed {
+						if len(pend) != 2 || len(pend[0].Items) != 10 || pend[1].ID != other.ID {
+							t.Fatalf("Pending after grace = %+v, want the crashed chunk with 10 pins, then %s", pend, other.ID)
+						}
+						crashedPins = 10
+						seen := map[zen.ID]bool{}
+						for _, p := range pinsOf(other.Items) {
+							seen[p] = true
+						}
+						for _, p := range pinsOf(pend[0].Items) {
+							if seen[p] {
+								t.Errorf("pin %d is in the crashed chunk and in the next one", p)
+							}
+						}
+					} else if len(pend) != 1 || pend[0].ID != other.ID {
+						t.Fatalf("Pending after grace = %+v, want only %s (the crash came before any claim)", pend, other.ID)
+					}
+					if err := g.Settle(ctx, e.user, other.ID, true); err != nil {
+						t.Fatal(err)
+					}
+					left := len(e.pools.all(e.user))
+					if got := left + crashedPins + len(other.Items); got != 30 {
+						t.Fatalf("pool %d + crashed %d + served %d = %d, want 30", left, crashedPins, len(other.Items), got)
+					}
+					if pt.claimed {
+						// Settle twice: the second is a no-op.
+						for range 2 {
+							if err := g.Settle(ctx, e.user, pend[0].ID, delivered); err != nil {
+								t.Fatal(err)
+							}
+						}
+						want := 20
+						if delivered {
+							want = 10
+						}
+						if got := len(e.pools.all(e.user)); got != want {
+							t.Fatalf("pool after settle(delivered=%v) = %d, want %d", delivered, got, want)
+						}
+						if pend, _ := g.Pending(ctx, e.user); len(pend) != 0 {
+							t.Fatalf("Pending after settle = %+v", pend)
+						}
+					}
+					// No claim or record is left behind.
+					rows, _ := e.state.Scan(ctx, zen.ScanOptions{})
+					for _, r := range rows {
+						if r.Key[8] == tagClaim || r.Key[8] == tagChunk {
+							t.Errorf("left-over row %x", r.Key)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestConcurrentGenerate runs many goroutines generating for one user: no pin is in two
+// chunks, and pool before = chunks + pool after + counted drops. With failed deliveries mixed in,
+// no pin is delivered twice and the same balance holds over delivered pins.
+func TestConcurrentGenerate(t *testing.T) {
+	for _, b := range backends {
+		for _, failEvery := range []int{0, 3} {
+			t.Run(fmt.Sprintf("%s/fail-every=%d", b.name, failEvery), func(t *testing.T) {
+				ctx := context.Background()
+				e := newEnv(t, b.make, nil)
+				const total, expired = 400, 20
+				var es []zen.PoolEntry
+				srcs := []zen.Source{zen.SourceFollowing, zen.SourceInterest, zen.SourceRelated}
+				for i := 1; i <= total; i++ {
+					age := time.Hour
+					if i%(total/expired) == 0 {
+						age = 400 * time.Hour
+					}
+					es = append(es, e.entry(t, srcs[i%3], uint64(i), float64(i%97)/97, uint64(i%13), uint64(i%7), age))
+				}
+				e.insert(t, es...)
+				if got := len(e.pools.all(e.user)); got != total {
+					t.Fatalf("pool before = %d, want %d", got, total)
+				}
+				var mu sync.Mutex
+				delivered := map[zen.ID]string{}
+				var errs []error
+				var wg sync.WaitGroup
+				for w := range 8 {
+					wg.Go(func() {
+						for i, empty := 0, 0; empty < 3; i++ {
+							c, err := e.gen.GenerateChunk(ctx, e.user, Options{Max: 7})
+							if err != nil {
+								mu.Lock()
+								errs = append(errs, err)
+								mu.Unlock()
+								return
+							}
+							if len(c.Items) == 0 {
+								empty++
+								runtime.Gosched()
+								continue
+							}
+							ok := failEvery == 0 || (i+w)%failEvery != 0
+							if err := e.gen.Settle(ctx, e.user, c.ID, ok); err != nil {
+								mu.Lock()
+								errs = append(errs, err)
+								mu.Unlock()
+								return
+							}
+							if !ok {
+								continue
+							}
+							mu.Lock()
+							for _, it := range c.Items {
+								if prev, dup := delivered[it.Pin]; dup {
+									errs = append(errs, fmt.Errorf("pin %d in chunks %s and %s", it.Pin, prev, c.ID))
+								}
+								delivered[it.Pin] = c.ID
+							}
+							mu.Unlock()
+						}
+					})
+				}
+				wg.Wait()
+				if err := errors.Join(errs...); err != nil {
+					t.Fatal(err)
+				}
+				drops, err := e.gen.Drops(ctx, e.user)
+				if err != nil {
+					t.Fatal(err)
+				}
+				after := len(e.pools.all(e.user))
+				if drops != expired {
+					t.Errorf("drops = %d, want %d", drops, expired)
+				}
+				if got := len(delivered) + after + int(drops); got != total {
+					t.Errorf("chunks %d + pool after %d + drops %d = %d, want pool before %d", len(delivered), after, drops, got, total)
+				}
+				if pend, _ := e.gen.Pending(ctx, e.user); len(pend) != 0 {
+					t.Errorf("unsettled chunks left: %d", len(pend))
+				}
+				t.Logf("delivered %d, pool after %d, drops %d, claims lost to concurrent chunks %v",
+					len(delivered), after, drops, counterValue(e.gen.m.lost))
+			})
+		}
+	}
+}
+
+// TestLostClaimsAreReplaced: a pin claimed by another chunk (or taken from the pools between
+// choosing and taking) is replaced by the next candidate, and never served.
+func TestLostClaimsAreReplaced(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg := DefaultConfig()
+			cfg.MaxChunk = 5
+			e := newEnv(t, b.make, &cfg)
+			es := e.fill(t, 20)
+			// Pin 1 is held by a chunk that crashed (a claim row of another chunk).
+			if err := e.state.Apply(ctx, []zen.Mutation{{Key: userKey2(e.user, tagClaim, uint64(es[0].Pin)), Value: []byte("other")}}); err != nil {
+				t.Fatal(err)
+			}
+			// Pin 2 is taken by someone else just before our Take.
+			stolen := false
+			hp := &hookPools{Pools: e.pools, beforeTake: func([]zen.PoolEntry) {
+				if !stolen {
+					stolen = true
+					if _, err := e.pools.Take(ctx, e.user, es[1:2]); err != nil {
+						t.Error(err)
+					}
+				}
+			}}
+			e.wrapPools(t, hp)
+			c, err := e.gen.GenerateChunk(ctx, e.user, Options{Debug: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []zen.ID{es[2].Pin, es[3].Pin, es[4].Pin, es[5].Pin, es[6].Pin}
+			if diff := cmp.Diff(want, pinsOf(c.Items)); diff != "" {
+				t.Errorf("chunk pins (-want +got):\n%s\ndebug:\n%v", diff, c.Debug)
+			}
+			// Pin 1 is still in the pool (its owner will settle it); pin 2 is gone.
+			left := entryPins(e.pools.all(e.user))
+			if len(left) != 14 || left[0] != es[0].Pin {
+				t.Errorf("pool after = %v (len %d), want pin 1 and pins 8..20", left, len(left))
+			}
+		})
+	}
+}
+
+// failingPools fails Take (after taking for real) once: the generator must put everything back.
+type failingPools struct {
+	Pools
+	fail bool
+}
+
+func (f *failingPools) Take(ctx context.Context, user zen.ID, es []zen.PoolEntry) ([]zen.PoolEntry, error) {
+	won, err := f.Pools.Take(ctx, user, es)
+	if f.fail {
+		f.fail = false
+		return nil, errors.New("injected take failure")
+	}
+	return won, err
+}
+
+func TestTakeFailurePutsBack(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t, b.make, nil)
+			e.fill(t, 12)
+			before := entryPins(e.pools.all(e.user))
+			e.wrapPools(t, &failingPools{Pools: e.pools, fail: true})
+			if _, err := e.gen.GenerateChunk(ctx, e.user, Options{}); err == nil {
+				t.Fatal("GenerateChunk succeeded through a failing Take")
+			}
+			if diff := cmp.Diff(before, entryPins(e.pools.all(e.user))); diff != "" {
+				t.Errorf("pool after failed take (-want +got):\n%s", diff)
+			}
+			rows, _ := e.state.Scan(ctx, zen.ScanOptions{})
+			for _, r := range rows {
+				if r.Key[8] == tagClaim || r.Key[8] == tagChunk {
+					t.Errorf("left-over row %x", r.Key)
+				}
+			}
+			c, err := e.gen.GenerateChunk(ctx, e.user, Options{})
+			if err != nil || len(c.Items) != 12 {
+				t.Fatalf("retry: %d pins, %v; want 12", len(c.Items), err)
+			}
+		})
+	}
+}
+
+func TestBadInputChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, backends[0].make, nil)
+	e.fill(t, 5)
+	snapshot := func() []zen.KV { rows, _ := e.state.Scan(ctx, zen.ScanOptions{}); return rows }
+	before := snapshot()
+	other := mustID(t, 1, zen.TypeUser, 2)
+	for _, tc := range []struct {
+		name string
+		call func() error
+	}{
+		{"zero user", func() error { _, err := e.gen.GenerateChunk(ctx, 0, Options{}); return err }},
+		{"negative max", func() error { _, err := e.gen.GenerateChunk(ctx, e.user, Options{Max: -1}); return err }},
+		{"huge max", func() error { _, err := e.gen.GenerateChunk(ctx, e.user, Options{Max: HardMaxChunk + 1}); return err }},
+		{"settle zero user", func() error { return e.gen.Settle(ctx, 0, "1-1", true) }},
+		{"settle malformed", func() error { return e.gen.Settle(ctx, e.user, "abc", false) }},
+		{"settle chunk 0", func() error { return e.gen.Settle(ctx, e.user, fmt.Sprintf("%d-0", e.user), false) }},
+		{"settle other user's chunk", func() error { return e.gen.Settle(ctx, e.user, fmt.Sprintf("%d-1", other), false) }},
+		{"pending zero user", func() error { _, err := e.gen.Pending(ctx, 0); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.call(); !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("err = %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+	if diff := cmp.Diff(before, snapshot()); diff != "" {
+		t.Errorf("state changed by refused calls (-want +got):\n%s", diff)
+	}
+	if got := len(e.pools.all(e.user)); got != 5 {
+		t.Errorf("pool changed: %d pins", got)
+	}
+	// Settling an unknown (or already settled) chunk, or the empty chunk, is a no-op.
+	for _, id := range []string{"", fmt.Sprintf("%d-99", e.user)} {
+		if err := e.gen.Settle(ctx, e.user, id, false); err != nil {
+			t.Errorf("Settle(%q) = %v, want nil", id, err)
+		}
+	}
+}
+
+func TestEmptyPoolsGiveEmptyChunk(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, backends[1].make, nil)
+	c, err := e.gen.GenerateChunk(ctx, e.user, Options{})
+	if err != nil || c.ID != "" || len(c.Items) != 0 {
+		t.Fatalf("GenerateChunk on empty pools = %+v, %v; want an empty chunk without ID", c, err)
+	}
+	rows, _ := e.state.Scan(ctx, zen.ScanOptions{})
+	for _, r := range rows {
+		if r.Key[8] == tagChunk || bytes.Equal(r.Key, userKey(e.user, tagCounter)) {
+			t.Errorf("empty chunk left row %x", r.Key)
+		}
+	}
+}
+
+func counterValue(c interface{ Write(*dto.Metric) error }) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}

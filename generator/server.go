@@ -1,0 +1,110 @@
+package generator
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// Server is the gRPC face of a Generator (GeneratorService). Errors are mapped to gRPC codes
+// here and only here: InvalidArgument for refused input, Canceled/DeadlineExceeded for the
+// context, Unavailable for storage trouble.
+type Server struct {
+	generatorv1.UnimplementedGeneratorServiceServer
+	g *Generator
+}
+
+// NewServer returns the gRPC adapter of g.
+func NewServer(g *Generator) *Server { return &Server{g: g} }
+
+// GenerateChunk implements GeneratorService.GenerateChunk.
+func (s *Server) GenerateChunk(ctx context.Context, req *generatorv1.GenerateChunkRequest) (*generatorv1.GenerateChunkResponse, error) {
+	user, err := requestUser(req.GetUser(), req.GetUserStr())
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.g.GenerateChunk(ctx, user, Options{Max: int(req.GetMax()), Debug: req.GetDebug()})
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &generatorv1.GenerateChunkResponse{Chunk: chunkProto(c)}, nil
+}
+
+// SettleChunk implements GeneratorService.SettleChunk.
+func (s *Server) SettleChunk(ctx context.Context, req *generatorv1.SettleChunkRequest) (*generatorv1.SettleChunkResponse, error) {
+	user, err := requestUser(req.GetUser(), req.GetUserStr())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.g.Settle(ctx, user, req.GetChunkId(), req.GetDelivered()); err != nil {
+		return nil, grpcError(err)
+	}
+	return &generatorv1.SettleChunkResponse{}, nil
+}
+
+// PendingChunks implements GeneratorService.PendingChunks.
+func (s *Server) PendingChunks(ctx context.Context, req *generatorv1.PendingChunksRequest) (*generatorv1.PendingChunksResponse, error) {
+	user, err := requestUser(req.GetUser(), req.GetUserStr())
+	if err != nil {
+		return nil, err
+	}
+	cs, err := s.g.Pending(ctx, user)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	out := &generatorv1.PendingChunksResponse{}
+	for _, c := range cs {
+		out.Chunks = append(out.Chunks, chunkProto(c))
+	}
+	return out, nil
+}
+
+// requestUser reads the user from the fixed64 field or, when it is zero, its decimal twin.
+func requestUser(id uint64, str string) (zen.ID, error) {
+	if id == 0 && str != "" {
+		v, err := strconv.ParseUint(str, 10, 64)
+		if err != nil {
+			return 0, status.Errorf(codes.InvalidArgument, "user_str %q is not a decimal ID", str)
+		}
+		id = v
+	}
+	if id == 0 {
+		return 0, status.Error(codes.InvalidArgument, "user is required")
+	}
+	return zen.ID(id), nil
+}
+
+func grpcError(err error) error {
+	switch {
+	case errors.Is(err, ErrInvalidArgument):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	default:
+		return status.Error(codes.Unavailable, err.Error())
+	}
+}
+
+func chunkProto(c Chunk) *generatorv1.Chunk {
+	out := &generatorv1.Chunk{Id: c.ID, User: uint64(c.User), UserStr: strconv.FormatUint(uint64(c.User), 10), Debug: c.Debug}
+	for _, it := range c.Items {
+		out.Items = append(out.Items, &generatorv1.Item{
+			Pin:    uint64(it.Pin),
+			PinStr: strconv.FormatUint(uint64(it.Pin), 10),
+			Source: generatorv1.Source(it.Source),
+			Score:  it.Score,
+			Author: uint64(it.Author),
+			Board:  uint64(it.Board),
+			Reason: it.Reason,
+		})
+	}
+	return out
+}

@@ -1,0 +1,154 @@
+package generator
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// Rows of the "genstate" table, all keyed by the user first (so they live on the user's shard):
+//
+//	user(8) 's'                  userState, JSON: last visit, owed size, last expiry sweep
+//	user(8) 'n'                  counter: chunk numbers
+//	user(8) 'd'                  counter: pins dropped as expired by this generator's sweeps
+//	user(8) 'c' chunkNo(8)       record of an in-flight chunk, JSON
+//	user(8) 'p' pin(8)           claim of a pin by an in-flight chunk: the chunk ID
+const (
+	tagState   = 's'
+	tagCounter = 'n'
+	tagDrops   = 'd'
+	tagChunk   = 'c'
+	tagClaim   = 'p'
+)
+
+func userKey(user zen.ID, tag byte) []byte {
+	k := make([]byte, 9, 17)
+	binary.BigEndian.PutUint64(k, uint64(user))
+	k[8] = tag
+	return k
+}
+
+func userKey2(user zen.ID, tag byte, v uint64) []byte {
+	return binary.BigEndian.AppendUint64(userKey(user, tag), v)
+}
+
+// userState is the per-user row.
+type userState struct {
+	LastVisitMs  int64 `json:"last_visit_ms,omitempty"`
+	Owed         int   `json:"owed,omitempty"`
+	LastExpireMs int64 `json:"last_expire_ms,omitempty"`
+}
+
+// Record states.
+const (
+	stateIntent = "intent" // pins chosen, claims possibly under way: ownership is read from the claim rows
+	stateReady  = "ready"  // every listed pin is claimed by this chunk and out of the pools, in serving order
+)
+
+// record is an in-flight chunk.
+type record struct {
+	ID        string     `json:"id"`
+	State     string     `json:"state"`
+	CreatedMs int64      `json:"created_ms"`
+	Entries   []recEntry `json:"entries"`
+}
+
+// recEntry is one pin of a record: the pool entry as taken (so it can be put back) and the
+// reason it was chosen.
+type recEntry struct {
+	Entry  zen.PoolEntry `json:"entry"`
+	Reason string        `json:"reason"`
+}
+
+// chunkID formats the ID of the user's chunk number no.
+func chunkID(user zen.ID, no uint64) string {
+	return strconv.FormatUint(uint64(user), 10) + "-" + strconv.FormatUint(no, 10)
+}
+
+// parseChunkID returns the chunk number of id, which must belong to user.
+func parseChunkID(user zen.ID, id string) (uint64, error) {
+	u, n, ok := strings.Cut(id, "-")
+	if !ok {
+		return 0, fmt.Errorf("%w: chunk id %q: want <user>-<number>", ErrInvalidArgument, id)
+	}
+	uv, err := strconv.ParseUint(u, 10, 64)
+	if err != nil || zen.ID(uv) != user {
+		return 0, fmt.Errorf("%w: chunk id %q does not belong to user %d", ErrInvalidArgument, id, uint64(user))
+	}
+	no, err := strconv.ParseUint(n, 10, 64)
+	if err != nil || no == 0 {
+		return 0, fmt.Errorf("%w: chunk id %q: bad number", ErrInvalidArgument, id)
+	}
+	return no, nil
+}
+
+func (g *Generator) loadState(ctx context.Context, user zen.ID) (userState, []byte, error) {
+	raw, err := g.state.Get(ctx, userKey(user, tagState))
+	if errors.Is(err, zen.ErrNotFound) {
+		return userState{}, nil, nil
+	}
+	if err != nil {
+		return userState{}, nil, fmt.Errorf("read state of %d: %w", uint64(user), err)
+	}
+	var st userState
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return userState{}, nil, fmt.Errorf("decode state of %d: %w", uint64(user), err)
+	}
+	return st, raw, nil
+}
+
+// updateState applies fn to the user's state under compare-and-set, retrying on conflict.
+func (g *Generator) updateState(ctx context.Context, user zen.ID, fn func(*userState)) error {
+	for range 100 {
+		st, raw, err := g.loadState(ctx, user)
+		if err != nil {
+			return err
+		}
+		fn(&st)
+		next, err := json.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("encode state: %w", err)
+		}
+		ok, err := g.state.CheckAndSet(ctx, userKey(user, tagState), raw, next)
+		if err != nil {
+			return fmt.Errorf("write state of %d: %w", uint64(user), err)
+		}
+		if ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("write state of %d: too much contention", uint64(user))
+}
+
+func (g *Generator) putRecord(ctx context.Context, user zen.ID, no uint64, rec *record) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("encode chunk %s: %w", rec.ID, err)
+	}
+	if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Value: b}}); err != nil {
+		return fmt.Errorf("write chunk %s: %w", rec.ID, err)
+	}
+	return nil
+}
+
+func decodeRecord(b []byte) (*record, error) {
+	var rec record
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("decode chunk record: %w", err)
+	}
+	return &rec, nil
+}
+
+func (g *Generator) getRecord(ctx context.Context, user zen.ID, no uint64) (*record, error) {
+	b, err := g.state.Get(ctx, userKey2(user, tagChunk, no))
+	if err != nil {
+		return nil, err
+	}
+	return decodeRecord(b)
+}
