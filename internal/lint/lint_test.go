@@ -1,0 +1,84 @@
+package lint
+
+import (
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// moduleRoot is the repository root: two levels above this file.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		t.Fatal("no caller info")
+	}
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// TestImportRules runs the rules over this module.
+func TestImportRules(t *testing.T) {
+	module, pkgs, err := Load(moduleRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if module != "github.com/smartfeed/smartfeed" {
+		t.Fatalf("module = %q", module)
+	}
+	if len(pkgs) < 3 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	for _, v := range Check(module, pkgs) {
+		t.Error(v)
+	}
+}
+
+// TestFixtureViolations shows every rule firing on a small module with bad imports.
+func TestFixtureViolations(t *testing.T) {
+	dir := filepath.Join("testdata", "badmod")
+	// The fixture imports gRPC without requiring it: go list -e reports the import anyway and
+	// must not reach for the network.
+	module, pkgs, err := Load(dir, "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, v := range Check(module, pkgs) {
+		t.Log(v)
+		got[strings.TrimPrefix(v.Package, module+"/")+" | "+v.Rule] = true
+	}
+	want := []string{
+		"worker | service imports service",         // worker imports feedsvc
+		"graphsvc/store | service imports service", // through a non-service package of the module
+		"graphsvc | service imports service",       // and so graphsvc itself, transitively
+		"zen | zen imports service",                // zen imports worker
+		"zen/hbase | zen imports grpc",             // zen/hbase imports grpc
+		"zen/hbase | zen imports service",          // zen/hbase imports pinlater
+		"feedsvc | imports cmd",                    // feedsvc imports cmd/tool/flags
+		"util | banned package name",
+		"internal/common | banned package name",
+		"graphsvc/shared | banned package name",
+	}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("missing violation %q", w)
+		}
+		delete(got, w)
+	}
+	for extra := range got {
+		t.Errorf("unexpected violation %q", extra)
+	}
+}
+
+// TestCleanFixture: allowed shapes raise nothing (a service using its own subpackages and zen,
+// a command using its own internal package).
+func TestCleanFixture(t *testing.T) {
+	module, pkgs, err := Load(filepath.Join("testdata", "goodmod"), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range Check(module, pkgs) {
+		t.Error(v)
+	}
+}

@@ -1,0 +1,5 @@
+package main
+
+import _ "example.com/badmod/cmd/tool/flags"
+
+func main() {}

@@ -1,0 +1,5 @@
+package feedsvc
+
+import (
+	_ "example.com/badmod/cmd/tool/flags"
+)

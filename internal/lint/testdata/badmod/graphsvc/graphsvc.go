@@ -1,0 +1,5 @@
+package graphsvc
+
+import (
+	_ "example.com/badmod/graphsvc/store"
+)

@@ -1,0 +1,5 @@
+package store
+
+import (
+	_ "example.com/badmod/internal/relay"
+)

@@ -1,0 +1,5 @@
+package relay
+
+import (
+	_ "example.com/badmod/generator"
+)

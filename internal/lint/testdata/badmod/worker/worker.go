@@ -1,0 +1,3 @@
+package worker
+
+import _ "example.com/badmod/feedsvc"

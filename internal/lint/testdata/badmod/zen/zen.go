@@ -1,0 +1,5 @@
+package zen
+
+import (
+	_ "example.com/badmod/worker"
+)

@@ -1,0 +1,5 @@
+package wire
+
+import (
+	_ "example.com/goodmod/worker"
+)

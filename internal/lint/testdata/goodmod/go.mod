@@ -1,0 +1,3 @@
+module example.com/goodmod
+
+go 1.26

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# scripts/hbase.sh up|down|status — a throwaway standalone HBase 2.6 (master + region server +
+# in-process ZooKeeper, one JVM) assembled from Maven Central jars (see test/hbase/pom.xml).
+#   up:     resolves the classpath (cached in ~/.m2 after the first run), wipes run/hbase/ data,
+#           starts HMaster on a free ZooKeeper port, waits until tables can be created, then prints
+#           SMARTFEED_HBASE_ZK=127.0.0.1:<port> and writes it to run/hbase/env.
+#   down:   stops only the pid that `up` started and waits for it to exit.
+#   status: prints the env line and exits 0 when it is up, exits 1 otherwise.
+# Env: HBASE_WAIT_SECS (default 180), HBASE_HEAP (default 768m).
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+DIR="$RUN_DIR/hbase"
+PIDFILE="$DIR/hbase.pid"
+ENVFILE="$DIR/env"
+POM="$ROOT/test/hbase/pom.xml"
+CONF_SRC="$ROOT/test/hbase/conf"
+MAIN_CLASS=org.apache.hadoop.hbase.master.HMaster
+
+ensure_tools() {
+	local pkgs=()
+	command -v java >/dev/null 2>&1 || pkgs+=(openjdk-17-jre-headless)
+	command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
+	[ ${#pkgs[@]} -eq 0 ] || apt_install "${pkgs[@]}"
+	local jv
+	jv=$(java -version 2>&1 | awk -F'"' '/version/ {print $2; exit}')
+	case "$jv" in
+	1.*|[0-9].*|1[0-6].*) die "HBase 2.6 here needs JDK 17+, found java $jv" ;;
+	esac
+}
+
+# classpath: resolve once per pom change; cp.txt is keyed by the pom's checksum.
+classpath() {
+	local sum cp="$DIR/cp.txt" stamp="$DIR/cp.sum"
+	sum=$(sha256sum "$POM" | awk '{print $1}')
+	if [ -s "$cp" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ]; then
+		return 0
+	fi
+	log "resolving the HBase classpath with Maven (first run downloads ~150 MB into ~/.m2)"
+	local t0=$SECONDS
+	if ! mvn -B -q -f "$POM" \
+		org.apache.maven.plugins:maven-dependency-plugin:3.6.1:build-classpath \
+		-Dmdep.outputFile="$cp" -Dmdep.includeScope=runtime >"$DIR/mvn.log" 2>&1; then
+		tail -30 "$DIR/mvn.log" >&2
+		die "maven could not resolve test/hbase/pom.xml (log: run/hbase/mvn.log)"
+	fi
+	echo "$sum" >"$stamp"
+	log "classpath resolved in $((SECONDS - t0))s ($(tr ':' '\n' <"$cp" | wc -l) jars)"
+}
+
+waiter() { # builds the readiness probe once
+	local bin="$DIR/hbasewait"
+	if [ ! -x "$bin" ] || [ -n "$(find "$ROOT/internal/testenv/cmd/hbasewait" -newer "$bin" -name '*.go' 2>/dev/null)" ]; then
+		(cd "$ROOT" && go build -o "$bin" ./internal/testenv/cmd/hbasewait) || die "cannot build hbasewait"
+	fi
+	echo "$bin"
+}
+
+running_port() {
+	[ -f "$PIDFILE" ] && [ -f "$DIR/port" ] || return 1
+	local pid
+	pid=$(cat "$PIDFILE")
+	pid_alive "$pid" && pid_cmd_matches "$pid" "$MAIN_CLASS" || return 1
+	cat "$DIR/port"
+}
+
+up() {
+	local port pid
+	if port=$(running_port) && [ -s "$ENVFILE" ]; then
+		log "already running, ZooKeeper on 127.0.0.1:$port"
+		cat "$ENVFILE"
+		return 0
+	fi
+	# A stale JVM of ours (pid file present, not answering) is stopped before the wipe.
+	[ -f "$PIDFILE" ] && stop_pid "$PIDFILE" "$MAIN_CLASS" 30
+	mkdir -p "$DIR"
+	ensure_tools
+	classpath
+	local bin
+	bin=$(waiter)
+
+	rm -rf "$DIR/data" "$DIR/zk" "$DIR/tmp" "$DIR/logs" "$DIR/conf" "$ENVFILE" "$DIR/port"
+	mkdir -p "$DIR/logs" "$DIR/conf" "$DIR/tmp"
+	port=$(free_port)
+	sed -e "s#@ROOT@#$DIR#g" -e "s#@ZKPORT@#$port#g" "$CONF_SRC/hbase-site.xml" >"$DIR/conf/hbase-site.xml"
+	cp "$CONF_SRC/log4j2.properties" "$DIR/conf/"
+
+	local jdk17_opts=(
+		-XX:+IgnoreUnrecognizedVMOptions
+		--add-opens java.base/java.lang=ALL-UNNAMED
+		--add-opens java.base/java.lang.reflect=ALL-UNNAMED
+		--add-opens java.base/java.nio=ALL-UNNAMED
+		--add-opens java.base/java.nio.channels.spi=ALL-UNNAMED
+		--add-opens java.base/java.util=ALL-UNNAMED
+		--add-opens java.base/java.util.concurrent=ALL-UNNAMED
+		--add-opens java.base/jdk.internal.ref=ALL-UNNAMED
+		--add-opens java.base/jdk.internal.misc=ALL-UNNAMED
+		--add-opens java.base/sun.nio.ch=ALL-UNNAMED
+		--add-exports java.base/sun.nio.ch=ALL-UNNAMED
+		--add-exports java.base/jdk.internal.misc=ALL-UNNAMED
+		--add-exports java.security.jgss/sun.security.krb5=ALL-UNNAMED
+		--add-exports java.base/sun.security.x509=ALL-UNNAMED
+	)
+	log "starting HBase $(grep -o '<hbase.version>[^<]*' "$POM" | cut -d'>' -f2) standalone, ZooKeeper on 127.0.0.1:$port (log: run/hbase/logs/hbase.out)"
+	local t0=$SECONDS
+	# setsid: own process group, so a Ctrl-C in the caller's terminal does not hit the JVM.
+	setsid java -Xms128m -Xmx"${HBASE_HEAP:-768m}" -XX:+UseG1GC -XX:ActiveProcessorCount=2 \
+		-Djava.net.preferIPv4Stack=true "${jdk17_opts[@]}" \
+		-Dhbase.log.dir="$DIR/logs" -Dhbase.log.file=hbase.log -Dhbase.home.dir="$DIR" \
+		-Dhbase.id.str=smartfeed-test -Dproc_master \
+		-Dlog4j2.configurationFile="file:$DIR/conf/log4j2.properties" \
+		-Djava.util.logging.config.class=org.apache.hadoop.hbase.logging.JulToSlf4jInitializer \
+		-Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true \
+		-cp "$DIR/conf:$(cat "$DIR/cp.txt")" \
+		"$MAIN_CLASS" start </dev/null >"$DIR/logs/hbase.out" 2>&1 &
+	pid=$!
+	echo "$pid" >"$PIDFILE"
+	echo "$port" >"$DIR/port"
+	log "HMaster pid $pid; waiting for it to serve (up to ${HBASE_WAIT_SECS:-180}s)"
+	if ! "$bin" -zk "127.0.0.1:$port" -timeout "${HBASE_WAIT_SECS:-180}s" -pid "$pid" >/dev/null; then
+		log "HBase did not become ready; last log lines:"
+		grep -E 'ERROR|FATAL|Exception' "$DIR/logs/hbase.out" | tail -20 >&2 || true
+		tail -40 "$DIR/logs/hbase.out" >&2 || true
+		stop_pid "$PIDFILE" "$MAIN_CLASS" 20 || true
+		die "HBase start failed"
+	fi
+	echo "SMARTFEED_HBASE_ZK=127.0.0.1:$port" >"$ENVFILE"
+	log "up in $((SECONDS - t0))s (pid $pid)"
+	cat "$ENVFILE"
+}
+
+down() {
+	stop_pid "$PIDFILE" "$MAIN_CLASS" 60
+	rm -f "$ENVFILE" "$DIR/port"
+}
+
+status() {
+	local port
+	if port=$(running_port) && [ -s "$ENVFILE" ]; then
+		cat "$ENVFILE"
+	else
+		log "not running"
+		return 1
+	fi
+}
+
+case "${1:-}" in
+up) up ;;
+down) down ;;
+status) status ;;
+*) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+esac

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# scripts/with-services.sh CMD [ARGS...]
+# Runs CMD with a real Redis and a real HBase, starting each with scripts/redis.sh / hbase.sh
+# unless its address is already in the environment (SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK),
+# or it is opted out (SMARTFEED_NO_REDIS=1 / SMARTFEED_NO_HBASE=1). Whatever this script started
+# is stopped when it exits, whether CMD passed, failed or was interrupted. Exits with CMD's status.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+[ $# -gt 0 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
+
+started=()
+cleanup() {
+	local rc=$? s
+	trap - EXIT INT TERM
+	for s in "${started[@]}"; do
+		"$ROOT/scripts/$s.sh" down || log "WARNING: $s down failed"
+	done
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# start NAME VAR: runs scripts/NAME.sh up and exports VAR from its env file. One that is already
+# running (a `make services-up`) is used as is and left running.
+start() {
+	local name="$1" var="$2" line
+	if "$ROOT/scripts/$name.sh" status >/dev/null 2>&1; then
+		log "$name is already up (make services-up?); using it and leaving it running"
+	else
+		started+=("$name")
+		"$ROOT/scripts/$name.sh" up >/dev/null
+	fi
+	line=$(grep "^$var=" "$RUN_DIR/$name/env") || die "$name up wrote no $var"
+	export "${line?}"
+	log "using $line"
+}
+
+if [ -n "${SMARTFEED_REDIS_ADDR:-}" ]; then
+	log "using the Redis at SMARTFEED_REDIS_ADDR=$SMARTFEED_REDIS_ADDR"
+elif [ "${SMARTFEED_NO_REDIS:-}" = 1 ]; then
+	log "SMARTFEED_NO_REDIS=1: not starting Redis"
+else
+	start redis SMARTFEED_REDIS_ADDR
+fi
+
+if [ -n "${SMARTFEED_HBASE_ZK:-}" ]; then
+	log "using the HBase at SMARTFEED_HBASE_ZK=$SMARTFEED_HBASE_ZK"
+elif [ "${SMARTFEED_NO_HBASE:-}" = 1 ]; then
+	log "SMARTFEED_NO_HBASE=1: not starting HBase"
+else
+	start hbase SMARTFEED_HBASE_ZK
+fi
+
+log "running: $*"
+set +e
+"$@"
+rc=$?
+set -e
+log "command exited with status $rc"
+exit "$rc"
