@@ -1,0 +1,613 @@
+package zen
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/rand/v2"
+
+	"github.com/smartfeed/smartfeed/zen/seq"
+)
+
+// EdgeType names a directed edge list (a mapping table). Inverse directions are separate types.
+type EdgeType uint16
+
+// Edge types. The comment gives from → to.
+const (
+	EdgeUserPins          EdgeType = 1  // user → pin (pins the user saved)
+	EdgeBoardPins         EdgeType = 2  // board → pin
+	EdgePinBoards         EdgeType = 3  // pin → board
+	EdgeUserBoards        EdgeType = 4  // user → board
+	EdgeFollowsUser       EdgeType = 10 // user → user
+	EdgeFollowedByUser    EdgeType = 11 // user → user (followers)
+	EdgeFollowsBoard      EdgeType = 12 // user → board
+	EdgeBoardFollowers    EdgeType = 13 // board → user
+	EdgeFollowsInterest   EdgeType = 14 // user → interest
+	EdgeInterestFollowers EdgeType = 15 // interest → user
+	EdgePinInterests      EdgeType = 16 // pin → interest
+	EdgeInterestPins      EdgeType = 17 // interest → pin
+	EdgeUserLikes         EdgeType = 20 // user → pin
+	EdgePinLikers         EdgeType = 21 // pin → user
+)
+
+// MaxEdgeData bounds Edge.Data; MaxEdgePage bounds ListEdges' limit.
+const (
+	MaxEdgeData = 64 << 10
+	MaxEdgePage = 10000
+)
+
+// ErrBadCursor is wrapped by ListEdges for a malformed, tampered or foreign cursor.
+var ErrBadCursor = errors.New("zen: bad cursor")
+
+// edgeInfo returns the endpoint types and the inverse of t; ok is false for an unknown type.
+func (t EdgeType) info() (from, to Type, inv EdgeType, ok bool) {
+	switch t {
+	case EdgeUserPins:
+		return TypeUser, TypePin, 0, true
+	case EdgeBoardPins:
+		return TypeBoard, TypePin, EdgePinBoards, true
+	case EdgePinBoards:
+		return TypePin, TypeBoard, EdgeBoardPins, true
+	case EdgeUserBoards:
+		return TypeUser, TypeBoard, 0, true
+	case EdgeFollowsUser:
+		return TypeUser, TypeUser, EdgeFollowedByUser, true
+	case EdgeFollowedByUser:
+		return TypeUser, TypeUser, EdgeFollowsUser, true
+	case EdgeFollowsBoard:
+		return TypeUser, TypeBoard, EdgeBoardFollowers, true
+	case EdgeBoardFollowers:
+		return TypeBoard, TypeUser, EdgeFollowsBoard, true
+	case EdgeFollowsInterest:
+		return TypeUser, TypeInterest, EdgeInterestFollowers, true
+	case EdgeInterestFollowers:
+		return TypeInterest, TypeUser, EdgeFollowsInterest, true
+	case EdgePinInterests:
+		return TypePin, TypeInterest, EdgeInterestPins, true
+	case EdgeInterestPins:
+		return TypeInterest, TypePin, EdgePinInterests, true
+	case EdgeUserLikes:
+		return TypeUser, TypePin, EdgePinLikers, true
+	case EdgePinLikers:
+		return TypePin, TypeUser, EdgeUserLikes, true
+	}
+	return 0, 0, 0, false
+}
+
+// Inverse returns the edge type of the opposite direction; false when t has none (EdgeUserPins,
+// EdgeUserBoards: ownership lives in the object) or is unknown.
+func (t EdgeType) Inverse() (EdgeType, bool) {
+	_, _, inv, ok := t.info()
+	return inv, ok && inv != 0
+}
+
+// Endpoints returns the object types t connects; false for an unknown edge type.
+func (t EdgeType) Endpoints() (from, to Type, ok bool) {
+	from, to, _, ok = t.info()
+	return from, to, ok
+}
+
+// Edge is one directed edge. Lists are ordered by (Seq, To).
+type Edge struct {
+	From ID
+	Type EdgeType
+	To   ID
+	Seq  seq.Seq
+	Data []byte
+}
+
+// checkEdge validates the endpoints of an edge of type t.
+func checkEdge(from ID, t EdgeType, to ID) error {
+	ft, tt, _, ok := t.info()
+	if !ok {
+		return fmt.Errorf("edge type %d: unknown", t)
+	}
+	if err := from.Check(ft); err != nil {
+		return fmt.Errorf("edge type %d from: %w", t, err)
+	}
+	if err := to.Check(tt); err != nil {
+		return fmt.Errorf("edge type %d to: %w", t, err)
+	}
+	return nil
+}
+
+// Row layout of the "edges" table, all on from's shard:
+//
+//	edge row  from(8) | type(2) | 0x01 | seq(16) | to(8)  -> data              (the ordered list)
+//	point row from(8) | type(2) | 0x00 | to(8)            -> state(1) | nonce(8) | seq(16) | data
+//
+// The point row is the source of truth; an edge row whose point row is absent, being removed or
+// holds another seq is stale and is skipped by ListEdges (which deletes it in the last case). The state moves
+// pending → counted → removing → (deleted), each step a compare-and-set; the one call whose
+// compare-and-set makes a step owns that step's count change, so retries never count twice. The
+// nonce names the call that made the last step: a call whose compare-and-set returned an error
+// re-reads the row and recognises its own write.
+const (
+	tagPoint byte = 0x00
+	tagEdge  byte = 0x01
+
+	pointPending  byte = 0
+	pointCounted  byte = 1
+	pointRemoving byte = 2
+
+	edgeListPrefixLen = 11
+	edgeRowLen        = edgeListPrefixLen + seq.Size + 8
+	pointHeaderLen    = 1 + 8 + seq.Size
+)
+
+func edgeListPrefix(from ID, t EdgeType, tag byte) []byte {
+	k := make([]byte, 0, edgeRowLen)
+	k = appendID(k, from)
+	k = binary.BigEndian.AppendUint16(k, uint16(t))
+	return append(k, tag)
+}
+
+func edgeRowKey(from ID, t EdgeType, s seq.Seq, to ID) []byte {
+	return appendID(s.AppendKey(edgeListPrefix(from, t, tagEdge)), to)
+}
+
+func pointKey(from ID, t EdgeType, to ID) []byte {
+	return appendID(edgeListPrefix(from, t, tagPoint), to)
+}
+
+func edgeCountKey(from ID, t EdgeType) []byte {
+	k := append(appendID(make([]byte, 0, 11), from), counterEdges)
+	return binary.BigEndian.AppendUint16(k, uint16(t))
+}
+
+// point is a decoded point row.
+type point struct {
+	state byte
+	nonce uint64
+	seq   seq.Seq
+	data  []byte
+}
+
+func (p point) encode() []byte {
+	v := make([]byte, 0, pointHeaderLen+len(p.data))
+	v = append(v, p.state)
+	v = binary.BigEndian.AppendUint64(v, p.nonce)
+	v = p.seq.AppendKey(v)
+	return append(v, p.data...)
+}
+
+func decodePoint(v []byte) (point, error) {
+	if len(v) < pointHeaderLen || v[0] > pointRemoving {
+		return point{}, fmt.Errorf("edge point row: malformed value (%d bytes)", len(v))
+	}
+	return point{state: v[0], nonce: binary.BigEndian.Uint64(v[1:9]), seq: seq.FromKey(v[9:]), data: v[pointHeaderLen:]}, nil
+}
+
+// casPoint is CheckAndSet on a point row that survives an error after the write landed: on error
+// it re-reads the row and reports success when the row holds exactly value (a nonce makes value
+// unique to this call; for a delete, value is nil and absence is not proof, so the error stands).
+func (g *Graph) casPoint(ctx context.Context, key, expected, value []byte) (bool, error) {
+	ok, err := g.edges.CheckAndSet(ctx, key, expected, value)
+	if err == nil || value == nil {
+		return ok, err
+	}
+	cur, gerr := g.edges.Get(ctx, key)
+	if gerr == nil && bytes.Equal(cur, value) {
+		return true, nil
+	}
+	return false, err
+}
+
+// finishRemove completes a removal whose point row is in state removing: it deletes the edge row,
+// then the point row. The count was already taken care of by the call that set removing.
+func (g *Graph) finishRemove(ctx context.Context, from ID, t EdgeType, to ID, cur []byte, p point) error {
+	if err := g.edges.Apply(ctx, []Mutation{{Key: edgeRowKey(from, t, p.seq, to), Delete: true}}); err != nil {
+		return err
+	}
+	_, err := g.edges.CheckAndSet(ctx, pointKey(from, t, to), cur, nil)
+	return err
+}
+
+// AddEdge adds e to the list (e.From, e.Type). It is idempotent: re-adding an existing edge keeps
+// its seq, data and count. A zero Seq means now in milliseconds × 10^25.
+//
+// Writes, each safe to replay: (1) put-if-absent the point row (pending), (2) put the edge row,
+// (3) compare-and-set the point row pending → counted, and only if that won (4) increment the
+// count. A retry after a failure at (1)–(3) finishes the job without counting twice; a failure of
+// (4) itself leaves the count one low (RecountEdges repairs it).
+func (g *Graph) AddEdge(ctx context.Context, e Edge) error {
+	if err := checkEdge(e.From, e.Type, e.To); err != nil {
+		return fmt.Errorf("add edge: %w", err)
+	}
+	if len(e.Data) > MaxEdgeData {
+		return fmt.Errorf("add edge %d-%d->%d: data is %d bytes, over %d", e.From, e.Type, e.To, len(e.Data), MaxEdgeData)
+	}
+	if e.Seq.Cmp(seq.Max) > 0 {
+		return fmt.Errorf("add edge %d-%d->%d: seq %s above 10^38-1", e.From, e.Type, e.To, e.Seq)
+	}
+	if e.Seq == (seq.Seq{}) {
+		e.Seq = seq.FromMillis(g.now().UnixMilli())
+	}
+	if err := g.addEdge(ctx, e); err != nil {
+		return fmt.Errorf("add edge %d-%d->%d: %w", e.From, e.Type, e.To, err)
+	}
+	return nil
+}
+
+func (g *Graph) addEdge(ctx context.Context, e Edge) error {
+	pk := pointKey(e.From, e.Type, e.To)
+	nonce := rand.Uint64()
+	for range maxCASAttempts {
+		cur := point{state: pointPending, nonce: nonce, seq: e.Seq, data: e.Data}.encode()
+		created, err := g.casPoint(ctx, pk, nil, cur)
+		if err != nil {
+			return err
+		}
+		if !created {
+			cur, err = g.edges.Get(ctx, pk)
+			if errors.Is(err, ErrNotFound) {
+				continue // removed in between: add afresh
+			}
+			if err != nil {
+				return err
+			}
+		}
+		p, err := decodePoint(cur)
+		if err != nil {
+			return err
+		}
+		if p.state == pointRemoving {
+			if err := g.finishRemove(ctx, e.From, e.Type, e.To, cur, p); err != nil {
+				return err
+			}
+			continue
+		}
+		// Put the edge row (again, when re-adding: that repairs a row lost to a failure).
+		ek := edgeRowKey(e.From, e.Type, p.seq, e.To)
+		if err := g.edges.Apply(ctx, []Mutation{{Key: ek, Value: nonEmpty(p.data)}}); err != nil {
+			return err
+		}
+		if p.state == pointCounted {
+			return nil
+		}
+		counted := point{state: pointCounted, nonce: nonce, seq: p.seq, data: p.data}.encode()
+		won, err := g.casPoint(ctx, pk, cur, counted)
+		if err != nil {
+			return err
+		}
+		if won {
+			if _, err := g.counters.Increment(ctx, edgeCountKey(e.From, e.Type), 1); err != nil {
+				return fmt.Errorf("count: %w", err)
+			}
+			return nil
+		}
+		// Counted by another call, or removed: look again.
+	}
+	return fmt.Errorf("still conflicting after %d attempts", maxCASAttempts)
+}
+
+// nonEmpty returns b, or an empty slice for nil (a nil value means delete to CheckAndSet).
+func nonEmpty(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// RemoveEdge removes the edge; removing an absent edge succeeds. Writes: (1) compare-and-set the
+// point row to removing (the winner alone owns the decrement), (2) decrement a counted edge,
+// (3) delete the edge row, (4) delete the point row. A retry after a failure at (1), (3) or (4)
+// finishes the removal; a failure of (2) itself leaves the count one high (RecountEdges).
+func (g *Graph) RemoveEdge(ctx context.Context, from ID, t EdgeType, to ID) error {
+	if err := checkEdge(from, t, to); err != nil {
+		return fmt.Errorf("remove edge: %w", err)
+	}
+	if err := g.removeEdge(ctx, from, t, to); err != nil {
+		return fmt.Errorf("remove edge %d-%d->%d: %w", from, t, to, err)
+	}
+	return nil
+}
+
+func (g *Graph) removeEdge(ctx context.Context, from ID, t EdgeType, to ID) error {
+	pk := pointKey(from, t, to)
+	nonce := rand.Uint64()
+	for range maxCASAttempts {
+		cur, err := g.edges.Get(ctx, pk)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		p, err := decodePoint(cur)
+		if err != nil {
+			return err
+		}
+		if p.state != pointRemoving {
+			removing := point{state: pointRemoving, nonce: nonce, seq: p.seq, data: p.data}.encode()
+			won, err := g.casPoint(ctx, pk, cur, removing)
+			if err != nil {
+				return err
+			}
+			if !won {
+				continue
+			}
+			if p.state == pointCounted {
+				if _, err := g.counters.Increment(ctx, edgeCountKey(from, t), -1); err != nil {
+					return fmt.Errorf("count: %w", err)
+				}
+			}
+			cur, p = removing, point{state: pointRemoving, nonce: nonce, seq: p.seq, data: p.data}
+		}
+		return g.finishRemove(ctx, from, t, to, cur, p)
+	}
+	return fmt.Errorf("still conflicting after %d attempts", maxCASAttempts)
+}
+
+// RecountEdges recomputes the count of (from, t) from its point rows and corrects the stored
+// count by the difference; it returns the new count. It is the repair for a count left off by a
+// failed increment; run it when the list is quiet (a concurrent add or remove can make the
+// correction itself off by one).
+func (g *Graph) RecountEdges(ctx context.Context, from ID, t EdgeType) (int64, error) {
+	ft, _, _, ok := t.info()
+	if !ok {
+		return 0, fmt.Errorf("recount edges: edge type %d: unknown", t)
+	}
+	if err := from.Check(ft); err != nil {
+		return 0, fmt.Errorf("recount edges type %d: %w", t, err)
+	}
+	prefix := edgeListPrefix(from, t, tagPoint)
+	start, stop := prefix, prefixEnd(prefix)
+	var n int64
+	for {
+		rows, err := g.edges.Scan(ctx, ScanOptions{Start: start, Stop: stop, Limit: 1000})
+		if err != nil {
+			return 0, fmt.Errorf("recount edges %d-%d: %w", from, t, err)
+		}
+		for _, r := range rows {
+			if p, err := decodePoint(r.Value); err == nil && p.state == pointCounted {
+				n++
+			}
+		}
+		if len(rows) < 1000 {
+			break
+		}
+		start = keyAfter(rows[len(rows)-1].Key)
+	}
+	stored, err := g.CountEdges(ctx, from, t)
+	if err != nil {
+		return 0, fmt.Errorf("recount: %w", err)
+	}
+	raw, err := g.counters.Get(ctx, edgeCountKey(from, t))
+	if err == nil && len(raw) == 8 {
+		stored = int64(binary.BigEndian.Uint64(raw)) // the unclamped value
+	}
+	if n != stored {
+		if _, err := g.counters.Increment(ctx, edgeCountKey(from, t), n-stored); err != nil {
+			return 0, fmt.Errorf("recount edges %d-%d: %w", from, t, err)
+		}
+	}
+	return n, nil
+}
+
+// HasEdge returns the edge with its seq and data, or ErrNotFound.
+func (g *Graph) HasEdge(ctx context.Context, from ID, t EdgeType, to ID) (Edge, error) {
+	if err := checkEdge(from, t, to); err != nil {
+		return Edge{}, fmt.Errorf("has edge: %w", err)
+	}
+	v, err := g.edges.Get(ctx, pointKey(from, t, to))
+	if err != nil {
+		return Edge{}, fmt.Errorf("has edge %d-%d->%d: %w", from, t, to, err)
+	}
+	p, err := decodePoint(v)
+	if err != nil {
+		return Edge{}, fmt.Errorf("has edge %d-%d->%d: %w", from, t, to, err)
+	}
+	if p.state == pointRemoving {
+		return Edge{}, fmt.Errorf("has edge %d-%d->%d: being removed: %w", from, t, to, ErrNotFound)
+	}
+	return Edge{From: from, Type: t, To: to, Seq: p.seq, Data: p.data}, nil
+}
+
+// CountEdges returns the materialised size of the list (from, t).
+func (g *Graph) CountEdges(ctx context.Context, from ID, t EdgeType) (int64, error) {
+	ft, _, _, ok := t.info()
+	if !ok {
+		return 0, fmt.Errorf("count edges: edge type %d: unknown", t)
+	}
+	if err := from.Check(ft); err != nil {
+		return 0, fmt.Errorf("count edges type %d: %w", t, err)
+	}
+	v, err := g.counters.Get(ctx, edgeCountKey(from, t))
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("count edges %d-%d: %w", from, t, err)
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("count edges %d-%d: counter is %d bytes", from, t, len(v))
+	}
+	return max(0, int64(binary.BigEndian.Uint64(v))), nil
+}
+
+// AddInverse writes the inverse of e (e.To → e.From, same seq and data); idempotent like AddEdge.
+// It is what the inverse-edge job runs after the forward AddEdge.
+func (g *Graph) AddInverse(ctx context.Context, e Edge) error {
+	inv, ok := e.Type.Inverse()
+	if !ok {
+		return fmt.Errorf("add inverse: edge type %d has no inverse", e.Type)
+	}
+	return g.AddEdge(ctx, Edge{From: e.To, Type: inv, To: e.From, Seq: e.Seq, Data: e.Data})
+}
+
+// RemoveInverse removes the inverse of (from, t, to); idempotent like RemoveEdge.
+func (g *Graph) RemoveInverse(ctx context.Context, from ID, t EdgeType, to ID) error {
+	inv, ok := t.Inverse()
+	if !ok {
+		return fmt.Errorf("remove inverse: edge type %d has no inverse", t)
+	}
+	return g.RemoveEdge(ctx, to, inv, from)
+}
+
+// cursor is a position in one list: the last (seq, to) returned, for one direction.
+type cursor struct {
+	From        ID
+	Type        EdgeType
+	NewestFirst bool
+	Seq         seq.Seq
+	To          ID
+}
+
+const (
+	cursorVersion = 1
+	cursorLen     = 1 + 8 + 2 + 1 + seq.Size + 8 + 4
+)
+
+// encodeCursor returns base64url(version | from | type | dir | seq | to | crc32).
+func encodeCursor(c cursor) string {
+	b := make([]byte, 0, cursorLen)
+	b = append(b, cursorVersion)
+	b = appendID(b, c.From)
+	b = binary.BigEndian.AppendUint16(b, uint16(c.Type))
+	dir := byte(0)
+	if c.NewestFirst {
+		dir = 1
+	}
+	b = append(b, dir)
+	b = c.Seq.AppendKey(b)
+	b = appendID(b, c.To)
+	b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeCursor parses a cursor; every failure wraps ErrBadCursor.
+func decodeCursor(s string) (cursor, error) {
+	if len(s) > 2*cursorLen {
+		return cursor{}, fmt.Errorf("%w: too long", ErrBadCursor)
+	}
+	for i := 0; i < len(s); i++ {
+		// The decoder skips newlines; a canonical cursor has none.
+		if c := s[i]; !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return cursor{}, fmt.Errorf("%w: not base64url", ErrBadCursor)
+		}
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil {
+		return cursor{}, fmt.Errorf("%w: not base64url", ErrBadCursor)
+	}
+	if len(b) != cursorLen {
+		return cursor{}, fmt.Errorf("%w: %d bytes", ErrBadCursor, len(b))
+	}
+	if b[0] != cursorVersion {
+		return cursor{}, fmt.Errorf("%w: version %d", ErrBadCursor, b[0])
+	}
+	if crc32.ChecksumIEEE(b[:cursorLen-4]) != binary.BigEndian.Uint32(b[cursorLen-4:]) {
+		return cursor{}, fmt.Errorf("%w: checksum mismatch", ErrBadCursor)
+	}
+	if b[11] > 1 {
+		return cursor{}, fmt.Errorf("%w: direction %d", ErrBadCursor, b[11])
+	}
+	c := cursor{
+		From:        ID(binary.BigEndian.Uint64(b[1:9])),
+		Type:        EdgeType(binary.BigEndian.Uint16(b[9:11])),
+		NewestFirst: b[11] == 1,
+		Seq:         seq.FromKey(b[12:28]),
+		To:          ID(binary.BigEndian.Uint64(b[28:36])),
+	}
+	return c, nil
+}
+
+// ListEdges returns up to limit edges of (from, t) ordered by (Seq, To), ascending or (newestFirst)
+// descending, starting after cursor ("" = the start), and the cursor of the next page ("" = end).
+// A cursor of another list or direction, or a tampered one, gives an error wrapping ErrBadCursor.
+// Edges inserted behind the cursor are not seen; nothing is repeated or skipped.
+func (g *Graph) ListEdges(ctx context.Context, from ID, t EdgeType, cur string, limit int, newestFirst bool) ([]Edge, string, error) {
+	ft, _, _, ok := t.info()
+	if !ok {
+		return nil, "", fmt.Errorf("list edges: edge type %d: unknown", t)
+	}
+	if err := from.Check(ft); err != nil {
+		return nil, "", fmt.Errorf("list edges type %d: %w", t, err)
+	}
+	if limit < 1 || limit > MaxEdgePage {
+		return nil, "", fmt.Errorf("list edges %d-%d: limit %d out of range [1, %d]", from, t, limit, MaxEdgePage)
+	}
+	prefix := edgeListPrefix(from, t, tagEdge)
+	start, stop := prefix, prefixEnd(prefix)
+	if cur != "" {
+		c, err := decodeCursor(cur)
+		if err != nil {
+			return nil, "", fmt.Errorf("list edges %d-%d: %w", from, t, err)
+		}
+		if c.From != from || c.Type != t || c.NewestFirst != newestFirst {
+			return nil, "", fmt.Errorf("list edges %d-%d: %w: cursor is for another list or direction", from, t, ErrBadCursor)
+		}
+		pos := edgeRowKey(from, t, c.Seq, c.To)
+		if newestFirst {
+			stop = pos
+		} else {
+			start = keyAfter(pos)
+		}
+	}
+	var out []Edge
+	for len(out) <= limit {
+		want := limit + 1 - len(out)
+		rows, err := g.edges.Scan(ctx, ScanOptions{Start: start, Stop: stop, Reverse: newestFirst, Limit: want})
+		if err != nil {
+			return nil, "", fmt.Errorf("list edges %d-%d: %w", from, t, err)
+		}
+		keys := make([][]byte, 0, len(rows))
+		for _, r := range rows {
+			if len(r.Key) != edgeRowLen {
+				return nil, "", fmt.Errorf("list edges %d-%d: malformed row key %x", from, t, r.Key)
+			}
+			keys = append(keys, pointKey(from, t, ID(binary.BigEndian.Uint64(r.Key[edgeRowLen-8:]))))
+		}
+		points, err := getAll(ctx, g.edges, keys)
+		if err != nil {
+			return nil, "", fmt.Errorf("list edges %d-%d: %w", from, t, err)
+		}
+		var stale []Mutation
+		for i, r := range rows {
+			s := seq.FromKey(r.Key[edgeListPrefixLen:])
+			to := ID(binary.BigEndian.Uint64(r.Key[edgeRowLen-8:]))
+			if points[i] == nil {
+				// An add that lost a race with a remove and is about to add afresh, or its
+				// leftover: skip it, but do not delete what may be about to become valid.
+				continue
+			}
+			p, err := decodePoint(points[i])
+			if err != nil {
+				return nil, "", fmt.Errorf("list edges %d-%d: %w", from, t, err)
+			}
+			if p.state == pointRemoving {
+				continue // its remover deletes the row
+			}
+			if p.seq != s {
+				stale = append(stale, Mutation{Key: r.Key, Delete: true})
+				continue
+			}
+			out = append(out, Edge{From: from, Type: t, To: to, Seq: s, Data: p.data})
+		}
+		if len(stale) > 0 {
+			// Best effort: a stale row is skipped whether or not this delete lands.
+			_ = g.edges.Apply(ctx, stale)
+		}
+		if len(rows) < want {
+			break // the list is exhausted
+		}
+		last := rows[len(rows)-1].Key
+		if newestFirst {
+			stop = last
+		} else {
+			start = keyAfter(last)
+		}
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		l := out[limit-1]
+		next = encodeCursor(cursor{From: from, Type: t, NewestFirst: newestFirst, Seq: l.Seq, To: l.To})
+	}
+	return out, next, nil
+}

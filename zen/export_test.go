@@ -1,0 +1,14 @@
+package zen
+
+import "github.com/smartfeed/smartfeed/zen/seq"
+
+// EncodeCursorForTest exposes the cursor encoder to the external tests.
+func EncodeCursorForTest(from ID, t EdgeType, newestFirst bool, s seq.Seq, to ID) string {
+	return encodeCursor(cursor{From: from, Type: t, NewestFirst: newestFirst, Seq: s, To: to})
+}
+
+// DecodeCursorForTest exposes the cursor decoder to the external tests.
+func DecodeCursorForTest(str string) (from ID, t EdgeType, newestFirst bool, s seq.Seq, to ID, err error) {
+	c, err := decodeCursor(str)
+	return c.From, c.Type, c.NewestFirst, c.Seq, c.To, err
+}

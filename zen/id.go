@@ -1,0 +1,115 @@
+package zen
+
+import (
+	"crypto/md5"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"strconv"
+)
+
+// ID is a Pinterest-style sharded 64-bit ID: shard<<46 | type<<36 | local, top two bits zero.
+// The shard in the top bits makes an ID-led row key spread writes across shards.
+type ID uint64
+
+// Type is the 10-bit object type inside an ID.
+type Type uint16
+
+// Object types.
+const (
+	TypePin      Type = 1
+	TypeBoard    Type = 2
+	TypeUser     Type = 3
+	TypeInterest Type = 4
+)
+
+// Layout limits of an ID.
+const (
+	MaxShard    = 1<<16 - 1 // largest shard number
+	MaxType     = 1<<10 - 1 // largest type number
+	MaxLocal    = 1<<36 - 1 // largest local ID
+	MaxID    ID = 1<<62 - 1 // largest ID (top two bits zero)
+)
+
+// String returns the type's name ("pin", "board", "user", "interest") or "type N".
+func (t Type) String() string {
+	switch t {
+	case TypePin:
+		return "pin"
+	case TypeBoard:
+		return "board"
+	case TypeUser:
+		return "user"
+	case TypeInterest:
+		return "interest"
+	}
+	return "type " + strconv.Itoa(int(t))
+}
+
+// NewID composes an ID, refusing a type of 0 or ≥ 1024 and a local ID ≥ 2^36.
+func NewID(shard uint16, t Type, local uint64) (ID, error) {
+	if t == 0 || t > MaxType {
+		return 0, fmt.Errorf("new id: type %d out of range [1, %d]", t, MaxType)
+	}
+	if local > MaxLocal {
+		return 0, fmt.Errorf("new id: local %d out of range [0, %d]", local, uint64(MaxLocal))
+	}
+	return ID(uint64(shard)<<46 | uint64(t)<<36 | local), nil
+}
+
+// Shard returns the 16-bit shard.
+func (id ID) Shard() uint16 { return uint16(id >> 46) }
+
+// Type returns the 10-bit type.
+func (id ID) Type() Type { return Type(id>>36) & MaxType }
+
+// Local returns the 36-bit local ID.
+func (id ID) Local() uint64 { return uint64(id) & MaxLocal }
+
+// String returns the decimal form.
+func (id ID) String() string { return strconv.FormatUint(uint64(id), 10) }
+
+// Valid reports whether id has its reserved bits zero and a non-zero type.
+func (id ID) Valid() bool { return id <= MaxID && id.Type() != 0 }
+
+// ParseID reads the decimal form, refusing reserved bits and type 0.
+func ParseID(s string) (ID, error) {
+	u, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse id %q: not a decimal uint64", s)
+	}
+	id := ID(u)
+	if id > MaxID {
+		return 0, fmt.Errorf("parse id %q: reserved top bits set", s)
+	}
+	if id.Type() == 0 {
+		return 0, fmt.Errorf("parse id %q: type 0", s)
+	}
+	return id, nil
+}
+
+// Check returns an error naming the expected and actual type unless id is a valid ID of type want.
+func (id ID) Check(want Type) error {
+	if id > MaxID {
+		return fmt.Errorf("id %d: reserved top bits set, want a %s id", uint64(id), want)
+	}
+	if got := id.Type(); got != want {
+		return fmt.Errorf("id %d is a %s id, want a %s id", uint64(id), got, want)
+	}
+	return nil
+}
+
+// appendID appends the 8-byte big-endian form of id.
+func appendID(dst []byte, id ID) []byte { return binary.BigEndian.AppendUint64(dst, uint64(id)) }
+
+// ModShard maps a non-ID key (username, email, IP) to a shard in [0, n): the md5 digest read as a
+// 128-bit big-endian integer, mod n. n ≤ 0 is treated as 4096.
+func ModShard(key string, n int) int {
+	if n <= 0 {
+		n = 4096
+	}
+	d := md5.Sum([]byte(key))
+	hi, lo := binary.BigEndian.Uint64(d[:8]), binary.BigEndian.Uint64(d[8:])
+	// (hi·2^64 + lo) mod n = ((hi mod n)·2^64 + lo) mod n; bits.Rem64 computes that directly.
+	return int(bits.Rem64(hi%uint64(n), lo, uint64(n)))
+}

@@ -1,0 +1,143 @@
+package zen_test
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+type idParts struct {
+	Shard uint16
+	Type  zen.Type
+	Local uint64
+}
+
+func parts(id zen.ID) idParts { return idParts{id.Shard(), id.Type(), id.Local()} }
+
+// TestIDVectors checks data-model.md §4 and DESIGN.md §3.
+func TestIDVectors(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want idParts
+	}{
+		{"241294492511762325", idParts{3429, zen.TypePin, 7075733}},
+		{"241294561224164665", idParts{3429, zen.TypeBoard, 1337}},
+		{"241294629943640797", idParts{3429, zen.TypeUser, 733}},
+		{"68719476737", idParts{0, 1, 1}},
+		{"288160144846487553", idParts{4095, 2, 1}},
+		{"4611686018427387903", idParts{65535, 1023, 1<<36 - 1}},
+	} {
+		id, err := zen.ParseID(tc.in)
+		if err != nil {
+			t.Fatalf("ParseID(%s): %v", tc.in, err)
+		}
+		if diff := cmp.Diff(tc.want, parts(id)); diff != "" {
+			t.Errorf("ParseID(%s) (-want +got):\n%s", tc.in, diff)
+		}
+		back, err := zen.NewID(tc.want.Shard, tc.want.Type, tc.want.Local)
+		if err != nil {
+			t.Fatalf("NewID(%v): %v", tc.want, err)
+		}
+		if back.String() != tc.in {
+			t.Errorf("NewID(%v) = %s, want %s", tc.want, back, tc.in)
+		}
+	}
+	max, _ := zen.NewID(65535, 1023, 1<<36-1)
+	if uint64(max) != 1<<62-1 || max != zen.MaxID {
+		t.Errorf("max id = %d, want 2^62-1", uint64(max))
+	}
+}
+
+func TestNewIDRejects(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		typ   zen.Type
+		local uint64
+	}{
+		{"type 0", 0, 1},
+		{"type 1024", 1024, 1},
+		{"local 2^36", 1, 1 << 36},
+		{"local max uint64", 1, ^uint64(0)},
+	} {
+		if id, err := zen.NewID(1, tc.typ, tc.local); err == nil {
+			t.Errorf("%s: NewID = %d, want error", tc.name, id)
+		}
+	}
+}
+
+func TestParseIDRejects(t *testing.T) {
+	for _, in := range []string{
+		"", "abc", "-1", "1.5", " 68719476737", "68719476737 ", "+68719476737",
+		"18446744073709551616", // 2^64
+		"4611686018427387904",  // 2^62: reserved bit
+		"9223372036854775808",  // 2^63
+		"1",                    // type 0
+		"0",
+		"34359738367", // 2^35-1: type 0
+	} {
+		if id, err := zen.ParseID(in); err == nil {
+			t.Errorf("ParseID(%q) = %d, want error", in, id)
+		}
+	}
+}
+
+func TestIDRoundTripRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 10000 {
+		want := idParts{uint16(r.Uint32()), zen.Type(1 + r.IntN(1023)), r.Uint64N(1 << 36)}
+		id, err := zen.NewID(want.Shard, want.Type, want.Local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint64(id)>>62 != 0 {
+			t.Fatalf("%v: reserved bits set in %d", want, id)
+		}
+		if got := parts(id); got != want {
+			t.Fatalf("round trip %v -> %v", want, got)
+		}
+		back, err := zen.ParseID(id.String())
+		if err != nil || back != id {
+			t.Fatalf("ParseID(String(%d)) = %d, %v", id, back, err)
+		}
+	}
+}
+
+func TestCheck(t *testing.T) {
+	pin, _ := zen.NewID(3429, zen.TypePin, 7075733)
+	if err := pin.Check(zen.TypePin); err != nil {
+		t.Errorf("pin.Check(pin) = %v", err)
+	}
+	err := pin.Check(zen.TypeUser)
+	if err == nil || !strings.Contains(err.Error(), "pin") || !strings.Contains(err.Error(), "user") {
+		t.Errorf("pin.Check(user) = %v, want an error naming pin and user", err)
+	}
+	if err := zen.ID(1 << 63).Check(0); err == nil {
+		t.Error("reserved bits: Check passed")
+	}
+}
+
+// TestModShardVectors checks data-model.md §4: md5 as a 128-bit big-endian integer mod 4096.
+func TestModShardVectors(t *testing.T) {
+	for _, tc := range []struct {
+		key  string
+		want int
+	}{
+		{"", 638}, {"foo", 1240}, {"1.2.3.4", 1537}, {"user@example.com", 2479},
+	} {
+		if got := zen.ModShard(tc.key, 4096); got != tc.want {
+			t.Errorf("ModShard(%q, 4096) = %d, want %d", tc.key, got, tc.want)
+		}
+		if got := zen.ModShard(tc.key, 0); got != tc.want {
+			t.Errorf("ModShard(%q, 0) = %d, want the 4096 default %d", tc.key, got, tc.want)
+		}
+	}
+	// A modulus that is not a power of two uses the whole 128 bits: md5("foo") mod 1000.
+	// acbd18db4cc2f85cedef654fccc4a4d8 = 229609063533823256041787889330700985560 -> 560.
+	if got := zen.ModShard("foo", 1000); got != 560 {
+		t.Errorf("ModShard(foo, 1000) = %d, want 560", got)
+	}
+}

@@ -1,0 +1,690 @@
+package zen
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+)
+
+// Source is the origin of a pool entry; each (user, source) is one priority queue.
+type Source uint8
+
+// Pool sources.
+const (
+	SourceFollowing Source = 1 // pins and repins by followed users and boards
+	SourceInterest  Source = 2 // pins of followed interests
+	SourceRelated   Source = 3 // related pins
+)
+
+// Pool limits.
+const (
+	MaxPoolPage  = 10000 // Top's n
+	MaxReasonLen = 256   // PoolEntry.Reason bytes
+	// StaleGrace is how old a pool row without a matching index row must be before Top deletes
+	// it: younger ones may belong to an insert still in flight, and are only skipped.
+	StaleGrace = time.Minute
+)
+
+// PoolEntry is one candidate pin in a user's pool.
+type PoolEntry struct {
+	User      ID
+	Source    Source
+	Score     float64
+	Pin       ID
+	Author    ID
+	Board     ID
+	Interest  ID
+	CreatedMs int64
+	Reason    string
+}
+
+// Pools stores per-(user, source) priority queues in one Table. Rows, all led by the user ID:
+//
+//	pool row  user(8) | source(1, ≥1) | ^score(8) | pin(8) -> written-at ms (8)   (the sorted view)
+//	index row user(8) | 0x00 | pin(8)                      -> source | score | author | board |
+//	                                                          interest | created ms | reason
+//
+// The index row is the truth, one per (user, pin) across sources: it dedups, and Take claims a
+// pin by deleting it with compare-and-set. A pool row whose index row does not name the same
+// source and score is stale; Top skips it. Writes go pool row first, index row second, old pool
+// row last, so a crash between them leaves only stale rows: a pin is never shown twice and a
+// better score is never lost. Pools is safe for concurrent use.
+type Pools struct {
+	t   Table
+	now func() time.Time
+}
+
+// NewPools returns pools over t (the "pools" table of a store). now nil means time.Now.
+func NewPools(t Table, now func() time.Time) *Pools {
+	if now == nil {
+		now = time.Now
+	}
+	return &Pools{t: t, now: now}
+}
+
+const (
+	poolKeyLen  = 8 + 1 + 8 + 8
+	indexKeyLen = 8 + 1 + 8
+	indexValMin = 1 + 8 + 8 + 8 + 8 + 8
+	claimLen    = 1 + 8 // a claim marker: 0x00 | nonce
+)
+
+// claimMarker is the index value Take writes while it claims a pin: source byte 0 (no entry)
+// and a nonce naming the claiming call, so a call whose compare-and-set returned an error can
+// re-read the row and recognise its own claim. Readers treat a marker as an absent entry.
+func claimMarker(nonce uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{0}, nonce)
+}
+
+func isClaim(v []byte) bool { return len(v) == claimLen && v[0] == 0 }
+
+// PoolKey returns the row key user | source | ^score | pin of a pool row.
+func PoolKey(user ID, src Source, score float64, pin ID) ([]byte, error) {
+	if src == 0 {
+		return nil, errors.New("pool key: source 0")
+	}
+	enc, err := EncodeScore(score)
+	if err != nil {
+		return nil, fmt.Errorf("pool key: %w", err)
+	}
+	return poolKeyEnc(user, src, enc, pin), nil
+}
+
+func poolKeyEnc(user ID, src Source, enc [8]byte, pin ID) []byte {
+	k := make([]byte, 0, poolKeyLen)
+	k = appendID(k, user)
+	k = append(k, byte(src))
+	for _, b := range enc {
+		k = append(k, ^b)
+	}
+	return appendID(k, pin)
+}
+
+// ParsePoolKey decodes a pool row key, refusing any other shape.
+func ParsePoolKey(k []byte) (user ID, src Source, score float64, pin ID, err error) {
+	if len(k) != poolKeyLen {
+		return 0, 0, 0, 0, fmt.Errorf("parse pool key: %d bytes, want %d", len(k), poolKeyLen)
+	}
+	user = ID(binary.BigEndian.Uint64(k[:8]))
+	src = Source(k[8])
+	pin = ID(binary.BigEndian.Uint64(k[17:]))
+	if !user.Valid() || !pin.Valid() {
+		return 0, 0, 0, 0, fmt.Errorf("parse pool key %x: invalid id", k)
+	}
+	if src == 0 {
+		return 0, 0, 0, 0, fmt.Errorf("parse pool key %x: source 0", k)
+	}
+	var enc [8]byte
+	for i := range enc {
+		enc[i] = ^k[9+i]
+	}
+	score, err = DecodeScore(enc[:])
+	if err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("parse pool key: %w", err)
+	}
+	return user, src, score, pin, nil
+}
+
+func indexKey(user, pin ID) []byte {
+	k := make([]byte, 0, indexKeyLen)
+	k = appendID(k, user)
+	k = append(k, 0)
+	return appendID(k, pin)
+}
+
+func userPrefix(user ID) []byte { return appendID(make([]byte, 0, 8), user) }
+
+func sourcePrefix(user ID, src Source) []byte { return append(userPrefix(user), byte(src)) }
+
+// indexValue encodes an entry (its score already checked).
+func indexValue(e PoolEntry) []byte {
+	enc, _ := EncodeScore(e.Score)
+	v := make([]byte, 0, indexValMin+len(e.Reason))
+	v = append(v, byte(e.Source))
+	v = append(v, enc[:]...)
+	v = appendID(v, e.Author)
+	v = appendID(v, e.Board)
+	v = appendID(v, e.Interest)
+	v = binary.BigEndian.AppendUint64(v, uint64(e.CreatedMs))
+	return append(v, e.Reason...)
+}
+
+func decodeIndex(user, pin ID, v []byte) (PoolEntry, error) {
+	if len(v) < indexValMin || v[0] == 0 {
+		return PoolEntry{}, fmt.Errorf("pool index %d/%d: malformed value (%d bytes)", user, pin, len(v))
+	}
+	score, err := DecodeScore(v[1:9])
+	if err != nil {
+		return PoolEntry{}, fmt.Errorf("pool index %d/%d: %w", user, pin, err)
+	}
+	return PoolEntry{
+		User: user, Source: Source(v[0]), Score: score, Pin: pin,
+		Author:    ID(binary.BigEndian.Uint64(v[9:17])),
+		Board:     ID(binary.BigEndian.Uint64(v[17:25])),
+		Interest:  ID(binary.BigEndian.Uint64(v[25:33])),
+		CreatedMs: int64(binary.BigEndian.Uint64(v[33:41])),
+		Reason:    string(v[41:]),
+	}, nil
+}
+
+// poolKeyOfIndex returns the pool row key the index value v points at.
+func poolKeyOfIndex(user, pin ID, v []byte) []byte {
+	var enc [8]byte
+	copy(enc[:], v[1:9])
+	return poolKeyEnc(user, Source(v[0]), enc, pin)
+}
+
+// better reports whether index value a outranks b (higher score; on a tie, neither does).
+func better(a, b []byte) bool { return bytes.Compare(a[1:9], b[1:9]) > 0 }
+
+func checkOptID(id ID, want Type, what string) error {
+	if id == 0 {
+		return nil
+	}
+	if err := id.Check(want); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// checkEntry validates e and canonicalises its score.
+func checkEntry(e *PoolEntry) error {
+	if err := e.User.Check(TypeUser); err != nil {
+		return fmt.Errorf("pool entry user: %w", err)
+	}
+	if err := e.Pin.Check(TypePin); err != nil {
+		return fmt.Errorf("pool entry pin: %w", err)
+	}
+	if e.Source == 0 {
+		return fmt.Errorf("pool entry %d/%d: source 0", e.User, e.Pin)
+	}
+	if math.IsNaN(e.Score) {
+		return fmt.Errorf("pool entry %d/%d: score NaN", e.User, e.Pin)
+	}
+	if e.Score == 0 {
+		e.Score = 0
+	}
+	if err := checkOptID(e.Author, TypeUser, "pool entry author"); err != nil {
+		return err
+	}
+	if err := checkOptID(e.Board, TypeBoard, "pool entry board"); err != nil {
+		return err
+	}
+	if err := checkOptID(e.Interest, TypeInterest, "pool entry interest"); err != nil {
+		return err
+	}
+	if len(e.Reason) > MaxReasonLen {
+		return fmt.Errorf("pool entry %d/%d: reason is %d bytes, over %d", e.User, e.Pin, len(e.Reason), MaxReasonLen)
+	}
+	return nil
+}
+
+func (p *Pools) rowValue() []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(p.now().UnixMilli()))
+}
+
+// Insert adds entries to their users' pools. Per (user, pin) across sources the better score
+// wins (an equal score keeps the entry already there), so inserting the same entry twice is the
+// same as once, and a retried batch changes nothing. It returns how many entries were added or
+// improved. Invalid input (bad IDs, NaN, source 0) fails the whole batch before any write.
+func (p *Pools) Insert(ctx context.Context, es []PoolEntry) (int, error) {
+	if len(es) == 0 {
+		return 0, nil
+	}
+	type pk struct{ user, pin ID }
+	nowMs := p.now().UnixMilli()
+	best := make(map[pk]int, len(es))
+	batch := make([]PoolEntry, 0, len(es))
+	for _, e := range es {
+		if err := checkEntry(&e); err != nil {
+			return 0, fmt.Errorf("insert: %w", err)
+		}
+		if e.CreatedMs == 0 {
+			e.CreatedMs = nowMs
+		}
+		k := pk{e.User, e.Pin}
+		if i, ok := best[k]; ok {
+			if e.Score > batch[i].Score {
+				batch[i] = e
+			}
+			continue
+		}
+		best[k] = len(batch)
+		batch = append(batch, e)
+	}
+	keys := make([][]byte, len(batch))
+	for i, e := range batch {
+		keys[i] = indexKey(e.User, e.Pin)
+	}
+	olds, err := getAll(ctx, p.t, keys)
+	if err != nil {
+		return 0, fmt.Errorf("insert: read index: %w", err)
+	}
+	// Keep only entries that beat what is stored; write their pool rows first.
+	type cand struct {
+		e        PoolEntry
+		key, old []byte
+		val      []byte
+		row      []byte
+	}
+	rv := p.rowValue()
+	var cands []cand
+	var puts []Mutation
+	for i, e := range batch {
+		v := indexValue(e)
+		if olds[i] != nil && !isClaim(olds[i]) && (len(olds[i]) < indexValMin || !better(v, olds[i])) {
+			continue // something at least as good (or unreadable) is stored
+		}
+		c := cand{e: e, key: keys[i], old: olds[i], val: v, row: poolKeyOfIndex(e.User, e.Pin, v)}
+		cands = append(cands, c)
+		puts = append(puts, Mutation{Key: c.row, Value: rv})
+	}
+	if len(cands) == 0 {
+		return 0, nil
+	}
+	if err := p.t.Apply(ctx, puts); err != nil {
+		return 0, fmt.Errorf("insert: write pool rows: %w", err)
+	}
+	won := make([]bool, len(cands))
+	del := make([][]Mutation, len(cands))
+	err = parallel(ctx, len(cands), func(ctx context.Context, i int) error {
+		c := cands[i]
+		w, d, err := p.claimIndex(ctx, c.e.User, c.e.Pin, c.key, c.old, c.val, c.row)
+		if err != nil {
+			return fmt.Errorf("insert %d/%d: %w", c.e.User, c.e.Pin, err)
+		}
+		won[i], del[i] = w, d
+		return nil
+	})
+	n := 0
+	var dels []Mutation
+	for i := range cands {
+		if won[i] {
+			n++
+		}
+		dels = append(dels, del[i]...)
+	}
+	if err != nil {
+		return n, err
+	}
+	if len(dels) > 0 {
+		if err := p.t.Apply(ctx, dels); err != nil {
+			return n, fmt.Errorf("insert: delete replaced rows: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// claimIndex moves the index row from old to val by compare-and-set, re-reading on conflict
+// until val is stored or something at least as good is. It returns the pool rows to delete: the
+// replaced one when it won, its own (already written) row when it lost.
+func (p *Pools) claimIndex(ctx context.Context, user, pin ID, key, old, val, row []byte) (bool, []Mutation, error) {
+	for range maxCASAttempts {
+		won, err := p.t.CheckAndSet(ctx, key, old, val)
+		if err != nil {
+			return false, nil, err
+		}
+		if won {
+			if len(old) >= indexValMin {
+				if ok := poolKeyOfIndex(user, pin, old); !bytes.Equal(ok, row) {
+					return true, []Mutation{{Key: ok, Delete: true}}, nil
+				}
+			}
+			return true, nil, nil
+		}
+		cur, err := p.t.Get(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			old = nil
+			continue
+		}
+		if err != nil {
+			return false, nil, err
+		}
+		if len(cur) >= indexValMin && !better(val, cur) {
+			// Something at least as good is stored: our row is dead unless it is that row.
+			if bytes.Equal(poolKeyOfIndex(user, pin, cur), row) {
+				return false, nil, nil
+			}
+			return false, []Mutation{{Key: row, Delete: true}}, nil
+		}
+		old = cur
+	}
+	return false, nil, fmt.Errorf("index still conflicting after %d attempts", maxCASAttempts)
+}
+
+// Top returns up to n of the best live entries of (user, src), best first, ties by smaller pin.
+// Stale pool rows are skipped; those superseded by a better index row, or older than StaleGrace,
+// are deleted on the way.
+func (p *Pools) Top(ctx context.Context, user ID, src Source, n int) ([]PoolEntry, error) {
+	if err := user.Check(TypeUser); err != nil {
+		return nil, fmt.Errorf("top: %w", err)
+	}
+	if src == 0 {
+		return nil, errors.New("top: source 0")
+	}
+	if n < 1 || n > MaxPoolPage {
+		return nil, fmt.Errorf("top %d/%d: n %d out of range [1, %d]", user, src, n, MaxPoolPage)
+	}
+	prefix := sourcePrefix(user, src)
+	start, stop := prefix, prefixEnd(prefix)
+	nowMs := p.now().UnixMilli()
+	var out []PoolEntry
+	for len(out) < n {
+		want := n - len(out)
+		rows, err := p.t.Scan(ctx, ScanOptions{Start: start, Stop: stop, Limit: want})
+		if err != nil {
+			return nil, fmt.Errorf("top %d/%d: %w", user, src, err)
+		}
+		keys := make([][]byte, len(rows))
+		for i, r := range rows {
+			if len(r.Key) != poolKeyLen {
+				return nil, fmt.Errorf("top %d/%d: malformed row key %x", user, src, r.Key)
+			}
+			keys[i] = indexKey(user, ID(binary.BigEndian.Uint64(r.Key[17:])))
+		}
+		idx, err := getAll(ctx, p.t, keys)
+		if err != nil {
+			return nil, fmt.Errorf("top %d/%d: %w", user, src, err)
+		}
+		var stale []Mutation
+		for i, r := range rows {
+			pin := ID(binary.BigEndian.Uint64(r.Key[17:]))
+			v := idx[i]
+			if len(v) >= indexValMin && bytes.Equal(poolKeyOfIndex(user, pin, v), r.Key) {
+				e, err := decodeIndex(user, pin, v)
+				if err != nil {
+					return nil, fmt.Errorf("top: %w", err)
+				}
+				out = append(out, e)
+				continue
+			}
+			if p.deadRow(r, v, nowMs) {
+				stale = append(stale, Mutation{Key: r.Key, Delete: true})
+			}
+		}
+		if len(stale) > 0 {
+			_ = p.t.Apply(ctx, stale) // best effort: stale rows are skipped either way
+		}
+		if len(rows) < want {
+			break
+		}
+		start = keyAfter(rows[len(rows)-1].Key)
+	}
+	return out, nil
+}
+
+// deadRow reports whether a non-matching pool row can be deleted: the index row holds a score at
+// least as good (the row's insert lost, or was replaced), or the row is older than StaleGrace
+// (its insert crashed, or a claim crashed before deleting it).
+func (p *Pools) deadRow(r KV, idx []byte, nowMs int64) bool {
+	if len(idx) >= indexValMin {
+		var rowScore [8]byte
+		for i := range rowScore {
+			rowScore[i] = ^r.Key[9+i]
+		}
+		if bytes.Compare(idx[1:9], rowScore[:]) >= 0 {
+			return true
+		}
+	}
+	if len(r.Value) != 8 {
+		return true
+	}
+	return nowMs-int64(binary.BigEndian.Uint64(r.Value)) > StaleGrace.Milliseconds()
+}
+
+// claim takes (user, pin) out of the pools: it replaces the index row by a claim marker with
+// compare-and-set (the one winner), deletes the pool row, then the marker. It returns the entry
+// and true when this call won; false when the pin is not in the pools (or another caller claimed
+// it first). A compare-and-set that errs after landing is recognised by the marker's nonce, so
+// the pin is not lost to an ambiguous failure.
+func (p *Pools) claim(ctx context.Context, user, pin ID) (PoolEntry, bool, error) {
+	key := indexKey(user, pin)
+	marker := claimMarker(rand.Uint64())
+	for range maxCASAttempts {
+		cur, err := p.t.Get(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			return PoolEntry{}, false, nil
+		}
+		if err != nil {
+			return PoolEntry{}, false, err
+		}
+		if isClaim(cur) {
+			return PoolEntry{}, false, nil // another call is claiming it
+		}
+		e, err := decodeIndex(user, pin, cur)
+		if err != nil {
+			return PoolEntry{}, false, err
+		}
+		won, err := p.t.CheckAndSet(ctx, key, cur, marker)
+		if err != nil {
+			if now, gerr := p.t.Get(ctx, key); gerr != nil || !bytes.Equal(now, marker) {
+				return PoolEntry{}, false, err
+			}
+			won = true // our write landed
+		}
+		if !won {
+			continue // re-scored or claimed meanwhile: look again
+		}
+		// The claim stands even if these deletes fail: a leftover pool row is stale (Top skips
+		// it) and a leftover marker reads as absent (Insert overwrites it).
+		_ = p.t.Apply(ctx, []Mutation{{Key: poolKeyOfIndex(user, pin, cur), Delete: true}})
+		_, _ = p.t.CheckAndSet(ctx, key, marker, nil)
+		return e, true, nil
+	}
+	return PoolEntry{}, false, fmt.Errorf("claim %d/%d: still conflicting after %d attempts", user, pin, maxCASAttempts)
+}
+
+// Take claims the pins of es (from any source) for user: each pin is won by exactly one caller
+// across concurrent Takes, Removes and trims. It returns the stored entries this call won, in the
+// order of es. Entries whose User is set must name user.
+func (p *Pools) Take(ctx context.Context, user ID, es []PoolEntry) ([]PoolEntry, error) {
+	if err := user.Check(TypeUser); err != nil {
+		return nil, fmt.Errorf("take: %w", err)
+	}
+	for _, e := range es {
+		if e.User != 0 && e.User != user {
+			return nil, fmt.Errorf("take for %d: entry of user %d", user, e.User)
+		}
+		if err := e.Pin.Check(TypePin); err != nil {
+			return nil, fmt.Errorf("take for %d: %w", user, err)
+		}
+	}
+	var out []PoolEntry
+	seen := make(map[ID]bool, len(es))
+	for _, e := range es {
+		if seen[e.Pin] {
+			continue
+		}
+		seen[e.Pin] = true
+		got, won, err := p.claim(ctx, user, e.Pin)
+		if err != nil {
+			return out, fmt.Errorf("take %d/%d: %w", user, e.Pin, err)
+		}
+		if won {
+			out = append(out, got)
+		}
+	}
+	return out, nil
+}
+
+// Remove drops pins from all of user's pools; it returns how many were present.
+func (p *Pools) Remove(ctx context.Context, user ID, pins []ID) (int, error) {
+	es := make([]PoolEntry, len(pins))
+	for i, pin := range pins {
+		es[i] = PoolEntry{User: user, Pin: pin}
+	}
+	got, err := p.Take(ctx, user, es)
+	if err != nil {
+		return len(got), fmt.Errorf("remove: %w", err)
+	}
+	return len(got), nil
+}
+
+// entries returns the live entries of user (src 0 = every source), read from the index rows.
+func (p *Pools) entries(ctx context.Context, user ID, src Source) ([]PoolEntry, error) {
+	prefix := append(userPrefix(user), 0)
+	start, stop := prefix, prefixEnd(prefix)
+	var out []PoolEntry
+	for {
+		rows, err := p.t.Scan(ctx, ScanOptions{Start: start, Stop: stop, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			if len(r.Key) != indexKeyLen {
+				return nil, fmt.Errorf("malformed index key %x", r.Key)
+			}
+			if isClaim(r.Value) {
+				continue
+			}
+			e, err := decodeIndex(user, ID(binary.BigEndian.Uint64(r.Key[9:])), r.Value)
+			if err != nil {
+				return nil, err
+			}
+			if src == 0 || e.Source == src {
+				out = append(out, e)
+			}
+		}
+		if len(rows) < 1000 {
+			return out, nil
+		}
+		start = keyAfter(rows[len(rows)-1].Key)
+	}
+}
+
+// removeEntries claims each entry's pin (only if its index row is still the one read) and
+// counts the wins.
+func (p *Pools) removeEntries(ctx context.Context, user ID, es []PoolEntry) (int, error) {
+	n := 0
+	var dels []Mutation
+	for _, e := range es {
+		v := indexValue(e)
+		won, err := p.t.CheckAndSet(ctx, indexKey(user, e.Pin), v, nil)
+		if err != nil {
+			return n, err
+		}
+		if won {
+			n++
+			dels = append(dels, Mutation{Key: poolKeyOfIndex(user, e.Pin, v), Delete: true})
+		}
+		if len(dels) >= 1000 {
+			if err := p.t.Apply(ctx, dels); err != nil {
+				return n, err
+			}
+			dels = dels[:0]
+		}
+	}
+	if len(dels) > 0 {
+		if err := p.t.Apply(ctx, dels); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// RemoveWhere drops the entries of (user, src) for which match is true (src 0 = every source);
+// it returns how many it removed.
+func (p *Pools) RemoveWhere(ctx context.Context, user ID, src Source, match func(PoolEntry) bool) (int, error) {
+	if err := user.Check(TypeUser); err != nil {
+		return 0, fmt.Errorf("remove where: %w", err)
+	}
+	es, err := p.entries(ctx, user, src)
+	if err != nil {
+		return 0, fmt.Errorf("remove where %d/%d: %w", user, src, err)
+	}
+	var drop []PoolEntry
+	for _, e := range es {
+		if match(e) {
+			drop = append(drop, e)
+		}
+	}
+	n, err := p.removeEntries(ctx, user, drop)
+	if err != nil {
+		return n, fmt.Errorf("remove where %d/%d: %w", user, src, err)
+	}
+	return n, nil
+}
+
+// Size returns the number of live entries of (user, src) (src 0 = every source).
+func (p *Pools) Size(ctx context.Context, user ID, src Source) (int, error) {
+	if err := user.Check(TypeUser); err != nil {
+		return 0, fmt.Errorf("size: %w", err)
+	}
+	es, err := p.entries(ctx, user, src)
+	if err != nil {
+		return 0, fmt.Errorf("size %d/%d: %w", user, src, err)
+	}
+	return len(es), nil
+}
+
+// Trim drops the lowest-scored entries of (user, src) beyond keep (ties: the larger pin goes
+// first); it returns how many it dropped.
+func (p *Pools) Trim(ctx context.Context, user ID, src Source, keep int) (int, error) {
+	if err := user.Check(TypeUser); err != nil {
+		return 0, fmt.Errorf("trim: %w", err)
+	}
+	if src == 0 || keep < 0 {
+		return 0, fmt.Errorf("trim %d: source %d, keep %d: want source ≥ 1 and keep ≥ 0", user, src, keep)
+	}
+	es, err := p.entries(ctx, user, src)
+	if err != nil {
+		return 0, fmt.Errorf("trim %d/%d: %w", user, src, err)
+	}
+	if len(es) <= keep {
+		return 0, nil
+	}
+	sort.Slice(es, func(i, j int) bool {
+		if es[i].Score != es[j].Score {
+			return es[i].Score > es[j].Score
+		}
+		return es[i].Pin < es[j].Pin
+	})
+	n, err := p.removeEntries(ctx, user, es[keep:])
+	if err != nil {
+		return n, fmt.Errorf("trim %d/%d: %w", user, src, err)
+	}
+	return n, nil
+}
+
+// Expire drops every entry of user (all sources) created before olderThanMs; it returns how many.
+func (p *Pools) Expire(ctx context.Context, user ID, olderThanMs int64) (int, error) {
+	n, err := p.RemoveWhere(ctx, user, 0, func(e PoolEntry) bool { return e.CreatedMs < olderThanMs })
+	if err != nil {
+		return n, fmt.Errorf("expire: %w", err)
+	}
+	return n, nil
+}
+
+// DeleteUser removes all of user's pool and index rows (index rows first, so a crash part-way
+// leaves only stale pool rows).
+func (p *Pools) DeleteUser(ctx context.Context, user ID) error {
+	if err := user.Check(TypeUser); err != nil {
+		return fmt.Errorf("delete user pools: %w", err)
+	}
+	idx := append(userPrefix(user), 0)
+	for _, rng := range [][2][]byte{{idx, prefixEnd(idx)}, {userPrefix(user), prefixEnd(userPrefix(user))}} {
+		for {
+			rows, err := p.t.Scan(ctx, ScanOptions{Start: rng[0], Stop: rng[1], Limit: 1000})
+			if err != nil {
+				return fmt.Errorf("delete user pools %d: %w", user, err)
+			}
+			if len(rows) == 0 {
+				break
+			}
+			dels := make([]Mutation, len(rows))
+			for i, r := range rows {
+				dels[i] = Mutation{Key: r.Key, Delete: true}
+			}
+			if err := p.t.Apply(ctx, dels); err != nil {
+				return fmt.Errorf("delete user pools %d: %w", user, err)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,449 @@
+package zen_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenmem"
+)
+
+func memPools(t testing.TB) (*zen.Pools, *clock, zen.Table) {
+	t.Helper()
+	c := newClock()
+	tb, err := zenmem.New().Table(context.Background(), "pools")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return zen.NewPools(tb, c.Now), c, tb
+}
+
+type sp struct {
+	Score float64
+	Pin   uint64
+	Src   zen.Source
+}
+
+func scorePins(es []zen.PoolEntry) []sp {
+	out := make([]sp, len(es))
+	for i, e := range es {
+		out[i] = sp{e.Score, e.Pin.Local(), e.Source}
+	}
+	return out
+}
+
+func top(t *testing.T, p *zen.Pools, user zen.ID, src zen.Source, n int) []sp {
+	t.Helper()
+	es, err := p.Top(context.Background(), user, src, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scorePins(es)
+}
+
+func TestPoolInsertTop(t *testing.T) {
+	ctx := context.Background()
+	p, c, _ := memPools(t)
+	u := mustID(t, 3429, zen.TypeUser, 733)
+	pin := func(l uint64) zen.ID { return mustID(t, 3429, zen.TypePin, l) }
+	author := mustID(t, 1, zen.TypeUser, 5)
+	in := []zen.PoolEntry{
+		{User: u, Source: zen.SourceFollowing, Score: 0.5, Pin: pin(3), Author: author, Reason: "follows"},
+		{User: u, Source: zen.SourceFollowing, Score: 0.93, Pin: pin(2)},
+		{User: u, Source: zen.SourceFollowing, Score: 0.93, Pin: pin(1)},
+		{User: u, Source: zen.SourceFollowing, Score: -0.1, Pin: pin(4)},
+		{User: u, Source: zen.SourceFollowing, Score: 1.0, Pin: pin(5)},
+		{User: u, Source: zen.SourceInterest, Score: 2.0, Pin: pin(6), Interest: mustID(t, 1, zen.TypeInterest, 1)},
+	}
+	n, err := p.Insert(ctx, in)
+	if err != nil || n != 6 {
+		t.Fatalf("Insert = %d, %v", n, err)
+	}
+	want := []sp{{1, 5, 1}, {0.93, 1, 1}, {0.93, 2, 1}, {0.5, 3, 1}, {-0.1, 4, 1}}
+	if diff := cmp.Diff(want, top(t, p, u, zen.SourceFollowing, 10)); diff != "" {
+		t.Errorf("Top (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want[:2], top(t, p, u, zen.SourceFollowing, 2)); diff != "" {
+		t.Errorf("Top(2) (-want +got):\n%s", diff)
+	}
+	es, _ := p.Top(ctx, u, zen.SourceFollowing, 4)
+	wantE := zen.PoolEntry{User: u, Source: zen.SourceFollowing, Score: 0.5, Pin: pin(3), Author: author, CreatedMs: c.Now().UnixMilli(), Reason: "follows"}
+	if diff := cmp.Diff(wantE, es[3]); diff != "" {
+		t.Errorf("entry payload (-want +got):\n%s", diff)
+	}
+	// The same batch again changes nothing.
+	if n, err := p.Insert(ctx, in); err != nil || n != 0 {
+		t.Errorf("re-Insert = %d, %v; want 0", n, err)
+	}
+	for src, want := range map[zen.Source]int{zen.SourceFollowing: 5, zen.SourceInterest: 1, zen.SourceRelated: 0, 0: 6} {
+		if got, err := p.Size(ctx, u, src); err != nil || got != want {
+			t.Errorf("Size(%d) = %d, %v; want %d", src, got, err, want)
+		}
+	}
+}
+
+// TestPoolDedupAcrossSources: per (user, pin) the better score wins, whatever the source.
+func TestPoolDedupAcrossSources(t *testing.T) {
+	ctx := context.Background()
+	p, _, _ := memPools(t)
+	u, pin := mustID(t, 1, zen.TypeUser, 1), mustID(t, 1, zen.TypePin, 1)
+	steps := []struct {
+		e       zen.PoolEntry
+		wantN   int
+		follow  []sp
+		related []sp
+	}{
+		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceFollowing, Score: 0.5}, 1, []sp{{0.5, 1, 1}}, nil},
+		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.4}, 0, []sp{{0.5, 1, 1}}, nil},
+		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.5}, 0, []sp{{0.5, 1, 1}}, nil},
+		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.7}, 1, nil, []sp{{0.7, 1, 3}}},
+		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.9}, 1, nil, []sp{{0.9, 1, 3}}},
+	}
+	for i, s := range steps {
+		n, err := p.Insert(ctx, []zen.PoolEntry{s.e})
+		if err != nil || n != s.wantN {
+			t.Fatalf("step %d: Insert = %d, %v; want %d", i, n, err, s.wantN)
+		}
+		f, r := top(t, p, u, zen.SourceFollowing, 10), top(t, p, u, zen.SourceRelated, 10)
+		if diff := cmp.Diff(s.follow, f, cmpEmpty); diff != "" {
+			t.Errorf("step %d following (-want +got):\n%s", i, diff)
+		}
+		if diff := cmp.Diff(s.related, r, cmpEmpty); diff != "" {
+			t.Errorf("step %d related (-want +got):\n%s", i, diff)
+		}
+	}
+	// Within one batch the best wins too.
+	pin2 := mustID(t, 1, zen.TypePin, 2)
+	n, err := p.Insert(ctx, []zen.PoolEntry{
+		{User: u, Pin: pin2, Source: zen.SourceFollowing, Score: 0.1},
+		{User: u, Pin: pin2, Source: zen.SourceInterest, Score: 0.3},
+		{User: u, Pin: pin2, Source: zen.SourceRelated, Score: 0.2},
+	})
+	if err != nil || n != 1 {
+		t.Fatalf("batch Insert = %d, %v", n, err)
+	}
+	if diff := cmp.Diff([]sp{{0.3, 2, 2}}, top(t, p, u, zen.SourceInterest, 10)); diff != "" {
+		t.Errorf("batch dedup (-want +got):\n%s", diff)
+	}
+}
+
+var cmpEmpty = cmp.Transformer("nilEmpty", func(s []sp) []sp {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+})
+
+func TestPoolInsertRejects(t *testing.T) {
+	ctx := context.Background()
+	p, _, tb := memPools(t)
+	u, pin := mustID(t, 1, zen.TypeUser, 1), mustID(t, 1, zen.TypePin, 1)
+	good := zen.PoolEntry{User: u, Pin: pin, Source: 1, Score: 1}
+	for name, bad := range map[string]zen.PoolEntry{
+		"NaN":           {User: u, Pin: pin, Source: 1, Score: math.NaN()},
+		"source 0":      {User: u, Pin: pin, Source: 0, Score: 1},
+		"user not user": {User: pin, Pin: pin, Source: 1, Score: 1},
+		"pin not pin":   {User: u, Pin: u, Source: 1, Score: 1},
+		"zero pin":      {User: u, Source: 1, Score: 1},
+		"bad author":    {User: u, Pin: pin, Source: 1, Score: 1, Author: pin},
+		"long reason":   {User: u, Pin: pin, Source: 1, Score: 1, Reason: string(make([]byte, zen.MaxReasonLen+1))},
+	} {
+		if _, err := p.Insert(ctx, []zen.PoolEntry{good, bad}); err == nil {
+			t.Errorf("%s: Insert accepted", name)
+		}
+	}
+	rows, _ := tb.Scan(ctx, zen.ScanOptions{})
+	if len(rows) != 0 {
+		t.Errorf("a refused batch wrote %d rows", len(rows))
+	}
+	for _, n := range []int{0, -1, zen.MaxPoolPage + 1} {
+		if _, err := p.Top(ctx, u, 1, n); err == nil {
+			t.Errorf("Top(n=%d): no error", n)
+		}
+	}
+	if _, err := p.Top(ctx, u, 0, 1); err == nil {
+		t.Error("Top(source 0): no error")
+	}
+}
+
+func TestPoolTakeRemoveTrimExpire(t *testing.T) {
+	ctx := context.Background()
+	p, c, _ := memPools(t)
+	u := mustID(t, 1, zen.TypeUser, 1)
+	var in []zen.PoolEntry
+	for i := range 10 {
+		in = append(in, zen.PoolEntry{User: u, Pin: mustID(t, 1, zen.TypePin, uint64(i+1)), Source: zen.SourceFollowing, Score: float64(i), CreatedMs: int64(1000 + i)})
+	}
+	if _, err := p.Insert(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	// Take pins 10 and 9 (and one absent, and 10 twice).
+	got, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: in[9].Pin}, {Pin: in[8].Pin}, {Pin: mustID(t, 1, zen.TypePin, 99)}, {Pin: in[9].Pin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]sp{{9, 10, 1}, {8, 9, 1}}, scorePins(got)); diff != "" {
+		t.Errorf("Take (-want +got):\n%s", diff)
+	}
+	if again, _ := p.Take(ctx, u, in[8:]); len(again) != 0 {
+		t.Errorf("second Take won %v", scorePins(again))
+	}
+	if n, err := p.Remove(ctx, u, []zen.ID{in[7].Pin, in[9].Pin}); err != nil || n != 1 {
+		t.Errorf("Remove = %d, %v; want 1", n, err)
+	}
+	// Remaining scores 0..6. Trim to 5 drops 0 and 1.
+	if n, err := p.Trim(ctx, u, zen.SourceFollowing, 5); err != nil || n != 2 {
+		t.Errorf("Trim = %d, %v; want 2", n, err)
+	}
+	if diff := cmp.Diff([]sp{{6, 7, 1}, {5, 6, 1}, {4, 5, 1}, {3, 4, 1}, {2, 3, 1}}, top(t, p, u, zen.SourceFollowing, 100)); diff != "" {
+		t.Errorf("after Trim (-want +got):\n%s", diff)
+	}
+	if n, _ := p.Trim(ctx, u, zen.SourceFollowing, 5); n != 0 {
+		t.Errorf("second Trim = %d", n)
+	}
+	// Expire entries created before 1004 (pins 3 and 4 are left of those).
+	if n, err := p.Expire(ctx, u, 1004); err != nil || n != 2 {
+		t.Errorf("Expire = %d, %v; want 2", n, err)
+	}
+	// RemoveWhere by author-like predicate: drop even scores.
+	if n, err := p.RemoveWhere(ctx, u, zen.SourceFollowing, func(e zen.PoolEntry) bool { return int(e.Score)%2 == 0 }); err != nil || n != 2 {
+		t.Errorf("RemoveWhere = %d, %v; want 2", n, err)
+	}
+	if diff := cmp.Diff([]sp{{5, 6, 1}}, top(t, p, u, zen.SourceFollowing, 100)); diff != "" {
+		t.Errorf("after RemoveWhere (-want +got):\n%s", diff)
+	}
+	if err := p.DeleteUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := p.Size(ctx, u, 0); n != 0 {
+		t.Errorf("Size after DeleteUser = %d", n)
+	}
+	_ = c
+	if _, err := p.Take(ctx, u, []zen.PoolEntry{{User: mustID(t, 1, zen.TypeUser, 2), Pin: in[0].Pin}}); err == nil {
+		t.Error("Take of another user's entry: no error")
+	}
+}
+
+// TestPoolTakeConcurrent: many goroutines take overlapping pins; each pin is won exactly once.
+func TestPoolTakeConcurrent(t *testing.T) {
+	ctx := context.Background()
+	p, _, _ := memPools(t)
+	u := mustID(t, 1, zen.TypeUser, 1)
+	const pins = 200
+	var in []zen.PoolEntry
+	for i := range pins {
+		in = append(in, zen.PoolEntry{User: u, Pin: mustID(t, 1, zen.TypePin, uint64(i+1)), Source: zen.Source(1 + i%3), Score: float64(i % 17)})
+	}
+	if _, err := p.Insert(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu  sync.Mutex
+		won = map[zen.ID]int{}
+		wg  sync.WaitGroup
+	)
+	for w := range 12 {
+		wg.Go(func() {
+			for {
+				// Half the takers take what Top shows them, half take fixed slices.
+				var want []zen.PoolEntry
+				if w%2 == 0 {
+					es, err := p.Top(ctx, u, zen.Source(1+w%3), 10)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					want = es
+				} else {
+					want = in[(w*13)%pins:]
+					want = want[:min(len(want), 25)]
+				}
+				if len(want) == 0 {
+					return
+				}
+				got, err := p.Take(ctx, u, want)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, e := range got {
+					won[e.Pin]++
+				}
+				mu.Unlock()
+				if len(got) == 0 && w%2 == 1 {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Sweep up whatever the fixed-slice takers never asked for.
+	rest, err := p.Take(ctx, u, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range rest {
+		won[e.Pin]++
+	}
+	if len(won) != pins {
+		t.Errorf("%d pins taken, want %d", len(won), pins)
+	}
+	for pin, n := range won {
+		if n != 1 {
+			t.Errorf("pin %d taken %d times", pin, n)
+		}
+	}
+}
+
+// TestPoolInsertConcurrent: concurrent inserts of the same pins from different sources leave one
+// entry per pin, holding the best score, with exactly one row in the sorted views.
+func TestPoolInsertConcurrent(t *testing.T) {
+	ctx := context.Background()
+	p, _, tb := memPools(t)
+	u := mustID(t, 1, zen.TypeUser, 1)
+	const pins = 50
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for round := range 5 {
+				var es []zen.PoolEntry
+				for i := range pins {
+					es = append(es, zen.PoolEntry{User: u, Pin: mustID(t, 1, zen.TypePin, uint64(i+1)), Source: zen.Source(1 + (w+round)%3), Score: float64((w*7+round*3+i)%11) + float64(w)/100})
+				}
+				if _, err := p.Insert(ctx, es); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The best score each pin was offered.
+	best := map[uint64]float64{}
+	for w := range 8 {
+		for round := range 5 {
+			for i := range pins {
+				s := float64((w*7+round*3+i)%11) + float64(w)/100
+				if s > best[uint64(i+1)] {
+					best[uint64(i+1)] = s
+				}
+			}
+		}
+	}
+	seen := map[uint64]float64{}
+	for _, src := range []zen.Source{1, 2, 3} {
+		for _, e := range top(t, p, u, src, 1000) {
+			if _, dup := seen[e.Pin]; dup {
+				t.Errorf("pin %d in two pools", e.Pin)
+			}
+			seen[e.Pin] = e.Score
+		}
+	}
+	if diff := cmp.Diff(best, seen); diff != "" {
+		t.Errorf("best scores (-want +got):\n%s", diff)
+	}
+	rows, _ := tb.Scan(ctx, zen.ScanOptions{})
+	if len(rows) != 2*pins {
+		t.Errorf("%d rows, want %d (one index and one pool row per pin)", len(rows), 2*pins)
+	}
+}
+
+// TestPoolCrashRetry fails each write of an improving Insert and of a Take in turn, before and
+// after the write lands; afterwards the pin is never shown twice, the better score is never
+// lost, a retry converges, and a claim is won exactly once.
+func TestPoolCrashRetry(t *testing.T) {
+	ctx := context.Background()
+	u, pin := mustID(t, 1, zen.TypeUser, 1), mustID(t, 1, zen.TypePin, 1)
+	for _, after := range []bool{false, true} {
+		for k := 1; k <= 3; k++ {
+			fs := &faultStore{Store: zenmem.New()}
+			tb, _ := fs.Table(ctx, "pools")
+			c := newClock()
+			p := zen.NewPools(tb, c.Now)
+			if _, err := p.Insert(ctx, []zen.PoolEntry{{User: u, Pin: pin, Source: zen.SourceFollowing, Score: 0.5}}); err != nil {
+				t.Fatal(err)
+			}
+			better := zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.8}
+			fs.arm(k, after)
+			_, ierr := p.Insert(ctx, []zen.PoolEntry{better})
+			fs.arm(0, false)
+			if ierr != nil && !errors.Is(ierr, errInjected) {
+				t.Fatal(ierr)
+			}
+			f, r := top(t, p, u, zen.SourceFollowing, 10), top(t, p, u, zen.SourceRelated, 10)
+			if len(f)+len(r) != 1 {
+				t.Errorf("fault at write %d after=%v: pin shown %d times (%v %v)", k, after, len(f)+len(r), f, r)
+			}
+			if _, err := p.Insert(ctx, []zen.PoolEntry{better}); err != nil {
+				t.Fatal(err)
+			}
+			c.Add(2 * zen.StaleGrace) // let Top sweep rows of the failed attempt
+			f, r = top(t, p, u, zen.SourceFollowing, 10), top(t, p, u, zen.SourceRelated, 10)
+			if diff := cmp.Diff([]sp{{0.8, 1, 3}}, append(f, r...)); diff != "" {
+				t.Errorf("fault at write %d after=%v, after retry (-want +got):\n%s", k, after, diff)
+			}
+			rows, _ := tb.Scan(ctx, zen.ScanOptions{})
+			if len(rows) != 2 {
+				t.Errorf("fault at write %d after=%v: %d rows left, want 2", k, after, len(rows))
+			}
+			// A Take that fails part-way: the pin is either still takeable or gone, never shown.
+			fs.arm(k, after)
+			got, terr := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin}})
+			fs.arm(0, false)
+			again, _ := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin}})
+			total := len(got) + len(again)
+			if terr != nil && !errors.Is(terr, errInjected) {
+				t.Fatal(terr)
+			}
+			// Exactly one claim wins, even when the claiming write errs after landing (k=1).
+			if total != 1 {
+				t.Errorf("take, fault at write %d after=%v: won %d+%d times, want once", k, after, len(got), len(again))
+			}
+			if r := top(t, p, u, zen.SourceRelated, 10); len(r) != 0 {
+				t.Errorf("take, fault at write %d after=%v: still shown %v", k, after, r)
+			}
+			// A leftover claim marker (k=3) reads as absent and is overwritten by a new insert.
+			if n, err := p.Size(ctx, u, 0); err != nil || n != 0 {
+				t.Errorf("take, fault at write %d after=%v: Size = %d, %v; want 0", k, after, n, err)
+			}
+			if n, err := p.Insert(ctx, []zen.PoolEntry{{User: u, Pin: pin, Source: zen.SourceInterest, Score: 0.1}}); err != nil || n != 1 {
+				t.Errorf("take, fault at write %d after=%v: re-Insert = %d, %v; want 1", k, after, n, err)
+			}
+			if diff := cmp.Diff([]sp{{0.1, 1, 2}}, top(t, p, u, zen.SourceInterest, 10)); diff != "" {
+				t.Errorf("take, fault at write %d after=%v: re-inserted (-want +got):\n%s", k, after, diff)
+			}
+		}
+	}
+}
+
+// TestPoolStaleInFlightRow: a pool row without its index row (an insert in flight) is skipped by
+// Top but kept until it is older than StaleGrace.
+func TestPoolStaleInFlightRow(t *testing.T) {
+	ctx := context.Background()
+	p, c, tb := memPools(t)
+	u, pin := mustID(t, 1, zen.TypeUser, 1), mustID(t, 1, zen.TypePin, 1)
+	k, _ := zen.PoolKey(u, zen.SourceFollowing, 0.5, pin)
+	ms := c.Now().UnixMilli()
+	v := []byte{byte(ms >> 56), byte(ms >> 48), byte(ms >> 40), byte(ms >> 32), byte(ms >> 24), byte(ms >> 16), byte(ms >> 8), byte(ms)}
+	if err := tb.Apply(ctx, []zen.Mutation{{Key: k, Value: v}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := top(t, p, u, zen.SourceFollowing, 5); len(got) != 0 {
+		t.Errorf("in-flight row shown: %v", got)
+	}
+	if _, err := tb.Get(ctx, k); err != nil {
+		t.Errorf("in-flight row deleted within the grace: %v", err)
+	}
+	c.Add(zen.StaleGrace + time.Second)
+	top(t, p, u, zen.SourceFollowing, 5)
+	if _, err := tb.Get(ctx, k); !errors.Is(err, zen.ErrNotFound) {
+		t.Errorf("old stale row kept: %v", err)
+	}
+}

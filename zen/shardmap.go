@@ -1,0 +1,123 @@
+package zen
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+)
+
+// ShardRange maps the shards From..To (inclusive) to a named store. New objects are only placed
+// on shards of an Open range; closed ranges keep serving the objects they already hold.
+type ShardRange struct {
+	From  uint16 `json:"from"`
+	To    uint16 `json:"to"`
+	Store string `json:"store"`
+	Open  bool   `json:"open"`
+}
+
+// ShardMap maps shard ranges to named stores (clusters) with open flags. Capacity moves by
+// moving whole ranges, never single rows. A ShardMap is immutable once built and safe for
+// concurrent use.
+type ShardMap struct {
+	ranges []ShardRange // sorted by From, non-overlapping
+	open   []uint16     // every open shard, ascending
+}
+
+// shardMapFile is the JSON form: {"ranges": [{"from":0,"to":2047,"store":"pools-a","open":true}]}.
+type shardMapFile struct {
+	Ranges []ShardRange `json:"ranges"`
+}
+
+// DefaultShardMap returns shards 0–4095 on store "default", all open.
+func DefaultShardMap() *ShardMap {
+	m := &ShardMap{ranges: []ShardRange{{From: 0, To: 4095, Store: "default", Open: true}}}
+	m.open = make([]uint16, 4096)
+	for i := range m.open {
+		m.open[i] = uint16(i)
+	}
+	return m
+}
+
+// NewShardMap validates ranges (From ≤ To, a store name, no overlaps, at least one open shard).
+func NewShardMap(ranges []ShardRange) (*ShardMap, error) {
+	rs := append([]ShardRange(nil), ranges...)
+	sort.Slice(rs, func(i, j int) bool { return rs[i].From < rs[j].From })
+	m := &ShardMap{ranges: rs}
+	for i, r := range rs {
+		if r.From > r.To {
+			return nil, fmt.Errorf("shard map: range %d–%d: from above to", r.From, r.To)
+		}
+		if r.Store == "" {
+			return nil, fmt.Errorf("shard map: range %d–%d: no store name", r.From, r.To)
+		}
+		if i > 0 && rs[i-1].To >= r.From {
+			return nil, fmt.Errorf("shard map: ranges %d–%d and %d–%d overlap", rs[i-1].From, rs[i-1].To, r.From, r.To)
+		}
+		if r.Open {
+			for s := int(r.From); s <= int(r.To); s++ {
+				m.open = append(m.open, uint16(s))
+			}
+		}
+	}
+	if len(m.open) == 0 {
+		return nil, errors.New("shard map: no open shard")
+	}
+	return m, nil
+}
+
+// LoadShardMap reads a JSON shard map file:
+//
+//	{"ranges": [{"from": 0, "to": 2047, "store": "pools-a", "open": false},
+//	            {"from": 2048, "to": 4095, "store": "pools-b", "open": true}]}
+//
+// Unknown fields are refused so a typo does not silently close every shard.
+func LoadShardMap(path string) (*ShardMap, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load shard map: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var f shardMapFile
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("load shard map %s: %w", path, err)
+	}
+	m, err := NewShardMap(f.Ranges)
+	if err != nil {
+		return nil, fmt.Errorf("load shard map %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Ranges returns a copy of the ranges, sorted by From.
+func (m *ShardMap) Ranges() []ShardRange { return append([]ShardRange(nil), m.ranges...) }
+
+// lookup returns the range holding shard.
+func (m *ShardMap) lookup(shard uint16) (ShardRange, bool) {
+	i := sort.Search(len(m.ranges), func(i int) bool { return m.ranges[i].To >= shard })
+	if i < len(m.ranges) && m.ranges[i].From <= shard {
+		return m.ranges[i], true
+	}
+	return ShardRange{}, false
+}
+
+// StoreFor returns the name of the store holding shard, or an error when no range covers it.
+func (m *ShardMap) StoreFor(shard uint16) (string, error) {
+	r, ok := m.lookup(shard)
+	if !ok {
+		return "", fmt.Errorf("shard %d: not in the shard map", shard)
+	}
+	return r.Store, nil
+}
+
+// IsOpen reports whether new objects may be placed on shard.
+func (m *ShardMap) IsOpen(shard uint16) bool {
+	r, ok := m.lookup(shard)
+	return ok && r.Open
+}
+
+// OpenShards returns every open shard, ascending (a fresh slice).
+func (m *ShardMap) OpenShards() []uint16 { return append([]uint16(nil), m.open...) }

@@ -1,0 +1,117 @@
+package zen_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenmem"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "shards.json")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadShardMap(t *testing.T) {
+	m, err := zen.LoadShardMap(writeFile(t, `{"ranges": [
+		{"from": 2048, "to": 4095, "store": "pools-b", "open": true},
+		{"from": 0, "to": 2047, "store": "pools-a", "open": false}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []zen.ShardRange{{0, 2047, "pools-a", false}, {2048, 4095, "pools-b", true}}
+	if diff := cmp.Diff(want, m.Ranges()); diff != "" {
+		t.Errorf("ranges (-want +got):\n%s", diff)
+	}
+	for _, tc := range []struct {
+		shard uint16
+		store string
+		open  bool
+	}{{0, "pools-a", false}, {2047, "pools-a", false}, {2048, "pools-b", true}, {4095, "pools-b", true}} {
+		s, err := m.StoreFor(tc.shard)
+		if err != nil || s != tc.store || m.IsOpen(tc.shard) != tc.open {
+			t.Errorf("shard %d: store %q %v open %v, want %q open %v", tc.shard, s, err, m.IsOpen(tc.shard), tc.store, tc.open)
+		}
+	}
+	if _, err := m.StoreFor(4096); err == nil {
+		t.Error("StoreFor(4096): no error for an unmapped shard")
+	}
+	if got := len(m.OpenShards()); got != 2048 {
+		t.Errorf("open shards = %d, want 2048", got)
+	}
+}
+
+func TestLoadShardMapRejects(t *testing.T) {
+	for name, body := range map[string]string{
+		"not json":      `{`,
+		"unknown field": `{"ranges": [{"from": 0, "to": 1, "store": "a", "opne": true}]}`,
+		"from above to": `{"ranges": [{"from": 5, "to": 1, "store": "a", "open": true}]}`,
+		"no store":      `{"ranges": [{"from": 0, "to": 1, "open": true}]}`,
+		"overlap":       `{"ranges": [{"from": 0, "to": 10, "store": "a", "open": true}, {"from": 10, "to": 20, "store": "b"}]}`,
+		"none open":     `{"ranges": [{"from": 0, "to": 10, "store": "a"}]}`,
+		"shard too big": `{"ranges": [{"from": 0, "to": 65536, "store": "a", "open": true}]}`,
+	} {
+		if _, err := zen.LoadShardMap(writeFile(t, body)); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if _, err := zen.LoadShardMap(filepath.Join(t.TempDir(), "missing.json")); err == nil {
+		t.Error("missing file: no error")
+	}
+}
+
+func TestDefaultShardMap(t *testing.T) {
+	m := zen.DefaultShardMap()
+	if diff := cmp.Diff([]zen.ShardRange{{0, 4095, "default", true}}, m.Ranges()); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if len(m.OpenShards()) != 4096 || m.IsOpen(4096) {
+		t.Errorf("open shards %d, IsOpen(4096) %v", len(m.OpenShards()), m.IsOpen(4096))
+	}
+}
+
+// TestPlacement: new objects only on open shards; a pin goes to its board's shard when open.
+func TestPlacement(t *testing.T) {
+	ctx := context.Background()
+	m, err := zen.NewShardMap([]zen.ShardRange{
+		{From: 0, To: 9, Store: "old", Open: false},
+		{From: 10, To: 12, Store: "new", Open: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := zen.NewGraph(ctx, zenmem.New(), m, newClock().Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint16]int{}
+	for range 30 {
+		o, err := g.Create(ctx, zen.TypeUser, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[o.ID.Shard()]++
+	}
+	if diff := cmp.Diff(map[uint16]int{10: 10, 11: 10, 12: 10}, seen); diff != "" {
+		t.Errorf("round-robin placement (-want +got):\n%s", diff)
+	}
+	openBoard := mustID(t, 11, zen.TypeBoard, 5)
+	pin, err := g.Create(ctx, zen.TypePin, openBoard, nil)
+	if err != nil || pin.ID.Shard() != 11 {
+		t.Errorf("pin near open board: shard %d, %v; want 11", pin.ID.Shard(), err)
+	}
+	closedBoard := mustID(t, 3, zen.TypeBoard, 5)
+	pin, err = g.Create(ctx, zen.TypePin, closedBoard, nil)
+	if err != nil || !m.IsOpen(pin.ID.Shard()) {
+		t.Errorf("pin near closed board: shard %d, %v; want an open shard", pin.ID.Shard(), err)
+	}
+}
