@@ -1,0 +1,357 @@
+package graphsvc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/smartfeed/smartfeed/pinlater"
+	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// Enqueuer puts a pinlater task in its queue. *pinlater.Client satisfies it.
+type Enqueuer interface {
+	Enqueue(ctx context.Context, t *pinlater.Task, opts ...pinlater.Option) (*pinlater.Info, error)
+}
+
+// Limits on request fields.
+const (
+	graphMaxUsername    = 30
+	graphMaxEmail       = 254
+	graphMaxDisplayName = 100
+	graphMaxName        = 100 // board and interest names
+	graphMaxDescription = 500 // board description, pin details
+	graphMaxURL         = 2048
+	graphMaxRequestID   = 128
+	graphMaxBatch       = 1000 // GetObjects
+	graphDefaultPage    = 50
+	graphMaxPage        = 500
+)
+
+// Mod-shard key kinds (zen.Graph.MapKey).
+const (
+	graphKindUsername = "username"
+	graphKindEmail    = "email"
+	graphKindInterest = "interest"
+	graphKindRequest  = "request"
+)
+
+// GraphService implements graphv1.GraphService over a zen.Graph, enqueuing the feed event of
+// each write through an Enqueuer. It is safe for concurrent use.
+//
+// Write order, for crash safety: the object first, then its forward edges, then the inverse
+// edges (written synchronously here, not by the inverse-edge job, so a follower is streamable
+// by fanout as soon as Follow returns), then the enqueue. Every step is idempotent, so retrying
+// a call that failed part-way finishes it; a create carrying a request_id is not duplicated by
+// the retry.
+type GraphService struct {
+	graphv1.UnimplementedGraphServiceServer
+	g   *zen.Graph
+	q   Enqueuer
+	log *zap.Logger
+	now func() time.Time
+}
+
+// NewGraphService returns the service. log nil means no logging; now nil means time.Now.
+func NewGraphService(g *zen.Graph, q Enqueuer, log *zap.Logger, now func() time.Time) *GraphService {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &GraphService{g: g, q: q, log: log, now: now}
+}
+
+// Register registers GraphService on s (a *grpc.Server).
+func (s *GraphService) Register(srv grpc.ServiceRegistrar) {
+	graphv1.RegisterGraphServiceServer(srv, s)
+}
+
+// graphInvalid is an InvalidArgument status.
+func graphInvalid(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// fail maps an error of zen or pinlater to a gRPC status (a status passes through unchanged) and
+// logs the unexpected ones.
+func (s *GraphService) fail(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, zen.ErrNotFound):
+		return status.Errorf(codes.NotFound, "%s: %v", op, err)
+	case errors.Is(err, zen.ErrBadCursor):
+		return status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "%s: %v", op, err)
+	case errors.Is(err, context.Canceled):
+		return status.Errorf(codes.Canceled, "%s: %v", op, err)
+	}
+	s.log.Error("graph call failed", zap.String("op", op), zap.Error(err))
+	return status.Errorf(codes.Internal, "%s: %v", op, err)
+}
+
+// enqueue builds and enqueues a task; a failure is Unavailable, saying the write itself landed.
+func (s *GraphService) enqueue(ctx context.Context, what string, p pinlater.Payload, opts ...pinlater.Option) error {
+	t, err := pinlater.NewTask(p)
+	if err != nil {
+		return s.fail(what, fmt.Errorf("build task: %w", err))
+	}
+	if _, err := s.q.Enqueue(ctx, t, opts...); err != nil {
+		s.log.Warn("enqueue failed", zap.String("what", what), zap.String("type", t.Type()), zap.Error(err))
+		return status.Errorf(codes.Unavailable, "%s: saved, but its %s event could not be enqueued (retry the call: it is idempotent): %v",
+			what, t.Type(), err)
+	}
+	return nil
+}
+
+// graphTypeName names an object type in messages.
+func graphTypeName(t zen.Type) string {
+	switch t {
+	case zen.TypePin:
+		return "pin"
+	case zen.TypeBoard:
+		return "board"
+	case zen.TypeUser:
+		return "user"
+	case zen.TypeInterest:
+		return "interest"
+	}
+	return "type " + strconv.Itoa(int(t))
+}
+
+// graphAnyID reads an ID given as a number, a decimal string, or both (which must agree).
+func graphAnyID(field string, num uint64, str string) (zen.ID, error) {
+	if num == 0 && str == "" {
+		return 0, graphInvalid("%s is required (set %s or %s_str)", field, field, field)
+	}
+	var id zen.ID
+	if str != "" {
+		p, err := zen.ParseID(str)
+		if err != nil {
+			return 0, graphInvalid("%s_str: %v", field, err)
+		}
+		if num != 0 && uint64(p) != num {
+			return 0, graphInvalid("%s (%d) and %s_str (%s) disagree", field, num, field, str)
+		}
+		id = p
+	} else {
+		id = zen.ID(num)
+	}
+	if !id.Valid() {
+		return 0, graphInvalid("%s: %d is not a valid ID (reserved bits set or type 0)", field, num)
+	}
+	return id, nil
+}
+
+// graphTypedID reads an ID that must be of type want.
+func graphTypedID(field string, num uint64, str string, want zen.Type) (zen.ID, error) {
+	id, err := graphAnyID(field, num, str)
+	if err != nil {
+		return 0, err
+	}
+	if err := id.Check(want); err != nil {
+		return 0, graphInvalid("%s: expected a %s ID: %v", field, graphTypeName(want), err)
+	}
+	return id, nil
+}
+
+// get reads a live object, NotFound naming it when it is absent or deleted.
+func (s *GraphService) get(ctx context.Context, id zen.ID) (zen.Object, error) {
+	o, err := s.g.Get(ctx, id)
+	if errors.Is(err, zen.ErrNotFound) {
+		return zen.Object{}, status.Errorf(codes.NotFound, "%s %d not found", graphTypeName(id.Type()), id)
+	}
+	if err != nil {
+		return zen.Object{}, s.fail("get "+id.String(), err)
+	}
+	return o, nil
+}
+
+// replayed looks up the object a request ID created earlier (0 when none or no request ID).
+func (s *GraphService) replayed(ctx context.Context, kind, rid string) (zen.ID, error) {
+	if rid == "" {
+		return 0, nil
+	}
+	id, err := s.g.LookupKey(ctx, graphKindRequest, kind+":"+rid)
+	if errors.Is(err, zen.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, s.fail("look up request_id", err)
+	}
+	return id, nil
+}
+
+// create stores a new object, or with a request ID returns the one that ID created before.
+// It reports whether the object is new. A concurrent twin with the same request ID loses the
+// MapKey race, deletes its own object and returns the winner's.
+func (s *GraphService) create(ctx context.Context, kind, rid string, t zen.Type, near zen.ID, data map[string]any) (zen.Object, bool, error) {
+	if id, err := s.replayed(ctx, kind, rid); err != nil {
+		return zen.Object{}, false, err
+	} else if id != 0 {
+		o, err := s.get(ctx, id)
+		return o, false, err
+	}
+	o, err := s.g.Create(ctx, t, near, data)
+	if err != nil {
+		return zen.Object{}, false, s.fail("create "+kind, err)
+	}
+	if rid == "" {
+		return o, true, nil
+	}
+	ok, err := s.g.MapKey(ctx, graphKindRequest, kind+":"+rid, o.ID)
+	if err != nil {
+		return zen.Object{}, false, s.fail("record request_id", err)
+	}
+	if ok {
+		return o, true, nil
+	}
+	if err := s.g.Delete(ctx, o.ID); err != nil {
+		s.log.Warn("delete orphan of a request_id race", zap.Stringer("id", o.ID), zap.Error(err))
+	}
+	id, err := s.replayed(ctx, kind, rid)
+	if err != nil {
+		return zen.Object{}, false, err
+	}
+	if id == 0 {
+		return zen.Object{}, false, status.Errorf(codes.Aborted, "request_id %q: concurrent retries conflicted; retry", rid)
+	}
+	w, err := s.get(ctx, id)
+	return w, false, err
+}
+
+// forget removes the request-ID record of an object whose create was refused after all, so a
+// retry is refused the same way instead of finding a deleted object.
+func (s *GraphService) forget(ctx context.Context, kind, rid string, id zen.ID) {
+	if rid == "" {
+		return
+	}
+	if _, err := s.g.UnmapKey(ctx, graphKindRequest, kind+":"+rid, id); err != nil {
+		s.log.Warn("unmap request_id", zap.String("request_id", rid), zap.Error(err))
+	}
+}
+
+// graphStr reads a string field of object data.
+func graphStr(d map[string]any, name string) string {
+	v, _ := d[name].(string)
+	return v
+}
+
+// graphInt reads an integer field of object data (json.Number once stored).
+func graphInt(d map[string]any, name string) int64 {
+	switch v := d[name].(type) {
+	case json.Number:
+		n, _ := v.Int64()
+		return n
+	case int64:
+		return v
+	case int:
+		return int64(v)
+	case float64:
+		return int64(v)
+	}
+	return 0
+}
+
+// graphIDs reads a list of IDs from object data.
+func graphIDs(d map[string]any, name string) []zen.ID {
+	var out []zen.ID
+	switch v := d[name].(type) {
+	case []any:
+		for _, x := range v {
+			if id, ok := zen.DataID(map[string]any{"x": x}, "x"); ok {
+				out = append(out, id)
+			}
+		}
+	case []string:
+		for _, x := range v {
+			if id, err := zen.ParseID(x); err == nil {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+// graphRef reads an ID field of object data (0 when absent).
+func graphRef(d map[string]any, name string) zen.ID {
+	id, _ := zen.DataID(d, name)
+	return id
+}
+
+func graphUserMsg(o zen.Object) *graphv1.User {
+	return &graphv1.User{
+		Id: uint64(o.ID), IdStr: o.ID.String(),
+		Username:    graphStr(o.Data, "username"),
+		Email:       graphStr(o.Data, "email"),
+		DisplayName: graphStr(o.Data, "display_name"),
+		CreatedMs:   graphInt(o.Data, "created_ms"),
+	}
+}
+
+func graphBoardMsg(o zen.Object) *graphv1.Board {
+	owner := graphRef(o.Data, "owner")
+	return &graphv1.Board{
+		Id: uint64(o.ID), IdStr: o.ID.String(),
+		OwnerId: uint64(owner), OwnerIdStr: owner.String(),
+		Name:        graphStr(o.Data, "name"),
+		Description: graphStr(o.Data, "description"),
+		CreatedMs:   graphInt(o.Data, "created_ms"),
+	}
+}
+
+func graphInterestMsg(o zen.Object) *graphv1.Interest {
+	return &graphv1.Interest{
+		Id: uint64(o.ID), IdStr: o.ID.String(),
+		Name:      graphStr(o.Data, "name"),
+		CreatedMs: graphInt(o.Data, "created_ms"),
+	}
+}
+
+func graphPinMsg(o zen.Object) *graphv1.Pin {
+	author, board := graphRef(o.Data, "author"), graphRef(o.Data, "board")
+	p := &graphv1.Pin{
+		Id: uint64(o.ID), IdStr: o.ID.String(),
+		AuthorId: uint64(author), AuthorIdStr: author.String(),
+		BoardId: uint64(board), BoardIdStr: board.String(),
+		Details:   graphStr(o.Data, "details"),
+		Link:      graphStr(o.Data, "link"),
+		ImageUrl:  graphStr(o.Data, "image_url"),
+		CreatedMs: graphInt(o.Data, "created_ms"),
+	}
+	for _, id := range graphIDs(o.Data, "interests") {
+		p.InterestIds = append(p.InterestIds, uint64(id))
+		p.InterestIdsStr = append(p.InterestIdsStr, id.String())
+	}
+	return p
+}
+
+// graphObjectMsg converts any object of a known type; nil for another type.
+func graphObjectMsg(o zen.Object) *graphv1.Object {
+	switch o.ID.Type() {
+	case zen.TypeUser:
+		return &graphv1.Object{Kind: &graphv1.Object_User{User: graphUserMsg(o)}}
+	case zen.TypeBoard:
+		return &graphv1.Object{Kind: &graphv1.Object_Board{Board: graphBoardMsg(o)}}
+	case zen.TypePin:
+		return &graphv1.Object{Kind: &graphv1.Object_Pin{Pin: graphPinMsg(o)}}
+	case zen.TypeInterest:
+		return &graphv1.Object{Kind: &graphv1.Object_Interest{Interest: graphInterestMsg(o)}}
+	}
+	return nil
+}
