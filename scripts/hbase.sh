@@ -6,7 +6,7 @@
 #           SMARTFEED_HBASE_ZK=127.0.0.1:<port> and writes it to run/hbase/env.
 #   down:   stops only the pid that `up` started and waits for it to exit.
 #   status: prints the env line and exits 0 when it is up, exits 1 otherwise.
-# Env: HBASE_WAIT_SECS (default 180), HBASE_HEAP (default 768m).
+# Env: HBASE_WAIT_SECS (default 180), HBASE_HEAP (default 768m), HBASE_STOP_SECS (default 10).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -130,7 +130,8 @@ up() {
 }
 
 down() {
-	stop_pid "$PIDFILE" "$MAIN_CLASS" 60
+	# The data is wiped on the next up, so a slow graceful shutdown buys nothing: 10 s, then KILL.
+	stop_pid "$PIDFILE" "$MAIN_CLASS" "${HBASE_STOP_SECS:-10}"
 	rm -f "$ENVFILE" "$DIR/port"
 }
 
