@@ -1,0 +1,432 @@
+package pinlater
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotFound is returned for a queue or task that does not exist.
+var ErrNotFound = errors.New("not found")
+
+// Admin inspects and operates queues: sizes and latency, dead tasks, pause and resume, rate
+// limits and drain mode. It backs `smartfeed jobs`.
+type Admin struct {
+	insp *asynq.Inspector
+	rdb  redis.UniversalClient
+	keys keys
+}
+
+// NewAdmin returns an admin over the given Redis; use the same namespace as the servers.
+func NewAdmin(r asynq.RedisConnOpt, opts ...ClientOption) (*Admin, error) {
+	var o clientOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if err := checkNamespace(o.namespace); err != nil {
+		return nil, fmt.Errorf("pinlater admin: %w", err)
+	}
+	rdb, ok := r.MakeRedisClient().(redis.UniversalClient)
+	if !ok {
+		return nil, errors.New("pinlater admin: unsupported redis connection option")
+	}
+	return &Admin{insp: asynq.NewInspector(r), rdb: rdb, keys: keys{ns: o.namespace}}, nil
+}
+
+// Close releases the admin's connections.
+func (a *Admin) Close() error {
+	err := a.insp.Close()
+	if e := a.rdb.Close(); err == nil {
+		err = e
+	}
+	return err
+}
+
+// QueueStats describes one queue.
+type QueueStats struct {
+	Name      string // logical name
+	Size      int    // pending + active + scheduled + retry + archived (+ completed)
+	Pending   int
+	Active    int
+	Scheduled int // delayed tasks
+	Retry     int // failed runs waiting for their retry, and runs put off by the rate limit
+	Dead      int // archived
+	Latency   time.Duration
+	Paused    bool
+	Draining  bool
+	Rate      float64 // jobs per second; -1 = unlimited
+	Processed int     // today
+	Failed    int     // today
+}
+
+func (a *Admin) rate(ctx context.Context, q string) (float64, error) {
+	s, err := a.rdb.HGet(ctx, a.keys.rates(), q).Result()
+	if errors.Is(err, redis.Nil) {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read rate of %s: %w", q, err)
+	}
+	r, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("rate of %s: %w", q, err)
+	}
+	return r, nil
+}
+
+// Queues lists the standard queues and any other queue of the namespace, in priority order.
+func (a *Admin) Queues(ctx context.Context) ([]QueueStats, error) {
+	phys, err := a.insp.Queues()
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	names := QueueNames()
+	var extra []string
+	for _, p := range phys {
+		if q, ok := a.keys.logical(p); ok && !slices.Contains(names, q) {
+			extra = append(extra, q)
+		}
+	}
+	slices.Sort(extra)
+	names = append(names, extra...)
+	out := make([]QueueStats, 0, len(names))
+	for _, q := range names {
+		st, err := a.Queue(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Queue describes one queue (a queue that never held a task is reported empty).
+func (a *Admin) Queue(ctx context.Context, q string) (QueueStats, error) {
+	st := QueueStats{Name: q}
+	info, err := a.insp.GetQueueInfo(a.keys.queue(q))
+	switch {
+	case queueNotFound(err):
+	case err != nil:
+		return st, fmt.Errorf("queue %s: %w", q, err)
+	default:
+		st.Size, st.Pending, st.Active, st.Scheduled, st.Retry, st.Dead = info.Size, info.Pending, info.Active, info.Scheduled, info.Retry, info.Archived
+		st.Latency, st.Paused, st.Processed, st.Failed = info.Latency, info.Paused, info.Processed, info.Failed
+	}
+	if st.Rate, err = a.rate(ctx, q); err != nil {
+		return st, err
+	}
+	if st.Draining, err = a.rdb.SIsMember(ctx, a.keys.draining(), q).Result(); err != nil {
+		return st, fmt.Errorf("read drain set: %w", err)
+	}
+	return st, nil
+}
+
+// DeadTask is an archived task.
+type DeadTask struct {
+	ID           string
+	Queue        string
+	Type         string
+	Payload      []byte
+	Attempts     int
+	LastErr      string
+	LastFailedAt time.Time
+}
+
+func deadTask(q string, ti *asynq.TaskInfo) DeadTask {
+	return DeadTask{ID: ti.ID, Queue: q, Type: ti.Type, Payload: ti.Payload, Attempts: ti.Retried + 1,
+		LastErr: ti.LastErr, LastFailedAt: ti.LastFailedAt}
+}
+
+// DeadTasks lists a page (from 1) of queue q's dead tasks, at most size of them.
+func (a *Admin) DeadTasks(ctx context.Context, q string, page, size int) ([]DeadTask, error) {
+	if page < 1 || size < 1 || size > 1000 {
+		return nil, fmt.Errorf("dead tasks of %s: page %d size %d (want page >= 1, size 1..1000)", q, page, size)
+	}
+	tis, err := a.insp.ListArchivedTasks(a.keys.queue(q), asynq.Page(page), asynq.PageSize(size))
+	if errors.Is(err, asynq.ErrQueueNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dead tasks of %s: %w", q, err)
+	}
+	out := make([]DeadTask, 0, len(tis))
+	for _, ti := range tis {
+		out = append(out, deadTask(q, ti))
+	}
+	return out, nil
+}
+
+// TaskState describes any task of a queue.
+type TaskState struct {
+	DeadTask
+	State         string // pending, active, scheduled, retry, archived, completed
+	NextProcessAt time.Time
+}
+
+// Task looks up one task by ID.
+func (a *Admin) Task(ctx context.Context, q, id string) (TaskState, error) {
+	ti, err := a.insp.GetTaskInfo(a.keys.queue(q), id)
+	if err != nil {
+		return TaskState{}, a.taskErr("inspect", q, id, err)
+	}
+	return TaskState{DeadTask: deadTask(q, ti), State: ti.State.String(), NextProcessAt: ti.NextProcessAt}, nil
+}
+
+func (a *Admin) taskErr(op, q, id string, err error) error {
+	if errors.Is(err, asynq.ErrQueueNotFound) || errors.Is(err, asynq.ErrTaskNotFound) {
+		return fmt.Errorf("%s task %s in %s: %w", op, id, q, ErrNotFound)
+	}
+	return fmt.Errorf("%s task %s in %s: %w", op, id, q, err)
+}
+
+// RetryDead moves a dead task back to its queue, with its attempt count kept: it gets one more run
+// before it is dead again (asynq does not reset the count).
+func (a *Admin) RetryDead(ctx context.Context, q, id string) error {
+	if err := a.insp.RunTask(a.keys.queue(q), id); err != nil {
+		return a.taskErr("retry", q, id, err)
+	}
+	return nil
+}
+
+// RetryAllDead moves every dead task of q back to the queue.
+func (a *Admin) RetryAllDead(ctx context.Context, q string) (int, error) {
+	n, err := a.insp.RunAllArchivedTasks(a.keys.queue(q))
+	if errors.Is(err, asynq.ErrQueueNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return n, fmt.Errorf("retry dead tasks of %s: %w", q, err)
+	}
+	return n, nil
+}
+
+// DeleteTask deletes a task that is not running (dead, pending, scheduled or retrying).
+func (a *Admin) DeleteTask(ctx context.Context, q, id string) error {
+	if err := a.insp.DeleteTask(a.keys.queue(q), id); err != nil {
+		return a.taskErr("delete", q, id, err)
+	}
+	return nil
+}
+
+// DeleteAllDead deletes every dead task of q.
+func (a *Admin) DeleteAllDead(ctx context.Context, q string) (int, error) {
+	n, err := a.insp.DeleteAllArchivedTasks(a.keys.queue(q))
+	if errors.Is(err, asynq.ErrQueueNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return n, fmt.Errorf("delete dead tasks of %s: %w", q, err)
+	}
+	return n, nil
+}
+
+// Pause stops every server from taking tasks of q; running tasks finish.
+func (a *Admin) Pause(ctx context.Context, q string) error {
+	if err := a.insp.PauseQueue(a.keys.queue(q)); err != nil && !isAlready(err) {
+		return fmt.Errorf("pause %s: %w", q, err)
+	}
+	return nil
+}
+
+// Resume lets servers take tasks of q again. A rate of 0 (which pauses) is lifted too: the queue
+// is then unlimited.
+func (a *Admin) Resume(ctx context.Context, q string) error {
+	r, err := a.rate(ctx, q)
+	if err != nil {
+		return err
+	}
+	if r == 0 {
+		if err := a.rdb.HDel(ctx, a.keys.rates(), q).Err(); err != nil {
+			return fmt.Errorf("resume %s: %w", q, err)
+		}
+	}
+	if err := a.insp.UnpauseQueue(a.keys.queue(q)); err != nil && !isAlready(err) {
+		return fmt.Errorf("resume %s: %w", q, err)
+	}
+	return nil
+}
+
+// queueNotFound reports asynq's "queue does not exist" (GetQueueInfo returns it unwrapped from an
+// internal package, with code NOT_FOUND).
+func queueNotFound(err error) bool {
+	return err != nil && (errors.Is(err, asynq.ErrQueueNotFound) || strings.Contains(err.Error(), "NOT_FOUND"))
+}
+
+// isAlready reports asynq's "queue is already paused/not paused" errors, which leave the wanted
+// state in place.
+func isAlready(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "already paused") || strings.Contains(s, "is not paused")
+}
+
+// SetRate sets q's rate limit in jobs per second, for every server at once and without a restart
+// (each run reads it). 0 pauses the queue; a positive rate un-pauses it. A negative rate removes
+// the limit (and un-pauses).
+func (a *Admin) SetRate(ctx context.Context, q string, perSecond float64) error {
+	if math.IsNaN(perSecond) || math.IsInf(perSecond, 0) || perSecond > 1e9 {
+		return fmt.Errorf("set rate of %s: %v is not a rate", q, perSecond)
+	}
+	if q == "" {
+		return errors.New("set rate: empty queue name")
+	}
+	var err error
+	if perSecond < 0 {
+		err = a.rdb.HDel(ctx, a.keys.rates(), q).Err()
+	} else {
+		err = a.rdb.HSet(ctx, a.keys.rates(), q, strconv.FormatFloat(perSecond, 'g', -1, 64)).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("set rate of %s: %w", q, err)
+	}
+	if perSecond == 0 {
+		return a.Pause(ctx, q)
+	}
+	if err := a.insp.UnpauseQueue(a.keys.queue(q)); err != nil && !isAlready(err) && !errors.Is(err, asynq.ErrQueueNotFound) {
+		return fmt.Errorf("set rate of %s: %w", q, err)
+	}
+	return nil
+}
+
+// Rates returns the rate of every limited queue (jobs per second).
+func (a *Admin) Rates(ctx context.Context) (map[string]float64, error) {
+	m, err := a.rdb.HGetAll(ctx, a.keys.rates()).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read rates: %w", err)
+	}
+	out := make(map[string]float64, len(m))
+	for q, s := range m {
+		r, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return nil, fmt.Errorf("rate of %s: %w", q, err)
+		}
+		out[q] = r
+	}
+	return out, nil
+}
+
+// SetDraining turns drain mode of q on or off. A draining queue refuses new enqueues (clients see
+// ErrQueueDraining within their drain-check interval) while the servers keep running what it
+// holds, so it empties (PinLater's dequeue-only mode, e.g. before moving a queue). WaitDrained
+// waits for the end.
+func (a *Admin) SetDraining(ctx context.Context, q string, on bool) error {
+	var err error
+	if on {
+		err = a.rdb.SAdd(ctx, a.keys.draining(), q).Err()
+	} else {
+		err = a.rdb.SRem(ctx, a.keys.draining(), q).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("set draining of %s: %w", q, err)
+	}
+	return nil
+}
+
+// WaitDrained polls every poll until q holds no pending, active, scheduled or retrying task (dead
+// ones do not count) or ctx ends.
+func (a *Admin) WaitDrained(ctx context.Context, q string, poll time.Duration) error {
+	for {
+		st, err := a.Queue(ctx, q)
+		if err != nil {
+			return err
+		}
+		if st.Pending+st.Active+st.Scheduled+st.Retry == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s to drain (%d pending, %d active, %d scheduled, %d retry): %w",
+				q, st.Pending, st.Active, st.Scheduled, st.Retry, ctx.Err())
+		case <-time.After(poll):
+		}
+	}
+}
+
+// Purge deletes the queues of this admin's namespace and its pinlater keys (tests and teardown).
+// It refuses the empty namespace.
+func (a *Admin) Purge(ctx context.Context) error {
+	if a.keys.ns == "" {
+		return errors.New("purge: refusing to purge the default namespace")
+	}
+	phys, err := a.insp.Queues()
+	if err != nil {
+		return fmt.Errorf("purge: %w", err)
+	}
+	for _, p := range phys {
+		if _, ok := a.keys.logical(p); ok {
+			if err := a.insp.DeleteQueue(p, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
+				return fmt.Errorf("purge queue %s: %w", p, err)
+			}
+			// Pause state and stats outlive DeleteQueue.
+			a.rdb.SRem(ctx, "asynq:queues:paused", p)
+			if ks, err := a.rdb.Keys(ctx, "asynq:{"+p+"}*").Result(); err == nil && len(ks) > 0 {
+				a.rdb.Del(ctx, ks...)
+			}
+		}
+	}
+	ks, err := a.rdb.Keys(ctx, a.keys.prefix()+"*").Result()
+	if err != nil {
+		return fmt.Errorf("purge: %w", err)
+	}
+	if len(ks) > 0 {
+		if err := a.rdb.Del(ctx, ks...).Err(); err != nil {
+			return fmt.Errorf("purge: %w", err)
+		}
+	}
+	return nil
+}
+
+// Collector exports queue gauges (size by state, latency, paused, rate) for Prometheus, read from
+// Redis at each scrape.
+func (a *Admin) Collector() prometheus.Collector { return &queueCollector{a: a} }
+
+type queueCollector struct{ a *Admin }
+
+var (
+	descSize    = prometheus.NewDesc("pinlater_queue_size", "Tasks in the queue by state.", []string{"queue", "state"}, nil)
+	descLatency = prometheus.NewDesc("pinlater_queue_latency_seconds", "Age of the oldest pending task.", []string{"queue"}, nil)
+	descPaused  = prometheus.NewDesc("pinlater_queue_paused", "1 if the queue is paused.", []string{"queue"}, nil)
+	descRate    = prometheus.NewDesc("pinlater_queue_rate_limit", "Rate limit in jobs/s (-1 = none).", []string{"queue"}, nil)
+)
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descSize
+	ch <- descLatency
+	ch <- descPaused
+	ch <- descRate
+}
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	qs, err := c.a.Queues(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(descSize, err)
+		return
+	}
+	b := func(v bool) float64 {
+		if v {
+			return 1
+		}
+		return 0
+	}
+	for _, q := range qs {
+		for _, s := range []struct {
+			state string
+			n     int
+		}{{"pending", q.Pending}, {"active", q.Active}, {"scheduled", q.Scheduled}, {"retry", q.Retry}, {"dead", q.Dead}} {
+			ch <- prometheus.MustNewConstMetric(descSize, prometheus.GaugeValue, float64(s.n), q.Name, s.state)
+		}
+		ch <- prometheus.MustNewConstMetric(descLatency, prometheus.GaugeValue, q.Latency.Seconds(), q.Name)
+		ch <- prometheus.MustNewConstMetric(descPaused, prometheus.GaugeValue, b(q.Paused), q.Name)
+		ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, q.Rate, q.Name)
+	}
+}
