@@ -1,0 +1,243 @@
+package feedsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/smartfeed/smartfeed/feedsvc/faults"
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// GRPCServer is the gRPC face of a Service: FeedService.
+type GRPCServer struct {
+	feedv1.UnimplementedFeedServiceServer
+	svc *Service
+}
+
+// AdminServer is the gRPC FeedAdmin service: hedging policy, service knobs and fault
+// injection, all live.
+type AdminServer struct {
+	feedv1.UnimplementedFeedAdminServer
+	svc    *Service
+	faults map[feedv1.Store]*faults.Table
+}
+
+// Register registers FeedService, and FeedAdmin when admin is set, on s. primary and standby
+// are the fault wrappers of the two stores; nil disables fault injection (SetFaults then
+// answers FailedPrecondition).
+func Register(s grpc.ServiceRegistrar, svc *Service, admin bool, primary, standby *faults.Table) {
+	feedv1.RegisterFeedServiceServer(s, &GRPCServer{svc: svc})
+	if admin {
+		feedv1.RegisterFeedAdminServer(s, NewAdminServer(svc, primary, standby))
+	}
+}
+
+// NewAdminServer returns the admin service; nil fault tables disable fault injection.
+func NewAdminServer(svc *Service, primary, standby *faults.Table) *AdminServer {
+	a := &AdminServer{svc: svc, faults: map[feedv1.Store]*faults.Table{}}
+	if primary != nil {
+		a.faults[feedv1.Store_STORE_PRIMARY] = primary
+	}
+	if standby != nil {
+		a.faults[feedv1.Store_STORE_STANDBY] = standby
+	}
+	return a
+}
+
+// grpcError maps the service's errors to gRPC codes.
+func grpcError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, ErrUnavailable):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+var freshStatuses = map[FreshStatus]feedv1.FreshStatus{
+	FreshIncluded:       feedv1.FreshStatus_FRESH_STATUS_INCLUDED,
+	FreshEmpty:          feedv1.FreshStatus_FRESH_STATUS_EMPTY,
+	FreshGeneratorError: feedv1.FreshStatus_FRESH_STATUS_GENERATOR_ERROR,
+	FreshTimeout:        feedv1.FreshStatus_FRESH_STATUS_GENERATOR_TIMEOUT,
+	FreshPersistFailed:  feedv1.FreshStatus_FRESH_STATUS_PERSIST_FAILED,
+	FreshNotFirstPage:   feedv1.FreshStatus_FRESH_STATUS_NOT_FIRST_PAGE,
+}
+
+func protoStore(s hedge.Store) feedv1.Store {
+	if s == hedge.Standby {
+		return feedv1.Store_STORE_STANDBY
+	}
+	return feedv1.Store_STORE_PRIMARY
+}
+
+// GetFeed implements FeedService.
+func (g *GRPCServer) GetFeed(ctx context.Context, req *feedv1.GetFeedRequest) (*feedv1.GetFeedResponse, error) {
+	user := zen.ID(req.GetUserId())
+	if user == 0 && req.GetUserIdStr() != "" {
+		id, err := zen.ParseID(req.GetUserIdStr())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "user_id_str: %v", err)
+		}
+		user = id
+	}
+	p, err := g.svc.GetFeed(ctx, Request{User: user, Cursor: req.GetCursor(), PageSize: int(req.GetPageSize())})
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	resp := &feedv1.GetFeedResponse{
+		NextCursor:    p.NextCursor,
+		FreshIncluded: p.FreshStatus == FreshIncluded,
+		FreshStatus:   freshStatuses[p.FreshStatus],
+		FreshDetail:   p.FreshDetail,
+		ServedFrom:    protoStore(p.From),
+		Hedged:        p.Hedged,
+		Items:         make([]*feedv1.FeedItem, 0, len(p.Items)),
+	}
+	for _, it := range p.Items {
+		resp.Items = append(resp.Items, &feedv1.FeedItem{
+			PinId: uint64(it.Pin), PinIdStr: it.Pin.String(), Source: feedv1.Source(it.Source),
+			Score: it.Score, AuthorId: uint64(it.Author), BoardId: uint64(it.Board),
+			Reason: it.Reason, Fresh: it.Fresh,
+		})
+	}
+	return resp, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// fromMS converts a millisecond field, refusing NaN, negative and absurd values.
+func fromMS(field string, v float64) (time.Duration, error) {
+	const maxMS = float64(24 * time.Hour / time.Millisecond)
+	if math.IsNaN(v) || v < 0 || v > maxMS {
+		return 0, status.Errorf(codes.InvalidArgument, "%s %v is not in [0, %v] ms", field, v, maxMS)
+	}
+	return time.Duration(v * float64(time.Millisecond)), nil
+}
+
+func (a *AdminServer) policy() *feedv1.HedgePolicy {
+	p := a.svc.Hedger().Policy()
+	cut, _ := a.svc.Hedger().Cutoff()
+	return &feedv1.HedgePolicy{
+		Mode: string(p.Mode), DelayMs: ms(p.Delay), Percentile: p.Percentile,
+		MinMs: ms(p.Min), MaxMs: ms(p.Max), Budget: p.Budget, BudgetBurst: p.BudgetBurst,
+		Warmup: p.Warmup, MinSamples: int32(p.MinSamples), CurrentCutoffMs: ms(cut),
+	}
+}
+
+// GetHedgePolicy implements FeedAdmin.
+func (a *AdminServer) GetHedgePolicy(context.Context, *feedv1.GetHedgePolicyRequest) (*feedv1.HedgePolicy, error) {
+	return a.policy(), nil
+}
+
+// SetHedgePolicy implements FeedAdmin.
+func (a *AdminServer) SetHedgePolicy(_ context.Context, in *feedv1.HedgePolicy) (*feedv1.HedgePolicy, error) {
+	p := hedge.Policy{Mode: hedge.Mode(in.GetMode()), Percentile: in.GetPercentile(), Budget: in.GetBudget(),
+		BudgetBurst: in.GetBudgetBurst(), Warmup: in.GetWarmup(), MinSamples: int(in.GetMinSamples())}
+	var err error
+	for _, f := range []struct {
+		name string
+		v    float64
+		dst  *time.Duration
+	}{{"delay_ms", in.GetDelayMs(), &p.Delay}, {"min_ms", in.GetMinMs(), &p.Min}, {"max_ms", in.GetMaxMs(), &p.Max}} {
+		if *f.dst, err = fromMS(f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.svc.Hedger().SetPolicy(p); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return a.policy(), nil
+}
+
+func (a *AdminServer) table(s feedv1.Store) (*faults.Table, error) {
+	t, ok := a.faults[s]
+	if !ok {
+		return nil, status.Errorf(codes.FailedPrecondition, "fault injection is not enabled for store %v", s)
+	}
+	return t, nil
+}
+
+func protoFaults(s feedv1.Store, c faults.Config) *feedv1.Faults {
+	return &feedv1.Faults{Store: s, BaseMs: ms(c.Base), JitterMs: ms(c.Jitter), SlowFraction: c.SlowFraction,
+		SlowMs: ms(c.Slow), ErrorRate: c.ErrorRate, Outage: c.Outage}
+}
+
+// GetFaults implements FeedAdmin.
+func (a *AdminServer) GetFaults(_ context.Context, in *feedv1.GetFaultsRequest) (*feedv1.Faults, error) {
+	t, err := a.table(in.GetStore())
+	if err != nil {
+		return nil, err
+	}
+	return protoFaults(in.GetStore(), t.Config()), nil
+}
+
+// SetFaults implements FeedAdmin.
+func (a *AdminServer) SetFaults(_ context.Context, in *feedv1.Faults) (*feedv1.Faults, error) {
+	t, err := a.table(in.GetStore())
+	if err != nil {
+		return nil, err
+	}
+	c := faults.Config{SlowFraction: in.GetSlowFraction(), ErrorRate: in.GetErrorRate(), Outage: in.GetOutage()}
+	for _, f := range []struct {
+		name string
+		v    float64
+		dst  *time.Duration
+	}{{"base_ms", in.GetBaseMs(), &c.Base}, {"jitter_ms", in.GetJitterMs(), &c.Jitter}, {"slow_ms", in.GetSlowMs(), &c.Slow}} {
+		if *f.dst, err = fromMS(f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.Set(c); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return protoFaults(in.GetStore(), t.Config()), nil
+}
+
+func protoConfig(c Config) *feedv1.ServiceConfig {
+	return &feedv1.ServiceConfig{GeneratorDeadlineMs: ms(c.GeneratorDeadline), PersistTimeoutMs: ms(c.PersistTimeout),
+		MaxItems: int32(c.MaxItems), DefaultPageSize: int32(c.DefaultPageSize), MaxPageSize: int32(c.MaxPageSize),
+		StalePendingMs: ms(c.StalePending)}
+}
+
+// GetServiceConfig implements FeedAdmin.
+func (a *AdminServer) GetServiceConfig(context.Context, *feedv1.GetServiceConfigRequest) (*feedv1.ServiceConfig, error) {
+	return protoConfig(a.svc.Config()), nil
+}
+
+// SetServiceConfig implements FeedAdmin.
+func (a *AdminServer) SetServiceConfig(_ context.Context, in *feedv1.ServiceConfig) (*feedv1.ServiceConfig, error) {
+	c := Config{MaxItems: int(in.GetMaxItems()), DefaultPageSize: int(in.GetDefaultPageSize()),
+		MaxPageSize: int(in.GetMaxPageSize())}
+	var err error
+	for _, f := range []struct {
+		name string
+		v    float64
+		dst  *time.Duration
+	}{{"generator_deadline_ms", in.GetGeneratorDeadlineMs(), &c.GeneratorDeadline},
+		{"persist_timeout_ms", in.GetPersistTimeoutMs(), &c.PersistTimeout},
+		{"stale_pending_ms", in.GetStalePendingMs(), &c.StalePending}} {
+		if *f.dst, err = fromMS(f.name, f.v); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.svc.SetConfig(c); err != nil {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprint(err))
+	}
+	return protoConfig(a.svc.Config()), nil
+}

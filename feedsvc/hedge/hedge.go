@@ -1,0 +1,297 @@
+package hedge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Store names which side answered a call.
+type Store int
+
+const (
+	// Primary is the store read first.
+	Primary Store = iota
+	// Standby is the hot copy read on error or after the cutoff.
+	Standby
+)
+
+// String returns "primary" or "standby".
+func (s Store) String() string {
+	if s == Standby {
+		return "standby"
+	}
+	return "primary"
+}
+
+// Outcome describes how a call was answered.
+type Outcome struct {
+	// From is the store whose answer was returned.
+	From Store
+	// Hedged is set when the standby was asked (on error or after the cutoff).
+	Hedged bool
+	// Reason is "error" or "cutoff" when Hedged.
+	Reason string
+	// BudgetExhausted is set when the cutoff passed but the budget refused the hedge.
+	BudgetExhausted bool
+	// PrimaryErr is the primary's error, if it answered with one.
+	PrimaryErr error
+}
+
+// Options configures a Hedger at construction; the Policy can change later, these cannot.
+type Options struct {
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// WindowSize is the number of recent primary latencies kept. Default 4096.
+	WindowSize int
+	// WarmupTimeout bounds a warm-up read. Default 1s.
+	WarmupTimeout time.Duration
+}
+
+// Hedger runs hedged reads under a live-updatable Policy. It is safe for concurrent use.
+type Hedger struct {
+	policy  atomic.Pointer[Policy]
+	win     *window
+	warmTO  time.Duration
+	m       *metrics
+	mu      sync.Mutex // guards tokens and warmAcc
+	tokens  float64
+	warmAcc float64
+	// warmups tracks warm-up reads so tests and shutdown can wait for them.
+	warmups sync.WaitGroup
+}
+
+// New returns a Hedger with the policy p.
+func New(p Policy, o Options) (*Hedger, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if o.WindowSize == 0 {
+		o.WindowSize = 4096
+	}
+	if o.WindowSize < 16 || o.WindowSize > 1<<20 {
+		return nil, fmt.Errorf("hedge: window size %d is not in [16, 2^20]", o.WindowSize)
+	}
+	if o.WarmupTimeout <= 0 {
+		o.WarmupTimeout = time.Second
+	}
+	m, err := newMetrics(o.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	h := &Hedger{win: newWindow(o.WindowSize, max(16, o.WindowSize/16)), warmTO: o.WarmupTimeout, m: m}
+	h.tokens = p.BudgetBurst
+	h.store(p)
+	return h, nil
+}
+
+func (h *Hedger) store(p Policy) {
+	h.policy.Store(&p)
+	h.m.setPolicy(p)
+}
+
+// Policy returns the current policy.
+func (h *Hedger) Policy() Policy { return *h.policy.Load() }
+
+// SetPolicy replaces the policy; calls already running keep the one they started with.
+func (h *Hedger) SetPolicy(p Policy) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.tokens = min(h.tokens, p.BudgetBurst)
+	h.mu.Unlock()
+	h.store(p)
+	return nil
+}
+
+// Cutoff returns the delay after which a call would hedge now, and whether hedging on the
+// cutoff is on at all.
+func (h *Hedger) Cutoff() (time.Duration, bool) { return h.cutoff(h.Policy()) }
+
+func (h *Hedger) cutoff(p Policy) (time.Duration, bool) {
+	var d time.Duration
+	switch p.Mode {
+	case ModeOff:
+		return 0, false
+	case ModeFixed:
+		d = p.Delay
+	default:
+		q, n := h.win.percentile(p.Percentile)
+		if n < p.MinSamples {
+			d = p.Max
+		} else {
+			d = min(max(q, p.Min), p.Max)
+		}
+	}
+	h.m.cutoff.Set(d.Seconds())
+	return d, true
+}
+
+// earn adds one call's share of budget; spend takes a token if there is one.
+func (h *Hedger) earnAndWarm(p Policy) (warm bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tokens = min(h.tokens+p.Budget, p.BudgetBurst)
+	h.warmAcc += p.Warmup
+	if h.warmAcc >= 1 {
+		h.warmAcc--
+		return true
+	}
+	return false
+}
+
+// spend takes a token if more than reserve would be left.
+func (h *Hedger) spend(reserve float64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.tokens >= 1+reserve {
+		h.tokens--
+		return true
+	}
+	return false
+}
+
+// Wait blocks until the warm-up reads started so far have finished.
+func (h *Hedger) Wait() { h.warmups.Wait() }
+
+// ReadFunc is one read against one store. It must honour ctx: a cancelled loser must return.
+type ReadFunc[T any] func(ctx context.Context) (T, error)
+
+type result[T any] struct {
+	v    T
+	err  error
+	from Store
+	took time.Duration
+}
+
+// Do reads from primary, and from standby on a primary error or once the cutoff passes (budget
+// permitting: a cutoff below Max leaves half the budget for calls still outstanding at Max);
+// the first good answer wins and the other read is cancelled. It returns the
+// error of the last read to fail when neither succeeds, or ctx's error.
+func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T, Outcome, error) {
+	p := h.Policy()
+	h.m.calls.Inc()
+	if h.earnAndWarm(p) {
+		warm(ctx, h, standby)
+	}
+
+	var out Outcome
+	var zero T
+	results := make(chan result[T], 2)
+	run := func(ctx context.Context, s Store, f ReadFunc[T]) {
+		start := time.Now()
+		v, err := f(ctx)
+		results <- result[T]{v: v, err: err, from: s, took: time.Since(start)}
+	}
+	pctx, pcancel := context.WithCancel(ctx)
+	defer pcancel()
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel()
+	start := time.Now()
+	go run(pctx, Primary, primary)
+	pending, standbyStarted, primaryDone := 1, false, false
+	startStandby := func(reason string) {
+		standbyStarted, out.Hedged, out.Reason = true, true, reason
+		pending++
+		h.m.issued.WithLabelValues(reason).Inc()
+		go run(sctx, Standby, standby)
+	}
+
+	// The cutoff hedge may not spend the last half of the budget: that reserve is kept for the
+	// calls still outstanding at Max, which are the likeliest to be stuck (gRPC's throttling
+	// stops hedges at half its tokens in the same spirit). A call refused at the cutoff gets
+	// a second chance at Max.
+	var timer <-chan time.Time
+	var t *time.Timer
+	d, on := h.cutoff(p)
+	secondChance := on && d < p.Max
+	if on {
+		t = time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	var errs []error
+	for pending > 0 {
+		select {
+		case <-ctx.Done():
+			return zero, out, ctx.Err()
+		case <-timer:
+			timer = nil
+			if standbyStarted || primaryDone {
+				continue
+			}
+			reserve := 0.0
+			if secondChance {
+				reserve = math.Floor(p.BudgetBurst / 2)
+			}
+			if !h.spend(reserve) {
+				out.BudgetExhausted = true
+				h.m.exhausted.Inc()
+				if secondChance {
+					secondChance = false
+					t.Reset(p.Max - d)
+					timer = t.C
+				}
+				continue
+			}
+			startStandby("cutoff")
+		case r := <-results:
+			pending--
+			h.m.latency.WithLabelValues(r.from.String()).Observe(r.took.Seconds())
+			if r.from == Primary {
+				primaryDone = true
+				if r.err == nil {
+					h.win.add(r.took)
+				}
+			}
+			if r.err == nil {
+				out.From = r.from
+				if r.from == Standby {
+					h.m.won.Inc()
+					if !primaryDone {
+						// The primary loses: record how long it had run, a lower bound on its
+						// latency, so a stuck primary still pushes the percentile up.
+						h.win.add(time.Since(start))
+					}
+				}
+				return r.v, out, nil
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", r.from, r.err))
+			if r.from == Primary {
+				out.PrimaryErr = r.err
+				if !standbyStarted && ctx.Err() == nil {
+					startStandby("error")
+				}
+			}
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, out, err
+	}
+	return zero, out, fmt.Errorf("%w: %w", ErrBothFailed, errors.Join(errs...))
+}
+
+// warm starts a warm-up read of the standby whose answer is dropped. It is detached from ctx's
+// cancellation (the call may well be over first) and bounded by the warm-up timeout.
+func warm[T any](ctx context.Context, h *Hedger, standby ReadFunc[T]) {
+	h.m.warmups.Inc()
+	h.warmups.Add(1)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.warmTO)
+	go func() {
+		defer h.warmups.Done()
+		defer cancel()
+		start := time.Now()
+		_, err := standby(wctx)
+		h.m.latency.WithLabelValues(Standby.String()).Observe(time.Since(start).Seconds())
+		if err != nil {
+			h.m.warmupErrors.Inc()
+		}
+	}()
+}

@@ -1,0 +1,68 @@
+package hedge
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	calls        prometheus.Counter
+	latency      *prometheus.HistogramVec
+	issued       *prometheus.CounterVec
+	won          prometheus.Counter
+	exhausted    prometheus.Counter
+	warmups      prometheus.Counter
+	warmupErrors prometheus.Counter
+	cutoff       prometheus.Gauge
+	policy       *prometheus.GaugeVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		calls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_hedge_calls_total", Help: "Hedged reads started."}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "smartfeed_hedge_read_seconds",
+			Help:    "Latency of each read, by store (primary, standby), warm-up reads included.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"store"}),
+		issued: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_hedge_issued_total",
+			Help: "Reads sent to the standby, by reason (error, cutoff)."}, []string{"reason"}),
+		won: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_hedge_won_total", Help: "Calls answered by the standby."}),
+		exhausted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_hedge_budget_exhausted_total",
+			Help: "Cutoffs passed with no budget left to hedge."}),
+		warmups: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_hedge_warmup_reads_total", Help: "Warm-up reads sent to the standby."}),
+		warmupErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_hedge_warmup_errors_total", Help: "Warm-up reads that failed."}),
+		cutoff: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "smartfeed_hedge_cutoff_seconds", Help: "The hedging cutoff last used."}),
+		policy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "smartfeed_hedge_policy",
+			Help: "Current hedging knobs: mode (0 off, 1 fixed, 2 percentile), delay_seconds, percentile, min_seconds, max_seconds, budget, budget_burst, warmup, min_samples."},
+			[]string{"knob"}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.calls, m.latency, m.issued, m.won, m.exhausted,
+			m.warmups, m.warmupErrors, m.cutoff, m.policy} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register hedge metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) setPolicy(p Policy) {
+	mode := map[Mode]float64{ModeOff: 0, ModeFixed: 1, ModePercentile: 2}[p.Mode]
+	for k, v := range map[string]float64{
+		"mode": mode, "delay_seconds": p.Delay.Seconds(), "percentile": p.Percentile,
+		"min_seconds": p.Min.Seconds(), "max_seconds": p.Max.Seconds(), "budget": p.Budget,
+		"budget_burst": p.BudgetBurst, "warmup": p.Warmup, "min_samples": float64(p.MinSamples),
+	} {
+		m.policy.WithLabelValues(k).Set(v)
+	}
+}

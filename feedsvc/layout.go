@@ -1,0 +1,285 @@
+package feedsvc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// Row layout of the "feed" table (all integers big-endian):
+//
+//	'f' | user(8) | ^seq(8)             a pending chunk: served, not yet materialized
+//	'f' | user(8) | ^seq(8) | pos(4)    one materialized item
+//	'p' | user(8) | pin(8)              pin index: where the pin sits, seq(8) | pos(4)
+//	'c' | user(8)                       the user's chunk sequence counter
+//	'd' | user(8) | chunk ID            chunk marker: seq(8) | state(1), 0 pending, 1 done
+//
+// A forward scan of 'f' | user is newest chunk first, each chunk's items in the generator's
+// order, and a pending chunk sorts just before the item rows its materialization writes.
+// Sequences come from the counter when the chunk is served, so a chunk's place in the feed is
+// fixed before the user sees it, and a cursor (seq, pos) is stable while newer chunks arrive.
+const (
+	prefixFeed    = 'f'
+	prefixPin     = 'p'
+	prefixCounter = 'c'
+	prefixDone    = 'd'
+
+	pendingKeyLen = 1 + 8 + 8
+	itemKeyLen    = pendingKeyLen + 4
+
+	itemVersion    = 1
+	pendingVersion = 1
+)
+
+// errCorrupt marks a row that does not decode.
+var errCorrupt = errors.New("corrupt feed row")
+
+// Item is one pin of a chunk or of the materialized feed.
+type Item struct {
+	Pin    zen.ID
+	Source zen.Source
+	Score  float64
+	Author zen.ID
+	Board  zen.ID
+	Reason string
+}
+
+// Chunk is a batch of new pins from the generator, in its order. ID is unique per user.
+type Chunk struct {
+	ID    string
+	User  zen.ID
+	Items []Item
+}
+
+// position is an item's place in a user's feed: its chunk's sequence and its index in the chunk.
+type position struct {
+	Seq uint64
+	Pos uint32
+}
+
+func userPrefix(p byte, user zen.ID) []byte {
+	return binary.BigEndian.AppendUint64([]byte{p}, uint64(user))
+}
+
+// prefixEnd returns the first key after every key starting with prefix.
+func prefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+func pendingKey(user zen.ID, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(userPrefix(prefixFeed, user), ^seq)
+}
+
+func itemKey(user zen.ID, p position) []byte {
+	return binary.BigEndian.AppendUint32(pendingKey(user, p.Seq), p.Pos)
+}
+
+func pinKey(user, pin zen.ID) []byte {
+	return binary.BigEndian.AppendUint64(userPrefix(prefixPin, user), uint64(pin))
+}
+
+func counterKey(user zen.ID) []byte { return userPrefix(prefixCounter, user) }
+
+func doneKey(user zen.ID, chunkID string) []byte {
+	return append(userPrefix(prefixDone, user), chunkID...)
+}
+
+func encodePosition(p position) []byte {
+	return binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(nil, p.Seq), p.Pos)
+}
+
+// feedKey splits a key of the 'f' range: the position, and whether it is a pending chunk row.
+func feedKey(k []byte) (pos position, pending bool, err error) {
+	switch len(k) {
+	case pendingKeyLen, itemKeyLen:
+	default:
+		return position{}, false, fmt.Errorf("%w: feed key of %d bytes", errCorrupt, len(k))
+	}
+	if k[0] != prefixFeed {
+		return position{}, false, fmt.Errorf("%w: feed key prefix %q", errCorrupt, k[0])
+	}
+	pos.Seq = ^binary.BigEndian.Uint64(k[9:17])
+	if len(k) == pendingKeyLen {
+		return pos, true, nil
+	}
+	pos.Pos = binary.BigEndian.Uint32(k[17:])
+	return pos, false, nil
+}
+
+// appendItem encodes one item: pin, source, score, author, board, then the reason with a length.
+func appendItem(b []byte, it Item) []byte {
+	b = binary.BigEndian.AppendUint64(b, uint64(it.Pin))
+	b = append(b, byte(it.Source))
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(it.Score))
+	b = binary.BigEndian.AppendUint64(b, uint64(it.Author))
+	b = binary.BigEndian.AppendUint64(b, uint64(it.Board))
+	b = binary.AppendUvarint(b, uint64(len(it.Reason)))
+	return append(b, it.Reason...)
+}
+
+const maxReason = 1 << 12
+
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: short or bad %s", errCorrupt, what)
+	}
+}
+
+func (r *reader) u64(what string) uint64 {
+	if r.err != nil || len(r.b) < 8 {
+		r.fail(what)
+		return 0
+	}
+	v := binary.BigEndian.Uint64(r.b)
+	r.b = r.b[8:]
+	return v
+}
+
+func (r *reader) u8(what string) byte {
+	if r.err != nil || len(r.b) < 1 {
+		r.fail(what)
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) uvarint(what string, limit uint64) uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 || v > limit {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) bytes(what string, n uint64) []byte {
+	if r.err != nil || uint64(len(r.b)) < n {
+		r.fail(what)
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) item() Item {
+	it := Item{
+		Pin:    zen.ID(r.u64("pin")),
+		Source: zen.Source(r.u8("source")),
+		Score:  math.Float64frombits(r.u64("score")),
+		Author: zen.ID(r.u64("author")),
+		Board:  zen.ID(r.u64("board")),
+	}
+	it.Reason = string(r.bytes("reason", r.uvarint("reason length", maxReason)))
+	return it
+}
+
+func encodeItem(it Item) []byte { return appendItem([]byte{itemVersion}, it) }
+
+func decodeItem(b []byte) (Item, error) {
+	r := reader{b: b}
+	if v := r.u8("version"); r.err == nil && v != itemVersion {
+		return Item{}, fmt.Errorf("%w: item version %d", errCorrupt, v)
+	}
+	it := r.item()
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: %d trailing bytes after item", errCorrupt, len(r.b))
+	}
+	return it, r.err
+}
+
+// pendingChunk is the value of a pending row: the chunk as served, with each kept item's
+// position in it (pins already in the feed were left out when it was served).
+type pendingChunk struct {
+	ChunkID  string
+	ServedMs int64
+	Items    []Item
+	Pos      []uint32
+}
+
+const maxChunkItems = 1 << 12
+
+func encodePending(c pendingChunk) []byte {
+	b := []byte{pendingVersion}
+	b = binary.AppendUvarint(b, uint64(len(c.ChunkID)))
+	b = append(b, c.ChunkID...)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.ServedMs))
+	b = binary.AppendUvarint(b, uint64(len(c.Items)))
+	for i, it := range c.Items {
+		b = binary.AppendUvarint(b, uint64(c.Pos[i]))
+		b = appendItem(b, it)
+	}
+	return b
+}
+
+func decodePending(b []byte) (pendingChunk, error) {
+	r := reader{b: b}
+	if v := r.u8("version"); r.err == nil && v != pendingVersion {
+		return pendingChunk{}, fmt.Errorf("%w: pending chunk version %d", errCorrupt, v)
+	}
+	var c pendingChunk
+	c.ChunkID = string(r.bytes("chunk id", r.uvarint("chunk id length", maxChunkID)))
+	c.ServedMs = int64(r.u64("served time"))
+	n := r.uvarint("item count", maxChunkItems)
+	last := int64(-1)
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		pos := r.uvarint("position", math.MaxUint32)
+		if r.err == nil && int64(pos) <= last {
+			return pendingChunk{}, fmt.Errorf("%w: positions not increasing", errCorrupt)
+		}
+		last = int64(pos)
+		c.Pos = append(c.Pos, uint32(pos))
+		c.Items = append(c.Items, r.item())
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%w: %d trailing bytes after pending chunk", errCorrupt, len(r.b))
+	}
+	if r.err != nil {
+		return pendingChunk{}, r.err
+	}
+	return c, nil
+}
+
+// chunkMarker records a served chunk's sequence and whether it is materialized. It is written
+// just before the pending row, so a marker without a pending row is a chunk already saved (or
+// never recorded: a write that failed half way, whose chunk was given back).
+type chunkMarker struct {
+	seq  uint64
+	done bool
+}
+
+func encodeMarker(m chunkMarker) []byte {
+	b := binary.BigEndian.AppendUint64(nil, m.seq)
+	if m.done {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func decodeMarker(b []byte) (chunkMarker, error) {
+	if len(b) != 9 || b[8] > 1 || binary.BigEndian.Uint64(b) == 0 {
+		return chunkMarker{}, fmt.Errorf("%w: chunk marker of %d bytes", errCorrupt, len(b))
+	}
+	return chunkMarker{seq: binary.BigEndian.Uint64(b), done: b[8] == 1}, nil
+}

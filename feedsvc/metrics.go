@@ -1,0 +1,82 @@
+package feedsvc
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests           *prometheus.CounterVec
+	latency            prometheus.Histogram
+	servedFrom         *prometheus.CounterVec
+	generatorLate      prometheus.Counter
+	persistFailed      prometheus.Counter
+	enqueueFailed      prometheus.Counter
+	reenqueued         prometheus.Counter
+	materialized       *prometheus.CounterVec
+	materializeSeconds prometheus.Histogram
+	duplicatePins      prometheus.Counter
+	trimmed            prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_feed_requests_total",
+			Help: "GetFeed calls by outcome (ok, invalid, unavailable) and fresh status."},
+			[]string{"outcome", "fresh"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "smartfeed_feed_request_seconds", Help: "GetFeed latency.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		servedFrom: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_feed_served_from_total",
+			Help: "Pages by the store that answered (primary, standby): standby pages may be stale by the replication lag."},
+			[]string{"store"}),
+		generatorLate: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_generator_late_total", Help: "Generator calls abandoned at the deadline."}),
+		persistFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_persist_failed_total", Help: "Fresh chunks not served because they could not be recorded."}),
+		enqueueFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_enqueue_failed_total", Help: "Materialize jobs that could not be enqueued (left to recovery)."}),
+		reenqueued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_reenqueued_total", Help: "Stale pending chunks re-enqueued by reads."}),
+		materialized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_feed_materialized_total", Help: "Materialize runs by result (done, already)."},
+			[]string{"result"}),
+		materializeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "smartfeed_feed_materialize_seconds", Help: "Materialize job latency.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		duplicatePins: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_duplicate_pins_total", Help: "Pins skipped at materialization because already in the feed."}),
+		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_trimmed_total", Help: "Items dropped by trimming to the maximum length."}),
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
+			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
+			m.duplicatePins, m.trimmed} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register feed metrics: %w", err)
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(p Page, err error, took time.Duration) {
+	outcome := "ok"
+	switch {
+	case errors.Is(err, ErrInvalid):
+		outcome = "invalid"
+	case err != nil:
+		outcome = "unavailable"
+	}
+	m.requests.WithLabelValues(outcome, string(p.FreshStatus)).Inc()
+	if err == nil {
+		m.latency.Observe(took.Seconds())
+		m.servedFrom.WithLabelValues(p.From.String()).Inc()
+	}
+}

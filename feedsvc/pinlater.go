@@ -1,0 +1,62 @@
+package feedsvc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/smartfeed/smartfeed/pinlater"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// TaskEnqueuer is the part of *pinlater.Client that PinlaterEnqueuer needs.
+type TaskEnqueuer interface {
+	Enqueue(ctx context.Context, t *pinlater.Task, opts ...pinlater.Option) (*pinlater.Info, error)
+}
+
+// PinlaterEnqueuer enqueues materialize jobs as pinlater "materialize" tasks. The payload
+// names the chunk only (its Pins list stays empty): the items are in the chunk's pending row,
+// written before the enqueue. pinlater deduplicates the task by (user, chunk).
+type PinlaterEnqueuer struct {
+	Client TaskEnqueuer
+}
+
+// EnqueueMaterialize implements Enqueuer.
+func (e PinlaterEnqueuer) EnqueueMaterialize(ctx context.Context, t MaterializeTask) error {
+	task, err := newMaterializeTask(t)
+	if err != nil {
+		return err
+	}
+	if _, err := e.Client.Enqueue(ctx, task); err != nil {
+		return fmt.Errorf("enqueue materialize %s: %w", t.ChunkID, err)
+	}
+	return nil
+}
+
+func newMaterializeTask(t MaterializeTask) (*pinlater.Task, error) {
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	return pinlater.NewMaterialize(pinlater.MaterializePayload{User: uint64(t.User), ChunkID: t.ChunkID})
+}
+
+// Registrar is the part of *pinlater.Server that RegisterHandlers needs.
+type Registrar interface {
+	Handle(typ string, h pinlater.Handler)
+}
+
+// RegisterHandlers registers the materialize handler of s with a pinlater server.
+func RegisterHandlers(r Registrar, s *Service) {
+	r.Handle(pinlater.TypeMaterialize, pinlater.Typed(s.HandleMaterialize))
+}
+
+// HandleMaterialize runs Materialize for a decoded pinlater payload. A task that can never
+// succeed (not a user ID, a chunk that does not match its row) wraps pinlater.ErrInvalidPayload,
+// so the server archives it instead of retrying.
+func (s *Service) HandleMaterialize(ctx context.Context, p pinlater.MaterializePayload) error {
+	err := s.Materialize(ctx, MaterializeTask{User: zen.ID(p.User), ChunkID: p.ChunkID})
+	if errors.Is(err, ErrBadTask) {
+		return fmt.Errorf("%w: %w", pinlater.ErrInvalidPayload, err)
+	}
+	return err
+}

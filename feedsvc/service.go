@@ -1,0 +1,580 @@
+package feedsvc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// Generator makes chunks of new pins and settles them. The generator package implements it
+// through an adapter in cmd/smartfeed; feedsvc does not import it.
+type Generator interface {
+	// GenerateChunk takes the next chunk of new pins for user from the pools.
+	GenerateChunk(ctx context.Context, user zen.ID) (Chunk, error)
+	// Settle closes an in-flight chunk: delivered=true once it is materialized, false to
+	// return its pins to the pools.
+	Settle(ctx context.Context, user zen.ID, chunkID string, delivered bool) error
+}
+
+// Enqueuer schedules the materialize job (pinlater in production).
+type Enqueuer interface {
+	EnqueueMaterialize(ctx context.Context, t MaterializeTask) error
+}
+
+// ErrInvalid is wrapped by errors about the caller's input (user, cursor, page size).
+var ErrInvalid = errors.New("invalid argument")
+
+// ErrUnavailable is wrapped when neither the primary nor the standby could answer.
+var ErrUnavailable = errors.New("feed unavailable")
+
+// Config holds the service's live-tunable knobs other than the hedging policy.
+type Config struct {
+	// GeneratorDeadline bounds the generator call of a first page. Default 150ms.
+	GeneratorDeadline time.Duration `json:"generator_deadline"`
+	// PersistTimeout bounds recording a served chunk as pending. Default 200ms.
+	PersistTimeout time.Duration `json:"persist_timeout"`
+	// MaxItems is the materialized feed's maximum length. Default 1000.
+	MaxItems int `json:"max_items"`
+	// DefaultPageSize is used when a request asks for 0. Default 25.
+	DefaultPageSize int `json:"default_page_size"`
+	// MaxPageSize is the largest page. Default 200.
+	MaxPageSize int `json:"max_page_size"`
+	// StalePending is how old a pending chunk must be before a read re-enqueues its
+	// materialization (the job was lost). Default 30s.
+	StalePending time.Duration `json:"stale_pending"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		GeneratorDeadline: 150 * time.Millisecond,
+		PersistTimeout:    200 * time.Millisecond,
+		MaxItems:          1000,
+		DefaultPageSize:   25,
+		MaxPageSize:       200,
+		StalePending:      30 * time.Second,
+	}
+}
+
+// Validate reports the first knob out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.GeneratorDeadline <= 0 || c.GeneratorDeadline > time.Minute:
+		return fmt.Errorf("config: generator deadline %v is not in (0, 1m]", c.GeneratorDeadline)
+	case c.PersistTimeout <= 0 || c.PersistTimeout > time.Minute:
+		return fmt.Errorf("config: persist timeout %v is not in (0, 1m]", c.PersistTimeout)
+	case c.MaxItems < 1 || c.MaxItems > 1<<20:
+		return fmt.Errorf("config: max items %d is not in [1, 2^20]", c.MaxItems)
+	case c.MaxPageSize < 1 || c.MaxPageSize > 10000:
+		return fmt.Errorf("config: max page size %d is not in [1, 10000]", c.MaxPageSize)
+	case c.DefaultPageSize < 1 || c.DefaultPageSize > c.MaxPageSize:
+		return fmt.Errorf("config: default page size %d is not in [1, max page size]", c.DefaultPageSize)
+	case c.StalePending <= 0:
+		return fmt.Errorf("config: stale pending %v is not positive", c.StalePending)
+	}
+	return nil
+}
+
+// Deps are the service's collaborators.
+type Deps struct {
+	// Primary and Standby hold the materialized feed ("feed" table). Writes go to Primary
+	// only (wrap it with a Replicator to copy them to Standby); reads are hedged.
+	Primary, Standby zen.Table
+	Generator        Generator
+	Enqueuer         Enqueuer
+	// Hedger runs the speculative reads; nil builds one with hedge.DefaultPolicy.
+	Hedger *hedge.Hedger
+	// Logger defaults to a no-op logger.
+	Logger *zap.Logger
+	// Registerer receives the metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Now defaults to time.Now.
+	Now func() time.Time
+}
+
+// Service serves home feeds. It is safe for concurrent use.
+type Service struct {
+	primary, standby zen.Table
+	gen              Generator
+	enq              Enqueuer
+	hedger           *hedge.Hedger
+	log              *zap.Logger
+	now              func() time.Time
+	cfg              atomic.Pointer[Config]
+	m                *metrics
+
+	// reenqueued remembers stale pending chunks already re-enqueued by this process.
+	mu         sync.Mutex
+	reenqueued map[string]time.Time
+	// bg tracks background work (settling late chunks, enqueues) so tests can wait for it.
+	bg sync.WaitGroup
+}
+
+// New returns a Service.
+func New(d Deps, c Config) (*Service, error) {
+	if d.Primary == nil || d.Standby == nil || d.Generator == nil || d.Enqueuer == nil {
+		return nil, errors.New("feedsvc: primary, standby, generator and enqueuer are required")
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if d.Logger == nil {
+		d.Logger = zap.NewNop()
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Hedger == nil {
+		h, err := hedge.New(hedge.DefaultPolicy(), hedge.Options{Registerer: d.Registerer})
+		if err != nil {
+			return nil, err
+		}
+		d.Hedger = h
+	}
+	m, err := newMetrics(d.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
+		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{}}
+	s.cfg.Store(&c)
+	return s, nil
+}
+
+// Config returns the current knobs.
+func (s *Service) Config() Config { return *s.cfg.Load() }
+
+// SetConfig replaces the knobs; requests already running keep the ones they started with.
+func (s *Service) SetConfig(c Config) error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	s.cfg.Store(&c)
+	return nil
+}
+
+// Hedger returns the hedger of the materialized reads (for the admin API).
+func (s *Service) Hedger() *hedge.Hedger { return s.hedger }
+
+// Wait blocks until the background work started so far (settling late chunks, enqueues,
+// warm-up reads) is done.
+func (s *Service) Wait() {
+	s.bg.Wait()
+	s.hedger.Wait()
+}
+
+// FreshStatus says whether a page includes a fresh chunk, and if not, why.
+type FreshStatus string
+
+// The fresh statuses.
+const (
+	FreshIncluded       FreshStatus = "included"
+	FreshEmpty          FreshStatus = "empty"             // the generator had nothing new
+	FreshGeneratorError FreshStatus = "generator_error"   // the generator failed
+	FreshTimeout        FreshStatus = "generator_timeout" // the generator missed its deadline
+	FreshPersistFailed  FreshStatus = "persist_failed"    // the chunk could not be recorded
+	FreshNotFirstPage   FreshStatus = "not_first_page"    // later pages are materialized only
+)
+
+// Request asks for one page of a user's feed. An empty Cursor asks for the first page.
+type Request struct {
+	User     zen.ID
+	Cursor   string
+	PageSize int
+}
+
+// PageItem is one item of a page.
+type PageItem struct {
+	Item
+	// Fresh is set for the items of the chunk generated for this request.
+	Fresh bool
+}
+
+// Page is one page of a feed.
+type Page struct {
+	Items []PageItem
+	// NextCursor continues after the last item; empty at the end of the feed.
+	NextCursor  string
+	FreshStatus FreshStatus
+	// FreshDetail explains a status other than included (the error, say).
+	FreshDetail string
+	// From is the store that answered the materialized read; Hedged is set when the standby
+	// was asked.
+	From   hedge.Store
+	Hedged bool
+}
+
+// entry is one item read from the feed with its position.
+type entry struct {
+	Item
+	at position
+}
+
+type genResult struct {
+	c   Chunk
+	err error
+}
+
+// GetFeed returns one page of the user's home feed. The first page puts a fresh chunk from the
+// generator (bounded by the generator deadline) before the materialized feed; later pages read
+// the materialized feed after the cursor. Errors wrap ErrInvalid or ErrUnavailable.
+func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
+	cfg := s.Config()
+	start := time.Now()
+	if req.User == 0 || !req.User.Valid() {
+		return Page{}, fmt.Errorf("%w: user %d is not a valid ID", ErrInvalid, uint64(req.User))
+	}
+	if err := req.User.Check(zen.TypeUser); err != nil {
+		return Page{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	size := req.PageSize
+	if size == 0 {
+		size = cfg.DefaultPageSize
+	}
+	if size < 1 || size > cfg.MaxPageSize {
+		return Page{}, fmt.Errorf("%w: page size %d is not in [1, %d]", ErrInvalid, req.PageSize, cfg.MaxPageSize)
+	}
+	var after *position
+	if req.Cursor != "" {
+		p, err := decodeCursor(req.User, req.Cursor)
+		if err != nil {
+			return Page{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+		}
+		after = &p
+	}
+	var page Page
+	var err error
+	if after == nil {
+		page, err = s.firstPage(ctx, cfg, req.User, size)
+	} else {
+		page, err = s.laterPage(ctx, req.User, *after, size)
+	}
+	s.m.observe(page, err, time.Since(start))
+	return page, err
+}
+
+func (s *Service) laterPage(ctx context.Context, user zen.ID, after position, size int) (Page, error) {
+	res, out, err := s.read(ctx, user, &after, size)
+	if err != nil {
+		return Page{}, err
+	}
+	page := Page{FreshStatus: FreshNotFirstPage, From: out.From, Hedged: out.Hedged}
+	s.fill(&page, user, nil, res, size)
+	return page, nil
+}
+
+func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size int) (Page, error) {
+	// The generator runs with its own deadline; if it ignores the deadline, the request leaves
+	// without it and a background reader settles whatever it returns late.
+	genCh := make(chan genResult, 1)
+	gctx, gcancel := context.WithTimeout(ctx, cfg.GeneratorDeadline)
+	defer gcancel()
+	go func() {
+		c, err := s.gen.GenerateChunk(gctx, user)
+		genCh <- genResult{c, err}
+	}()
+	type readResult struct {
+		res pageRead
+		out hedge.Outcome
+		err error
+	}
+	readCh := make(chan readResult, 1)
+	go func() {
+		res, out, err := s.read(ctx, user, nil, size)
+		readCh <- readResult{res, out, err}
+	}()
+
+	var gen genResult
+	timedOut := false
+	select {
+	case gen = <-genCh:
+	case <-gctx.Done():
+		timedOut = true
+		s.abandon(user, genCh)
+	}
+	rd := <-readCh
+
+	page := Page{From: rd.out.From, Hedged: rd.out.Hedged}
+	var fresh []entry
+	switch {
+	case timedOut:
+		page.FreshStatus, page.FreshDetail = FreshTimeout, fmt.Sprintf("no chunk within %v", cfg.GeneratorDeadline)
+	case gen.err != nil && errors.Is(gen.err, context.DeadlineExceeded):
+		page.FreshStatus, page.FreshDetail = FreshTimeout, gen.err.Error()
+	case gen.err != nil:
+		page.FreshStatus, page.FreshDetail = FreshGeneratorError, gen.err.Error()
+	case gen.c.User != 0 && gen.c.User != user:
+		page.FreshStatus, page.FreshDetail = FreshGeneratorError, fmt.Sprintf("chunk for user %d", gen.c.User)
+		s.settleLater(user, gen.c.ID, false)
+	case len(gen.c.Items) == 0:
+		page.FreshStatus = FreshEmpty
+		if gen.c.ID != "" {
+			s.settleLater(user, gen.c.ID, true)
+		}
+	case rd.err != nil:
+		// Neither store answered: the chunk cannot be recorded either; give it back.
+		s.settleLater(user, gen.c.ID, false)
+	default:
+		var err error
+		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res.entries)
+		if err != nil {
+			page.FreshStatus, page.FreshDetail = FreshPersistFailed, err.Error()
+			s.m.persistFailed.Inc()
+			s.log.Warn("record served chunk", zap.Stringer("user", user), zap.String("chunk", gen.c.ID), zap.Error(err))
+			s.settleLater(user, gen.c.ID, false)
+		} else {
+			page.FreshStatus = FreshIncluded
+		}
+	}
+	if rd.err != nil {
+		return Page{}, rd.err
+	}
+	s.fill(&page, user, fresh, rd.res, size)
+	return page, nil
+}
+
+// fill composes the page: fresh entries, then the materialized ones, each pin once, at most
+// size items, and the cursor after the last.
+func (s *Service) fill(page *Page, user zen.ID, fresh []entry, res pageRead, size int) {
+	seen := make(map[zen.ID]bool, size)
+	var last *position
+	add := func(e entry, isFresh bool) bool {
+		if len(page.Items) >= size {
+			return false
+		}
+		last = &e.at
+		if seen[e.Pin] {
+			return true
+		}
+		seen[e.Pin] = true
+		page.Items = append(page.Items, PageItem{Item: e.Item, Fresh: isFresh})
+		return true
+	}
+	more := res.more
+	for _, e := range fresh {
+		if !add(e, true) {
+			more = true
+			break
+		}
+	}
+	for _, e := range res.entries {
+		if !add(e, false) {
+			more = true
+			break
+		}
+	}
+	if more && last != nil {
+		page.NextCursor = encodeCursor(user, *last)
+	}
+	s.reenqueueStale(user, res.stale)
+}
+
+// abandon settles a chunk the generator returns after the request gave up on it.
+func (s *Service) abandon(user zen.ID, ch <-chan genResult) {
+	s.m.generatorLate.Inc()
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		r := <-ch
+		if r.err == nil && r.c.ID != "" {
+			s.settle(user, r.c.ID, false)
+		}
+	}()
+}
+
+func (s *Service) settleLater(user zen.ID, chunkID string, delivered bool) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		s.settle(user, chunkID, delivered)
+	}()
+}
+
+func (s *Service) settle(user zen.ID, chunkID string, delivered bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.gen.Settle(ctx, user, chunkID, delivered); err != nil {
+		// The generator's Pending list lets a recovery pass settle it later.
+		s.log.Warn("settle chunk", zap.Stringer("user", user), zap.String("chunk", chunkID),
+			zap.Bool("delivered", delivered), zap.Error(err))
+	}
+}
+
+// persist records the served chunk as pending before the user sees it: it drops pins already
+// in the feed (pin index) or on this page, takes the chunk's sequence, writes one pending row,
+// and enqueues the materialization. It returns the chunk's entries as served.
+func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk, page []entry) ([]entry, error) {
+	if c.ID == "" || len(c.ID) > maxChunkID {
+		return nil, fmt.Errorf("chunk id of %d bytes", len(c.ID))
+	}
+	if len(c.Items) > maxChunkItems {
+		return nil, fmt.Errorf("chunk of %d items, at most %d", len(c.Items), maxChunkItems)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.PersistTimeout)
+	defer cancel()
+	onPage := make(map[zen.ID]bool, len(page))
+	for _, e := range page {
+		onPage[e.Pin] = true
+	}
+	// The sequence and the pin-index lookups go out together.
+	var seq uint64
+	var seqErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		n, err := s.primary.Increment(ctx, counterKey(user), 1)
+		seq, seqErr = uint64(n), err
+	})
+	present := make([]bool, len(c.Items))
+	errs := make([]error, len(c.Items))
+	for i, it := range c.Items {
+		if onPage[it.Pin] {
+			present[i] = true
+			continue
+		}
+		wg.Go(func() {
+			_, err := s.primary.Get(ctx, pinKey(user, it.Pin))
+			switch {
+			case err == nil:
+				present[i] = true
+			case !errors.Is(err, zen.ErrNotFound):
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	if seqErr != nil {
+		return nil, fmt.Errorf("chunk sequence: %w", seqErr)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("pin index: %w", err)
+	}
+	pc := pendingChunk{ChunkID: c.ID, ServedMs: s.now().UnixMilli()}
+	seen := make(map[zen.ID]bool, len(c.Items))
+	var out []entry
+	for i, it := range c.Items {
+		if present[i] || seen[it.Pin] || it.Pin == 0 {
+			continue
+		}
+		seen[it.Pin] = true
+		if len(it.Reason) > maxReason {
+			it.Reason = it.Reason[:maxReason]
+		}
+		pc.Items = append(pc.Items, it)
+		pc.Pos = append(pc.Pos, uint32(i))
+		out = append(out, entry{Item: it, at: position{Seq: seq, Pos: uint32(i)}})
+	}
+	// The marker goes first: if only it lands, the chunk reads as never recorded (and is given
+	// back below), never as pins the feed shows but nobody materializes.
+	if err := s.primary.Apply(ctx, []zen.Mutation{
+		{Key: doneKey(user, c.ID), Value: encodeMarker(chunkMarker{seq: seq})},
+		{Key: pendingKey(user, seq), Value: encodePending(pc)},
+	}); err != nil {
+		return nil, fmt.Errorf("pending chunk: %w", err)
+	}
+	task := MaterializeTask{User: user, ChunkID: c.ID, Seq: seq}
+	if err := s.enq.EnqueueMaterialize(ctx, task); err != nil {
+		// The pending row is written: a later read or the recovery pass re-enqueues it.
+		s.m.enqueueFailed.Inc()
+		s.log.Warn("enqueue materialize", zap.Stringer("user", user), zap.String("chunk", c.ID), zap.Error(err))
+	}
+	return out, nil
+}
+
+// pageRead is what one materialized read returns.
+type pageRead struct {
+	entries []entry
+	more    bool
+	stale   []MaterializeTask
+}
+
+// read reads up to size entries after `after` (nil: from the top), hedged across the stores.
+func (s *Service) read(ctx context.Context, user zen.ID, after *position, size int) (pageRead, hedge.Outcome, error) {
+	cut := s.now().Add(-s.Config().StalePending).UnixMilli()
+	readFrom := func(t zen.Table) hedge.ReadFunc[pageRead] {
+		return func(ctx context.Context) (pageRead, error) { return readPage(ctx, t, user, after, size, cut) }
+	}
+	res, out, err := hedge.Do(ctx, s.hedger, readFrom(s.primary), readFrom(s.standby))
+	if err != nil {
+		return pageRead{}, out, fmt.Errorf("%w: read feed of %d: %w", ErrUnavailable, user, err)
+	}
+	return res, out, nil
+}
+
+// readPage scans t for up to size entries of user's feed after `after`, pending chunks merged
+// in their place and each pin once. Pending chunks served before cutMs are reported as stale.
+func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, size int, cutMs int64) (pageRead, error) {
+	var res pageRead
+	startKey := userPrefix(prefixFeed, user)
+	stop := prefixEnd(startKey)
+	if after != nil {
+		startKey = pendingKey(user, after.Seq)
+	}
+	isAfter := func(p position) bool {
+		return after == nil || p.Seq < after.Seq || (p.Seq == after.Seq && p.Pos > after.Pos)
+	}
+	pendingSeqs := map[uint64]bool{}
+	seen := map[zen.ID]bool{}
+	batch := size + 8
+	for {
+		rows, err := t.Scan(ctx, zen.ScanOptions{Start: startKey, Stop: stop, Limit: batch})
+		if err != nil {
+			return pageRead{}, fmt.Errorf("scan feed of %d: %w", user, err)
+		}
+		for _, kv := range rows {
+			if len(res.entries) >= size {
+				res.more = true
+				return res, nil
+			}
+			pos, pending, err := feedKey(kv.Key)
+			if err != nil {
+				continue // not ours; never fail a page on one bad row
+			}
+			if pending {
+				pc, err := decodePending(kv.Value)
+				if err != nil {
+					continue
+				}
+				pendingSeqs[pos.Seq] = true
+				if pc.ServedMs < cutMs {
+					res.stale = append(res.stale, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: pos.Seq})
+				}
+				for j, it := range pc.Items {
+					at := position{Seq: pos.Seq, Pos: pc.Pos[j]}
+					if !isAfter(at) || seen[it.Pin] {
+						continue
+					}
+					if len(res.entries) >= size {
+						res.more = true
+						return res, nil
+					}
+					seen[it.Pin] = true
+					res.entries = append(res.entries, entry{Item: it, at: at})
+				}
+				continue
+			}
+			if pendingSeqs[pos.Seq] || !isAfter(pos) {
+				continue
+			}
+			it, err := decodeItem(kv.Value)
+			if err != nil || seen[it.Pin] {
+				continue
+			}
+			seen[it.Pin] = true
+			res.entries = append(res.entries, entry{Item: it, at: pos})
+		}
+		if len(rows) < batch {
+			return res, nil
+		}
+		startKey = append(bytes.Clone(rows[len(rows)-1].Key), 0)
+	}
+}
