@@ -493,15 +493,18 @@ func TestStoreErrors(t *testing.T) {
 		"ListEdges":    func() error { _, _, err := g.ListEdges(ctx, u, zen.EdgeFollowsUser, "", 10, true); return err },
 		"CountEdges":   func() error { _, err := g.CountEdges(ctx, u, zen.EdgeFollowsUser); return err },
 		"RecountEdges": func() error { _, err := g.RecountEdges(ctx, u, zen.EdgeFollowsUser); return err },
-		"Insert":       func() error { _, err := p.Insert(ctx, []zen.PoolEntry{{User: u, Pin: pin, Source: 1, Score: 2}}); return err },
-		"Top":          func() error { _, err := p.Top(ctx, u, 1, 10); return err },
-		"Take":         func() error { _, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin}}); return err },
-		"Remove":       func() error { _, err := p.Remove(ctx, u, []zen.ID{pin}); return err },
-		"RemoveWhere":  func() error { _, err := p.RemoveWhere(ctx, u, 1, func(zen.PoolEntry) bool { return true }); return err },
-		"Size":         func() error { _, err := p.Size(ctx, u, 1); return err },
-		"Trim":         func() error { _, err := p.Trim(ctx, u, 1, 0); return err },
-		"Expire":       func() error { _, err := p.Expire(ctx, u, 1<<62); return err },
-		"DeleteUser":   func() error { return p.DeleteUser(ctx, u) },
+		"Insert": func() error {
+			_, err := p.Insert(ctx, []zen.PoolEntry{{User: u, Pin: pin, Source: 1, Score: 2}})
+			return err
+		},
+		"Top":         func() error { _, err := p.Top(ctx, u, 1, 10); return err },
+		"Take":        func() error { _, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin}}); return err },
+		"Remove":      func() error { _, err := p.Remove(ctx, u, []zen.ID{pin}); return err },
+		"RemoveWhere": func() error { _, err := p.RemoveWhere(ctx, u, 1, func(zen.PoolEntry) bool { return true }); return err },
+		"Size":        func() error { _, err := p.Size(ctx, u, 1); return err },
+		"Trim":        func() error { _, err := p.Trim(ctx, u, 1, 0); return err },
+		"Expire":      func() error { _, err := p.Expire(ctx, u, 1<<62); return err },
+		"DeleteUser":  func() error { return p.DeleteUser(ctx, u) },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, errInjected) {
