@@ -1,0 +1,442 @@
+// Package zenpebble is the embedded zen.Store: every named table is a key prefix in one Pebble
+// database, the single-machine default backend.
+//
+// Layout: the Pebble key of row k in table "name" is "name" 0x00 k. Table names are short
+// lowercase words (no 0x00), so the prefixes never nest and a table is the Pebble range
+// ["name\x00", "name\x01").
+//
+// Atomicity and concurrency: Apply is one Pebble Batch (atomic, all or nothing). Pebble has no
+// transactions, so CheckAndSet and Increment are a read followed by a write under a striped
+// mutex chosen by hashing the row key. That is linearizable because every writer of a row holds
+// its stripe while it reads and writes: CheckAndSet and Increment hold one stripe, and Apply
+// holds the stripes of all of its rows (taken in ascending stripe order, so two writers never
+// wait on each other in a cycle) until its batch is committed. A write that Pebble has
+// committed is visible to every later read, so the value a CheckAndSet compares against is the
+// latest one and nothing can slip in between its read and its write. Readers (Get, Scan) take no
+// lock: they see the database as of some committed batch.
+//
+// Durability: by default every write (Apply, CheckAndSet, Increment) is synced to the write-ahead
+// log before it returns (pebble.Sync), so an acknowledged write survives a machine crash. With
+// WithNoSync a write survives a process crash (the log is in the OS page cache) but a power
+// loss may drop the last writes; Pebble still never exposes a torn batch after recovery.
+package zenpebble
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// stripes is the number of row-lock stripes. It bounds how many CheckAndSet/Increment calls on
+// different rows can run at once; collisions only cost waiting, never correctness.
+const stripes = 1024
+
+// scanCheckEvery is how many rows a Scan reads between two looks at its context.
+const scanCheckEvery = 256
+
+// Option configures Open.
+type Option func(*config)
+
+type config struct {
+	sync   bool
+	logger *zap.Logger
+	cache  int64
+}
+
+// WithNoSync makes writes return once they are in the write-ahead log without waiting for
+// fsync: faster, but a machine crash may lose the last acknowledged writes.
+func WithNoSync() Option { return func(c *config) { c.sync = false } }
+
+// WithLogger sends Pebble's own log lines to l (default: discarded).
+func WithLogger(l *zap.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithCacheSize sets Pebble's block cache size in bytes (default: Pebble's, 8 MiB).
+func WithCacheSize(n int64) Option { return func(c *config) { c.cache = n } }
+
+// Store is a zen.Store over one Pebble database. It is safe for concurrent use.
+type Store struct {
+	db    *pebble.DB
+	wo    *pebble.WriteOptions
+	seed  maphash.Seed
+	locks [stripes]sync.Mutex
+
+	// life is read-held by every table call and write-held by Close, so no call ever reaches
+	// a closed Pebble DB (which panics).
+	life   sync.RWMutex
+	closed bool
+
+	mu     sync.Mutex
+	tables map[string]*Table
+
+	// afterRead, when set (by tests only), runs between the read and the write of CheckAndSet
+	// and Increment, to widen the window a missing lock would leave open.
+	afterRead func()
+}
+
+// ErrClosed is returned by every call on a closed Store.
+var ErrClosed = errors.New("zenpebble: store closed")
+
+// enter starts a table call; it must be paired with s.life.RUnlock when it returns nil.
+func (s *Store) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.life.RLock()
+	if s.closed {
+		s.life.RUnlock()
+		return ErrClosed
+	}
+	return nil
+}
+
+var _ zen.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the Pebble database in dir. An empty dir gives a fresh
+// in-memory database (vfs.NewMem), for tests.
+func Open(dir string, opts ...Option) (*Store, error) {
+	cfg := config{sync: true, logger: zap.NewNop()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	po := &pebble.Options{Logger: zapLogger{cfg.logger.Sugar()}}
+	if dir == "" {
+		po.FS = vfs.NewMem()
+	}
+	if cfg.cache > 0 {
+		c := pebble.NewCache(cfg.cache)
+		defer c.Unref()
+		po.Cache = c
+	}
+	db, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("open pebble %q: %w", dir, err)
+	}
+	wo := pebble.NoSync
+	if cfg.sync {
+		wo = pebble.Sync
+	}
+	return &Store{db: db, wo: wo, seed: maphash.MakeSeed(), tables: map[string]*Table{}}, nil
+}
+
+// Table returns the named table. Names are 1 to 64 characters of [a-z0-9_].
+func (s *Store) Table(_ context.Context, name string) (zen.Table, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.tables[name]
+	if !ok {
+		p := append([]byte(name), 0)
+		end := append([]byte(name), 1)
+		t = &Table{s: s, name: name, prefix: p, end: end}
+		s.tables[name] = t
+	}
+	return t, nil
+}
+
+// Close flushes and closes the database. Tables must not be used afterwards.
+func (s *Store) Close() error {
+	s.life.Lock()
+	defer s.life.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close pebble: %w", err)
+	}
+	return nil
+}
+
+// CheckName reports whether name is a valid table name: 1 to 64 characters of [a-z0-9_].
+func CheckName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("table name %q: want 1 to 64 characters", name)
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return fmt.Errorf("table name %q: want only [a-z0-9_]", name)
+		}
+	}
+	return nil
+}
+
+// Table is one named table of a Store.
+type Table struct {
+	s      *Store
+	name   string
+	prefix []byte // name 0x00
+	end    []byte // name 0x01: the first key past the table
+}
+
+var _ zen.Table = (*Table)(nil)
+
+func (t *Table) key(k []byte) []byte {
+	out := make([]byte, 0, len(t.prefix)+len(k))
+	return append(append(out, t.prefix...), k...)
+}
+
+func (t *Table) stripe(k []byte) int {
+	return int(maphash.Bytes(t.s.seed, k) % stripes)
+}
+
+// MaxKeyLen is the longest row key accepted, the same limit as the HBase backend's.
+const MaxKeyLen = 1024
+
+func checkKey(k []byte) error {
+	if len(k) == 0 {
+		return errors.New("empty row key")
+	}
+	if len(k) > MaxKeyLen {
+		return fmt.Errorf("row key of %d bytes (at most %d)", len(k), MaxKeyLen)
+	}
+	return nil
+}
+
+// Get returns the value at key, or zen.ErrNotFound.
+func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
+	if err := t.s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer t.s.life.RUnlock()
+	if err := checkKey(key); err != nil {
+		return nil, fmt.Errorf("get %s: %w", t.name, err)
+	}
+	v, err := t.get(key)
+	if err != nil && !errors.Is(err, zen.ErrNotFound) {
+		return nil, fmt.Errorf("get %s %x: %w", t.name, key, err)
+	}
+	return v, err
+}
+
+func (t *Table) get(key []byte) ([]byte, error) {
+	v, closer, err := t.s.db.Get(t.key(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, zen.ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := bytes.Clone(v)
+	if out == nil {
+		out = []byte{}
+	}
+	if err := closer.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Apply writes the batch atomically: after a crash either all or none of it is there. When a
+// key appears more than once the last mutation wins.
+func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
+	if err := t.s.enter(ctx); err != nil {
+		return err
+	}
+	defer t.s.life.RUnlock()
+	if len(muts) == 0 {
+		return nil
+	}
+	for i, m := range muts {
+		if err := checkKey(m.Key); err != nil {
+			return fmt.Errorf("apply %s: mutation %d: %w", t.name, i, err)
+		}
+	}
+	b := t.s.db.NewBatch()
+	defer b.Close()
+	st := make([]int, 0, len(muts))
+	for _, m := range muts {
+		var err error
+		if m.Delete {
+			err = b.Delete(t.key(m.Key), nil)
+		} else {
+			err = b.Set(t.key(m.Key), m.Value, nil)
+		}
+		if err != nil {
+			return fmt.Errorf("apply %s: %w", t.name, err)
+		}
+		st = append(st, t.stripe(m.Key))
+	}
+	slices.Sort(st)
+	st = slices.Compact(st)
+	for _, i := range st {
+		t.s.locks[i].Lock()
+	}
+	err := b.Commit(t.s.wo)
+	for _, i := range st {
+		t.s.locks[i].Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("apply %s: %w", t.name, err)
+	}
+	return nil
+}
+
+// Scan returns the rows in [Start, Stop), forward or reversed, up to Limit.
+func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
+	if err := t.s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer t.s.life.RUnlock()
+	if o.Limit < 0 {
+		return nil, fmt.Errorf("scan %s: negative limit %d", t.name, o.Limit)
+	}
+	lo, hi := t.prefix, t.end
+	if o.Start != nil {
+		lo = t.key(o.Start)
+	}
+	if o.Stop != nil {
+		hi = t.key(o.Stop)
+	}
+	if bytes.Compare(lo, hi) >= 0 {
+		return nil, nil
+	}
+	it, err := t.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, fmt.Errorf("scan %s: %w", t.name, err)
+	}
+	var out []zen.KV
+	var valid bool
+	if o.Reverse {
+		valid = it.SeekLT(hi)
+	} else {
+		valid = it.First()
+	}
+	for ; valid; valid = step(it, o.Reverse) {
+		if len(out)%scanCheckEvery == scanCheckEvery-1 {
+			if err := ctx.Err(); err != nil {
+				_ = it.Close()
+				return nil, err
+			}
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return nil, fmt.Errorf("scan %s: %w", t.name, err)
+		}
+		kv := zen.KV{Key: bytes.Clone(it.Key()[len(t.prefix):]), Value: bytes.Clone(v)}
+		if kv.Value == nil {
+			kv.Value = []byte{}
+		}
+		out = append(out, kv)
+		if o.Limit > 0 && len(out) >= o.Limit {
+			break
+		}
+	}
+	if err := it.Close(); err != nil {
+		return nil, fmt.Errorf("scan %s: %w", t.name, err)
+	}
+	return out, nil
+}
+
+func step(it *pebble.Iterator, reverse bool) bool {
+	if reverse {
+		return it.Prev()
+	}
+	return it.Next()
+}
+
+// CheckAndSet writes value (nil = delete) at key if the current value equals expected (nil =
+// absent), under the key's stripe lock.
+func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
+	if err := t.s.enter(ctx); err != nil {
+		return false, err
+	}
+	defer t.s.life.RUnlock()
+	if err := checkKey(key); err != nil {
+		return false, fmt.Errorf("check-and-set %s: %w", t.name, err)
+	}
+	mu := &t.s.locks[t.stripe(key)]
+	mu.Lock()
+	defer mu.Unlock()
+	cur, err := t.get(key)
+	if t.s.afterRead != nil {
+		t.s.afterRead()
+	}
+	switch {
+	case errors.Is(err, zen.ErrNotFound):
+		if expected != nil {
+			return false, nil
+		}
+	case err != nil:
+		return false, fmt.Errorf("check-and-set %s %x: %w", t.name, key, err)
+	case expected == nil || !bytes.Equal(cur, expected):
+		return false, nil
+	}
+	if value == nil {
+		err = t.s.db.Delete(t.key(key), t.s.wo)
+	} else {
+		err = t.s.db.Set(t.key(key), value, t.s.wo)
+	}
+	if err != nil {
+		return false, fmt.Errorf("check-and-set %s %x: %w", t.name, key, err)
+	}
+	return true, nil
+}
+
+// Increment adds delta to the 8-byte big-endian counter at key (absent = 0) under the key's
+// stripe lock, and returns the new value. A value that is not 8 bytes is an error and is left
+// unchanged.
+func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
+	if err := t.s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer t.s.life.RUnlock()
+	if err := checkKey(key); err != nil {
+		return 0, fmt.Errorf("increment %s: %w", t.name, err)
+	}
+	mu := &t.s.locks[t.stripe(key)]
+	mu.Lock()
+	defer mu.Unlock()
+	var n int64
+	cur, err := t.get(key)
+	if t.s.afterRead != nil {
+		t.s.afterRead()
+	}
+	switch {
+	case errors.Is(err, zen.ErrNotFound):
+	case err != nil:
+		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
+	case len(cur) != 8:
+		return 0, fmt.Errorf("increment %s %x: value is %d bytes, not a counter", t.name, key, len(cur))
+	default:
+		n = int64(binary.BigEndian.Uint64(cur))
+	}
+	n += delta
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(n))
+	if err := t.s.db.Set(t.key(key), b[:], t.s.wo); err != nil {
+		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
+	}
+	return n, nil
+}
+
+// zapLogger adapts a zap logger to pebble.Logger.
+type zapLogger struct{ l *zap.SugaredLogger }
+
+func (z zapLogger) Infof(format string, args ...any)  { z.l.Infof(format, args...) }
+func (z zapLogger) Errorf(format string, args ...any) { z.l.Errorf(format, args...) }
+
+// Fatalf logs and panics: Pebble calls it only on corruption it cannot recover from, and
+// expects it not to return.
+func (z zapLogger) Fatalf(format string, args ...any) {
+	z.l.Errorf(format, args...)
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}
