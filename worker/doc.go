@@ -1,3 +1,10 @@
 // Package worker holds the pinlater handlers that turn upstream events (pins, repins, follows,
 // interest tags, related pins, deletes) into scored rows in each receiving user's per-source pools.
+//
+// The producers' way in is the Publisher (Go) and IngestServer (gRPC IngestService.Publish), which
+// validate events and enqueue pinlater tasks; Worker.Register registers the handlers that run them
+// (fanout, fanout-chunk, follow-backfill, unfollow-cleanup, pin-delete, user-delete). Scoring is a
+// Scorer; the default is the logistic model documented on Weights. A fanout streams each follower
+// list page by page into bounded chunk tasks (hot lists on the bulk queue), skips inactive
+// receivers (Touch and Rebuilding bring them back), caps and expires the pools. See docs/worker.md.
 package worker

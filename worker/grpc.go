@@ -1,0 +1,258 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/smartfeed/smartfeed/pinlater"
+	ingestv1 "github.com/smartfeed/smartfeed/proto/ingest/v1"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// MaxPublishEvents bounds one Publish request.
+const MaxPublishEvents = 100
+
+// Engager records engagements (*Worker satisfies it).
+type Engager interface {
+	RecordEngagement(ctx context.Context, user, pin, author zen.ID) error
+}
+
+// IngestServer is the gRPC face of the Publisher: IngestService.Publish.
+type IngestServer struct {
+	ingestv1.UnimplementedIngestServiceServer
+	pub *Publisher
+	eng Engager
+}
+
+// NewIngestServer returns the server. eng may be nil: engagement events are then refused.
+func NewIngestServer(pub *Publisher, eng Engager) *IngestServer {
+	return &IngestServer{pub: pub, eng: eng}
+}
+
+// idOf reads an ID given as a number, a decimal string, or both (which must agree).
+func idOf(what string, n uint64, s string, t zen.Type, required bool) (zen.ID, error) {
+	id := zen.ID(n)
+	if s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q is not a decimal ID", what, s)
+		}
+		if n != 0 && v != n {
+			return 0, fmt.Errorf("%s: %d and %q disagree", what, n, s)
+		}
+		id = zen.ID(v)
+	}
+	if id == 0 && !required {
+		return 0, nil
+	}
+	if t == 0 {
+		if !id.Valid() {
+			return 0, fmt.Errorf("%s: %d is not a valid ID", what, id)
+		}
+		return id, nil
+	}
+	if err := id.Check(t); err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
+	}
+	return id, nil
+}
+
+// action is one validated event, ready to enqueue.
+type action func(ctx context.Context) (*ingestv1.EventResult, error)
+
+func result(infos ...*pinlater.Info) *ingestv1.EventResult {
+	r := &ingestv1.EventResult{Duplicate: len(infos) > 0}
+	for _, in := range infos {
+		r.TaskIds = append(r.TaskIds, in.ID)
+		r.Duplicate = r.Duplicate && in.Duplicate
+	}
+	return r
+}
+
+func (s *IngestServer) parse(ev *ingestv1.Event) (action, error) {
+	switch e := ev.GetEvent().(type) {
+	case *ingestv1.Event_PinSaved:
+		p := e.PinSaved
+		pin, err1 := idOf("pin", p.GetPin(), p.GetPinStr(), zen.TypePin, true)
+		user, err2 := idOf("user", p.GetUser(), p.GetUserStr(), zen.TypeUser, true)
+		board, err3 := idOf("board", p.GetBoard(), p.GetBoardStr(), zen.TypeBoard, true)
+		origin, err4 := idOf("origin_author", p.GetOriginAuthor(), p.GetOriginAuthorStr(), zen.TypeUser, false)
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
+			return nil, err
+		}
+		if len(p.GetInterestsStr()) > 0 && len(p.GetInterests()) > 0 {
+			return nil, errors.New("interests: set interests or interests_str, not both")
+		}
+		ev := PinSaved{Pin: pin, User: user, Board: board, CreatedMs: p.GetCreatedMs(), Repin: p.GetRepin()}
+		for i, n := range p.GetInterests() {
+			id, err := idOf(fmt.Sprintf("interests[%d]", i), n, "", zen.TypeInterest, true)
+			if err != nil {
+				return nil, err
+			}
+			ev.Interests = append(ev.Interests, id)
+		}
+		for i, str := range p.GetInterestsStr() {
+			id, err := idOf(fmt.Sprintf("interests_str[%d]", i), 0, str, zen.TypeInterest, true)
+			if err != nil {
+				return nil, err
+			}
+			ev.Interests = append(ev.Interests, id)
+		}
+		if err := ev.Validate(); err != nil {
+			return nil, err
+		}
+		if origin != 0 && s.eng == nil {
+			return nil, errors.New("origin_author: engagements are not accepted by this server")
+		}
+		return func(ctx context.Context) (*ingestv1.EventResult, error) {
+			if origin != 0 {
+				if err := s.eng.RecordEngagement(ctx, user, pin, origin); err != nil {
+					return nil, err
+				}
+			}
+			info, err := s.pub.PinSaved(ctx, ev)
+			if err != nil {
+				return nil, err
+			}
+			return result(info), nil
+		}, nil
+	case *ingestv1.Event_Follow, *ingestv1.Event_Unfollow:
+		f, unfollow := ev.GetFollow(), false
+		if f == nil {
+			f, unfollow = ev.GetUnfollow(), true
+		}
+		user, err1 := idOf("user", f.GetUser(), f.GetUserStr(), zen.TypeUser, true)
+		target, err2 := idOf("target", f.GetTarget(), f.GetTargetStr(), 0, true)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, err
+		}
+		if _, err := followPayload(user, target); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) (*ingestv1.EventResult, error) {
+			var info *pinlater.Info
+			var err error
+			if unfollow {
+				info, err = s.pub.Unfollowed(ctx, user, target)
+			} else {
+				info, err = s.pub.Followed(ctx, user, target)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return result(info), nil
+		}, nil
+	case *ingestv1.Event_PinDeleted:
+		p := e.PinDeleted
+		pin, err1 := idOf("pin", p.GetPin(), p.GetPinStr(), zen.TypePin, true)
+		author, err2 := idOf("author", p.GetAuthor(), p.GetAuthorStr(), zen.TypeUser, true)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) (*ingestv1.EventResult, error) {
+			info, err := s.pub.PinDeleted(ctx, pin, author)
+			if err != nil {
+				return nil, err
+			}
+			return result(info), nil
+		}, nil
+	case *ingestv1.Event_UserDeleted:
+		user, err := idOf("user", e.UserDeleted.GetUser(), e.UserDeleted.GetUserStr(), zen.TypeUser, true)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) (*ingestv1.EventResult, error) {
+			info, err := s.pub.UserDeleted(ctx, user)
+			if err != nil {
+				return nil, err
+			}
+			return result(info), nil
+		}, nil
+	case *ingestv1.Event_RelatedPins:
+		r := e.RelatedPins
+		user, err := idOf("user", r.GetUser(), r.GetUserStr(), zen.TypeUser, true)
+		if err != nil {
+			return nil, err
+		}
+		if len(r.GetPins()) == 0 || len(r.GetPins()) > MaxRelatedPins {
+			return nil, fmt.Errorf("related_pins: %d pins (want 1..%d)", len(r.GetPins()), MaxRelatedPins)
+		}
+		pins := make([]RelatedPin, len(r.GetPins()))
+		for i, rp := range r.GetPins() {
+			pin, err1 := idOf(fmt.Sprintf("pins[%d].pin", i), rp.GetPin(), rp.GetPinStr(), zen.TypePin, true)
+			author, err2 := idOf(fmt.Sprintf("pins[%d].author", i), rp.GetAuthor(), rp.GetAuthorStr(), zen.TypeUser, true)
+			board, err3 := idOf(fmt.Sprintf("pins[%d].board", i), rp.GetBoard(), rp.GetBoardStr(), zen.TypeBoard, true)
+			if err := errors.Join(err1, err2, err3); err != nil {
+				return nil, err
+			}
+			if rp.GetCreatedMs() <= 0 {
+				return nil, fmt.Errorf("pins[%d].created_ms %d", i, rp.GetCreatedMs())
+			}
+			pins[i] = RelatedPin{Pin: pin, Author: author, Board: board, CreatedMs: rp.GetCreatedMs()}
+		}
+		return func(ctx context.Context) (*ingestv1.EventResult, error) {
+			infos, err := s.pub.RelatedPins(ctx, user, pins)
+			if err != nil {
+				return nil, err
+			}
+			return result(infos...), nil
+		}, nil
+	case *ingestv1.Event_Engagement:
+		g := e.Engagement
+		user, err1 := idOf("user", g.GetUser(), g.GetUserStr(), zen.TypeUser, true)
+		pin, err2 := idOf("pin", g.GetPin(), g.GetPinStr(), zen.TypePin, true)
+		author, err3 := idOf("author", g.GetAuthor(), g.GetAuthorStr(), zen.TypeUser, true)
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return nil, err
+		}
+		if s.eng == nil {
+			return nil, errors.New("engagement: not accepted by this server")
+		}
+		return func(ctx context.Context) (*ingestv1.EventResult, error) {
+			if err := s.eng.RecordEngagement(ctx, user, pin, author); err != nil {
+				return nil, err
+			}
+			return &ingestv1.EventResult{}, nil
+		}, nil
+	}
+	return nil, errors.New("empty event")
+}
+
+// Publish implements IngestServiceServer.
+func (s *IngestServer) Publish(ctx context.Context, req *ingestv1.PublishRequest) (*ingestv1.PublishResponse, error) {
+	evs := req.GetEvents()
+	if len(evs) == 0 || len(evs) > MaxPublishEvents {
+		return nil, status.Errorf(codes.InvalidArgument, "publish: %d events (want 1..%d)", len(evs), MaxPublishEvents)
+	}
+	acts := make([]action, len(evs))
+	for i, ev := range evs {
+		a, err := s.parse(ev)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "events[%d]: %v", i, err)
+		}
+		acts[i] = a
+	}
+	resp := &ingestv1.PublishResponse{Results: make([]*ingestv1.EventResult, 0, len(acts))}
+	for i, a := range acts {
+		r, err := a(ctx)
+		if err != nil {
+			if errors.Is(err, pinlater.ErrInvalidPayload) {
+				return nil, status.Errorf(codes.InvalidArgument, "events[%d]: %v", i, err)
+			}
+			if errors.Is(err, pinlater.ErrQueueDraining) {
+				return nil, status.Errorf(codes.Unavailable, "events[%d]: %v", i, err)
+			}
+			if ctx.Err() != nil {
+				return nil, status.FromContextError(ctx.Err()).Err()
+			}
+			return nil, status.Errorf(codes.Unavailable, "events[%d]: %v", i, err)
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp, nil
+}

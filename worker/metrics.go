@@ -1,0 +1,42 @@
+package worker
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	inserts  prometheus.Counter
+	chunks   prometheus.Counter
+	rebuilds prometheus.Counter
+	skipped  *prometheus.CounterVec
+	tasks    *prometheus.CounterVec
+	removed  *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		inserts: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_pool_inserts_total",
+			Help: "Pool entries added or improved by the worker."}),
+		chunks: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_fanout_chunks_enqueued_total",
+			Help: "Fanout chunk tasks enqueued."}),
+		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_rebuilds_started_total",
+			Help: "Pool rebuilds started for users returning after inactivity."}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_receivers_skipped_total",
+			Help: "Receivers a fanout skipped, by reason (inactive, deleted)."}, []string{"reason"}),
+		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_tasks_done_total",
+			Help: "Worker tasks completed, by task type."}, []string{"type"}),
+		removed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_pool_removed_total",
+			Help: "Pool entries removed by upkeep, by cause (unfollow, pin_delete)."}, []string{"cause"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.rebuilds, m.skipped, m.tasks, m.removed} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register worker metrics: %w", err)
+		}
+	}
+	return m, nil
+}

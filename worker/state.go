@@ -1,0 +1,260 @@
+package worker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// StateTable is the name of the worker's own table (in the same store as the pools). Rows, all
+// led by the user ID so they live on the user's shard:
+//
+//	user | 'a'         -> last active, ms (8 bytes); -1 = user deleted (never fanned out to again)
+//	user | 'r'         -> rebuild started at, ms (8 bytes): present while the pools are rebuilt
+//	user | 'f' | author -> affinity: how many of author's pins user saved or liked (8-byte counter)
+//	user | 'm' | pin    -> engagement mark (author): makes the affinity increment idempotent
+const StateTable = "worker"
+
+const (
+	rowActive   = 'a'
+	rowRebuild  = 'r'
+	rowAffinity = 'f'
+	rowMark     = 'm'
+
+	deletedUser = -1
+)
+
+func stateKey(user zen.ID, kind byte, other zen.ID) []byte {
+	k := binary.BigEndian.AppendUint64(make([]byte, 0, 17), uint64(user))
+	k = append(k, kind)
+	if other != 0 {
+		k = binary.BigEndian.AppendUint64(k, uint64(other))
+	}
+	return k
+}
+
+func i64(v []byte) (int64, bool) {
+	if len(v) != 8 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(v)), true
+}
+
+func i64Bytes(n int64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(n)) }
+
+// maxParallelGets bounds the concurrent point reads of one batch (HBase round trips overlap).
+const maxParallelGets = 16
+
+// getAll reads keys concurrently; absent rows come back nil.
+func getAll(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
+	out := make([][]byte, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan int)
+	)
+	for range min(maxParallelGets, len(keys)) {
+		wg.Go(func() {
+			for i := range next {
+				v, err := t.Get(ctx, keys[i])
+				if err != nil && !errors.Is(err, zen.ErrNotFound) {
+					mu.Lock()
+					if first == nil {
+						first = err
+						cancel()
+					}
+					mu.Unlock()
+					continue
+				}
+				if err == nil {
+					out[i] = v
+				}
+			}
+		})
+	}
+feed:
+	for i := range keys {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// parallel runs fn(i) for i in [0, n) on at most maxParallelGets goroutines and returns the
+// first error.
+func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan int)
+	)
+	for range min(maxParallelGets, n) {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(ctx, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+						cancel()
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return first
+	}
+	return ctx.Err()
+}
+
+// RecordEngagement notes that user saved or liked pin, whose author is author: it raises
+// user's affinity for author by one, once per (user, pin) however often it is called (a mark
+// row is put if absent first, and only the call that placed it increments). A crash between the
+// two leaves the count one low; it is a ranking signal, so that is tolerated.
+func (w *Worker) RecordEngagement(ctx context.Context, user, pin, author zen.ID) error {
+	if err := user.Check(zen.TypeUser); err != nil {
+		return fmt.Errorf("record engagement: %w", err)
+	}
+	if err := pin.Check(zen.TypePin); err != nil {
+		return fmt.Errorf("record engagement: %w", err)
+	}
+	if err := author.Check(zen.TypeUser); err != nil {
+		return fmt.Errorf("record engagement: author: %w", err)
+	}
+	if user == author {
+		return nil
+	}
+	won, err := w.state.CheckAndSet(ctx, stateKey(user, rowMark, pin), nil, i64Bytes(int64(author)))
+	if err != nil {
+		return fmt.Errorf("record engagement %d/%d: %w", user, pin, err)
+	}
+	if !won {
+		return nil
+	}
+	if _, err := w.state.Increment(ctx, stateKey(user, rowAffinity, author), 1); err != nil {
+		return fmt.Errorf("record engagement %d/%d: %w", user, pin, err)
+	}
+	return nil
+}
+
+// Affinity returns user's affinity for author (see RecordEngagement).
+func (w *Worker) Affinity(ctx context.Context, user, author zen.ID) (int64, error) {
+	v, err := w.state.Get(ctx, stateKey(user, rowAffinity, author))
+	if errors.Is(err, zen.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("affinity %d/%d: %w", user, author, err)
+	}
+	n, _ := i64(v)
+	return n, nil
+}
+
+// Touch records that user is active now (the feed service calls it on every feed request; it
+// writes at most once per Config.TouchEvery). A user returning after more than
+// Config.InactiveAfter, whose pools the fanout skipped, gets a rebuild task; Touch then reports
+// true, as Rebuilding does until the rebuild is done (the caller can answer like Mastodon's 206).
+func (w *Worker) Touch(ctx context.Context, user zen.ID) (rebuilding bool, err error) {
+	if err := user.Check(zen.TypeUser); err != nil {
+		return false, fmt.Errorf("touch: %w", err)
+	}
+	key := stateKey(user, rowActive, 0)
+	cur, err := w.state.Get(ctx, key)
+	if err != nil && !errors.Is(err, zen.ErrNotFound) {
+		return false, fmt.Errorf("touch %d: %w", user, err)
+	}
+	nowMs := w.now().UnixMilli()
+	last, known := i64(cur)
+	if known && last == deletedUser {
+		return false, nil
+	}
+	if !known || nowMs-last >= w.cfg.TouchEvery.Milliseconds() {
+		won, err := w.state.CheckAndSet(ctx, key, cur, i64Bytes(nowMs))
+		if err != nil {
+			return false, fmt.Errorf("touch %d: %w", user, err)
+		}
+		if won && known && w.cfg.InactiveAfter > 0 && nowMs-last > w.cfg.InactiveAfter.Milliseconds() {
+			if err := w.startRebuild(ctx, user, nowMs); err != nil {
+				return false, err
+			}
+			return true, nil
+		}
+	}
+	return w.Rebuilding(ctx, user), nil
+}
+
+// SetLastActive sets user's last-active time (tests, imports, and a feed service that tracks
+// activity itself).
+func (w *Worker) SetLastActive(ctx context.Context, user zen.ID, ms int64) error {
+	if err := user.Check(zen.TypeUser); err != nil {
+		return fmt.Errorf("set last active: %w", err)
+	}
+	if err := w.state.Apply(ctx, []zen.Mutation{{Key: stateKey(user, rowActive, 0), Value: i64Bytes(ms)}}); err != nil {
+		return fmt.Errorf("set last active %d: %w", user, err)
+	}
+	return nil
+}
+
+// Rebuilding reports whether user's pools are being rebuilt after a long absence (so a feed may
+// be short for a moment). A rebuild older than Config.RebuildTimeout no longer counts. Errors read
+// as false: the signal is advisory.
+func (w *Worker) Rebuilding(ctx context.Context, user zen.ID) bool {
+	v, err := w.state.Get(ctx, stateKey(user, rowRebuild, 0))
+	if err != nil {
+		return false
+	}
+	start, ok := i64(v)
+	return ok && w.now().UnixMilli()-start < w.cfg.RebuildTimeout.Milliseconds()
+}
+
+// startRebuild places the rebuild marker and enqueues the rebuild (a follow-backfill of the user
+// by itself, see HandleFollowBackfill).
+func (w *Worker) startRebuild(ctx context.Context, user zen.ID, nowMs int64) error {
+	key := stateKey(user, rowRebuild, 0)
+	if err := w.state.Apply(ctx, []zen.Mutation{{Key: key, Value: i64Bytes(nowMs)}}); err != nil {
+		return fmt.Errorf("start rebuild %d: %w", user, err)
+	}
+	if err := w.enqueueRebuild(ctx, user, nowMs); err != nil {
+		return fmt.Errorf("start rebuild %d: %w", user, err)
+	}
+	w.m.rebuilds.Inc()
+	return nil
+}

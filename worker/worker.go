@@ -1,0 +1,700 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/big"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/pinlater"
+	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/seq"
+)
+
+// Enqueuer puts tasks in pinlater queues (*pinlater.Client satisfies it).
+type Enqueuer interface {
+	Enqueue(ctx context.Context, t *pinlater.Task, opts ...pinlater.Option) (*pinlater.Info, error)
+}
+
+// Registrar is where handlers are registered (*pinlater.Server satisfies it).
+type Registrar interface {
+	Handle(typ string, h pinlater.Handler)
+}
+
+// FeedRemover deletes a user's materialized feed (the feed service's, wired in by cmd); the
+// worker calls it when a user is deleted.
+type FeedRemover interface {
+	DeleteFeed(ctx context.Context, user zen.ID) error
+}
+
+// Config tunes the worker. Zero values get the documented defaults (see withDefaults).
+type Config struct {
+	// ChunkSize is the number of receivers per fanout-chunk task (default 1000, max
+	// pinlater.MaxChunkLimit).
+	ChunkSize int
+	// HotFollowers: a receiver list longer than this is fanned out on the bulk queue, so a hot
+	// author never holds up the others (default 50,000).
+	HotFollowers int64
+	// PoolCap is the number of entries kept per (user, source); the lowest scores are trimmed
+	// (default 800, Mastodon's MAX_ITEMS).
+	PoolCap int
+	// TrimEvery: a receiver's pools are trimmed and expired after 1 in TrimEvery inserts, chosen by
+	// a hash of (user, pin) so a retry trims the same receivers (default 16; 1 = every insert).
+	// A pool may exceed PoolCap by about TrimEvery entries between trims.
+	TrimEvery int
+	// TTL: pool entries whose pin was created longer ago than this expire (default 14 days).
+	TTL time.Duration
+	// InactiveAfter: receivers not seen for longer than this are skipped by fanout and rebuilt
+	// when they return (default 14 days; negative = never skip). Users never seen are fanned out
+	// to.
+	InactiveAfter time.Duration
+	// TouchEvery bounds how often Touch writes the last-active row (default 1 minute).
+	TouchEvery time.Duration
+	// RebuildTimeout: a rebuild marker older than this no longer reports Rebuilding (default 10
+	// minutes).
+	RebuildTimeout time.Duration
+	// BackfillLimit is the number of a followed target's recent pins copied on follow and on
+	// rebuild (default 100, GetStream's activity_copy_limit).
+	BackfillLimit int
+	// RebuildFollowees is the number of followees of each kind (users, boards, interests) a rebuild
+	// backfills, most recent follows first (default 200).
+	RebuildFollowees int
+	// RelatedBoards, RelatedPerBoard and RelatedMax bound the related-pins walk of a save: the
+	// saved pin's boards (default 20), the newest pins of each (default 50), the candidates kept
+	// (default 50).
+	RelatedBoards, RelatedPerBoard, RelatedMax int
+	// MatchInterests is how many of a pin's interests are checked for interest match (default 4).
+	MatchInterests int
+	// PurgeMaxReceivers bounds the receivers a pin-delete visits per list (default 100,000);
+	// beyond it the deleted pin is left to the read-side filter and the TTL.
+	PurgeMaxReceivers int
+}
+
+func (c Config) withDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defDur := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.ChunkSize, 1000)
+	c.ChunkSize = min(c.ChunkSize, pinlater.MaxChunkLimit, zen.MaxEdgePage)
+	if c.HotFollowers <= 0 {
+		c.HotFollowers = 50_000
+	}
+	def(&c.PoolCap, 800)
+	def(&c.TrimEvery, 16)
+	defDur(&c.TTL, 14*24*time.Hour)
+	defDur(&c.InactiveAfter, 14*24*time.Hour)
+	defDur(&c.TouchEvery, time.Minute)
+	defDur(&c.RebuildTimeout, 10*time.Minute)
+	def(&c.BackfillLimit, 100)
+	def(&c.RebuildFollowees, 200)
+	def(&c.RelatedBoards, 20)
+	def(&c.RelatedPerBoard, 50)
+	def(&c.RelatedMax, 50)
+	def(&c.MatchInterests, 4)
+	def(&c.PurgeMaxReceivers, 100_000)
+	c.BackfillLimit = min(c.BackfillLimit, zen.MaxEdgePage)
+	c.RebuildFollowees = min(c.RebuildFollowees, zen.MaxEdgePage)
+	c.RelatedBoards = min(c.RelatedBoards, zen.MaxEdgePage)
+	c.RelatedPerBoard = min(c.RelatedPerBoard, zen.MaxEdgePage)
+	return c
+}
+
+// Options are the optional collaborators of a Worker.
+type Options struct {
+	Scorer Scorer                // nil = the logistic model with DefaultWeights
+	Feeds  FeedRemover           // nil = user delete leaves the materialized feed to its owner
+	Now    func() time.Time      // nil = time.Now
+	Logger *zap.Logger           // nil = no logging
+	Reg    prometheus.Registerer // nil = no metrics registered
+}
+
+// Worker runs the fanout and upkeep handlers. It is safe for concurrent use.
+type Worker struct {
+	g      *zen.Graph
+	pools  *zen.Pools
+	state  zen.Table
+	enq    Enqueuer
+	scorer Scorer
+	feeds  FeedRemover
+	cfg    Config
+	now    func() time.Time
+	log    *zap.Logger
+	m      *metrics
+}
+
+// New returns a worker over graph g, the pools table, the worker's state table (StateTable) and
+// an enqueuer for the tasks it spawns (fanout chunks, rebuilds).
+func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Options) (*Worker, error) {
+	if g == nil || pools == nil || state == nil || enq == nil {
+		return nil, errors.New("new worker: graph, pools, state and enqueuer are required")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Scorer == nil {
+		o.Scorer = &LogisticScorer{W: DefaultWeights()}
+	}
+	m, err := newMetrics(o.Reg)
+	if err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
+	return &Worker{g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
+		feeds: o.Feeds, cfg: cfg.withDefaults(), now: o.Now, log: o.Logger, m: m}, nil
+}
+
+// Pools returns the pools the worker writes.
+func (w *Worker) Pools() *zen.Pools { return w.pools }
+
+// Config returns the effective configuration (defaults filled in).
+func (w *Worker) Config() Config { return w.cfg }
+
+// Register registers the worker's handlers on a pinlater server: fanout, fanout-chunk,
+// follow-backfill (also rebuilds), unfollow-cleanup, pin-delete and user-delete.
+func (w *Worker) Register(r Registrar) {
+	r.Handle(pinlater.TypeFanout, pinlater.Typed(w.HandleFanout))
+	r.Handle(pinlater.TypeFanoutChunk, pinlater.Typed(w.HandleFanoutChunk))
+	r.Handle(pinlater.TypeFollowBackfill, pinlater.Typed(w.HandleFollowBackfill))
+	r.Handle(pinlater.TypeUnfollowCleanup, pinlater.Typed(w.HandleUnfollowCleanup))
+	r.Handle(pinlater.TypePinDelete, pinlater.Typed(w.HandlePinDelete))
+	r.Handle(pinlater.TypeUserDelete, pinlater.Typed(w.HandleUserDelete))
+}
+
+// invalid marks bad input: the task is archived, not retried.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", pinlater.ErrInvalidPayload, fmt.Sprintf(format, args...))
+}
+
+func checkID(what string, v uint64, t zen.Type) (zen.ID, error) {
+	id := zen.ID(v)
+	if err := id.Check(t); err != nil {
+		return 0, invalid("%s: %v", what, err)
+	}
+	return id, nil
+}
+
+func seqMillis(s seq.Seq) int64 {
+	return new(big.Int).Quo(s.Big(), seq.Unit.Big()).Int64()
+}
+
+// pinDeleted reports whether pin is gone (absent or soft-deleted): such a pin is never fanned out.
+func (w *Worker) pinDeleted(ctx context.Context, pin zen.ID) (bool, error) {
+	_, gone, err := w.getPin(ctx, pin)
+	return gone, err
+}
+
+// getPin reads the pin object; gone is true when it is absent or soft-deleted.
+func (w *Worker) getPin(ctx context.Context, pin zen.ID) (o zen.Object, gone bool, err error) {
+	o, err = w.g.Get(ctx, pin)
+	if errors.Is(err, zen.ErrNotFound) {
+		return o, true, nil
+	}
+	if err != nil {
+		return o, false, fmt.Errorf("get pin %d: %w", pin, err)
+	}
+	return o, false, nil
+}
+
+// DeletedPins returns which of pins are deleted (absent or soft-deleted objects). It is the
+// read-side filter for deleted pins: one batched object read (Graph.GetMany); a reader that
+// cannot import worker does the same with its own Graph.
+func DeletedPins(ctx context.Context, g *zen.Graph, pins []zen.ID) (map[zen.ID]bool, error) {
+	live, err := g.GetMany(ctx, pins)
+	if err != nil {
+		return nil, fmt.Errorf("deleted pins: %w", err)
+	}
+	out := make(map[zen.ID]bool)
+	for _, p := range pins {
+		if _, ok := live[p]; !ok {
+			out[p] = true
+		}
+	}
+	return out, nil
+}
+
+// receiverList is one edge list whose targets receive a pin.
+type receiverList struct {
+	from     zen.ID
+	typ      zen.EdgeType
+	src      zen.Source
+	interest zen.ID
+}
+
+// HandleFanout handles a pin saved (new pin or repin): it splits the fanout to the followers of
+// the author, of the board and of each interest into chunk tasks of Config.ChunkSize receivers,
+// walking each follower list page by page (one page in memory at a time; chunks of lists longer
+// than Config.HotFollowers go to the bulk queue), and puts the pins that share boards with it
+// into the saver's related pool. With RelatedFor set, it instead puts the pin into that user's
+// related pool (a recommender's suggestion). Running it twice enqueues the same chunk tasks
+// (deduplicated by pinlater, and idempotent anyway) and writes the same rows.
+func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) error {
+	pin, err := checkID("fanout pin", p.Pin, zen.TypePin)
+	if err != nil {
+		return err
+	}
+	author, err := checkID("fanout author", p.Author, zen.TypeUser)
+	if err != nil {
+		return err
+	}
+	board, err := checkID("fanout board", p.Board, zen.TypeBoard)
+	if err != nil {
+		return err
+	}
+	interests := make([]zen.ID, 0, len(p.Interests))
+	for _, v := range p.Interests {
+		id, err := checkID("fanout interest", v, zen.TypeInterest)
+		if err != nil {
+			return err
+		}
+		interests = append(interests, id)
+	}
+	var relatedFor zen.ID
+	if p.RelatedFor != 0 {
+		if relatedFor, err = checkID("fanout related_for", p.RelatedFor, zen.TypeUser); err != nil {
+			return err
+		}
+	}
+	if gone, err := w.pinDeleted(ctx, pin); err != nil || gone {
+		return err
+	}
+	if relatedFor != 0 {
+		return w.insertRecommended(ctx, relatedFor, pin, author, board, p.CreatedMs)
+	}
+	lists := []receiverList{
+		{from: author, typ: zen.EdgeFollowedByUser, src: zen.SourceFollowing},
+		{from: board, typ: zen.EdgeBoardFollowers, src: zen.SourceFollowing},
+	}
+	for _, in := range interests {
+		lists = append(lists, receiverList{from: in, typ: zen.EdgeInterestFollowers, src: zen.SourceInterest, interest: in})
+	}
+	for _, l := range lists {
+		if err := w.enqueueChunks(ctx, p, l); err != nil {
+			return err
+		}
+	}
+	// The saver has the pin now: it leaves the saver's own pools.
+	if _, err := w.pools.Remove(ctx, author, []zen.ID{pin}); err != nil {
+		return fmt.Errorf("fanout %d: %w", pin, err)
+	}
+	if err := w.relatedForSaver(ctx, author, pin, board, p.CreatedMs); err != nil {
+		return err
+	}
+	w.m.tasks.WithLabelValues(pinlater.TypeFanout).Inc()
+	return nil
+}
+
+// enqueueChunks walks list l page by page (cursors only survive the page) and enqueues one chunk
+// task per page.
+func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l receiverList) error {
+	n, err := w.g.CountEdges(ctx, l.from, l.typ)
+	if err != nil {
+		return fmt.Errorf("fanout %d: count %d/%d: %w", p.Pin, l.from, l.typ, err)
+	}
+	if n == 0 {
+		return nil
+	}
+	var opts []pinlater.Option
+	if n > w.cfg.HotFollowers {
+		opts = append(opts, pinlater.Bulk())
+	}
+	cur := ""
+	for {
+		edges, next, err := w.g.ListEdges(ctx, l.from, l.typ, cur, w.cfg.ChunkSize, false)
+		if err != nil {
+			return fmt.Errorf("fanout %d: list %d/%d: %w", p.Pin, l.from, l.typ, err)
+		}
+		if len(edges) == 0 {
+			return nil
+		}
+		t, err := pinlater.NewFanoutChunk(pinlater.FanoutChunkPayload{
+			Pin: p.Pin, Author: p.Author, Board: p.Board, Interest: uint64(l.interest),
+			CreatedMs: p.CreatedMs, Source: uint8(l.src), ListFrom: uint64(l.from),
+			EdgeType: uint16(l.typ), Cursor: cur, Limit: w.cfg.ChunkSize,
+		})
+		if err != nil {
+			return fmt.Errorf("fanout %d: chunk task: %w", p.Pin, err)
+		}
+		if _, err := w.enq.Enqueue(ctx, t, opts...); err != nil {
+			return fmt.Errorf("fanout %d: enqueue chunk: %w", p.Pin, err)
+		}
+		w.m.chunks.Inc()
+		if next == "" {
+			return nil
+		}
+		cur = next
+	}
+}
+
+// pinInfo is what scoring needs to know about a pin, read once per task.
+type pinInfo struct {
+	pin, author, board, interest zen.ID
+	createdMs                    int64
+	saves, likes                 int64
+	interests                    []zen.ID // up to Config.MatchInterests
+	repin                        bool
+}
+
+func (w *Worker) loadPinInfo(ctx context.Context, pi *pinInfo) error {
+	var err error
+	if pi.saves, err = w.g.CountEdges(ctx, pi.pin, zen.EdgePinBoards); err != nil {
+		return fmt.Errorf("pin %d saves: %w", pi.pin, err)
+	}
+	if pi.likes, err = w.g.CountEdges(ctx, pi.pin, zen.EdgePinLikers); err != nil {
+		return fmt.Errorf("pin %d likes: %w", pi.pin, err)
+	}
+	es, _, err := w.g.ListEdges(ctx, pi.pin, zen.EdgePinInterests, "", w.cfg.MatchInterests, false)
+	if err != nil {
+		return fmt.Errorf("pin %d interests: %w", pi.pin, err)
+	}
+	pi.interests = pi.interests[:0]
+	for _, e := range es {
+		pi.interests = append(pi.interests, e.To)
+	}
+	return nil
+}
+
+// receiver is one user about to get a pin, with the per-user features.
+type receiver struct {
+	user     zen.ID
+	affinity int64
+	match    float64
+	skip     string // "" = deliver; otherwise why not
+}
+
+// loadReceivers reads, for each user, the last-active row, the affinity for author and the
+// interest match of the pin, concurrently, and marks those to skip (deleted or inactive users).
+func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo, followedInterest zen.ID) ([]receiver, error) {
+	rs := make([]receiver, len(users))
+	keys := make([][]byte, 0, 2*len(users))
+	for i, u := range users {
+		rs[i].user = u
+		keys = append(keys, stateKey(u, rowActive, 0))
+		if pi.author != 0 {
+			keys = append(keys, stateKey(u, rowAffinity, pi.author))
+		}
+	}
+	vals, err := getAll(ctx, w.state, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read receivers: %w", err)
+	}
+	nowMs := w.now().UnixMilli()
+	k := 0
+	for i := range rs {
+		if last, ok := i64(vals[k]); ok {
+			switch {
+			case last == deletedUser:
+				rs[i].skip = "deleted"
+			case w.cfg.InactiveAfter > 0 && nowMs-last > w.cfg.InactiveAfter.Milliseconds():
+				rs[i].skip = "inactive"
+			}
+		}
+		k++
+		if pi.author != 0 {
+			rs[i].affinity, _ = i64(vals[k])
+			k++
+		}
+	}
+	if len(pi.interests) == 0 {
+		return rs, nil
+	}
+	err = parallel(ctx, len(rs), func(ctx context.Context, i int) error {
+		if rs[i].skip != "" {
+			return nil
+		}
+		hit := 0
+		for _, in := range pi.interests {
+			if in == followedInterest {
+				hit++
+				continue
+			}
+			_, err := w.g.HasEdge(ctx, rs[i].user, zen.EdgeFollowsInterest, in)
+			if err == nil {
+				hit++
+			} else if !errors.Is(err, zen.ErrNotFound) {
+				return fmt.Errorf("interest match %d/%d: %w", rs[i].user, in, err)
+			}
+		}
+		rs[i].match = float64(hit) / float64(len(pi.interests))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+func (w *Worker) entry(r receiver, pi *pinInfo, src zen.Source, ageMs int64, co float64, reason string) zen.PoolEntry {
+	f := Features{
+		Source: src, AgeHours: float64(max(0, ageMs)) / float64(time.Hour.Milliseconds()),
+		Affinity: float64(r.affinity), Saves: pi.saves, Likes: pi.likes, InterestMatch: r.match,
+		CoOccurrence: co, Repin: pi.repin,
+	}
+	return zen.PoolEntry{User: r.user, Source: src, Score: w.scorer.Score(f), Pin: pi.pin,
+		Author: pi.author, Board: pi.board, Interest: pi.interest, CreatedMs: pi.createdMs, Reason: reason}
+}
+
+// HandleFanoutChunk delivers one page of a fanout: it lists the receivers from (ListFrom,
+// EdgeType) at Cursor, at most Limit of them, skips deleted and inactive users, scores the pin for
+// each and inserts the page in one batch, then trims and expires the pools of about 1 in
+// Config.TrimEvery receivers. Running it twice writes the same rows (Pools.Insert keeps one row
+// per (user, pin), the better score).
+func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPayload) error {
+	pin, err := checkID("chunk pin", p.Pin, zen.TypePin)
+	if err != nil {
+		return err
+	}
+	author, err := checkID("chunk author", p.Author, zen.TypeUser)
+	if err != nil {
+		return err
+	}
+	board, err := checkID("chunk board", p.Board, zen.TypeBoard)
+	if err != nil {
+		return err
+	}
+	var interest zen.ID
+	if p.Interest != 0 {
+		if interest, err = checkID("chunk interest", p.Interest, zen.TypeInterest); err != nil {
+			return err
+		}
+	}
+	src := zen.Source(p.Source)
+	if src != zen.SourceFollowing && src != zen.SourceInterest && src != zen.SourceRelated {
+		return invalid("chunk source %d", p.Source)
+	}
+	et := zen.EdgeType(p.EdgeType)
+	_, to, ok := et.Endpoints()
+	if !ok || to != zen.TypeUser {
+		return invalid("chunk edge type %d does not list users", p.EdgeType)
+	}
+	obj, gone, err := w.getPin(ctx, pin)
+	if err != nil || gone {
+		return err
+	}
+	edges, _, err := w.g.ListEdges(ctx, zen.ID(p.ListFrom), et, p.Cursor, p.Limit, false)
+	if errors.Is(err, zen.ErrBadCursor) {
+		return invalid("chunk cursor: %v", err)
+	}
+	if err != nil {
+		return fmt.Errorf("chunk %d: list %d/%d: %w", pin, p.ListFrom, et, err)
+	}
+	users := make([]zen.ID, 0, len(edges))
+	for _, e := range edges {
+		if e.To != author {
+			users = append(users, e.To)
+		}
+	}
+	pi := &pinInfo{pin: pin, author: author, board: board, interest: interest, createdMs: p.CreatedMs}
+	// A repin: the saver (the chunk's author) is not the pin's original author.
+	if orig, ok := zen.DataID(obj.Data, "author"); ok && orig != author {
+		pi.repin = true
+	}
+	if err := w.loadPinInfo(ctx, pi); err != nil {
+		return fmt.Errorf("chunk %d: %w", pin, err)
+	}
+	rs, err := w.loadReceivers(ctx, users, pi, interest)
+	if err != nil {
+		return fmt.Errorf("chunk %d: %w", pin, err)
+	}
+	reason := "followed user"
+	switch {
+	case src == zen.SourceInterest:
+		reason = "followed interest"
+	case et == zen.EdgeBoardFollowers:
+		reason = "followed board"
+	}
+	es := make([]zen.PoolEntry, 0, len(rs))
+	for _, r := range rs {
+		if r.skip != "" {
+			w.m.skipped.WithLabelValues(r.skip).Inc()
+			continue
+		}
+		es = append(es, w.entry(r, pi, src, 0, 0, reason))
+	}
+	if err := w.insert(ctx, es); err != nil {
+		return fmt.Errorf("chunk %d: %w", pin, err)
+	}
+	w.m.tasks.WithLabelValues(pinlater.TypeFanoutChunk).Inc()
+	return nil
+}
+
+// insert writes entries in one batch and then trims the pools of the receivers picked by
+// trimPick.
+func (w *Worker) insert(ctx context.Context, es []zen.PoolEntry) error {
+	if len(es) == 0 {
+		return nil
+	}
+	n, err := w.pools.Insert(ctx, es)
+	if err != nil {
+		return fmt.Errorf("insert: %w", err)
+	}
+	w.m.inserts.Add(float64(n))
+	for _, e := range es {
+		if !w.trimPick(e.User, e.Pin) {
+			continue
+		}
+		if err := w.upkeep(ctx, e.User, e.Source); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trimPick picks about 1 in TrimEvery (user, pin) pairs, the same ones on every run.
+func (w *Worker) trimPick(user, pin zen.ID) bool {
+	if w.cfg.TrimEvery <= 1 {
+		return true
+	}
+	h := fnv.New64a()
+	var b [16]byte
+	for i := range 8 {
+		b[i] = byte(uint64(user) >> (8 * i))
+		b[8+i] = byte(uint64(pin) >> (8 * i))
+	}
+	h.Write(b[:])
+	return h.Sum64()%uint64(w.cfg.TrimEvery) == 0
+}
+
+// upkeep caps (user, src) at PoolCap and expires user's entries older than the TTL.
+func (w *Worker) upkeep(ctx context.Context, user zen.ID, src zen.Source) error {
+	if _, err := w.pools.Trim(ctx, user, src, w.cfg.PoolCap); err != nil {
+		return fmt.Errorf("upkeep %d: %w", user, err)
+	}
+	if _, err := w.pools.Expire(ctx, user, w.now().Add(-w.cfg.TTL).UnixMilli()); err != nil {
+		return fmt.Errorf("upkeep %d: %w", user, err)
+	}
+	return nil
+}
+
+// insertRecommended puts a recommender's related pin into user's related pool.
+func (w *Worker) insertRecommended(ctx context.Context, user, pin, author, board zen.ID, createdMs int64) error {
+	pi := &pinInfo{pin: pin, author: author, board: board, createdMs: createdMs}
+	if err := w.loadPinInfo(ctx, pi); err != nil {
+		return fmt.Errorf("recommended %d for %d: %w", pin, user, err)
+	}
+	rs, err := w.loadReceivers(ctx, []zen.ID{user}, pi, 0)
+	if err != nil {
+		return fmt.Errorf("recommended %d for %d: %w", pin, user, err)
+	}
+	if rs[0].skip == "deleted" {
+		return nil
+	}
+	return w.insert(ctx, []zen.PoolEntry{w.entry(rs[0], pi, zen.SourceRelated, 0, 0, "recommended")})
+}
+
+// relatedForSaver puts into saver's related pool the pins that share boards with pin (board
+// co-occurrence): the newest RelatedPerBoard pins of each of pin's other boards (up to
+// RelatedBoards), ranked by the number of boards shared, at most RelatedMax of them, leaving out
+// pins already on the saver's board and deleted pins.
+func (w *Worker) relatedForSaver(ctx context.Context, saver, pin, board zen.ID, createdMs int64) error {
+	boards, _, err := w.g.ListEdges(ctx, pin, zen.EdgePinBoards, "", w.cfg.RelatedBoards, true)
+	if err != nil {
+		return fmt.Errorf("related %d: boards: %w", pin, err)
+	}
+	co := map[zen.ID]int{}
+	seenOn := map[zen.ID]zen.ID{}
+	var order []zen.ID
+	for _, b := range boards {
+		if b.To == board {
+			continue
+		}
+		ps, _, err := w.g.ListEdges(ctx, b.To, zen.EdgeBoardPins, "", w.cfg.RelatedPerBoard, true)
+		if err != nil {
+			return fmt.Errorf("related %d: board %d: %w", pin, b.To, err)
+		}
+		for _, e := range ps {
+			if e.To == pin {
+				continue
+			}
+			if co[e.To] == 0 {
+				order = append(order, e.To)
+				seenOn[e.To] = b.To
+			}
+			co[e.To]++
+		}
+	}
+	if len(order) == 0 {
+		return nil
+	}
+	// Most shared boards first; ties keep discovery order (newest board first, newest pin first).
+	slices.SortStableFunc(order, func(a, b zen.ID) int { return co[b] - co[a] })
+	objs, err := w.g.GetMany(ctx, order)
+	if err != nil {
+		return fmt.Errorf("related %d: pins: %w", pin, err)
+	}
+	rs, err := w.loadReceivers(ctx, []zen.ID{saver}, &pinInfo{}, 0)
+	if err != nil {
+		return fmt.Errorf("related %d: %w", pin, err)
+	}
+	if rs[0].skip == "deleted" {
+		return nil
+	}
+	var es []zen.PoolEntry
+	for _, c := range order {
+		if len(es) >= w.cfg.RelatedMax {
+			break
+		}
+		o, ok := objs[c]
+		if !ok {
+			continue // deleted
+		}
+		if _, err := w.g.HasEdge(ctx, c, zen.EdgePinBoards, board); err == nil {
+			continue // already on the saver's board
+		} else if !errors.Is(err, zen.ErrNotFound) {
+			return fmt.Errorf("related %d: %w", pin, err)
+		}
+		pi := pinFromObject(o, seenOn[c])
+		if err := w.loadPinInfo(ctx, &pi); err != nil {
+			return fmt.Errorf("related %d: %w", pin, err)
+		}
+		r := rs[0]
+		if pi.author != 0 {
+			if r.affinity, err = w.Affinity(ctx, saver, pi.author); err != nil {
+				return err
+			}
+		}
+		es = append(es, w.entry(r, &pi, zen.SourceRelated, createdMs-pi.createdMs, float64(co[c]), "related to a saved pin"))
+	}
+	return w.insert(ctx, es)
+}
+
+// pinFromObject reads the pin fields the worker uses from a pin object: "author" (user ID),
+// "board" (board ID) and "created_ms" (int). Absent fields fall back to board (the board it
+// was found on) and 0.
+func pinFromObject(o zen.Object, board zen.ID) pinInfo {
+	pi := pinInfo{pin: o.ID, board: board}
+	if a, ok := zen.DataID(o.Data, "author"); ok && a.Check(zen.TypeUser) == nil {
+		pi.author = a
+	}
+	if b, ok := zen.DataID(o.Data, "board"); ok && b.Check(zen.TypeBoard) == nil && board == 0 {
+		pi.board = b
+	}
+	switch v := o.Data["created_ms"].(type) {
+	case float64:
+		pi.createdMs = int64(v)
+	case int64:
+		pi.createdMs = v
+	case int:
+		pi.createdMs = int64(v)
+	case interface{ Int64() (int64, error) }:
+		pi.createdMs, _ = v.Int64()
+	case string:
+		pi.createdMs, _ = strconv.ParseInt(v, 10, 64)
+	}
+	return pi
+}

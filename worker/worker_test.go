@@ -1,0 +1,380 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/smartfeed/smartfeed/pinlater"
+	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenmem"
+)
+
+// world is a small graph: author alice with board travel and interest cats; followers f0..fN-1
+// of alice; g0 follows travel; h0 follows cats; pins p0..p3 by alice on travel (p0 tagged cats).
+type world struct {
+	*env
+	alice, travel, cats zen.ID
+	followers           []zen.ID
+	pins                []zen.ID
+}
+
+func newWorld(t *testing.T, s zen.Store, cfg Config, nFollowers int, wrap func(zen.Table) zen.Table) *world {
+	t.Helper()
+	ctx := context.Background()
+	e := newEnvWrap(t, s, cfg, wrap)
+	w := &world{env: e}
+	mk := func(tp zen.Type, near zen.ID, data map[string]any) zen.ID {
+		o, err := e.g.Create(ctx, tp, near, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.ID
+	}
+	edge := func(from zen.ID, et zen.EdgeType, to zen.ID) {
+		ed := zen.Edge{From: from, Type: et, To: to}
+		if err := e.g.AddEdge(ctx, ed); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := et.Inverse(); ok {
+			h, _ := e.g.HasEdge(ctx, from, et, to)
+			if err := e.g.AddInverse(ctx, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	w.alice = mk(zen.TypeUser, 0, nil)
+	w.travel = mk(zen.TypeBoard, w.alice, nil)
+	w.cats = mk(zen.TypeInterest, 0, nil)
+	for i := range nFollowers {
+		f := mk(zen.TypeUser, 0, map[string]any{"i": i})
+		w.followers = append(w.followers, f)
+		edge(f, zen.EdgeFollowsUser, w.alice)
+	}
+	g0, h0 := mk(zen.TypeUser, 0, nil), mk(zen.TypeUser, 0, nil)
+	edge(g0, zen.EdgeFollowsBoard, w.travel)
+	edge(h0, zen.EdgeFollowsInterest, w.cats)
+	w.followers = append(w.followers, g0, h0)
+	for i := range 4 {
+		p := mk(zen.TypePin, w.travel, map[string]any{"author": w.alice.String(), "board": w.travel.String(),
+			"created_ms": e.clk.now().UnixMilli() - int64(i)*3600_000})
+		w.pins = append(w.pins, p)
+		edge(w.alice, zen.EdgeUserPins, p)
+		edge(w.travel, zen.EdgeBoardPins, p)
+		if i == 0 {
+			edge(p, zen.EdgePinInterests, w.cats)
+		}
+	}
+	return w
+}
+
+func (w *world) fanoutTask(t *testing.T, pin int) *pinlater.Task {
+	t.Helper()
+	p := pinlater.FanoutPayload{Pin: uint64(w.pins[pin]), Author: uint64(w.alice), Board: uint64(w.travel), CreatedMs: w.clk.now().UnixMilli()}
+	if pin == 0 {
+		p.Interests = []uint64{uint64(w.cats)}
+	}
+	task, err := pinlater.NewFanout(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
+}
+
+// pools returns every receiver's pools, as the generator would read them.
+func (w *world) poolsDump(t *testing.T) string {
+	t.Helper()
+	var s string
+	for i, u := range append([]zen.ID{w.alice}, w.followers...) {
+		for _, src := range []zen.Source{zen.SourceFollowing, zen.SourceInterest, zen.SourceRelated} {
+			es, err := w.w.Pools().Top(context.Background(), u, src, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				s += fmt.Sprintf("u%d %d %d %.9f %s\n", i, src, e.Pin, e.Score, e.Reason)
+			}
+		}
+	}
+	return s
+}
+
+func handler(t *testing.T, q *inlineQueue, typ string) pinlater.Handler {
+	t.Helper()
+	h := q.handlers[typ]
+	if h == nil {
+		t.Fatalf("no handler registered for %s", typ)
+	}
+	return h
+}
+
+// TestHandlersIdempotent runs each handler's task twice and checks that the second run changes
+// no row of the pools and state tables (invariant 5).
+func TestHandlersIdempotent(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, zenmem.New(), Config{ChunkSize: 3, TrimEvery: 1, PoolCap: 2}, 7, nil)
+	// Spawned chunk tasks are collected, then each is run twice.
+	mustTask := func(task *pinlater.Task, err error) *pinlater.Task {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return task
+	}
+	twice := func(name string, task *pinlater.Task) {
+		t.Helper()
+		h := handler(t, w.q, task.Type())
+		if err := h.ProcessTask(ctx, task); err != nil {
+			t.Fatalf("%s first run: %v", name, err)
+		}
+		pools1, state1, queued1 := snapshot(t, w.pools), snapshot(t, w.state), w.q.len()
+		if err := h.ProcessTask(ctx, task); err != nil {
+			t.Fatalf("%s second run: %v", name, err)
+		}
+		if d := cmp.Diff(pools1, snapshot(t, w.pools)); d != "" {
+			t.Errorf("%s: second run changed the pools (-once +twice):\n%s", name, d)
+		}
+		if d := cmp.Diff(state1, snapshot(t, w.state)); d != "" {
+			t.Errorf("%s: second run changed the state (-once +twice):\n%s", name, d)
+		}
+		if w.q.len() != queued1 {
+			t.Errorf("%s: second run enqueued %d more tasks, want 0 (deduplicated)", name, w.q.len()-queued1)
+		}
+	}
+	for i := range 3 {
+		twice("fanout", w.fanoutTask(t, i))
+		for task := w.q.pop(); task != nil; task = w.q.pop() {
+			twice("fanout-chunk", task)
+		}
+	}
+	if n, _ := w.w.Pools().Size(ctx, w.followers[0], zen.SourceFollowing); n != 2 {
+		t.Errorf("follower pool size %d, want the cap 2", n)
+	}
+	nf := len(w.followers)
+	newcomer := w.followers[nf-1] // h0 follows only cats; make it follow alice too
+	if err := w.g.AddEdge(ctx, zen.Edge{From: newcomer, Type: zen.EdgeFollowsUser, To: w.alice}); err != nil {
+		t.Fatal(err)
+	}
+	twice("follow-backfill", mustTask(pinlater.NewFollowBackfill(pinlater.FollowBackfillPayload{User: uint64(newcomer), Target: uint64(w.alice), TargetKind: pinlater.KindUser})))
+	if err := w.g.RemoveEdge(ctx, w.followers[0], zen.EdgeFollowsUser, w.alice); err != nil {
+		t.Fatal(err)
+	}
+	twice("unfollow-cleanup", mustTask(pinlater.NewUnfollowCleanup(pinlater.UnfollowCleanupPayload{User: uint64(w.followers[0]), Target: uint64(w.alice), TargetKind: pinlater.KindUser})))
+	if n, _ := w.w.Pools().Size(ctx, w.followers[0], 0); n != 0 {
+		t.Errorf("after unfollow: %d entries left, want 0", n)
+	}
+	twice("pin-delete", mustTask(pinlater.NewPinDelete(pinlater.PinDeletePayload{Pin: uint64(w.pins[0]), Author: uint64(w.alice)})))
+	for _, u := range w.followers {
+		es, _ := w.w.Pools().Top(ctx, u, zen.SourceFollowing, 100)
+		for _, e := range es {
+			if e.Pin == w.pins[0] {
+				t.Errorf("deleted pin still in %d's pool", u)
+			}
+		}
+	}
+	if err := w.w.RecordEngagement(ctx, w.followers[1], w.pins[1], w.alice); err != nil {
+		t.Fatal(err)
+	}
+	twice("user-delete", mustTask(pinlater.NewUserDelete(pinlater.UserDeletePayload{User: uint64(w.followers[1])})))
+	if n, _ := w.w.Pools().Size(ctx, w.followers[1], 0); n != 0 {
+		t.Errorf("deleted user has %d pool entries", n)
+	}
+	if a, _ := w.w.Affinity(ctx, w.followers[1], w.alice); a != 0 {
+		t.Errorf("deleted user's affinity %d, want 0", a)
+	}
+}
+
+// TestFanoutChunkCrashRetry fails the chunk's k-th pool write for every k, then retries without
+// faults: the pools must end exactly as after a clean run (nothing lost, nothing twice).
+func TestFanoutChunkCrashRetry(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{ChunkSize: 1000, TrimEvery: 1, PoolCap: 3}
+	clean := newWorld(t, zenmem.New(), cfg, 5, nil)
+	for i := range 4 {
+		clean.q.Enqueue(ctx, clean.fanoutTask(t, i))
+	}
+	if err := clean.q.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := clean.poolsDump(t)
+	if want == "" {
+		t.Fatal("clean run delivered nothing")
+	}
+	for k := 1; ; k++ {
+		var ft *faultyTable
+		w := newWorld(t, zenmem.New(), cfg, 5, func(tb zen.Table) zen.Table {
+			ft = &faultyTable{Table: tb, failAt: k}
+			return ft
+		})
+		failed := false
+		for i := range 4 {
+			w.q.Enqueue(ctx, w.fanoutTask(t, i))
+		}
+		for task := w.q.pop(); task != nil; task = w.q.pop() {
+			h := handler(t, w.q, task.Type())
+			if err := h.ProcessTask(ctx, task); err != nil {
+				if !errors.Is(err, errFault) {
+					t.Fatalf("k=%d: %v", k, err)
+				}
+				failed = true
+				ft.mu.Lock()
+				ft.failAt = 0
+				ft.mu.Unlock()
+				if err := h.ProcessTask(ctx, task); err != nil { // the retry
+					t.Fatalf("k=%d retry: %v", k, err)
+				}
+			}
+		}
+		if got := w.poolsDump(t); got != want {
+			t.Fatalf("k=%d: pools after crash+retry differ (-clean +retried):\n%s", k, cmp.Diff(want, got))
+		}
+		if !failed {
+			if k < 3 {
+				t.Fatalf("only %d pool writes: fault injection did not bite", k)
+			}
+			t.Logf("failed each of the %d pool writes once, then retried", k-1)
+			break // k is past the last write: every write has been failed once
+		}
+	}
+}
+
+// TestInvalidPayloadsRefused checks that malformed IDs are archived (ErrInvalidPayload), not
+// retried, and write nothing.
+func TestInvalidPayloadsRefused(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, zenmem.New(), Config{}, 2, nil)
+	before := snapshot(t, w.pools)
+	board := uint64(w.travel)
+	user := uint64(w.alice)
+	cases := map[string]pinlater.Payload{
+		"fanout pin is a board":    pinlater.FanoutPayload{V: 1, Pin: board, Author: user, Board: board, CreatedMs: 1},
+		"fanout author is a pin":   pinlater.FanoutPayload{V: 1, Pin: uint64(w.pins[0]), Author: uint64(w.pins[0]), Board: board, CreatedMs: 1},
+		"chunk edge lists pins":    pinlater.FanoutChunkPayload{V: 1, Pin: uint64(w.pins[0]), Author: user, Board: board, CreatedMs: 1, Source: 1, ListFrom: board, EdgeType: uint16(zen.EdgeBoardPins), Limit: 10},
+		"chunk bad cursor":         pinlater.FanoutChunkPayload{V: 1, Pin: uint64(w.pins[0]), Author: user, Board: board, CreatedMs: 1, Source: 1, ListFrom: user, EdgeType: uint16(zen.EdgeFollowedByUser), Cursor: "garbage", Limit: 10},
+		"chunk source 9":           pinlater.FanoutChunkPayload{V: 1, Pin: uint64(w.pins[0]), Author: user, Board: board, CreatedMs: 1, Source: 9, ListFrom: user, EdgeType: uint16(zen.EdgeFollowedByUser), Limit: 10},
+		"backfill target mistyped": pinlater.FollowBackfillPayload{V: 1, User: user, Target: board, TargetKind: pinlater.KindUser},
+		"unfollow user is a board": pinlater.UnfollowCleanupPayload{V: 1, User: board, Target: user, TargetKind: pinlater.KindUser},
+		"pin delete pin is a user": pinlater.PinDeletePayload{V: 1, Pin: user, Author: user},
+		"user delete of a board":   pinlater.UserDeletePayload{V: 1, User: board},
+	}
+	for name, p := range cases {
+		task, err := pinlater.NewTask(p)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		err = handler(t, w.q, task.Type()).ProcessTask(ctx, task)
+		if !errors.Is(err, pinlater.ErrInvalidPayload) {
+			t.Errorf("%s: error %v, want ErrInvalidPayload", name, err)
+		}
+	}
+	if d := cmp.Diff(before, snapshot(t, w.pools)); d != "" {
+		t.Errorf("refused payloads wrote to the pools:\n%s", d)
+	}
+	if w.q.len() != 0 {
+		t.Errorf("refused payloads enqueued %d tasks", w.q.len())
+	}
+}
+
+// TestRebuildSignal: a user back after a long absence is reported Rebuilding until the rebuild
+// task has run, and then has the pins the fanout skipped.
+func TestRebuildSignal(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, zenmem.New(), Config{InactiveAfter: 24 * time.Hour}, 2, nil)
+	away := w.followers[0]
+	if err := w.w.SetLastActive(ctx, away, w.clk.now().Add(-48*time.Hour).UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	w.q.Enqueue(ctx, w.fanoutTask(t, 0))
+	if err := w.q.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := w.w.Pools().Size(ctx, away, 0); n != 0 {
+		t.Fatalf("inactive user got %d entries, want 0 (skipped)", n)
+	}
+	if n, _ := w.w.Pools().Size(ctx, w.followers[1], 0); n != 1 {
+		t.Fatalf("active user got %d entries, want 1", n)
+	}
+	if w.w.Rebuilding(ctx, away) {
+		t.Fatal("rebuilding before the user returned")
+	}
+	rb, err := w.w.Touch(ctx, away)
+	if err != nil || !rb {
+		t.Fatalf("Touch of a returning user = %v, %v; want true", rb, err)
+	}
+	if !w.w.Rebuilding(ctx, away) {
+		t.Fatal("Rebuilding false while the rebuild is queued")
+	}
+	if rb, _ := w.w.Touch(ctx, away); !rb {
+		t.Fatal("second Touch during the rebuild: want true")
+	}
+	if err := w.q.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w.w.Rebuilding(ctx, away) {
+		t.Fatal("still rebuilding after the rebuild ran")
+	}
+	if n, _ := w.w.Pools().Size(ctx, away, 0); n != 4 {
+		t.Fatalf("rebuilt pools hold %d entries, want alice's 4 pins", n)
+	}
+	if rb, _ := w.w.Touch(ctx, w.followers[1]); rb {
+		t.Fatal("an active user's Touch reported rebuilding")
+	}
+}
+
+// TestHotAuthorChunks: a follower list above HotFollowers is split into ceil(n/ChunkSize) chunk
+// tasks (enqueued with the bulk option; TestPinlaterRedis checks the queue on a real Redis).
+func TestHotAuthorChunks(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, zenmem.New(), Config{ChunkSize: 4, HotFollowers: 5}, 10, nil)
+	w.q.Enqueue(ctx, w.fanoutTask(t, 1))
+	if err := w.q.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// alice: 10 followers → 3 chunks; travel: 1 follower → 1 chunk.
+	if got := w.q.counts[pinlater.TypeFanoutChunk]; got != 4 {
+		t.Errorf("chunks enqueued %d, want 4", got)
+	}
+	for _, u := range w.followers[:11] {
+		if n, _ := w.w.Pools().Size(ctx, u, zen.SourceFollowing); n != 1 {
+			t.Errorf("receiver %d has %d entries, want 1", u, n)
+		}
+	}
+}
+
+// TestConcurrentDuplicateChunks runs every chunk task of four fanouts on 4 goroutines, each task
+// twice at once (a redelivered task racing its first run): the pools must equal a sequential
+// run's.
+func TestConcurrentDuplicateChunks(t *testing.T) {
+	ctx := context.Background()
+	cfg := Config{ChunkSize: 2, TrimEvery: 1, PoolCap: 3}
+	seq := newWorld(t, zenmem.New(), cfg, 9, nil)
+	for i := range 4 {
+		seq.q.Enqueue(ctx, seq.fanoutTask(t, i))
+	}
+	if err := seq.q.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := seq.poolsDump(t)
+
+	w := newWorld(t, openStore(t, "pebble"), cfg, 9, nil)
+	for i := range 4 {
+		if err := handler(t, w.q, pinlater.TypeFanout).ProcessTask(ctx, w.fanoutTask(t, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var chunks []*pinlater.Task
+	for task := w.q.pop(); task != nil; task = w.q.pop() {
+		chunks = append(chunks, task, task)
+	}
+	h := handler(t, w.q, pinlater.TypeFanoutChunk)
+	if err := parallelN(ctx, 4, len(chunks), func(ctx context.Context, i int) error { return h.ProcessTask(ctx, chunks[i]) }); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.poolsDump(t); got != want {
+		t.Errorf("concurrent duplicate chunks (-sequential +concurrent):\n%s", cmp.Diff(want, got))
+	}
+}
