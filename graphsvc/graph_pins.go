@@ -211,8 +211,7 @@ func (s *GraphService) SavePin(ctx context.Context, req *graphv1.SavePinRequest)
 		return nil, err
 	}
 	p := graphFanout(pin, user, board, graphIDs(pin.Data, "interests"), s.now().UnixMilli(), true)
-	if err := s.enqueue(ctx, "save pin "+pinID.String(), p,
-		pinlater.TaskID("fanout:"+pinID.String()+":save:"+board.String())); err != nil {
+	if err := s.enqueue(ctx, "save pin "+pinID.String(), p); err != nil {
 		return nil, err
 	}
 	n, err := s.g.CountEdges(ctx, pinID, zen.EdgePinBoards)

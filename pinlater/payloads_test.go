@@ -129,7 +129,7 @@ func TestDedupIDs(t *testing.T) {
 		want string
 	}
 	for _, tc := range []c{
-		{mustTask(NewFanout(FanoutPayload{Pin: 5, Author: 1, Board: 2, CreatedMs: 1})), "fanout:5"},
+		{mustTask(NewFanout(FanoutPayload{Pin: 5, Author: 1, Board: 2, CreatedMs: 1})), "fanout:5:1:2"},
 		{mustTask(NewFanoutChunk(FanoutChunkPayload{Pin: 5, Author: 1, Board: 2, CreatedMs: 1, Source: 1, ListFrom: 1, EdgeType: 11, Cursor: "abc", Limit: 500})), "fanout-chunk:5:1:11:500:abc"},
 		{mustTask(NewRespace(RespacePayload{Board: 8})), "respace:8"},
 		{mustTask(NewReplicate(ReplicatePayload{User: 8, ChunkID: "k"})), "replicate:8:k"},

@@ -128,7 +128,9 @@ func dedupID(p Payload) string {
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
 	switch p := p.(type) {
 	case FanoutPayload:
-		return "fanout:" + u(p.Pin)
+		// A pin is fanned out once per save: a repin of the same pin by another user or onto
+		// another board is a different event with different receivers.
+		return "fanout:" + u(p.Pin) + ":" + u(p.Author) + ":" + u(p.Board)
 	case FanoutChunkPayload:
 		return "fanout-chunk:" + u(p.Pin) + ":" + u(p.ListFrom) + ":" + strconv.Itoa(int(p.EdgeType)) + ":" + strconv.Itoa(p.Limit) + ":" + p.Cursor
 	case MaterializePayload:

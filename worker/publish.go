@@ -102,8 +102,8 @@ func ids(in []zen.ID) []uint64 {
 	return out
 }
 
-// PinSaved enqueues the fanout of a saved pin. The task ID is (pin, saver, board), so a retried
-// publish is deduplicated while two users repinning the same pin are not.
+// PinSaved enqueues the fanout of a saved pin. pinlater deduplicates fanouts by (pin, saver,
+// board), so a retried publish is dropped while two users repinning the same pin are not.
 func (p *Publisher) PinSaved(ctx context.Context, e PinSaved) (*pinlater.Info, error) {
 	if err := e.Validate(); err != nil {
 		return nil, fmt.Errorf("publish pin saved: %w", err)
@@ -117,7 +117,6 @@ func (p *Publisher) PinSaved(ctx context.Context, e PinSaved) (*pinlater.Info, e
 	if err != nil {
 		return nil, fmt.Errorf("publish pin saved: %w", err)
 	}
-	opts = append(opts, pinlater.TaskID("fanout:"+e.Pin.String()+":"+e.User.String()+":"+e.Board.String()))
 	info, err := p.enq.Enqueue(ctx, t, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("publish pin saved %d: %w", e.Pin, err)
