@@ -37,11 +37,12 @@ bench: ## one iteration of every benchmark, with Redis and HBase up
 fuzz: ## run each Fuzz target for FUZZTIME (default 10s)
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-demo: ## start Redis and run the smartfeed demo
-	SMARTFEED_NO_HBASE=1 $(SERVICES) sh -c 'echo "make demo: the demo command lands with issue 8; for now, the command list:"; $(GO) run ./cmd/smartfeed help'
+demo: ## start Redis and run the smartfeed demo (Pebble under run/demo; DEMO_ARGS="--duration 1m" to bound it)
+	$(GO) build -o bin/smartfeed ./cmd/smartfeed
+	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed demo $(DEMO_ARGS)
 
-helm-lint: ## lint the Helm chart (placeholder)
-	@echo "helm-lint: the Helm chart and its lint land with issue 8; nothing to check yet"
+helm-lint: ## helm lint + helm template of charts/smartfeed, decoded strictly into Kubernetes types (helm pinned in charts/go.mod)
+	cd charts && $(GO) tool helm lint --strict smartfeed && $(GO) tool helm lint --strict smartfeed -f smartfeed/ci/hbase-values.yaml && $(GO) test -count=1 ./...
 
 services-up: ## start Redis and HBase in the background (env lines in run/*/env)
 	scripts/redis.sh up

@@ -31,7 +31,17 @@ type command struct {
 // commands lists the subcommands. Each lives in its own file of this package.
 func commands() map[string]command {
 	return map[string]command{
-		"version": {"print the version", runVersion},
+		"version":   {"print the version", runVersion},
+		"worker":    {"run the pinlater worker: fanout and upkeep handlers (flags: --help)", serveCommand(roleWorker)},
+		"generator": {"run the chunk generator's gRPC service", serveCommand(roleGenerator)},
+		"feedsvc":   {"run the feed service (GetFeed, FeedAdmin) and its materialize jobs", serveCommand(roleFeed)},
+		"all":       {"run worker, generator and feedsvc in one process", serveCommand(roleAll)},
+		"config":    {"validate and print the effective config (defaults, file, env, flags) with secrets masked", runConfig},
+		"demo":      {"run everything on loopback over a synthetic graph, with a live summary", runDemo},
+		"hedge":     {"show or set the hedging policy live; hedge suggest replays recorded latencies", runHedge},
+		"jobs":      {"operate pinlater queues (jobs queues|dead|inspect|retry|delete|pause|resume|rate|drain)", runJobs},
+		"id":        {"decode or encode a zen ID (id decode ID | id encode --shard S --type T --local L)", runID},
+		"modshard":  {"print the mod shard of a key (modshard KEY [--n 4096])", runModShard},
 	}
 }
 

@@ -1,0 +1,61 @@
+{{/* The chart's name, cut to the 63 characters of a DNS label. */}}
+{{- define "smartfeed.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Release-qualified name: the release name, or release-chart when they differ. */}}
+{{- define "smartfeed.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The components, each a Deployment running `smartfeed <name>`. */}}
+{{- define "smartfeed.components" -}}
+worker generator feedsvc
+{{- end -}}
+
+{{- define "smartfeed.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "smartfeed.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: smartfeed
+{{- end -}}
+
+{{/* selector labels of one component: call with (dict "root" $ "component" "worker"). */}}
+{{- define "smartfeed.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "smartfeed.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "smartfeed.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* The config file shared by every component (see docs/operations.md). */}}
+{{- define "smartfeed.config" -}}
+{{- if ne .Values.storage.backend "hbase" -}}
+{{- fail "storage.backend must be hbase: the worker, generator and feedsvc Deployments share their storage (Pebble is embedded in one process; use `smartfeed all` for it)" -}}
+{{- end -}}
+{{- $h := .Values.storage.hbase -}}
+{{- if not (and $h.poolsZK $h.primaryZK $h.standbyZK) -}}
+{{- fail "storage.hbase.poolsZK, primaryZK and standbyZK are all required" -}}
+{{- end -}}
+{{- $cfg := dict
+  "storage" (dict "backend" "hbase" "hbase" (dict "pools_zk" $h.poolsZK "primary_zk" $h.primaryZK "standby_zk" $h.standbyZK "table_prefix" $h.tablePrefix "zookeeper_root" $h.zookeeperRoot))
+  "redis" (dict "addr" .Values.redis.addr "db" (int .Values.redis.db) "namespace" .Values.redis.namespace)
+  "grpc" (dict "addr" (printf ":%d" (int .Values.ports.grpc)))
+  "admin" (dict "addr" (printf "%s:%d" .Values.adminBind (int .Values.ports.admin)))
+  "log" (dict "level" .Values.log.level "format" .Values.log.format)
+  "worker" (dict "concurrency" (int .Values.worker.concurrency) "shutdown_timeout" .Values.worker.shutdownTimeout)
+  "feed" (dict "generator_deadline" .Values.feed.generatorDeadline "max_items" (int .Values.feed.maxItems) "faults" .Values.feed.faults
+      "hedge" (dict "mode" .Values.hedge.mode "delay" .Values.hedge.delay "percentile" (float64 .Values.hedge.percentile) "min" .Values.hedge.min "max" .Values.hedge.max "budget" (float64 .Values.hedge.budget) "warmup" (float64 .Values.hedge.warmup)))
+  "shutdown_timeout" .Values.shutdownTimeout
+-}}
+{{- toPrettyJson $cfg -}}
+{{- end -}}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// TestSplitRoles runs a generator process and a feedsvc process that reaches it over gRPC
+// (the shape of the Helm chart): pins put in the user's pools come back fresh from GetFeed.
+func TestSplitRoles(t *testing.T) {
+	base := testConfig(t)
+	gen, err := newApp(t.Context(), roleGenerator, base, zap.NewNop(), newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gen.feed != nil || gen.pinServer != nil || gen.gen == nil {
+		t.Fatalf("generator role built feed %v, pinlater server %v, generator %v", gen.feed != nil, gen.pinServer != nil, gen.gen != nil)
+	}
+	// Fill a user's pool before serving.
+	user, _ := zen.NewID(7, zen.TypeUser, 1)
+	var entries []zen.PoolEntry
+	for i := range 5 {
+		pin, _ := zen.NewID(7, zen.TypePin, uint64(100+i))
+		author, _ := zen.NewID(7, zen.TypeUser, uint64(200+i))
+		entries = append(entries, zen.PoolEntry{User: user, Source: zen.SourceFollowing, Score: float64(10 - i), Pin: pin,
+			Author: author, CreatedMs: time.Now().UnixMilli(), Reason: "test"})
+	}
+	if _, err := gen.pools.Insert(t.Context(), entries); err != nil {
+		t.Fatal(err)
+	}
+	fcfg := base
+	fcfg.Generator.Addr = "passthrough:///" + gen.grpcAddr()
+	feed, err := newApp(t.Context(), roleFeed, fcfg, zap.NewNop(), newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if feed.gen != nil || feed.graph != nil {
+		t.Fatal("feedsvc with --generator-addr built an in-process generator or graph")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 2)
+	go func() { done <- gen.run(ctx) }()
+	go func() { done <- feed.run(ctx) }()
+	defer func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		}
+	}()
+
+	conn, err := grpc.NewClient(feed.grpcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var resp *feedv1.GetFeedResponse
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err = feedv1.NewFeedServiceClient(conn).GetFeed(t.Context(), &feedv1.GetFeedRequest{UserId: uint64(user)})
+		if err == nil && resp.GetFreshStatus() == feedv1.FreshStatus_FRESH_STATUS_INCLUDED {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GetFeed: %v, status %v, want a fresh chunk from the remote generator", err, resp.GetFreshStatus())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(resp.GetItems()) != 5 || resp.GetItems()[0].GetPinId() != uint64(entries[0].Pin) || !resp.GetItems()[0].GetFresh() {
+		t.Errorf("GetFeed items = %v, want the 5 pool entries best first, fresh", resp.GetItems())
+	}
+}

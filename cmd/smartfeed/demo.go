@@ -1,0 +1,399 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/smartfeed/smartfeed/internal/config"
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// demoFlags are the demo's own knobs (each with its SMARTFEED_* twin, like every flag).
+type demoFlags struct {
+	spec         demoGraphSpec
+	eventsPerSec float64
+	readsPerSec  float64
+	duration     time.Duration
+}
+
+// demoDefaults are the defaults of the demo: everything on loopback, Pebble under run/demo.
+func demoDefaults() config.Config {
+	c := config.DefaultConfig()
+	c.Storage.DataDir = filepath.Join("run", "demo")
+	c.Storage.PebbleNoSync = true
+	c.GRPC.Addr = "127.0.0.1:9090"
+	c.Admin.Addr = "127.0.0.1:9091"
+	c.Log.Format = "console"
+	c.Feed.Faults = true
+	c.Redis.Namespace = "demo"
+	c.ShutdownTimeout = config.Duration(15 * time.Second)
+	return c
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var df demoFlags
+	fs.IntVar(&df.spec.Users, "demo-users", 500, "users of the synthetic graph (used when the graph is built)")
+	fs.IntVar(&df.spec.BoardsPerUser, "demo-boards", 2, "boards per user")
+	fs.IntVar(&df.spec.Interests, "demo-interests", 20, "interests")
+	fs.IntVar(&df.spec.FollowsPerUser, "demo-follows", 20, "mean number of users each user follows (Zipf-distributed targets)")
+	fs.Float64Var(&df.eventsPerSec, "demo-events-per-sec", 50, "pin events streamed per second")
+	fs.Float64Var(&df.readsPerSec, "demo-reads-per-sec", 50, "GetFeed calls per second")
+	fs.DurationVar(&df.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
+	df.spec.Seed = 8
+	cfg, err := config.FromArgsOver(demoDefaults(), fs, args, os.Getenv)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if df.spec.Users < 2 || df.spec.Interests < 0 || df.spec.BoardsPerUser < 0 || df.spec.FollowsPerUser < 1 ||
+		df.eventsPerSec <= 0 || df.readsPerSec < 0 || df.duration < 0 {
+		return errors.New("demo: users >= 2, follows >= 1, events-per-sec > 0, and no negative sizes, rates or duration")
+	}
+	if cfg.Storage.Backend == config.BackendPebble {
+		if err := os.MkdirAll(cfg.Storage.DataDir, 0o755); err != nil {
+			return fmt.Errorf("demo data dir: %w", err)
+		}
+	}
+	logDir := cfg.Storage.DataDir
+	if cfg.Storage.Backend != config.BackendPebble {
+		logDir = os.TempDir()
+	}
+	logPath := filepath.Join(logDir, "smartfeed.log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("demo log: %w", err)
+	}
+	defer logFile.Close()
+	log, err := newLogger(cfg.Log, logFile)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	fmt.Fprintf(logFile, "effective config (secrets masked):\n%s\n", cfg.Masked())
+	fmt.Fprintf(stdout, "smartfeed demo %s: storage %s at %s, Redis %s; logs in %s\n", version, cfg.Storage.Backend, cfg.Storage.DataDir, cfg.Redis.Addr, logPath)
+
+	reg := newRegistry()
+	a, err := newApp(ctx, roleAll, cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	// The app outlives the demo loops: it stops only once they have, so nothing writes to a
+	// closed store.
+	appCtx, stopApp := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopApp()
+	appErr := make(chan error, 1)
+	go func() { appErr <- a.run(appCtx) }()
+
+	loopCtx, stopLoops := context.WithCancel(ctx)
+	defer stopLoops()
+	if df.duration > 0 {
+		loopCtx, stopLoops = context.WithTimeout(ctx, df.duration)
+		defer stopLoops()
+	}
+	err = demoLoops(loopCtx, a, df, stdout)
+	stopLoops()
+	stopApp()
+	if aerr := <-appErr; aerr != nil {
+		err = errors.Join(err, aerr)
+	}
+	if err == nil {
+		fmt.Fprintf(stdout, "stopped cleanly; the data stays in %s for the next run (delete it to start afresh)\n", cfg.Storage.DataDir)
+	}
+	return err
+}
+
+// demoLoops builds or loads the graph, then streams events and reads feeds until ctx is done.
+func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) error {
+	tty := isTerminal(stdout)
+	g, ok, err := loadDemoGraph(a.cfg.Storage.DataDir)
+	if err != nil {
+		return err
+	}
+	if ok {
+		fmt.Fprintf(stdout, "graph: reusing %d users, %d interests, %d follows from %s\n", len(g.Users), len(g.Interests), g.Follows, filepath.Join(a.cfg.Storage.DataDir, demoGraphFile))
+	} else {
+		start := time.Now()
+		g, err = buildDemoGraph(ctx, a.graph, df.spec, func(done, total int) {
+			if tty {
+				fmt.Fprintf(stdout, "\r\033[Kgraph: %s %d/%d", bar(float64(done)/float64(total), 30), done, total)
+			}
+		})
+		if tty {
+			fmt.Fprintln(stdout)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted while building: the next run builds it again
+			}
+			return err
+		}
+		if a.cfg.Storage.Backend == config.BackendPebble {
+			if err := g.save(a.cfg.Storage.DataDir); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(stdout, "graph: built %d users, %d boards each, %d interests, %d follows in %s\n",
+			len(g.Users), df.spec.BoardsPerUser, len(g.Interests), g.Follows, time.Since(start).Round(time.Millisecond))
+	}
+
+	st := &demoStats{start: time.Now()}
+	var pub publisher = directPublisher{g: a.graph, pools: a.pools, inserted: &st.inserts}
+	if a.workerWired {
+		pub = queuePublisher{a.pinClient}
+	}
+	fmt.Fprintf(stdout, "events: %s at %.0f/s; reads: GetFeed at %.0f/s on loopback gRPC %s\n", pub.Name(), df.eventsPerSec, df.readsPerSec, a.grpcAddr())
+	fmt.Fprintf(stdout, "\nfetch a feed (reflection, no proto files):\n  go -C charts tool grpcurl -plaintext -d '{\"user_id_str\":\"%s\"}' %s smartfeed.feed.v1.FeedService/GetFeed\n", g.Showcase, a.grpcAddr())
+	if ad := a.adminAddr(); ad != "" {
+		fmt.Fprintf(stdout, "metrics: http://%s/metrics   hedging: go run ./cmd/smartfeed hedge --grpc-addr %s --admin-addr %s\n", ad, a.grpcAddr(), ad)
+	}
+	fmt.Fprintln(stdout, "Ctrl-C stops everything cleanly.")
+	fmt.Fprintln(stdout)
+
+	conn, err := grpc.NewClient(a.grpcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("demo client: %w", err)
+	}
+	defer conn.Close()
+	client := feedv1.NewFeedServiceClient(conn)
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		m := &pinMaker{g: a.graph, graph: g, r: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1)), now: time.Now}
+		every(ctx, df.eventsPerSec, func() {
+			e, err := m.next(ctx)
+			if err == nil {
+				err = pub.Publish(ctx, e)
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					st.eventErrs.Add(1)
+					a.log.Warn("demo event", zap.Error(err))
+				}
+				return
+			}
+			st.events.Add(1)
+		})
+	})
+	if df.readsPerSec > 0 {
+		readers := make(chan struct{})
+		for range 4 {
+			wg.Go(func() {
+				r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+				for range readers {
+					st.read(ctx, client, pickReader(r, g))
+				}
+			})
+		}
+		wg.Go(func() {
+			defer close(readers)
+			every(ctx, df.readsPerSec, func() {
+				select {
+				case readers <- struct{}{}:
+				default: // all readers busy: skip this tick rather than queue up
+				}
+			})
+		})
+	}
+	ticker := time.NewTicker(500 * time.Millisecond)
+	defer ticker.Stop()
+	lastPlain := time.Now()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-ticker.C:
+			st.syncInserts(a)
+			if tty {
+				fmt.Fprintf(stdout, "\r\033[K%s", st.line(df.duration))
+			} else if time.Since(lastPlain) >= 5*time.Second {
+				fmt.Fprintln(stdout, st.line(df.duration))
+				lastPlain = time.Now()
+			}
+		}
+	}
+	wg.Wait()
+	st.syncInserts(a)
+	if tty {
+		fmt.Fprint(stdout, "\r\033[K")
+	}
+	fmt.Fprintf(stdout, "summary: %s\n", st.line(0))
+	if st.reads.Load() > 0 && st.readErrs.Load() == st.reads.Load() {
+		return errors.New("demo: every GetFeed failed (see the log)")
+	}
+	return nil
+}
+
+// syncInserts copies the worker's pool insert counter into the stats when the worker fans out.
+func (s *demoStats) syncInserts(a *app) {
+	if a.workerWired {
+		s.inserts.Store(int64(gatherSum(a.reg, "smartfeed_worker_pool_inserts_total")))
+	}
+}
+
+// gatherSum sums every series of the named counter or gauge in reg (0 when absent).
+func gatherSum(reg prometheus.Gatherer, name string) float64 {
+	fams, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// pickReader picks the showcase user a tenth of the time and a random user otherwise.
+func pickReader(r *rand.Rand, g demoGraph) zen.ID {
+	if r.IntN(10) == 0 {
+		return g.Showcase
+	}
+	return g.Users[r.IntN(len(g.Users))]
+}
+
+// every calls fn about perSec times a second until ctx is done; a slow fn lowers the rate.
+func every(ctx context.Context, perSec float64, fn func()) {
+	interval := time.Duration(float64(time.Second) / perSec)
+	next := time.Now()
+	for ctx.Err() == nil {
+		fn()
+		next = next.Add(interval)
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		} else if d < -time.Second {
+			next = time.Now() // fell behind: do not burst to catch up
+		}
+	}
+}
+
+// demoStats are the live counters of the summary line.
+type demoStats struct {
+	start                      time.Time
+	events, eventErrs, inserts atomic.Int64
+	reads, readErrs, hedged    atomic.Int64
+	fresh, items               atomic.Int64
+
+	mu  sync.Mutex
+	lat []time.Duration // the most recent GetFeed latencies (a ring)
+	pos int
+}
+
+const latWindow = 10000
+
+func (s *demoStats) read(ctx context.Context, c feedv1.FeedServiceClient, user zen.ID) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	resp, err := c.GetFeed(cctx, &feedv1.GetFeedRequest{UserId: uint64(user)})
+	d := time.Since(start)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.readErrs.Add(1)
+			s.reads.Add(1)
+		}
+		return
+	}
+	s.reads.Add(1)
+	if resp.GetHedged() {
+		s.hedged.Add(1)
+	}
+	for _, it := range resp.GetItems() {
+		if it.GetFresh() {
+			s.fresh.Add(1)
+		}
+	}
+	s.items.Add(int64(len(resp.GetItems())))
+	s.mu.Lock()
+	if len(s.lat) < latWindow {
+		s.lat = append(s.lat, d)
+	} else {
+		s.lat[s.pos] = d
+		s.pos = (s.pos + 1) % latWindow
+	}
+	s.mu.Unlock()
+}
+
+// percentiles returns the p-th percentiles of the recent latencies.
+func (s *demoStats) percentiles(ps ...float64) []time.Duration {
+	s.mu.Lock()
+	l := slices.Clone(s.lat)
+	s.mu.Unlock()
+	out := make([]time.Duration, len(ps))
+	if len(l) == 0 {
+		return out
+	}
+	slices.Sort(l)
+	for i, p := range ps {
+		out[i] = l[min(len(l)-1, int(p/100*float64(len(l))))]
+	}
+	return out
+}
+
+// line is the summary line; total > 0 draws a progress bar of the elapsed time.
+func (s *demoStats) line(total time.Duration) string {
+	el := time.Since(s.start)
+	sec := max(el.Seconds(), 0.001)
+	p := s.percentiles(50, 99)
+	var b strings.Builder
+	if total > 0 {
+		fmt.Fprintf(&b, "%s ", bar(el.Seconds()/total.Seconds(), 20))
+	}
+	fmt.Fprintf(&b, "%4ds  events %d (%.0f/s)  pool inserts %d (%.0f/s)  GetFeed %d p50 %s p99 %s  hedges %d  fresh pins %d",
+		int(el.Seconds()), s.events.Load(), float64(s.events.Load())/sec, s.inserts.Load(), float64(s.inserts.Load())/sec,
+		s.reads.Load(), fmtMs(p[0]), fmtMs(p[1]), s.hedged.Load(), s.fresh.Load())
+	if n := s.eventErrs.Load() + s.readErrs.Load(); n > 0 {
+		fmt.Fprintf(&b, "  errors %d", n)
+	}
+	return b.String()
+}
+
+func fmtMs(d time.Duration) string {
+	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+}
+
+// bar draws a progress bar of fraction f (clamped to [0, 1]) in width cells.
+func bar(f float64, width int) string {
+	f = max(0, min(1, f))
+	n := int(f * float64(width))
+	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
+}
+
+// isTerminal reports whether w is a terminal (a character device), so the progress line can be
+// redrawn in place.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

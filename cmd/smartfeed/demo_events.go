@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"github.com/smartfeed/smartfeed/pinlater"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// pinEvent is one pin saved in the demo.
+type pinEvent struct {
+	Pin, Author, Board, Interest zen.ID
+	CreatedMs                    int64
+}
+
+// publisher delivers a pin event to the feeds.
+type publisher interface {
+	Publish(ctx context.Context, e pinEvent) error
+	// Name says how events reach the pools, for the summary.
+	Name() string
+}
+
+// enqueuer is the part of *pinlater.Client the queue publisher needs.
+type enqueuer interface {
+	Enqueue(ctx context.Context, t *pinlater.Task, opts ...pinlater.Option) (*pinlater.Info, error)
+}
+
+// queuePublisher enqueues a pinlater fanout task; the worker's handlers do the fanout.
+type queuePublisher struct{ q enqueuer }
+
+func (p queuePublisher) Name() string { return "pinlater fanout → worker" }
+
+func (p queuePublisher) Publish(ctx context.Context, e pinEvent) error {
+	var interests []uint64
+	if e.Interest != 0 {
+		interests = []uint64{uint64(e.Interest)}
+	}
+	t, err := pinlater.NewFanout(pinlater.FanoutPayload{V: pinlater.PayloadVersion, Pin: uint64(e.Pin),
+		Author: uint64(e.Author), Board: uint64(e.Board), Interests: interests, CreatedMs: e.CreatedMs})
+	if err != nil {
+		return err
+	}
+	_, err = p.q.Enqueue(ctx, t)
+	return err
+}
+
+// edgeLister is the part of *zen.Graph the direct publisher reads.
+type edgeLister interface {
+	ListEdges(ctx context.Context, from zen.ID, t zen.EdgeType, cursor string, limit int, newestFirst bool) ([]zen.Edge, string, error)
+}
+
+// poolInserter is the part of *zen.Pools the direct publisher writes.
+type poolInserter interface {
+	Insert(ctx context.Context, es []zen.PoolEntry) (int, error)
+}
+
+// directPublisher fans out in process, straight into the pools, with a recency score. It is
+// the demo's fallback when no worker handlers are registered on this binary; the real fanout
+// (scoring model, bounded chunk tasks, upkeep) is the worker's.
+type directPublisher struct {
+	g        edgeLister
+	pools    poolInserter
+	inserted *atomic.Int64
+}
+
+func (p directPublisher) Name() string { return "direct fanout (in process; worker not wired)" }
+
+func (p directPublisher) Publish(ctx context.Context, e pinEvent) error {
+	var batch []zen.PoolEntry
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		n, err := p.pools.Insert(ctx, batch)
+		p.inserted.Add(int64(n))
+		batch = batch[:0]
+		return err
+	}
+	// Newer pins score higher: the score is the creation time in hours since 2020.
+	score := float64(e.CreatedMs-1577836800000) / 3.6e6
+	lists := []struct {
+		from zen.ID
+		t    zen.EdgeType
+		src  zen.Source
+		why  string
+	}{
+		{e.Author, zen.EdgeFollowedByUser, zen.SourceFollowing, "you follow the author"},
+		{e.Board, zen.EdgeBoardFollowers, zen.SourceFollowing, "you follow the board"},
+		{e.Interest, zen.EdgeInterestFollowers, zen.SourceInterest, "you follow the interest"},
+	}
+	for _, l := range lists {
+		if l.from == 0 {
+			continue
+		}
+		cursor := ""
+		for {
+			edges, next, err := p.g.ListEdges(ctx, l.from, l.t, cursor, 500, false)
+			if err != nil {
+				return fmt.Errorf("list receivers of %s: %w", l.from, err)
+			}
+			for _, ed := range edges {
+				batch = append(batch, zen.PoolEntry{User: ed.To, Source: l.src, Score: score, Pin: e.Pin,
+					Author: e.Author, Board: e.Board, Interest: e.Interest, CreatedMs: e.CreatedMs, Reason: l.why})
+				if len(batch) >= 256 {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+	}
+	return flush()
+}
+
+// pinMaker creates the demo's pins in the graph: the pin object on its board's shard and the
+// user→pins, board→pins (+ pin→boards) and pin→interests (+ interest→pins) edges.
+type pinMaker struct {
+	g     graphWriter
+	graph demoGraph
+	r     *rand.Rand
+	now   func() time.Time
+}
+
+func (m *pinMaker) next(ctx context.Context) (pinEvent, error) {
+	i := m.r.IntN(len(m.graph.Users))
+	author := m.graph.Users[i]
+	var board, interest zen.ID
+	if bs := m.graph.Boards[i]; len(bs) > 0 {
+		board = bs[m.r.IntN(len(bs))]
+	}
+	if len(m.graph.Interests) > 0 {
+		interest = m.graph.Interests[m.r.IntN(len(m.graph.Interests))]
+	}
+	now := m.now()
+	pin, err := m.g.Create(ctx, zen.TypePin, board, map[string]any{"author": author.String(), "board": board.String(),
+		"title": fmt.Sprintf("pin by %s at %s", author, now.Format(time.TimeOnly))})
+	if err != nil {
+		return pinEvent{}, fmt.Errorf("create pin: %w", err)
+	}
+	edges := []zen.Edge{{From: author, Type: zen.EdgeUserPins, To: pin.ID}}
+	if board != 0 {
+		edges = append(edges, zen.Edge{From: board, Type: zen.EdgeBoardPins, To: pin.ID})
+	}
+	if interest != 0 {
+		edges = append(edges, zen.Edge{From: pin.ID, Type: zen.EdgePinInterests, To: interest})
+	}
+	for _, e := range edges {
+		if err := addBoth(ctx, m.g, e); err != nil {
+			return pinEvent{}, fmt.Errorf("pin edges: %w", err)
+		}
+	}
+	return pinEvent{Pin: pin.ID, Author: author, Board: board, Interest: interest, CreatedMs: now.UnixMilli()}, nil
+}

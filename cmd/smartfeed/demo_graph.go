@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// demoGraph is the synthetic graph of the demo, kept in graph.json beside the data so the next
+// run reuses it.
+type demoGraph struct {
+	Users     []zen.ID   `json:"users"`
+	Boards    [][]zen.ID `json:"boards"` // per user, same index as Users
+	Interests []zen.ID   `json:"interests"`
+	// Showcase is the user with the most followees: the one the grpcurl line asks about.
+	Showcase zen.ID `json:"showcase"`
+	// Follows counts the follow edges written.
+	Follows int `json:"follows"`
+}
+
+// demoGraphSpec sizes the synthetic graph.
+type demoGraphSpec struct {
+	Users, BoardsPerUser, Interests, FollowsPerUser int
+	Seed                                            uint64
+}
+
+const demoGraphFile = "graph.json"
+
+// loadDemoGraph reads graph.json from dir; ok is false when there is none.
+func loadDemoGraph(dir string) (demoGraph, bool, error) {
+	var g demoGraph
+	b, err := os.ReadFile(filepath.Join(dir, demoGraphFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return g, false, nil
+	}
+	if err != nil {
+		return g, false, fmt.Errorf("read demo graph: %w", err)
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		return g, false, fmt.Errorf("parse demo graph %s: %w", filepath.Join(dir, demoGraphFile), err)
+	}
+	if len(g.Users) == 0 || len(g.Boards) != len(g.Users) || g.Showcase == 0 {
+		return g, false, fmt.Errorf("demo graph %s is incomplete; delete it to rebuild", filepath.Join(dir, demoGraphFile))
+	}
+	return g, true, nil
+}
+
+func (g demoGraph) save(dir string) error {
+	b, err := json.MarshalIndent(g, "", " ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, demoGraphFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write demo graph: %w", err)
+	}
+	return os.Rename(tmp, filepath.Join(dir, demoGraphFile))
+}
+
+// graphWriter is the part of *zen.Graph the demo writes through.
+type graphWriter interface {
+	Create(ctx context.Context, t zen.Type, near zen.ID, data map[string]any) (zen.Object, error)
+	AddEdge(ctx context.Context, e zen.Edge) error
+	AddInverse(ctx context.Context, e zen.Edge) error
+}
+
+// addBoth writes an edge and, when its type has one, its inverse.
+func addBoth(ctx context.Context, g graphWriter, e zen.Edge) error {
+	if err := g.AddEdge(ctx, e); err != nil {
+		return err
+	}
+	if _, ok := e.Type.Inverse(); ok {
+		return g.AddInverse(ctx, e)
+	}
+	return nil
+}
+
+// buildDemoGraph creates users, boards and interests, then follows: each user follows
+// FollowsPerUser users drawn from a Zipf law over the users (so followers are power-law
+// distributed: a few users have very many), one board of a followed user and two interests.
+// progress is called with (done, total) steps.
+func buildDemoGraph(ctx context.Context, g graphWriter, spec demoGraphSpec, progress func(done, total int)) (demoGraph, error) {
+	r := rand.New(rand.NewPCG(spec.Seed, spec.Seed^0x9e3779b97f4a7c15))
+	n := spec.Users
+	out := demoGraph{Users: make([]zen.ID, n), Boards: make([][]zen.ID, n), Interests: make([]zen.ID, spec.Interests)}
+	total := n*(1+spec.BoardsPerUser) + spec.Interests + n
+	done := 0
+	step := func() {
+		done++
+		if done%50 == 0 || done == total {
+			progress(done, total)
+		}
+	}
+	for i := range spec.Interests {
+		o, err := g.Create(ctx, zen.TypeInterest, 0, map[string]any{"name": fmt.Sprintf("interest-%d", i)})
+		if err != nil {
+			return out, fmt.Errorf("create interest: %w", err)
+		}
+		out.Interests[i] = o.ID
+		step()
+	}
+	for i := range n {
+		u, err := g.Create(ctx, zen.TypeUser, 0, map[string]any{"username": fmt.Sprintf("demo%d", i)})
+		if err != nil {
+			return out, fmt.Errorf("create user: %w", err)
+		}
+		out.Users[i] = u.ID
+		step()
+		for j := range spec.BoardsPerUser {
+			b, err := g.Create(ctx, zen.TypeBoard, u.ID, map[string]any{"name": fmt.Sprintf("board %d of demo%d", j, i), "owner": u.ID.String()})
+			if err != nil {
+				return out, fmt.Errorf("create board: %w", err)
+			}
+			if err := addBoth(ctx, g, zen.Edge{From: u.ID, Type: zen.EdgeUserBoards, To: b.ID}); err != nil {
+				return out, fmt.Errorf("user boards: %w", err)
+			}
+			out.Boards[i] = append(out.Boards[i], b.ID)
+			step()
+		}
+	}
+	zipf := rand.NewZipf(r, 1.2, 1, uint64(n-1))
+	best, bestCount := 0, -1
+	for i := range n {
+		follows := map[int]bool{}
+		want := min(spec.FollowsPerUser/2+r.IntN(spec.FollowsPerUser+1), n-1)
+		for tries := 0; len(follows) < want && tries < want*10; tries++ {
+			// Rank k of the Zipf law maps to a fixed user, so low ranks gather the followers.
+			j := int(zipf.Uint64())
+			if j == i || follows[j] {
+				continue
+			}
+			follows[j] = true
+			if err := addBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsUser, To: out.Users[j]}); err != nil {
+				return out, fmt.Errorf("follow user: %w", err)
+			}
+			out.Follows++
+		}
+		if len(follows) > 0 && spec.BoardsPerUser > 0 {
+			for j := range follows {
+				b := out.Boards[j][r.IntN(len(out.Boards[j]))]
+				if err := addBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsBoard, To: b}); err != nil {
+					return out, fmt.Errorf("follow board: %w", err)
+				}
+				out.Follows++
+				break
+			}
+		}
+		for range min(2, spec.Interests) {
+			in := out.Interests[r.IntN(spec.Interests)]
+			if err := addBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsInterest, To: in}); err != nil {
+				return out, fmt.Errorf("follow interest: %w", err)
+			}
+			out.Follows++
+		}
+		if len(follows) > bestCount {
+			best, bestCount = i, len(follows)
+		}
+		step()
+	}
+	out.Showcase = out.Users[best]
+	return out, nil
+}

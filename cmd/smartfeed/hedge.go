@@ -1,0 +1,286 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/smartfeed/smartfeed/internal/config"
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+)
+
+const hedgeUsage = `usage: smartfeed hedge [show|set|suggest] [flags]
+
+  show      the hedging policy in force, the cutoff in use, and the read latency
+            percentiles of the primary and the standby (the default)
+  set       change the policy live: --mode, --cutoff (fixed mode), --percentile,
+            --min, --max, --budget, --warmup; only the flags given change
+  suggest   replay the recorded latencies for candidate cutoffs (--cutoffs) and print
+            the expected hedge rate, extra load and p99.9 of each
+
+Every flag has a SMARTFEED_* twin (--grpc-addr is SMARTFEED_GRPC_ADDR).
+`
+
+// hedgeFlags are the connection flags every hedge subcommand takes.
+type hedgeFlags struct {
+	grpcAddr, adminAddr string
+	timeout             time.Duration
+}
+
+func (h *hedgeFlags) bind(fs *flag.FlagSet) {
+	fs.StringVar(&h.grpcAddr, "grpc-addr", "127.0.0.1:9090", "gRPC address of the feed service (FeedAdmin)")
+	fs.StringVar(&h.adminAddr, "admin-addr", "127.0.0.1:9091", "admin HTTP address of the same process (/metrics)")
+	fs.DurationVar(&h.timeout, "timeout", 5*time.Second, "bound of each call")
+}
+
+func runHedge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	sub := "show"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		sub, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("hedge "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, hedgeUsage, "\nflags:\n"); fs.PrintDefaults() }
+	var hf hedgeFlags
+	hf.bind(fs)
+	var run func() error
+	switch sub {
+	case "show":
+		run = func() error { return hedgeShow(ctx, hf, stdout) }
+	case "set":
+		var mode string
+		var cutoff, minC, maxC time.Duration
+		var pct, budget, warmup float64
+		fs.StringVar(&mode, "mode", "", "off, fixed or percentile")
+		fs.DurationVar(&cutoff, "cutoff", 0, "fixed cutoff (sets mode fixed unless --mode is given)")
+		fs.Float64Var(&pct, "percentile", 0, "percentile of the primary's latency used as the cutoff (percentile mode)")
+		fs.DurationVar(&minC, "min", 0, "lowest percentile cutoff")
+		fs.DurationVar(&maxC, "max", 0, "highest percentile cutoff")
+		fs.Float64Var(&budget, "budget", 0, "largest fraction of calls that may hedge on the cutoff, in [0, 1]")
+		fs.Float64Var(&warmup, "warmup", 0, "fraction of calls that also read the standby, in [0, 1]")
+		run = func() error {
+			set := map[string]bool{}
+			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+			return hedgeSet(ctx, hf, stdout, func(p *feedv1.HedgePolicy) {
+				if set["cutoff"] {
+					p.DelayMs = ms(cutoff)
+					if !set["mode"] {
+						p.Mode = "fixed"
+					}
+				}
+				if set["mode"] {
+					p.Mode = mode
+				}
+				if set["percentile"] {
+					p.Percentile = pct
+				}
+				if set["min"] {
+					p.MinMs = ms(minC)
+				}
+				if set["max"] {
+					p.MaxMs = ms(maxC)
+				}
+				if set["budget"] {
+					p.Budget = budget
+				}
+				if set["warmup"] {
+					p.Warmup = warmup
+				}
+			}, len(set))
+		}
+	case "suggest":
+		var cutoffs string
+		var samples int
+		fs.StringVar(&cutoffs, "cutoffs", "1ms,2ms,5ms,10ms,20ms,50ms,100ms", "candidate cutoffs, comma-separated")
+		fs.IntVar(&samples, "samples", 200000, "calls replayed per cutoff")
+		run = func() error {
+			cs, err := parseCutoffs(cutoffs)
+			if err != nil {
+				return err
+			}
+			return hedgeSuggest(ctx, hf, stdout, cs, samples)
+		}
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, hedgeUsage)
+		return nil
+	default:
+		return fmt.Errorf("hedge: unknown subcommand %q (show, set, suggest)", sub)
+	}
+	if err := config.ApplyEnv(fs, os.Getenv); err != nil {
+		return err
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("hedge %s: unexpected arguments %q", sub, fs.Args())
+	}
+	return run()
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func parseCutoffs(s string) ([]time.Duration, error) {
+	var out []time.Duration
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		d, err := time.ParseDuration(f)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("cutoff %q: want a positive duration like 10ms", f)
+		}
+		out = append(out, d)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--cutoffs: no cutoff given")
+	}
+	return out, nil
+}
+
+func adminClient(hf hedgeFlags) (feedv1.FeedAdminClient, func(), error) {
+	conn, err := grpc.NewClient(hf.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial %s: %w", hf.grpcAddr, err)
+	}
+	return feedv1.NewFeedAdminClient(conn), func() { _ = conn.Close() }, nil
+}
+
+func printPolicy(w io.Writer, p *feedv1.HedgePolicy) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "mode\t%s\n", p.GetMode())
+	fmt.Fprintf(tw, "cutoff in use\t%.2fms\n", p.GetCurrentCutoffMs())
+	fmt.Fprintf(tw, "fixed delay\t%.2fms\n", p.GetDelayMs())
+	fmt.Fprintf(tw, "percentile\tp%g clamped to [%.2fms, %.2fms] (after %d samples)\n", p.GetPercentile(), p.GetMinMs(), p.GetMaxMs(), p.GetMinSamples())
+	fmt.Fprintf(tw, "budget\t%.2f%% extra load (burst %g)\n", 100*p.GetBudget(), p.GetBudgetBurst())
+	fmt.Fprintf(tw, "warm-up\t%.2f%% of calls also read the standby\n", 100*p.GetWarmup())
+	_ = tw.Flush()
+}
+
+func hedgeShow(ctx context.Context, hf hedgeFlags, w io.Writer) error {
+	c, done, err := adminClient(hf)
+	if err != nil {
+		return err
+	}
+	defer done()
+	cctx, cancel := context.WithTimeout(ctx, hf.timeout)
+	defer cancel()
+	p, err := c.GetHedgePolicy(cctx, &feedv1.GetHedgePolicyRequest{})
+	if err != nil {
+		return fmt.Errorf("get hedge policy from %s: %w", hf.grpcAddr, err)
+	}
+	fmt.Fprintf(w, "hedging policy of %s\n", hf.grpcAddr)
+	printPolicy(w, p)
+	primary, standby, err := fetchLatency(cctx, hf)
+	if err != nil {
+		fmt.Fprintf(w, "\nlatency: unavailable (%v)\n", err)
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "store\treads\tp50\tp90\tp99\tp99.9\t")
+	for _, s := range []struct {
+		name string
+		h    latencyHist
+	}{{"primary", primary}, {"standby", standby}} {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", s.name, s.h.Count(), fmtMs(s.h.Quantile(0.5)), fmtMs(s.h.Quantile(0.9)),
+			fmtMs(s.h.Quantile(0.99)), fmtMs(s.h.Quantile(0.999)))
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "(percentiles interpolated from the histogram buckets of "+readLatencyMetric+")")
+	return nil
+}
+
+func hedgeSet(ctx context.Context, hf hedgeFlags, w io.Writer, change func(*feedv1.HedgePolicy), nflags int) error {
+	if nflags == 0 {
+		return errors.New("hedge set: nothing to change (give --cutoff, --mode, --percentile, --min, --max, --budget or --warmup)")
+	}
+	c, done, err := adminClient(hf)
+	if err != nil {
+		return err
+	}
+	defer done()
+	cctx, cancel := context.WithTimeout(ctx, hf.timeout)
+	defer cancel()
+	p, err := c.GetHedgePolicy(cctx, &feedv1.GetHedgePolicyRequest{})
+	if err != nil {
+		return fmt.Errorf("get hedge policy from %s: %w", hf.grpcAddr, err)
+	}
+	change(p)
+	got, err := c.SetHedgePolicy(cctx, p)
+	if err != nil {
+		return fmt.Errorf("set hedge policy: %w", err)
+	}
+	fmt.Fprintf(w, "hedging policy of %s is now\n", hf.grpcAddr)
+	printPolicy(w, got)
+	return nil
+}
+
+func hedgeSuggest(ctx context.Context, hf hedgeFlags, w io.Writer, cutoffs []time.Duration, samples int) error {
+	cctx, cancel := context.WithTimeout(ctx, hf.timeout)
+	defer cancel()
+	budget, burst := -1.0, 10.0
+	if c, done, err := adminClient(hf); err == nil {
+		if p, err := c.GetHedgePolicy(cctx, &feedv1.GetHedgePolicyRequest{}); err == nil {
+			budget, burst = p.GetBudget(), p.GetBudgetBurst()
+		}
+		done()
+	}
+	if budget < 0 {
+		return fmt.Errorf("hedge suggest: cannot read the budget from %s", hf.grpcAddr)
+	}
+	primary, standby, err := fetchLatency(cctx, hf)
+	if err != nil {
+		return err
+	}
+	rows, err := suggestCutoffs(primary, standby, append([]time.Duration{0}, cutoffs...), budget, burst, samples, 1)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "replaying %d calls drawn from %d primary and %d standby reads, budget %.2f%%:\n", samples, primary.Count(), standby.Count(), 100*budget)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "cutoff\thedge rate\textra load\tp50\tp99\tp99.9\t")
+	for _, r := range rows {
+		name := "no hedge"
+		if r.Cutoff > 0 {
+			name = r.Cutoff.String()
+		}
+		fmt.Fprintf(tw, "%s\t%.2f%%\t%.2f%%\t%s\t%s\t%s\t\n", name, 100*r.HedgeRate, 100*r.ExtraLoad, fmtMs(r.P50), fmtMs(r.P99), fmtMs(r.P999))
+	}
+	_ = tw.Flush()
+	fmt.Fprintln(w, "set one with: smartfeed hedge set --cutoff <d>  (or --percentile for a moving cutoff)")
+	return nil
+}
+
+// fetchLatency scrapes the admin port's /metrics for the read latency histograms.
+func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby latencyHist, err error) {
+	url := "http://" + hf.adminAddr + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return primary, standby, err
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return primary, standby, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return primary, standby, fmt.Errorf("scrape %s: %s", url, resp.Status)
+	}
+	return parseReadLatency(resp.Body)
+}

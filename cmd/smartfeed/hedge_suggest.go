@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// readLatencyMetric is the hedger's histogram of read latency, labelled by store.
+const readLatencyMetric = "smartfeed_hedge_read_seconds"
+
+// latencyHist is a cumulative latency histogram as Prometheus exports it.
+type latencyHist struct {
+	Upper []float64 // bucket upper bounds in seconds, ascending; the last may be +Inf
+	Cum   []uint64  // cumulative counts
+}
+
+// Count is the number of observations.
+func (h latencyHist) Count() uint64 {
+	if len(h.Cum) == 0 {
+		return 0
+	}
+	return h.Cum[len(h.Cum)-1]
+}
+
+// Quantile estimates the q-quantile (q in [0, 1]) by linear interpolation inside its bucket,
+// like PromQL's histogram_quantile.
+func (h latencyHist) Quantile(q float64) time.Duration {
+	n := h.Count()
+	if n == 0 {
+		return 0
+	}
+	rank := q * float64(n)
+	lower, prev := 0.0, uint64(0)
+	for i, up := range h.Upper {
+		if float64(h.Cum[i]) >= rank {
+			if math.IsInf(up, 1) {
+				return secs(lower)
+			}
+			inBucket := float64(h.Cum[i] - prev)
+			if inBucket == 0 {
+				return secs(up)
+			}
+			return secs(lower + (up-lower)*(rank-float64(prev))/inBucket)
+		}
+		lower, prev = up, h.Cum[i]
+	}
+	return secs(lower)
+}
+
+// sampler draws latencies distributed like h: a bucket by its share of the count, then a
+// uniform point inside it (the +Inf bucket is read as [last bound, 2 × last bound]).
+func (h latencyHist) sampler(r *rand.Rand) func() float64 {
+	n := h.Count()
+	return func() float64 {
+		k := uint64(r.Int64N(int64(n))) + 1
+		i, _ := slices.BinarySearch(h.Cum, k)
+		lower := 0.0
+		if i > 0 {
+			lower = h.Upper[i-1]
+		}
+		upper := h.Upper[i]
+		if math.IsInf(upper, 1) {
+			upper = 2 * lower
+		}
+		return lower + r.Float64()*(upper-lower)
+	}
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// parseReadLatency reads the primary and standby histograms of the hedger from a Prometheus
+// text exposition.
+func parseReadLatency(r io.Reader) (primary, standby latencyHist, err error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return primary, standby, fmt.Errorf("parse metrics: %w", err)
+	}
+	fam, ok := fams[readLatencyMetric]
+	if !ok {
+		return primary, standby, fmt.Errorf("no %s in the metrics: is this a feedsvc admin port?", readLatencyMetric)
+	}
+	for _, m := range fam.GetMetric() {
+		h := toHist(m.GetHistogram())
+		for _, l := range m.GetLabel() {
+			if l.GetName() != "store" {
+				continue
+			}
+			switch l.GetValue() {
+			case "primary":
+				primary = h
+			case "standby":
+				standby = h
+			}
+		}
+	}
+	return primary, standby, nil
+}
+
+func toHist(h *dto.Histogram) latencyHist {
+	var out latencyHist
+	for _, b := range h.GetBucket() {
+		out.Upper = append(out.Upper, b.GetUpperBound())
+		out.Cum = append(out.Cum, b.GetCumulativeCount())
+	}
+	if len(out.Upper) == 0 || !math.IsInf(out.Upper[len(out.Upper)-1], 1) {
+		out.Upper = append(out.Upper, math.Inf(1))
+		out.Cum = append(out.Cum, h.GetSampleCount())
+	}
+	return out
+}
+
+// suggestion is the replayed outcome of one candidate cutoff.
+type suggestion struct {
+	Cutoff    time.Duration // 0 = never hedge on the cutoff
+	HedgeRate float64       // fraction of calls that hedged
+	ExtraLoad float64       // extra reads per call (= HedgeRate: one standby read per hedge)
+	P50, P99  time.Duration
+	P999      time.Duration
+}
+
+// suggestCutoffs replays samples calls with latencies drawn from the recorded primary and
+// standby histograms, once per cutoff: a call whose primary read exceeds the cutoff hedges
+// when the budget has a token (each call earns budget tokens, burst at most burst), and then
+// takes min(primary, cutoff + standby). The same draws are used for every cutoff, so the rows
+// compare like for like.
+func suggestCutoffs(primary, standby latencyHist, cutoffs []time.Duration, budget, burst float64, samples int, seed uint64) ([]suggestion, error) {
+	if primary.Count() == 0 {
+		return nil, errors.New("no primary latencies recorded yet: serve some feeds first")
+	}
+	if standby.Count() == 0 {
+		return nil, errors.New("no standby latencies recorded yet (hedges or warm-up reads fill them): serve some feeds, or raise the warm-up fraction")
+	}
+	if samples < 1000 {
+		return nil, fmt.Errorf("samples %d: need at least 1000 for a p99.9", samples)
+	}
+	r := rand.New(rand.NewPCG(seed, seed+1))
+	ps, ss := primary.sampler(r), standby.sampler(r)
+	p := make([]float64, samples)
+	s := make([]float64, samples)
+	for i := range samples {
+		p[i], s[i] = ps(), ss()
+	}
+	out := make([]suggestion, 0, len(cutoffs))
+	lat := make([]float64, samples)
+	for _, c := range cutoffs {
+		cs := c.Seconds()
+		tokens, hedges := burst, 0
+		for i := range samples {
+			tokens = min(burst, tokens+budget)
+			lat[i] = p[i]
+			if c > 0 && p[i] > cs && tokens >= 1 {
+				tokens--
+				hedges++
+				lat[i] = min(p[i], cs+s[i])
+			}
+		}
+		slices.Sort(lat)
+		q := func(f float64) time.Duration { return secs(lat[min(samples-1, int(f*float64(samples)))]) }
+		rate := float64(hedges) / float64(samples)
+		out = append(out, suggestion{Cutoff: c, HedgeRate: rate, ExtraLoad: rate, P50: q(0.5), P99: q(0.99), P999: q(0.999)})
+	}
+	return out, nil
+}

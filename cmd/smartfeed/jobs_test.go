@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/smartfeed/smartfeed/internal/testenv"
+	"github.com/smartfeed/smartfeed/pinlater"
+)
+
+const jobsTestDB = 11
+
+func jobs(t *testing.T, addr, ns string, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	full := append([]string{"jobs", "--redis", addr, "--db", "11", "--namespace", ns}, args...)
+	err := run(t.Context(), full, &out, &out)
+	return out.String(), err
+}
+
+func TestJobsCommand(t *testing.T) {
+	addr := testenv.Redis(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	ns := "tjobs" + hex.EncodeToString(b)
+	opt := asynq.RedisClientOpt{Addr: addr, DB: jobsTestDB}
+	admin, err := pinlater.NewAdmin(opt, pinlater.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Purge(context.Background()); admin.Close() })
+	client, err := pinlater.NewClient(opt, nil, nil, pinlater.WithNamespace(ns), pinlater.WithDrainCheck(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := t.Context()
+
+	// One task that dies at once.
+	task, _ := pinlater.NewRespace(pinlater.RespacePayload{Board: 31})
+	info, err := client.Enqueue(ctx, task, pinlater.MaxAttempts(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	srv, err := pinlater.NewServer(pinlater.Config{Redis: opt, Namespace: ns, PollInterval: 50 * time.Millisecond}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.HandleFunc(pinlater.TypeRespace, func(ctx context.Context, tk *pinlater.Task) error {
+		if runs.Add(1) == 1 {
+			return errors.New("respace blew up")
+		}
+		return nil
+	})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := jobs(t, addr, ns, "dead", "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(out, info.ID) {
+			if !strings.Contains(out, "respace blew up") || !strings.Contains(out, "respace") {
+				t.Fatalf("dead listing lacks the type or error:\n%s", out)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task never listed as dead:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	steps := []struct {
+		args []string
+		want []string // substrings of the output
+	}{
+		{[]string{"inspect", "default", info.ID}, []string{"state", "archived", `"board":31`, "respace blew up"}},
+		{[]string{"rate", "fanout", "2.5"}, []string{"rate of fanout: 2.5/s"}},
+		{[]string{"rate", "bulk", "0"}, []string{"rate of bulk: 0 (paused)"}},
+		{[]string{"pause", "critical"}, []string{"paused: critical"}},
+		{[]string{"drain", "default"}, []string{"draining: default"}},
+		{[]string{"queues"}, []string{"QUEUE", "critical", "paused", "fanout", "2.5/s", "bulk", "0 (paused)"}},
+		{[]string{"undrain", "default"}, []string{"undrained: default"}},
+		{[]string{"resume", "critical"}, []string{"resumed: critical"}},
+		{[]string{"rate", "fanout", "none"}, []string{"rate of fanout: none"}},
+		{[]string{"retry", "default", info.ID}, []string{"retried: " + info.ID}},
+	}
+	for _, s := range steps {
+		out, err := jobs(t, addr, ns, s.args...)
+		if err != nil {
+			t.Fatalf("jobs %v: %v\n%s", s.args, err, out)
+		}
+		for _, w := range s.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("jobs %v: output lacks %q:\n%s", s.args, w, out)
+			}
+		}
+	}
+	// The queues table: default is draining with one dead task while drain mode was on.
+	st, err := admin.Queue(ctx, pinlater.QueueDefault)
+	if err != nil || st.Draining {
+		t.Fatalf("default after undrain = %+v, %v", st, err)
+	}
+	// The retried task runs (second run succeeds) and leaves the dead set.
+	for runs.Load() < 2 {
+		if time.Now().After(deadline.Add(10 * time.Second)) {
+			t.Fatal("retried task did not run")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// delete --all on an empty dead set, and bad input.
+	if out, err := jobs(t, addr, ns, "delete", "default", "--all"); err != nil || !strings.Contains(out, "deleted: 0 dead tasks") {
+		t.Errorf("delete --all: %q, %v", out, err)
+	}
+	for _, bad := range [][]string{
+		{"rate", "fanout", "-3"},
+		{"rate", "fanout", "fast"},
+		{"rate", "fanout"},
+		{"inspect", "default"},
+		{"inspect", "default", "no-such-id"},
+		{"retry", "default", "no-such-id"},
+		{"dead", "default", "--size", "0"},
+		{"pause"},
+		{"frobnicate"},
+	} {
+		if out, err := jobs(t, addr, ns, bad...); err == nil {
+			t.Errorf("jobs %v: no error (output %q)", bad, out)
+		}
+	}
+}
+
+func TestJobsHelpNeedsNoRedis(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(t.Context(), []string{"jobs"}, &out, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "rate QUEUE") {
+		t.Errorf("help output:\n%s", out.String())
+	}
+}

@@ -1,0 +1,555 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/hibiken/asynq"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/smartfeed/smartfeed/feedsvc"
+	"github.com/smartfeed/smartfeed/feedsvc/faults"
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/generator"
+	"github.com/smartfeed/smartfeed/graphsvc"
+	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/pinlater"
+	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
+	"github.com/smartfeed/smartfeed/worker"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// Roles: which services one process runs.
+const (
+	roleWorker    = "worker"
+	roleGenerator = "generator"
+	roleFeed      = "feedsvc"
+	roleAll       = "all"
+)
+
+// livenessService is the health service name the liveness probe asks for: SERVING from start to
+// the end of shutdown, while "" (readiness) goes NOT_SERVING as soon as draining starts.
+const livenessService = "smartfeed.liveness"
+
+// pinlaterRedis is the Redis connection option of pinlater (an Asynq one).
+type pinlaterRedis = asynq.RedisConnOpt
+
+// redisOpt is the connection option of a Redis with a password or a database number.
+func redisOpt(r config.Redis) pinlaterRedis {
+	return asynq.RedisClientOpt{Addr: r.Addr, Password: r.Password, DB: r.DB}
+}
+
+// serveCommand returns the run function of a role's subcommand.
+func serveCommand(role string) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+		fs := flag.NewFlagSet(role, flag.ContinueOnError)
+		fs.SetOutput(stderr)
+		cfg, err := config.FromArgs(fs, args, os.Getenv)
+		if err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil
+			}
+			return err
+		}
+		log, err := newLogger(cfg.Log, stderr)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = log.Sync() }()
+		log.Info("starting", zap.String("role", role), zap.String("version", version))
+		fmt.Fprintf(stderr, "effective config (secrets masked):\n%s\n", cfg.Masked())
+		a, err := newApp(ctx, role, cfg, log, newRegistry())
+		if err != nil {
+			return err
+		}
+		return a.run(ctx)
+	}
+}
+
+// newRegistry returns a fresh registry with the Go and process collectors.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// newLogger builds the zap logger of cfg, writing to w.
+func newLogger(cfg config.Log, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(cfg.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if cfg.Format == "console" {
+		ec.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(ec)
+	} else {
+		enc = zapcore.NewJSONEncoder(ec)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+}
+
+// app is one process: the services of its role over shared stores, a gRPC listener and an
+// admin HTTP listener.
+type app struct {
+	role string
+	cfg  config.Config
+	log  *zap.Logger
+	reg  *prometheus.Registry
+
+	stores *stores
+	graph  *zen.Graph
+	pools  *zen.Pools
+	gen    *generator.Generator
+	worker *worker.Worker
+	boards *graphsvc.BoardService
+	feed   *feedsvc.Service
+	repl   *feedsvc.Replicator
+	faults [2]*faults.Table // primary, standby of the feed
+
+	pinClient *pinlater.Client
+	pinServer *pinlater.Server
+	pinAdmin  *pinlater.Admin
+
+	grpc    *grpc.Server
+	health  *health.Server
+	grpcLis net.Listener
+	admin   *http.Server
+	admLis  net.Listener
+	ready   atomic.Bool
+
+	// workerWired is set once the worker's handlers are registered (the demo then fans out
+	// through pinlater).
+	workerWired bool
+
+	// cleanup of what newApp built, in order, when run never starts.
+	conns []io.Closer
+}
+
+func (a *app) has(roles ...string) bool {
+	for _, r := range roles {
+		if a.role == r || a.role == roleAll {
+			return true
+		}
+	}
+	return false
+}
+
+// newApp opens the stores and builds the services of role, and binds the listeners. Nothing
+// runs until run.
+func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger, reg *prometheus.Registry) (_ *app, err error) {
+	a := &app{role: role, cfg: cfg, log: log, reg: reg, stores: newStores(cfg.Storage, log)}
+	defer func() {
+		if err != nil {
+			a.closeAll()
+		}
+	}()
+	redis := pinlater.RedisAddr(cfg.Redis.Addr)
+	if cfg.Redis.Password != "" || cfg.Redis.DB != 0 {
+		redis = redisOpt(cfg.Redis)
+	}
+	var nsOpt []pinlater.ClientOption
+	if cfg.Redis.Namespace != "" {
+		nsOpt = append(nsOpt, pinlater.WithNamespace(cfg.Redis.Namespace))
+	}
+	if a.has(roleWorker, roleFeed) {
+		if a.pinClient, err = pinlater.NewClient(redis, log.Named("pinlater"), reg, nsOpt...); err != nil {
+			return nil, fmt.Errorf("pinlater client: %w", err)
+		}
+		a.conns = append(a.conns, a.pinClient)
+		if a.pinAdmin, err = pinlater.NewAdmin(redis, nsOpt...); err != nil {
+			return nil, fmt.Errorf("pinlater admin: %w", err)
+		}
+		a.conns = append(a.conns, a.pinAdmin)
+		reg.MustRegister(a.pinAdmin.Collector())
+	}
+	if a.has(roleWorker, roleGenerator) || (a.role == roleFeed && cfg.Generator.Addr == "") {
+		main, err := a.stores.get(ctx, storeMain)
+		if err != nil {
+			return nil, err
+		}
+		poolsT, err := a.stores.table(ctx, storeMain, tablePools)
+		if err != nil {
+			return nil, err
+		}
+		a.pools = zen.NewPools(poolsT, nil)
+		if a.has(roleWorker) {
+			if a.graph, err = zen.NewGraph(ctx, main, nil, nil); err != nil {
+				return nil, fmt.Errorf("graph: %w", err)
+			}
+			if err := a.buildWorker(ctx); err != nil {
+				return nil, err
+			}
+		}
+		if err := a.buildGenerator(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if a.has(roleFeed) {
+		if err := a.buildFeed(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if a.has(roleWorker, roleFeed) {
+		if err := a.buildPinlaterServer(redis); err != nil {
+			return nil, err
+		}
+	}
+	a.buildGRPC()
+	if a.grpcLis, err = net.Listen("tcp", cfg.GRPC.Addr); err != nil {
+		return nil, fmt.Errorf("grpc listen: %w", err)
+	}
+	a.conns = append(a.conns, a.grpcLis)
+	if cfg.Admin.Addr != "" {
+		a.buildAdmin()
+		if a.admLis, err = net.Listen("tcp", cfg.Admin.Addr); err != nil {
+			return nil, fmt.Errorf("admin listen: %w", err)
+		}
+		a.conns = append(a.conns, a.admLis)
+	}
+	return a, nil
+}
+
+func (a *app) buildGenerator(ctx context.Context) error {
+	state, err := a.stores.table(ctx, storeMain, tableGenState)
+	if err != nil {
+		return err
+	}
+	gc := generator.DefaultConfig()
+	if a.cfg.Generator.ConfigFile != "" {
+		if gc, err = generator.LoadConfig(a.cfg.Generator.ConfigFile); err != nil {
+			return fmt.Errorf("generator config: %w", err)
+		}
+	}
+	a.gen, err = generator.New(generator.Params{Pools: a.pools, State: state, Config: &gc,
+		Logger: a.log.Named("generator"), Registerer: a.reg})
+	if err != nil {
+		return fmt.Errorf("generator: %w", err)
+	}
+	return nil
+}
+
+func (a *app) buildFeed(ctx context.Context) error {
+	primary, err := a.stores.table(ctx, storePrimary, tableFeed)
+	if err != nil {
+		return err
+	}
+	standby, err := a.stores.table(ctx, storeStandby, tableFeed)
+	if err != nil {
+		return err
+	}
+	a.faults = [2]*faults.Table{faults.Wrap(primary, 1), faults.Wrap(standby, 2)}
+	a.repl, err = feedsvc.NewReplicator(a.faults[0], a.faults[1], feedsvc.ReplicatorOptions{
+		Logger: a.log.Named("replicator"), Registerer: a.reg})
+	if err != nil {
+		return fmt.Errorf("replicator: %w", err)
+	}
+	h := a.cfg.Feed.Hedge
+	pol := hedge.DefaultPolicy()
+	pol.Mode, pol.Delay, pol.Percentile = hedge.Mode(h.Mode), h.Delay.D(), h.Percentile
+	pol.Min, pol.Max, pol.Budget, pol.Warmup = h.Min.D(), h.Max.D(), h.Budget, h.Warmup
+	hedger, err := hedge.New(pol, hedge.Options{Registerer: a.reg})
+	if err != nil {
+		return fmt.Errorf("hedge policy: %w", err)
+	}
+	var gen feedsvc.Generator
+	if a.gen != nil {
+		gen = localGenerator{a.gen}
+	} else {
+		conn, err := grpc.NewClient(a.cfg.Generator.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
+		}
+		a.conns = append(a.conns, conn)
+		gen = remoteGenerator{generatorv1.NewGeneratorServiceClient(conn)}
+	}
+	fc := feedsvc.DefaultConfig()
+	fc.GeneratorDeadline, fc.MaxItems = a.cfg.Feed.GeneratorDeadline.D(), a.cfg.Feed.MaxItems
+	a.feed, err = feedsvc.New(feedsvc.Deps{Primary: a.repl, Standby: a.faults[1], Generator: gen,
+		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
+		Logger: a.log.Named("feedsvc"), Registerer: a.reg}, fc)
+	if err != nil {
+		return fmt.Errorf("feedsvc: %w", err)
+	}
+	return nil
+}
+
+func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
+	queues := map[string]int{}
+	for q, w := range pinlater.DefaultQueueWeights() {
+		critical := q == pinlater.QueueCritical
+		// The critical queue (materialize) is run by the process that owns the feed service;
+		// the other queues by the worker.
+		if a.role == roleAll || (a.role == roleFeed && critical) || (a.role == roleWorker && !critical) {
+			queues[q] = w
+		}
+	}
+	var err error
+	a.pinServer, err = pinlater.NewServer(pinlater.Config{Redis: redis, Namespace: a.cfg.Redis.Namespace,
+		Queues: queues, StrictPriority: a.cfg.Worker.StrictPriority, Concurrency: a.cfg.Worker.Concurrency,
+		ShutdownTimeout: a.cfg.Worker.ShutdownTimeout.D()}, a.log.Named("pinlater"), a.reg)
+	if err != nil {
+		return fmt.Errorf("pinlater server: %w", err)
+	}
+	if a.feed != nil {
+		feedsvc.RegisterHandlers(a.pinServer, a.feed)
+	}
+	if a.has(roleWorker) {
+		if err := a.registerWorker(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *app) buildGRPC() {
+	a.grpc = grpc.NewServer()
+	a.health = health.NewServer()
+	healthpb.RegisterHealthServer(a.grpc, a.health)
+	reflection.Register(a.grpc)
+	if a.gen != nil && a.has(roleGenerator) {
+		generatorv1.RegisterGeneratorServiceServer(a.grpc, generator.NewServer(a.gen))
+	}
+	if a.feed != nil {
+		feedsvc.Register(a.grpc, a.feed, true, a.faultsIfEnabled(0), a.faultsIfEnabled(1))
+	}
+	if a.has(roleWorker) {
+		a.registerGraphService()
+	}
+	for name := range a.grpc.GetServiceInfo() {
+		a.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	a.health.SetServingStatus(livenessService, healthpb.HealthCheckResponse_SERVING)
+}
+
+func (a *app) faultsIfEnabled(i int) *faults.Table {
+	if !a.cfg.Feed.Faults {
+		return nil
+	}
+	return a.faults[i]
+}
+
+func (a *app) buildAdmin() {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !a.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	a.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+}
+
+// grpcAddr is the bound gRPC address (useful with port 0).
+func (a *app) grpcAddr() string { return a.grpcLis.Addr().String() }
+
+// adminAddr is the bound admin address, or "" when disabled.
+func (a *app) adminAddr() string {
+	if a.admLis == nil {
+		return ""
+	}
+	return a.admLis.Addr().String()
+}
+
+// run serves until ctx is done, then shuts down in order.
+//
+// Start order: stores (already open) → replicator → pinlater server → gRPC and admin listeners
+// → ready (health SERVING).
+//
+// Shutdown order, each step bounded by the remaining ShutdownTimeout:
+//  1. not ready: health "" and every service NOT_SERVING, /readyz 503, so load balancers
+//     and Kubernetes stop sending new calls (liveness stays SERVING);
+//  2. gRPC GracefulStop: calls in flight finish (Stop after a third of the bound: streams
+//     left open are cut);
+//  3. feedsvc Wait: background settles, enqueues and warm-up reads started by those calls;
+//  4. pinlater server Shutdown: running tasks finish within worker.shutdown_timeout, the rest
+//     go back to Redis for another worker;
+//  5. replicator Flush then stop: queued writes reach the standby (what is left is for Resync);
+//  6. pinlater client/admin and the generator connection close;
+//  7. admin HTTP server (metrics stay scrapeable until here);
+//  8. stores close (Pebble flushes its memtables).
+func (a *app) run(ctx context.Context) error {
+	bg, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer bgCancel()
+	g, gctx := errgroup.WithContext(bg)
+	if a.repl != nil {
+		g.Go(func() error {
+			if err := a.repl.Run(gctx); err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("replicator: %w", err)
+			}
+			return nil
+		})
+	}
+	if a.feed != nil && a.cfg.Feed.KnobsFile != "" {
+		g.Go(func() error {
+			if err := a.feed.WatchKnobs(gctx, a.cfg.Feed.KnobsFile, 2*time.Second); err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("knobs: %w", err)
+			}
+			return nil
+		})
+	}
+	if a.pinServer != nil {
+		if err := a.pinServer.Start(); err != nil {
+			bgCancel()
+			_ = g.Wait()
+			a.closeAll()
+			return fmt.Errorf("pinlater server: %w", err)
+		}
+	}
+	g.Go(func() error {
+		if err := a.grpc.Serve(a.grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return fmt.Errorf("grpc serve: %w", err)
+		}
+		return nil
+	})
+	if a.admin != nil {
+		g.Go(func() error {
+			if err := a.admin.Serve(a.admLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("admin serve: %w", err)
+			}
+			return nil
+		})
+	}
+	a.setReady(true)
+	a.log.Info("serving", zap.String("role", a.role), zap.String("grpc", a.grpcAddr()), zap.String("admin", a.adminAddr()))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		a.log.Info("shutting down", zap.String("cause", context.Cause(ctx).Error()))
+	case <-gctx.Done():
+		runErr = context.Cause(gctx)
+		a.log.Error("a component failed; shutting down", zap.Error(runErr))
+	}
+	stopStart := time.Now()
+	sctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout.D())
+	defer cancel()
+	err := a.shutdown(sctx, bgCancel)
+	if werr := g.Wait(); werr != nil && runErr == nil {
+		runErr = werr
+	}
+	err = errors.Join(runErr, err)
+	a.log.Info("stopped", zap.Duration("shutdown", time.Since(stopStart)), zap.Error(err))
+	return err
+}
+
+func (a *app) setReady(ok bool) {
+	a.ready.Store(ok)
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for name := range a.grpc.GetServiceInfo() {
+		a.health.SetServingStatus(name, st)
+	}
+	a.health.SetServingStatus("", st)
+}
+
+// shutdown runs the order written on run; stopBG cancels the background loops.
+func (a *app) shutdown(ctx context.Context, stopBG context.CancelFunc) error {
+	var errs []error
+	step := func(name string, fn func() error) {
+		start := time.Now()
+		if err := fn(); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown %s: %w", name, err))
+		}
+		a.log.Debug("shutdown step", zap.String("step", name), zap.Duration("took", time.Since(start)))
+	}
+	step("readiness", func() error { a.setReady(false); return nil })
+	step("grpc", func() error {
+		// Calls in flight get a third of the shutdown bound; long-lived streams (a grpcurl
+		// reflection session, say) are then cut so the later steps keep their time.
+		gctx, cancel := context.WithTimeout(ctx, a.cfg.ShutdownTimeout.D()/3)
+		defer cancel()
+		done := make(chan struct{})
+		go func() { a.grpc.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-gctx.Done():
+			a.log.Warn("grpc calls still running at the drain deadline; closing them")
+			a.grpc.Stop()
+			<-done
+		}
+		return nil
+	})
+	if a.feed != nil {
+		step("feedsvc", func() error { return waitCtx(ctx, a.feed.Wait) })
+	}
+	if a.pinServer != nil {
+		step("pinlater server", func() error { return waitCtx(ctx, a.pinServer.Shutdown) })
+	}
+	if a.repl != nil {
+		step("replicator", func() error {
+			err := a.repl.Flush(ctx)
+			if err != nil {
+				err = fmt.Errorf("standby flush (run Resync for what is left): %w", err)
+			}
+			return err
+		})
+	}
+	stopBG()
+	if a.admin != nil {
+		step("admin", func() error { return a.admin.Shutdown(ctx) })
+		a.admLis = nil
+	}
+	step("connections", func() error { a.closeConns(); return nil })
+	step("stores", a.stores.close)
+	return errors.Join(errs...)
+}
+
+// waitCtx runs fn and waits for it until ctx is done.
+func waitCtx(ctx context.Context, fn func()) error {
+	done := make(chan struct{})
+	go func() { fn(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (a *app) closeConns() {
+	for i := len(a.conns) - 1; i >= 0; i-- {
+		_ = a.conns[i].Close()
+	}
+	a.conns = nil
+}
+
+// closeAll releases what newApp built when run never ran.
+func (a *app) closeAll() {
+	a.closeConns()
+	if err := a.stores.close(); err != nil {
+		a.log.Warn("close stores", zap.Error(err))
+	}
+}

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+
+	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/testenv"
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	"github.com/smartfeed/smartfeed/zen/zenpebble"
+)
+
+// testConfig is an "all" config on loopback ports chosen by the kernel, Pebble in a temp dir
+// and a Redis namespace of the test's own.
+func testConfig(t *testing.T) config.Config {
+	c := config.DefaultConfig()
+	c.Redis.Addr = testenv.Redis(t)
+	c.Redis.Namespace = fmt.Sprintf("cmdtest_%d", time.Now().UnixNano())
+	c.Storage.DataDir = t.TempDir()
+	c.Storage.PebbleNoSync = true
+	c.GRPC.Addr = "127.0.0.1:0"
+	c.Admin.Addr = "127.0.0.1:0"
+	// The lifecycle test leaves a reflection stream open: shutdown must cut it after a third
+	// of this bound and still finish its other steps.
+	c.ShutdownTimeout = config.Duration(6 * time.Second)
+	return c
+}
+
+// TestServeLifecycle starts `all`, checks health, reflection, metrics and a GetFeed, then
+// stops it and checks that it went not-ready, returned cleanly and released its stores.
+func TestServeLifecycle(t *testing.T) {
+	cfg := testConfig(t)
+	a, err := newApp(t.Context(), roleAll, cfg, zap.NewNop(), newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.workerWired {
+		t.Error("all: worker handlers not registered")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx) }()
+
+	conn, err := grpc.NewClient(a.grpcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	waitStatus(t, hc, "", healthpb.HealthCheckResponse_SERVING)
+	for _, svc := range []string{"smartfeed.feed.v1.FeedService", "smartfeed.feed.v1.FeedAdmin", "smartfeed.generator.v1.GeneratorService", livenessService} {
+		if r, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %s = %v, %v; want SERVING", svc, r.GetStatus(), err)
+		}
+	}
+	// Reflection lists the services (what grpcurl needs without proto files).
+	rc, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := rc.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	if !strings.Contains(strings.Join(names, " "), "smartfeed.feed.v1.FeedService") {
+		t.Errorf("reflection lists %v, want FeedService among them", names)
+	}
+	// An empty feed of a valid user is served (nothing fanned out yet); a bad ID is refused.
+	fc := feedv1.NewFeedServiceClient(conn)
+	if _, err := fc.GetFeed(t.Context(), &feedv1.GetFeedRequest{UserIdStr: "241294629943640797"}); err != nil {
+		t.Errorf("GetFeed of a valid user: %v", err)
+	}
+	if _, err := fc.GetFeed(t.Context(), &feedv1.GetFeedRequest{UserIdStr: "nope"}); err == nil {
+		t.Error("GetFeed of a bad ID: no error")
+	}
+	for path, want := range map[string]string{"/metrics": "smartfeed_hedge_policy", "/readyz": "ready", "/debug/pprof/": "goroutine"} {
+		body := httpGet(t, "http://"+a.adminAddr()+path)
+		if !strings.Contains(body, want) {
+			t.Errorf("GET %s: %.200q does not contain %q", path, body, want)
+		}
+	}
+	// The hedge command reads and changes the live policy.
+	var out bytes.Buffer
+	args := []string{"hedge", "set", "--cutoff", "7ms", "--budget", "0.05", "--grpc-addr", a.grpcAddr(), "--admin-addr", a.adminAddr()}
+	if err := run(t.Context(), args, &out, io.Discard); err != nil {
+		t.Fatalf("hedge set: %v", err)
+	}
+	if p := a.feed.Hedger().Policy(); p.Mode != "fixed" || p.Delay != 7*time.Millisecond || p.Budget != 0.05 {
+		t.Errorf("policy after hedge set = %+v, want fixed 7ms budget 0.05", p)
+	}
+	out.Reset()
+	if err := run(t.Context(), []string{"hedge", "--grpc-addr", a.grpcAddr(), "--admin-addr", a.adminAddr()}, &out, io.Discard); err != nil {
+		t.Fatalf("hedge show: %v", err)
+	}
+	if s := out.String(); !strings.Contains(s, "mode           fixed") || !strings.Contains(s, "primary") {
+		t.Errorf("hedge show output:\n%s", s)
+	}
+	if err := run(t.Context(), []string{"hedge", "set", "--budget", "2", "--grpc-addr", a.grpcAddr()}, io.Discard, io.Discard); err == nil {
+		t.Error("hedge set --budget 2: no error")
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run after cancel: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return within 30s of cancel")
+	}
+	if a.ready.Load() {
+		t.Error("still ready after shutdown")
+	}
+	// The stores are closed: Pebble's lock is free again.
+	for _, name := range []string{storeMain, storePrimary, storeStandby} {
+		s, err := zenpebble.Open(filepath.Join(cfg.Storage.DataDir, name))
+		if err != nil {
+			t.Fatalf("reopen %s after shutdown: %v", name, err)
+		}
+		_ = s.Close()
+	}
+}
+
+func waitStatus(t *testing.T, hc healthpb.HealthClient, svc string, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
+		if err == nil && r.GetStatus() == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health %q: %v, %v; want %v", svc, r.GetStatus(), err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestSetReadyFlipsHealth checks the first shutdown step on its own: readiness off turns the
+// overall and per-service health NOT_SERVING while liveness stays SERVING.
+func TestSetReadyFlipsHealth(t *testing.T) {
+	a := &app{role: roleGenerator, cfg: config.DefaultConfig(), log: zap.NewNop()}
+	a.buildGRPC()
+	check := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
+		r, err := a.health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil {
+			t.Fatalf("check %q: %v", svc, err)
+		}
+		return r.GetStatus()
+	}
+	if check("") != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Error("ready before run")
+	}
+	a.setReady(true)
+	if check("") != healthpb.HealthCheckResponse_SERVING || check(livenessService) != healthpb.HealthCheckResponse_SERVING {
+		t.Error("not serving after setReady(true)")
+	}
+	a.setReady(false)
+	if check("") != healthpb.HealthCheckResponse_NOT_SERVING || check("grpc.reflection.v1.ServerReflection") != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Error("still serving after setReady(false)")
+	}
+	if check(livenessService) != healthpb.HealthCheckResponse_SERVING {
+		t.Error("liveness dropped with readiness")
+	}
+}
+
+// TestRunRefusesBadConfig: a bad flag or value fails before anything starts.
+func TestRunRefusesBadConfig(t *testing.T) {
+	for _, args := range [][]string{
+		{"all", "--storage", "mysql"},
+		{"feedsvc", "--hedge-budget", "3"},
+		{"worker", "--no-such-flag"},
+	} {
+		var stderr bytes.Buffer
+		if err := run(t.Context(), args, io.Discard, &stderr); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenhbase"
+	"github.com/smartfeed/smartfeed/zen/zenpebble"
+)
+
+// Names of the zen tables the binary opens (besides zen.Graph's own).
+const (
+	tablePools    = "pools"
+	tableGenState = "genstate"
+	tableFeed     = "feed"
+)
+
+// stores are the three storage clusters: main (graph, pools, generator state), and the primary
+// and standby copies of the materialized feed. Each is opened on first use, so a role opens only
+// what it needs.
+type stores struct {
+	cfg    config.Storage
+	log    *zap.Logger
+	opened map[string]zen.Store
+	order  []string // opening order, closed in reverse
+}
+
+func newStores(cfg config.Storage, log *zap.Logger) *stores {
+	return &stores{cfg: cfg, log: log, opened: map[string]zen.Store{}}
+}
+
+// Store names.
+const (
+	storeMain    = "main"
+	storePrimary = "feed-primary"
+	storeStandby = "feed-standby"
+)
+
+// get opens (once) and returns the named store.
+func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
+	if st, ok := s.opened[name]; ok {
+		return st, nil
+	}
+	var st zen.Store
+	switch s.cfg.Backend {
+	case config.BackendPebble:
+		opts := []zenpebble.Option{zenpebble.WithLogger(s.log.Named("pebble").With(zap.String("store", name)))}
+		if s.cfg.PebbleNoSync {
+			opts = append(opts, zenpebble.WithNoSync())
+		}
+		dir := filepath.Join(s.cfg.DataDir, name)
+		p, err := zenpebble.Open(dir, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("open pebble %s: %w", dir, err)
+		}
+		st = p
+	case config.BackendHBase:
+		h := s.cfg.HBase
+		zk := map[string]string{storeMain: h.PoolsZK, storePrimary: h.PrimaryZK, storeStandby: h.StandbyZK}[name]
+		prefix := h.TablePrefix
+		// Primary and standby on one cluster would share the "feed" table; keep them apart.
+		if name == storeStandby && h.StandbyZK == h.PrimaryZK {
+			prefix += "standby_"
+		}
+		hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix, ZookeeperRoot: h.ZookeeperRoot})
+		if err != nil {
+			return nil, fmt.Errorf("open hbase %s at %s: %w", name, zk, err)
+		}
+		st = hb
+	default:
+		return nil, fmt.Errorf("unknown storage backend %q", s.cfg.Backend)
+	}
+	s.opened[name] = st
+	s.order = append(s.order, name)
+	return st, nil
+}
+
+// table opens one table of the named store.
+func (s *stores) table(ctx context.Context, store, table string) (zen.Table, error) {
+	st, err := s.get(ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	t, err := st.Table(ctx, table)
+	if err != nil {
+		return nil, fmt.Errorf("open table %s of %s: %w", table, store, err)
+	}
+	return t, nil
+}
+
+// close closes the stores in the reverse of their opening order.
+func (s *stores) close() error {
+	var errs []error
+	for i := len(s.order) - 1; i >= 0; i-- {
+		name := s.order[i]
+		if err := s.opened[name].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", name, err))
+		}
+		delete(s.opened, name)
+	}
+	s.order = nil
+	return errors.Join(errs...)
+}

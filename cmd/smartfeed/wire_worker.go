@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/graphsvc"
+	"github.com/smartfeed/smartfeed/pinlater"
+	ingestv1 "github.com/smartfeed/smartfeed/proto/ingest/v1"
+	"github.com/smartfeed/smartfeed/worker"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// buildWorker builds the worker over the main store: the graph, the pools table and the
+// worker's state table; the tasks it spawns go through the pinlater client.
+func (a *app) buildWorker(ctx context.Context) error {
+	poolsT, err := a.stores.table(ctx, storeMain, tablePools)
+	if err != nil {
+		return err
+	}
+	stateT, err := a.stores.table(ctx, storeMain, worker.StateTable)
+	if err != nil {
+		return err
+	}
+	a.worker, err = worker.New(a.graph, poolsT, stateT, a.pinClient, worker.Config{},
+		worker.Options{Logger: a.log.Named("worker"), Reg: a.reg})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return nil
+}
+
+// registerWorker registers the worker's pinlater handlers (fanout, upkeep) on a.pinServer.
+func (a *app) registerWorker() error {
+	if a.worker == nil {
+		return fmt.Errorf("worker handlers: worker not built")
+	}
+	a.worker.Register(a.pinServer)
+	a.boards = graphsvc.NewBoardService(a.graph, zen.NewOrder(a.graph, zen.OrderOptions{}), a.pinClient, a.log.Named("boards"))
+	a.pinServer.Handle(pinlater.TypeRespace, pinlater.Typed(a.boards.HandleRespace))
+	a.workerWired = true
+	return nil
+}
+
+// registerGraphService registers, on a.grpc, graphsvc's GraphService and BoardService (the
+// frontends' writes, each enqueuing its feed event) and the worker's IngestService (Publish,
+// for producers that own their objects elsewhere).
+func (a *app) registerGraphService() {
+	if a.worker == nil {
+		return
+	}
+	graphsvc.NewGraphService(a.graph, a.pinClient, a.log.Named("graphsvc"), nil).Register(a.grpc)
+	if a.boards != nil {
+		a.boards.Register(a.grpc)
+	}
+	pub := worker.NewPublisher(a.pinClient, a.graph, a.worker.Config().HotFollowers)
+	ingestv1.RegisterIngestServiceServer(a.grpc, worker.NewIngestServer(pub, a.worker))
+	a.log.Debug("graph, board and ingest services registered", zap.String("role", a.role))
+}

@@ -1,0 +1,340 @@
+// Package config is the typed configuration of the smartfeed binary: defaults in code
+// (DefaultConfig), a JSON file, environment variables (SMARTFEED_*) and flags, applied in that
+// order, validated as a whole, and printed at start with its secrets masked.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"time"
+)
+
+// Backends of Storage.Backend.
+const (
+	BackendPebble = "pebble"
+	BackendHBase  = "hbase"
+)
+
+// Config is the whole configuration of one smartfeed process. Every field has a documented
+// default (DefaultConfig), a flag and an environment variable (see Bind).
+type Config struct {
+	// Storage chooses where zen's tables live.
+	Storage Storage `json:"storage"`
+	// Redis is the pinlater queue store.
+	Redis Redis `json:"redis"`
+	// GRPC is the public gRPC listener: every service of the role, health and reflection.
+	GRPC GRPC `json:"grpc"`
+	// Admin is the HTTP listener of /metrics, /debug/pprof, /healthz and /readyz.
+	Admin Admin `json:"admin"`
+	// Log configures the zap logger.
+	Log Log `json:"log"`
+	// Worker configures the pinlater server of the worker role.
+	Worker Worker `json:"worker"`
+	// Generator configures the chunk generator, and how feedsvc reaches it.
+	Generator Generator `json:"generator"`
+	// Feed configures the feed service and its speculative reads.
+	Feed Feed `json:"feed"`
+	// ShutdownTimeout bounds the whole graceful shutdown. Default 30s.
+	ShutdownTimeout Duration `json:"shutdown_timeout"`
+}
+
+// Storage chooses the zen backend: embedded Pebble under a data directory (the default) or HBase,
+// with one ZooKeeper quorum per store.
+type Storage struct {
+	// Backend is "pebble" (default) or "hbase".
+	Backend string `json:"backend"`
+	// DataDir holds the Pebble databases (main/, feed-primary/, feed-standby/). Default "data".
+	DataDir string `json:"data_dir"`
+	// PebbleNoSync skips fsync on Pebble writes (demos, benchmarks). Default false.
+	PebbleNoSync bool `json:"pebble_no_sync"`
+	// HBase holds the quorums of the three stores.
+	HBase HBase `json:"hbase"`
+}
+
+// HBase names the three HBase clusters by their ZooKeeper quorum ("host:port,...").
+type HBase struct {
+	// PoolsZK holds the graph, the pools and the generator state.
+	PoolsZK string `json:"pools_zk"`
+	// PrimaryZK holds the materialized feed read first.
+	PrimaryZK string `json:"primary_zk"`
+	// StandbyZK holds the hot copy of the materialized feed.
+	StandbyZK string `json:"standby_zk"`
+	// TablePrefix is put in front of every table name. Default "smartfeed_".
+	TablePrefix string `json:"table_prefix"`
+	// ZookeeperRoot is HBase's znode. Default "/hbase".
+	ZookeeperRoot string `json:"zookeeper_root"`
+}
+
+// Redis locates the pinlater Redis.
+type Redis struct {
+	// Addr is host:port. Default "127.0.0.1:6379".
+	Addr string `json:"addr"`
+	// Password is the Redis AUTH password (masked when printed). Default empty.
+	Password string `json:"password" secret:"true"`
+	// DB is the Redis database number. Default 0.
+	DB int `json:"db"`
+	// Namespace prefixes every pinlater key and queue. Default empty.
+	Namespace string `json:"namespace"`
+}
+
+// GRPC is the public gRPC listener.
+type GRPC struct {
+	// Addr is the listen address. Default ":9090".
+	Addr string `json:"addr"`
+}
+
+// Admin is the operator's HTTP listener.
+type Admin struct {
+	// Addr is the listen address; loopback by default so pprof is not exposed. Default
+	// "127.0.0.1:9091".
+	Addr string `json:"addr"`
+}
+
+// Log configures the logger.
+type Log struct {
+	// Level is debug, info, warn or error. Default "info".
+	Level string `json:"level"`
+	// Format is "json" or "console". Default "json".
+	Format string `json:"format"`
+}
+
+// Worker configures the pinlater server.
+type Worker struct {
+	// Concurrency is the number of tasks run at once. Default 10.
+	Concurrency int `json:"concurrency"`
+	// StrictPriority drains higher queues first instead of sharing by weight. Default false.
+	StrictPriority bool `json:"strict_priority"`
+	// ShutdownTimeout is how long running tasks may finish before they are handed back. Default 10s.
+	ShutdownTimeout Duration `json:"shutdown_timeout"`
+}
+
+// Generator configures the generator and feedsvc's access to it.
+type Generator struct {
+	// ConfigFile is the generator's JSON config (rates, chunk sizes); empty = its defaults.
+	ConfigFile string `json:"config_file"`
+	// Addr is the gRPC target of the generator, for a feedsvc process. Empty = in process
+	// (the "all" role). Default empty.
+	Addr string `json:"addr"`
+}
+
+// Feed configures the feed service.
+type Feed struct {
+	// GeneratorDeadline bounds the generator call of a first page. Default 150ms.
+	GeneratorDeadline Duration `json:"generator_deadline"`
+	// MaxItems is the materialized feed's maximum length. Default 1000.
+	MaxItems int `json:"max_items"`
+	// KnobsFile is a feedsvc knobs document watched for live changes; empty = none.
+	KnobsFile string `json:"knobs_file"`
+	// Faults enables the FeedAdmin fault injection on the two stores (demos, tests). Default false.
+	Faults bool `json:"faults"`
+	// Hedge is the initial speculative-read policy (live-tunable with `smartfeed hedge`).
+	Hedge Hedge `json:"hedge"`
+}
+
+// Hedge is the initial hedging policy of the materialized reads.
+type Hedge struct {
+	// Mode is off, fixed or percentile. Default "percentile".
+	Mode string `json:"mode"`
+	// Delay is the cutoff in fixed mode. Default 10ms.
+	Delay Duration `json:"delay"`
+	// Percentile of the primary's latency used as the cutoff, in (0, 100). Default 99.9.
+	Percentile float64 `json:"percentile"`
+	// Min and Max clamp the percentile cutoff. Defaults 2ms and 100ms.
+	Min Duration `json:"min"`
+	Max Duration `json:"max"`
+	// Budget is the largest fraction of calls that may hedge on the cutoff. Default 0.02.
+	Budget float64 `json:"budget"`
+	// Warmup is the fraction of calls that also read the standby. Default 0.01.
+	Warmup float64 `json:"warmup"`
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Storage: Storage{
+			Backend: BackendPebble,
+			DataDir: "data",
+			HBase:   HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase"},
+		},
+		Redis:     Redis{Addr: "127.0.0.1:6379"},
+		GRPC:      GRPC{Addr: ":9090"},
+		Admin:     Admin{Addr: "127.0.0.1:9091"},
+		Log:       Log{Level: "info", Format: "json"},
+		Worker:    Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second)},
+		Generator: Generator{},
+		Feed: Feed{
+			GeneratorDeadline: Duration(150 * time.Millisecond),
+			MaxItems:          1000,
+			Hedge: Hedge{
+				Mode:       "percentile",
+				Delay:      Duration(10 * time.Millisecond),
+				Percentile: 99.9,
+				Min:        Duration(2 * time.Millisecond),
+				Max:        Duration(100 * time.Millisecond),
+				Budget:     0.02,
+				Warmup:     0.01,
+			},
+		},
+		ShutdownTimeout: Duration(30 * time.Second),
+	}
+}
+
+// Validate reports every problem of c, or nil.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch c.Storage.Backend {
+	case BackendPebble:
+		if c.Storage.DataDir == "" {
+			bad("storage.data_dir: empty (pebble needs a data directory)")
+		}
+	case BackendHBase:
+		h := c.Storage.HBase
+		for _, q := range []struct{ name, v string }{
+			{"storage.hbase.pools_zk", h.PoolsZK}, {"storage.hbase.primary_zk", h.PrimaryZK}, {"storage.hbase.standby_zk", h.StandbyZK},
+		} {
+			if q.v == "" {
+				bad("%s: empty (the hbase backend needs a ZooKeeper quorum per store)", q.name)
+			}
+		}
+	default:
+		bad("storage.backend: %q is neither %q nor %q", c.Storage.Backend, BackendPebble, BackendHBase)
+	}
+	if c.Redis.Addr == "" {
+		bad("redis.addr: empty")
+	}
+	if c.Redis.DB < 0 || c.Redis.DB > 15 {
+		bad("redis.db: %d out of [0, 15]", c.Redis.DB)
+	}
+	for _, r := range c.Redis.Namespace {
+		if !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			bad("redis.namespace: %q: only letters, digits and '_' allowed", c.Redis.Namespace)
+			break
+		}
+	}
+	if c.GRPC.Addr == "" {
+		bad("grpc.addr: empty")
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level: %q is not debug, info, warn or error", c.Log.Level)
+	}
+	if c.Log.Format != "json" && c.Log.Format != "console" {
+		bad("log.format: %q is not json or console", c.Log.Format)
+	}
+	if c.Worker.Concurrency < 1 || c.Worker.Concurrency > 10000 {
+		bad("worker.concurrency: %d out of [1, 10000]", c.Worker.Concurrency)
+	}
+	if c.Worker.ShutdownTimeout < 0 {
+		bad("worker.shutdown_timeout: negative")
+	}
+	if c.Feed.GeneratorDeadline <= 0 {
+		bad("feed.generator_deadline: must be positive")
+	}
+	if c.Feed.MaxItems < 1 {
+		bad("feed.max_items: %d must be at least 1", c.Feed.MaxItems)
+	}
+	h := c.Feed.Hedge
+	switch h.Mode {
+	case "off", "fixed", "percentile":
+	default:
+		bad("feed.hedge.mode: %q is not off, fixed or percentile", h.Mode)
+	}
+	if !(h.Percentile > 0 && h.Percentile < 100) {
+		bad("feed.hedge.percentile: %v out of (0, 100)", h.Percentile)
+	}
+	if h.Delay <= 0 || h.Min <= 0 || h.Max < h.Min {
+		bad("feed.hedge: delay and min must be positive and max >= min (delay %v, min %v, max %v)", h.Delay, h.Min, h.Max)
+	}
+	if h.Budget < 0 || h.Budget > 1 {
+		bad("feed.hedge.budget: %v out of [0, 1]", h.Budget)
+	}
+	if h.Warmup < 0 || h.Warmup > 1 {
+		bad("feed.hedge.warmup: %v out of [0, 1]", h.Warmup)
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown_timeout: must be positive")
+	}
+	return errors.Join(errs...)
+}
+
+// Load reads a JSON config file over base: fields absent from the file keep base's values.
+// Unknown fields are refused.
+func Load(path string, base Config) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return base, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data, base)
+}
+
+// Parse decodes a JSON config over base (see Load).
+func Parse(data []byte, base Config) (Config, error) {
+	c := base
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return base, fmt.Errorf("parse config: %w", err)
+	}
+	if dec.More() {
+		return base, errors.New("parse config: trailing data after the JSON object")
+	}
+	return c, nil
+}
+
+// Masked returns c as indented JSON with every field tagged secret:"true" replaced by "****"
+// when it is set.
+func (c Config) Masked() string {
+	m := c
+	maskSecrets(reflect.ValueOf(&m).Elem())
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Sprintf("<config: %v>", err)
+	}
+	return string(b)
+}
+
+func maskSecrets(v reflect.Value) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := v.Field(i)
+		switch {
+		case f.Kind() == reflect.Struct:
+			maskSecrets(f)
+		case t.Field(i).Tag.Get("secret") == "true" && f.Kind() == reflect.String && f.String() != "":
+			f.SetString("****")
+		}
+	}
+}
+
+// Duration is a time.Duration written in JSON as a Go duration string ("150ms", "30s").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// String formats d like time.Duration.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string like \"150ms\": %w", err)
+	}
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}

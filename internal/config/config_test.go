@@ -1,0 +1,153 @@
+package config
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDefaultConfigValid(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("DefaultConfig().Validate() = %v", err)
+	}
+}
+
+func TestValidateRefuses(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"backend", func(c *Config) { c.Storage.Backend = "mysql" }, "storage.backend"},
+		{"hbase needs quorums", func(c *Config) { c.Storage.Backend = BackendHBase; c.Storage.HBase.PoolsZK = "zk:2181" }, "storage.hbase.primary_zk"},
+		{"pebble needs dir", func(c *Config) { c.Storage.DataDir = "" }, "storage.data_dir"},
+		{"log level", func(c *Config) { c.Log.Level = "loud" }, "log.level"},
+		{"hedge percentile", func(c *Config) { c.Feed.Hedge.Percentile = 100 }, "feed.hedge.percentile"},
+		{"hedge budget", func(c *Config) { c.Feed.Hedge.Budget = 1.5 }, "feed.hedge.budget"},
+		{"hedge min max", func(c *Config) { c.Feed.Hedge.Max = Duration(time.Millisecond) }, "max >= min"},
+		{"namespace", func(c *Config) { c.Redis.Namespace = "a-b" }, "redis.namespace"},
+		{"concurrency", func(c *Config) { c.Worker.Concurrency = 0 }, "worker.concurrency"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mutate(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Validate() = %v, want an error naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestPrecedence checks defaults < file < environment < flags.
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.json")
+	file := `{"redis": {"addr": "file:1", "namespace": "fromfile"}, "grpc": {"addr": "file:2"}, "feed": {"hedge": {"budget": 0.05}}}`
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"SMARTFEED_CONFIG":     path,
+		"SMARTFEED_REDIS_ADDR": "env:1",
+		"SMARTFEED_GRPC_ADDR":  "env:2",
+		"SMARTFEED_HEDGE_MAX":  "250ms",
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	got, err := FromArgs(fs, []string{"--grpc-addr=flag:2", "--log-level", "debug"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultConfig()
+	want.Redis.Addr = "env:1"         // env over file
+	want.Redis.Namespace = "fromfile" // file over default
+	want.GRPC.Addr = "flag:2"         // flag over env
+	want.Log.Level = "debug"
+	want.Feed.Hedge.Budget = 0.05
+	want.Feed.Hedge.Max = Duration(250 * time.Millisecond)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("config (-want +got):\n%s", diff)
+	}
+}
+
+func TestFromArgsErrors(t *testing.T) {
+	dir := t.TempDir()
+	unknown := filepath.Join(dir, "unknown.json")
+	if err := os.WriteFile(unknown, []byte(`{"redis": {"adr": "x"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"unknown file field", []string{"--config", unknown}, nil, "unknown field"},
+		{"missing file", []string{"--config=" + filepath.Join(dir, "nope.json")}, nil, "read config"},
+		{"bad env value", nil, map[string]string{"SMARTFEED_REDIS_DB": "seven"}, "SMARTFEED_REDIS_DB"},
+		{"bad duration flag", []string{"--hedge-min=fast"}, nil, "hedge-min"},
+		{"invalid result", []string{"--storage=hbase"}, nil, "storage.hbase.pools_zk"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("t", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			_, err := FromArgs(fs, tt.args, func(k string) string { return tt.env[k] })
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("FromArgs = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestEveryFlagHasEnvTwin checks that each flag, the subcommand's own included, is set by its
+// SMARTFEED_* variable.
+func TestEveryFlagHasEnvTwin(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	var extra string
+	fs.StringVar(&extra, "demo-users", "", "a subcommand flag")
+	seen := map[string]bool{}
+	getenv := func(k string) string { seen[k] = true; return "" }
+	if _, err := FromArgs(fs, nil, getenv); err != nil {
+		t.Fatal(err)
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !seen[EnvName(f.Name)] {
+			t.Errorf("flag --%s: environment %s never read", f.Name, EnvName(f.Name))
+		}
+	})
+	if extra != "" || !seen["SMARTFEED_DEMO_USERS"] {
+		t.Errorf("subcommand flag: env twin not read")
+	}
+}
+
+func TestMasked(t *testing.T) {
+	c := DefaultConfig()
+	c.Redis.Password = "hunter2"
+	out := c.Masked()
+	if strings.Contains(out, "hunter2") || !strings.Contains(out, `"password": "****"`) {
+		t.Fatalf("Masked() leaks or drops the password:\n%s", out)
+	}
+	if c.Redis.Password != "hunter2" {
+		t.Fatal("Masked changed the config it printed")
+	}
+	if empty := DefaultConfig().Masked(); !strings.Contains(empty, `"password": ""`) {
+		t.Fatalf("an empty secret should print empty:\n%s", empty)
+	}
+	// The printed form reads back to the same config.
+	back, err := Parse([]byte(DefaultConfig().Masked()), Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(DefaultConfig(), back); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,155 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// EnvPrefix starts the environment twin of every flag: --redis-addr is SMARTFEED_REDIS_ADDR.
+const EnvPrefix = "SMARTFEED_"
+
+// ConfigFlag names the config file flag (its twin is SMARTFEED_CONFIG).
+const ConfigFlag = "config"
+
+// EnvName returns the environment variable twin of a flag name.
+func EnvName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Bind defines a flag for every field of c on fs, each defaulting to the field's current value
+// and writing into it when parsed.
+func Bind(fs *flag.FlagSet, c *Config) {
+	s, d, i, f, b := fs.StringVar, durVar(fs), fs.IntVar, fs.Float64Var, fs.BoolVar
+	s(&c.Storage.Backend, "storage", c.Storage.Backend, "storage backend: pebble or hbase")
+	s(&c.Storage.DataDir, "data-dir", c.Storage.DataDir, "pebble data directory")
+	b(&c.Storage.PebbleNoSync, "pebble-no-sync", c.Storage.PebbleNoSync, "skip fsync on pebble writes (demos, benchmarks)")
+	s(&c.Storage.HBase.PoolsZK, "hbase-pools-zk", c.Storage.HBase.PoolsZK, "ZooKeeper quorum of the HBase holding the graph, pools and generator state")
+	s(&c.Storage.HBase.PrimaryZK, "hbase-primary-zk", c.Storage.HBase.PrimaryZK, "ZooKeeper quorum of the HBase holding the materialized feed (primary)")
+	s(&c.Storage.HBase.StandbyZK, "hbase-standby-zk", c.Storage.HBase.StandbyZK, "ZooKeeper quorum of the HBase holding the materialized feed (standby)")
+	s(&c.Storage.HBase.TablePrefix, "hbase-table-prefix", c.Storage.HBase.TablePrefix, "prefix of every HBase table name")
+	s(&c.Storage.HBase.ZookeeperRoot, "hbase-zk-root", c.Storage.HBase.ZookeeperRoot, "HBase znode")
+	s(&c.Redis.Addr, "redis-addr", c.Redis.Addr, "pinlater Redis host:port")
+	s(&c.Redis.Password, "redis-password", c.Redis.Password, "pinlater Redis password (masked when printed)")
+	i(&c.Redis.DB, "redis-db", c.Redis.DB, "pinlater Redis database")
+	s(&c.Redis.Namespace, "redis-namespace", c.Redis.Namespace, "prefix of pinlater keys and queues")
+	s(&c.GRPC.Addr, "grpc-addr", c.GRPC.Addr, "gRPC listen address (services, health, reflection)")
+	s(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "admin HTTP listen address (/metrics, /debug/pprof); empty disables it")
+	s(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
+	s(&c.Log.Format, "log-format", c.Log.Format, "log format: json or console")
+	i(&c.Worker.Concurrency, "worker-concurrency", c.Worker.Concurrency, "pinlater tasks run at once")
+	b(&c.Worker.StrictPriority, "worker-strict-priority", c.Worker.StrictPriority, "drain higher-priority queues first")
+	d(&c.Worker.ShutdownTimeout, "worker-shutdown-timeout", c.Worker.ShutdownTimeout, "how long running tasks may finish at shutdown")
+	s(&c.Generator.ConfigFile, "generator-config", c.Generator.ConfigFile, "generator JSON config file (empty: defaults)")
+	s(&c.Generator.Addr, "generator-addr", c.Generator.Addr, "gRPC target of the generator for feedsvc (empty: in process)")
+	d(&c.Feed.GeneratorDeadline, "feed-generator-deadline", c.Feed.GeneratorDeadline, "deadline of the generator call of a first page")
+	i(&c.Feed.MaxItems, "feed-max-items", c.Feed.MaxItems, "maximum length of a materialized feed")
+	s(&c.Feed.KnobsFile, "feed-knobs", c.Feed.KnobsFile, "feedsvc knobs file, watched for live changes")
+	b(&c.Feed.Faults, "feed-faults", c.Feed.Faults, "enable FeedAdmin fault injection on the feed stores")
+	s(&c.Feed.Hedge.Mode, "hedge-mode", c.Feed.Hedge.Mode, "hedging mode: off, fixed or percentile")
+	d(&c.Feed.Hedge.Delay, "hedge-delay", c.Feed.Hedge.Delay, "hedging cutoff in fixed mode")
+	f(&c.Feed.Hedge.Percentile, "hedge-percentile", c.Feed.Hedge.Percentile, "percentile of the primary's latency used as the cutoff")
+	d(&c.Feed.Hedge.Min, "hedge-min", c.Feed.Hedge.Min, "lowest percentile cutoff")
+	d(&c.Feed.Hedge.Max, "hedge-max", c.Feed.Hedge.Max, "highest percentile cutoff")
+	f(&c.Feed.Hedge.Budget, "hedge-budget", c.Feed.Hedge.Budget, "largest fraction of calls that may hedge on the cutoff")
+	f(&c.Feed.Hedge.Warmup, "hedge-warmup", c.Feed.Hedge.Warmup, "fraction of calls that also read the standby")
+	d(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound of the whole graceful shutdown")
+}
+
+func durVar(fs *flag.FlagSet) func(p *Duration, name string, v Duration, usage string) {
+	return func(p *Duration, name string, v Duration, usage string) {
+		*p = v
+		fs.Var((*durationValue)(p), name, usage)
+	}
+}
+
+type durationValue Duration
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+// FromArgs builds the configuration of one process: DefaultConfig, then the file named by
+// --config (or SMARTFEED_CONFIG), then the environment twins of the flags, then the flags.
+// fs may already hold the subcommand's own flags; they get environment twins too. getenv is
+// os.Getenv in production. The result is validated.
+func FromArgs(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+	return FromArgsOver(DefaultConfig(), fs, args, getenv)
+}
+
+// FromArgsOver is FromArgs starting from base instead of DefaultConfig (a subcommand with
+// defaults of its own, like the demo).
+func FromArgsOver(base Config, fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+	c := base
+	path := getenv(EnvName(ConfigFlag))
+	if p, ok := scanFlag(args, ConfigFlag); ok {
+		path = p
+	}
+	if path != "" {
+		var err error
+		if c, err = Load(path, c); err != nil {
+			return c, err
+		}
+	}
+	var ignored string
+	fs.StringVar(&ignored, ConfigFlag, path, "JSON config file (applied over the defaults, under the environment and the flags)")
+	Bind(fs, &c)
+	if err := ApplyEnv(fs, getenv, ConfigFlag); err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("invalid config:\n%w", err)
+	}
+	return c, nil
+}
+
+// ApplyEnv sets every flag of fs, except those named in skip, from its SMARTFEED_* twin when
+// that is set. Call it before fs.Parse so flags win over the environment.
+func ApplyEnv(fs *flag.FlagSet, getenv func(string) string, skip ...string) error {
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		for _, s := range skip {
+			if f.Name == s {
+				return
+			}
+		}
+		if v := getenv(EnvName(f.Name)); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", EnvName(f.Name), err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// scanFlag finds --name=value, -name=value, --name value or -name value in args (up to "--").
+func scanFlag(args []string, name string) (string, bool) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		trimmed := strings.TrimLeft(a, "-")
+		if trimmed == a || len(a)-len(trimmed) > 2 {
+			continue
+		}
+		if v, ok := strings.CutPrefix(trimmed, name+"="); ok {
+			return v, true
+		}
+		if trimmed == name && i+1 < len(args) {
+			return args[i+1], true
+		}
+	}
+	return "", false
+}
