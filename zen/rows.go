@@ -57,6 +57,9 @@ feed:
 // getAll reads keys from t with bounded parallelism. A nil entry in the result means the row is
 // absent. The first error other than ErrNotFound is returned.
 func getAll(ctx context.Context, t Table, keys [][]byte) ([][]byte, error) {
+	if mg, ok := t.(MultiGetter); ok {
+		return mg.GetMany(ctx, keys)
+	}
 	out := make([][]byte, len(keys))
 	err := parallel(ctx, len(keys), func(ctx context.Context, i int) error {
 		v, err := t.Get(ctx, keys[i])

@@ -59,3 +59,11 @@ type Store interface {
 	// Close releases the store.
 	Close() error
 }
+
+// MultiGetter is an optional extension of Table for backends that read many rows faster together
+// than one by one (the HBase backend sends them at once and gohbase batches them per region
+// server). zen uses it when a Table implements it. The result has one entry per key: nil when the
+// row is absent, the value (possibly empty, never nil) when present.
+type MultiGetter interface {
+	GetMany(ctx context.Context, keys [][]byte) ([][]byte, error)
+}

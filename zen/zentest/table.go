@@ -36,6 +36,33 @@ func RunTable(t *testing.T, open func(t *testing.T) zen.Table) {
 	t.Run("ConcurrentCAS", func(t *testing.T) { tableConcurrentCAS(t, open(t)) })
 	t.Run("ConcurrentCASCounter", func(t *testing.T) { tableConcurrentCASCounter(t, open(t)) })
 	t.Run("Context", func(t *testing.T) { tableContext(t, open(t)) })
+	t.Run("GetMany", func(t *testing.T) { tableGetMany(t, open(t)) })
+}
+
+// tableGetMany checks the optional zen.MultiGetter against Get: one entry per key, in order, nil
+// for absent rows, empty (not nil) for empty values, duplicates allowed.
+func tableGetMany(t *testing.T, tb zen.Table) {
+	mg, ok := tb.(zen.MultiGetter)
+	if !ok {
+		t.Skip("table does not implement zen.MultiGetter")
+	}
+	tableMustApply(t, tb, tablePut("a", "1"), tablePut("c", ""), tablePut("d", "4"))
+	keys := [][]byte{[]byte("d"), []byte("b"), []byte("a"), []byte("c"), []byte("a")}
+	for i := range 300 {
+		keys = append(keys, []byte(fmt.Sprintf("z%03d", i)))
+	}
+	got, err := mg.GetMany(tableCtx(t), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]byte, len(keys))
+	want[0], want[2], want[3], want[4] = []byte("4"), []byte("1"), []byte{}, []byte("1")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("GetMany (-want +got):\n%s", diff)
+	}
+	if got[3] == nil {
+		t.Errorf("GetMany: empty value came back nil (absent)")
+	}
 }
 
 func tableCtx(t *testing.T) context.Context {
