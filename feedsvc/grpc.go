@@ -107,6 +107,7 @@ func (g *GRPCServer) GetFeed(ctx context.Context, req *feedv1.GetFeedRequest) (*
 		FreshDetail:   p.FreshDetail,
 		ServedFrom:    protoStore(p.From),
 		Hedged:        p.Hedged,
+		Rebuilding:    p.Rebuilding,
 		Items:         make([]*feedv1.FeedItem, 0, len(p.Items)),
 	}
 	for _, it := range p.Items {

@@ -66,7 +66,10 @@ func (s *Service) Materialize(ctx context.Context, t MaterializeTask) error {
 	}
 	if errors.Is(err, zen.ErrNotFound) {
 		// Already materialized (the pending row goes before the trim and the settle): finish
-		// those two, which a crash may have cut short.
+		// those, which a crash may have cut short.
+		if err := s.primary.Apply(ctx, []zen.Mutation{{Key: pendingIndexKey(t.User, t.Seq), Delete: true}}); err != nil {
+			return fmt.Errorf("close chunk %s: %w", t.ChunkID, err)
+		}
 		return s.finish(ctx, t, "already")
 	}
 	if err != nil {
@@ -101,6 +104,7 @@ func (s *Service) Materialize(ctx context.Context, t MaterializeTask) error {
 	if err := s.primary.Apply(ctx, []zen.Mutation{
 		{Key: doneKey(t.User, t.ChunkID), Value: encodeMarker(chunkMarker{seq: t.Seq, done: true})},
 		{Key: pendingKey(t.User, t.Seq), Delete: true},
+		{Key: pendingIndexKey(t.User, t.Seq), Delete: true},
 	}); err != nil {
 		return fmt.Errorf("close chunk %s: %w", t.ChunkID, err)
 	}

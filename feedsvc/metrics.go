@@ -20,6 +20,10 @@ type metrics struct {
 	materializeSeconds prometheus.Histogram
 	duplicatePins      prometheus.Counter
 	trimmed            prometheus.Counter
+	deletedSkipped     prometheus.Counter
+	liveErrors         prometheus.Counter
+	activityErrors     prometheus.Counter
+	activityLate       prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,11 +57,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smartfeed_feed_duplicate_pins_total", Help: "Pins skipped at materialization because already in the feed."}),
 		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_feed_trimmed_total", Help: "Items dropped by trimming to the maximum length."}),
+		deletedSkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_deleted_skipped_total", Help: "Materialized items skipped on read because their pin was deleted."}),
+		liveErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_liveness_errors_total", Help: "Pages served unfiltered because the liveness check failed or was late."}),
+		activityErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_activity_errors_total", Help: "Activity (Touch) calls that failed."}),
+		activityLate: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_activity_late_total", Help: "Pages answered before the Activity hook did (rebuilding reported false)."}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
-			m.duplicatePins, m.trimmed} {
+			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register feed metrics: %w", err)
 			}

@@ -100,6 +100,16 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// Liveness, when set, drops deleted pins from materialized reads (see filterLive: a
+	// Liveness error serves the page unfiltered). LiveTimeout bounds each check; 0 means
+	// DefaultLiveTimeout.
+	Liveness    Liveness
+	LiveTimeout time.Duration
+	// Activity, when set, is called (in the background) on every GetFeed; its "rebuilding"
+	// answer is reported in Page.Rebuilding if it arrives within ActivityWait of the request's
+	// start (0 means DefaultActivityWait), else the page says false.
+	Activity     Activity
+	ActivityWait time.Duration
 }
 
 // Service serves home feeds. It is safe for concurrent use.
@@ -112,6 +122,10 @@ type Service struct {
 	now              func() time.Time
 	cfg              atomic.Pointer[Config]
 	m                *metrics
+	live             Liveness
+	liveTimeout      time.Duration
+	activity         Activity
+	activityWait     time.Duration
 
 	// reenqueued remembers stale pending chunks already re-enqueued by this process.
 	mu         sync.Mutex
@@ -145,8 +159,15 @@ func New(d Deps, c Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.LiveTimeout <= 0 {
+		d.LiveTimeout = DefaultLiveTimeout
+	}
+	if d.ActivityWait <= 0 {
+		d.ActivityWait = DefaultActivityWait
+	}
 	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
-		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{}}
+		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
+		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait}
 	s.cfg.Store(&c)
 	return s, nil
 }
@@ -212,6 +233,9 @@ type Page struct {
 	// was asked.
 	From   hedge.Store
 	Hedged bool
+	// Rebuilding is set while the user's pools are rebuilt after a long absence (the feed may
+	// be short for a moment; see Deps.Activity).
+	Rebuilding bool
 }
 
 // entry is one item read from the feed with its position.
@@ -252,12 +276,16 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 		}
 		after = &p
 	}
+	rebuilding := s.touch(req.User)
 	var page Page
 	var err error
 	if after == nil {
 		page, err = s.firstPage(ctx, cfg, req.User, size)
 	} else {
 		page, err = s.laterPage(ctx, req.User, *after, size)
+	}
+	if err == nil {
+		page.Rebuilding = rebuilding()
 	}
 	s.m.observe(page, err, time.Since(start))
 	return page, err
@@ -373,6 +401,10 @@ func (s *Service) fill(page *Page, user zen.ID, fresh []entry, res pageRead, siz
 			break
 		}
 	}
+	if more && len(page.Items) < size && res.consumed != nil {
+		// Every item read was served or deleted: continue after the last one read.
+		last = res.consumed
+	}
 	if more && last != nil {
 		page.NextCursor = encodeCursor(user, *last)
 	}
@@ -477,6 +509,7 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	// back below), never as pins the feed shows but nobody materializes.
 	if err := s.primary.Apply(ctx, []zen.Mutation{
 		{Key: doneKey(user, c.ID), Value: encodeMarker(chunkMarker{seq: seq})},
+		{Key: pendingIndexKey(user, seq), Value: []byte{}},
 		{Key: pendingKey(user, seq), Value: encodePending(pc)},
 	}); err != nil {
 		return nil, fmt.Errorf("pending chunk: %w", err)
@@ -495,10 +528,24 @@ type pageRead struct {
 	entries []entry
 	more    bool
 	stale   []MaterializeTask
+	// consumed is the position of the last item read, deleted ones included (set by
+	// filterLive).
+	consumed *position
 }
 
-// read reads up to size entries after `after` (nil: from the top), hedged across the stores.
+// read reads up to size live entries after `after` (nil: from the top), hedged across the
+// stores.
 func (s *Service) read(ctx context.Context, user zen.ID, after *position, size int) (pageRead, hedge.Outcome, error) {
+	res, out, err := s.readRaw(ctx, user, after, size)
+	if err != nil {
+		return res, out, err
+	}
+	res, err = s.filterLive(ctx, user, res, size)
+	return res, out, err
+}
+
+// readRaw reads up to size entries after `after` (nil: from the top), hedged across the stores.
+func (s *Service) readRaw(ctx context.Context, user zen.ID, after *position, size int) (pageRead, hedge.Outcome, error) {
 	cut := s.now().Add(-s.Config().StalePending).UnixMilli()
 	readFrom := func(t zen.Table) hedge.ReadFunc[pageRead] {
 		return func(ctx context.Context) (pageRead, error) { return readPage(ctx, t, user, after, size, cut) }

@@ -50,6 +50,9 @@ type Chunk struct {
 	User  zen.ID
 	Items []Item
 	Debug []string
+	// CreatedMs is when the chunk was composed (Unix milliseconds); a recovery pass leaves
+	// younger chunks alone, as a request may still be serving them.
+	CreatedMs int64
 }
 
 // Options are the per-request knobs of GenerateChunk.
@@ -74,6 +77,9 @@ type Params struct {
 	Logger *zap.Logger
 	// Registerer receives the generator's metrics; nil means they are not registered.
 	Registerer prometheus.Registerer
+	// Liveness, when set, filters deleted pins out of the candidates before they are taken
+	// (see dropDead; an error fails the chunk). nil serves every pin of the pools.
+	Liveness Liveness
 }
 
 // Generator composes chunks. Its methods are safe for concurrent use, also across processes
@@ -81,6 +87,7 @@ type Params struct {
 type Generator struct {
 	pools Pools
 	state zen.Table
+	live  Liveness
 	now   func() time.Time
 	log   *zap.Logger
 	cfg   atomic.Pointer[Config]
@@ -92,6 +99,7 @@ type metrics struct {
 	pins     *prometheus.CounterVec
 	deferred prometheus.Counter
 	dropped  prometheus.Counter
+	deleted  prometheus.Counter
 	lost     prometheus.Counter
 	settled  *prometheus.CounterVec
 }
@@ -101,7 +109,7 @@ func New(p Params) (*Generator, error) {
 	if p.Pools == nil || p.State == nil {
 		return nil, errors.New("generator: Pools and State are required")
 	}
-	g := &Generator{pools: p.Pools, state: p.State, now: p.Now, log: p.Logger}
+	g := &Generator{pools: p.Pools, state: p.State, live: p.Liveness, now: p.Now, log: p.Logger}
 	if g.now == nil {
 		g.now = time.Now
 	}
@@ -120,11 +128,12 @@ func New(p Params) (*Generator, error) {
 		pins:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_pins_total", Help: "Pins put into chunks, by source."}, []string{"source"}),
 		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_deferred_total", Help: "Weak pins seen and left in the pools for a later session."}),
 		dropped:  prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_dropped_total", Help: "Pins dropped from the pools as expired."}),
+		deleted:  prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_deleted_total", Help: "Deleted pins dropped from the pools on read (Liveness)."}),
 		lost:     prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_claims_lost_total", Help: "Chosen pins claimed first by a concurrent chunk and replaced."}),
 		settled:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_settled_total", Help: "Chunks settled, by outcome."}, []string{"delivered"}),
 	}
 	if p.Registerer != nil {
-		for _, c := range []prometheus.Collector{g.m.chunks, g.m.pins, g.m.deferred, g.m.dropped, g.m.lost, g.m.settled} {
+		for _, c := range []prometheus.Collector{g.m.chunks, g.m.pins, g.m.deferred, g.m.dropped, g.m.deleted, g.m.lost, g.m.settled} {
 			if err := p.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register generator metrics: %w", err)
 			}
@@ -225,6 +234,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	k := int(math.Ceil(float64(n) * cfg.ReadFactor))
 	dbg.add("read: best %d per source (n %d × read_factor %g)", k, n, cfg.ReadFactor)
 	excluded := map[zen.ID]bool{}
+	liveChecked := map[zen.ID]bool{}
 	var won []pick
 	wonBy := make([]int, len(plan))
 	var no uint64
@@ -233,22 +243,37 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	sawExpired := false
 
 	for round := 0; round < cfg.TakeRounds && len(won) < n; round++ {
-		lists := make([][]zen.PoolEntry, len(plan))
-		for i, p := range plan {
-			top, err := g.pools.Top(ctx, user, p.src, min(k+len(excluded), HardMaxChunk*10))
-			if err != nil {
-				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("read pool %d/%s: %w", uint64(user), p.name, err))
-			}
-			for _, e := range top {
-				switch {
-				case excluded[e.Pin]:
-				case e.CreatedMs < expireBefore:
-					excluded[e.Pin] = true
-					sawExpired = true
-					dbg.add("expired: %s, left for the sweep", describe(e))
-				default:
-					lists[i] = append(lists[i], e)
+		var lists [][]zen.PoolEntry
+		// Deleted candidates leave the lists; the pools are read again (deeper, as the excluded
+		// grow) so that deleted pins at the top cannot starve a chunk.
+		for attempt := 0; ; attempt++ {
+			lists = make([][]zen.PoolEntry, len(plan))
+			for i, p := range plan {
+				top, err := g.pools.Top(ctx, user, p.src, min(k+len(excluded), HardMaxChunk*10))
+				if err != nil {
+					return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("read pool %d/%s: %w", uint64(user), p.name, err))
 				}
+				for _, e := range top {
+					switch {
+					case excluded[e.Pin]:
+					case e.CreatedMs < expireBefore:
+						excluded[e.Pin] = true
+						sawExpired = true
+						dbg.add("expired: %s, left for the sweep", describe(e))
+					default:
+						lists[i] = append(lists[i], e)
+					}
+				}
+			}
+			if g.live == nil {
+				break
+			}
+			dead, err := g.dropDead(ctx, user, lists, excluded, liveChecked, dbg)
+			if err != nil {
+				return Chunk{}, g.abandon(ctx, user, no, rec, err)
+			}
+			if dead == 0 || attempt >= maxLiveRereads {
+				break
 			}
 		}
 		last = choose(plan, lists, wonBy, n, cfg.MinChunk)
@@ -260,12 +285,15 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		if len(last.picks) == 0 {
 			break
 		}
+		var index []zen.Mutation
 		if rec == nil {
+			// The record's first write also indexes it for recovery (InFlightUsers).
 			c, err := g.state.Increment(ctx, userKey(user, tagCounter), 1)
 			if err != nil {
 				return Chunk{}, fmt.Errorf("number chunk of %d: %w", uint64(user), err)
 			}
 			no = uint64(c)
+			index = []zen.Mutation{{Key: inflightKey(user, no), Value: []byte{}}}
 			rec = &record{ID: chunkID(user, no), State: stateIntent, CreatedMs: nowMs}
 		}
 		// 1. Intent: the record lists every pin this chunk may hold before any is claimed.
@@ -276,7 +304,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		for _, p := range last.picks {
 			rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
 		}
-		if err := g.putRecord(ctx, user, no, rec); err != nil {
+		if err := g.putRecord(ctx, user, no, rec, index...); err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
 		// 2. Claim each pin (one chunk per pin), then take the claimed ones out of the pools.
@@ -338,7 +366,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	for _, s := range notes {
 		dbg.add("%s", s)
 	}
-	chunk := Chunk{User: user, Debug: nil}
+	chunk := Chunk{User: user, CreatedMs: nowMs}
 	if len(arranged) > 0 {
 		// 3. Ready: the record now holds exactly the pins won, in serving order.
 		rec.State = stateReady
@@ -356,7 +384,8 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		g.m.chunks.Inc()
 	} else if rec != nil {
 		// Nothing won: the intent record holds no claim of ours.
-		if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true}}); err != nil {
+		if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true},
+			{Key: inflightKey(user, no), Delete: true}}); err != nil {
 			return Chunk{}, fmt.Errorf("drop empty chunk %s: %w", rec.ID, err)
 		}
 	}
@@ -485,7 +514,8 @@ func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *re
 			return fmt.Errorf("release pin %d: %w", uint64(re.Entry.Pin), err)
 		}
 	}
-	if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true}}); err != nil {
+	if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true},
+		{Key: inflightKey(user, no), Delete: true}}); err != nil {
 		return fmt.Errorf("delete chunk %s: %w", rec.ID, err)
 	}
 	return nil
@@ -548,11 +578,13 @@ func (g *Generator) Pending(ctx context.Context, user zen.ID) ([]Chunk, error) {
 	grace := time.Duration(g.cfg.Load().InFlightGrace).Milliseconds()
 	nowMs := g.now().UnixMilli()
 	var out []Chunk
+	records := make(map[uint64]bool, len(rows))
 	for _, kv := range rows {
 		if len(kv.Key) != len(prefix)+8 {
 			continue
 		}
 		no := beUint64(kv.Key[len(prefix):])
+		records[no] = true
 		rec, err := decodeRecord(kv.Value)
 		if err != nil {
 			return nil, fmt.Errorf("chunk %d of %d: %w", no, uint64(user), err)
@@ -571,11 +603,14 @@ func (g *Generator) Pending(ctx context.Context, user zen.ID) ([]Chunk, error) {
 				continue
 			}
 		}
-		c := Chunk{ID: rec.ID, User: user}
+		c := Chunk{ID: rec.ID, User: user, CreatedMs: rec.CreatedMs}
 		for _, re := range rec.Entries {
 			c.Items = append(c.Items, itemOf(re.Entry, re.Reason))
 		}
 		out = append(out, c)
+	}
+	if err := g.pruneIndex(ctx, user, records); err != nil {
+		g.log.Warn("prune in-flight index", zap.Uint64("user", uint64(user)), zap.Error(err))
 	}
 	return out, nil
 }

@@ -126,12 +126,13 @@ func (g *Generator) updateState(ctx context.Context, user zen.ID, fn func(*userS
 	return fmt.Errorf("write state of %d: too much contention", uint64(user))
 }
 
-func (g *Generator) putRecord(ctx context.Context, user zen.ID, no uint64, rec *record) error {
+// putRecord writes the record, after the extra mutations (the in-flight index row).
+func (g *Generator) putRecord(ctx context.Context, user zen.ID, no uint64, rec *record, extra ...zen.Mutation) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return fmt.Errorf("encode chunk %s: %w", rec.ID, err)
 	}
-	if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Value: b}}); err != nil {
+	if err := g.state.Apply(ctx, append(extra, zen.Mutation{Key: userKey2(user, tagChunk, no), Value: b})); err != nil {
 		return fmt.Errorf("write chunk %s: %w", rec.ID, err)
 	}
 	return nil

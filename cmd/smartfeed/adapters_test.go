@@ -28,7 +28,12 @@ func TestSplitRoles(t *testing.T) {
 	user, _ := zen.NewID(7, zen.TypeUser, 1)
 	var entries []zen.PoolEntry
 	for i := range 5 {
-		pin, _ := zen.NewID(7, zen.TypePin, uint64(100+i))
+		// The pin exists in the graph: the generator serves live pins only (graphLiveness).
+		obj, err := gen.graph.Create(t.Context(), zen.TypePin, user, map[string]any{"title": "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin := obj.ID
 		author, _ := zen.NewID(7, zen.TypeUser, uint64(200+i))
 		entries = append(entries, zen.PoolEntry{User: user, Source: zen.SourceFollowing, Score: float64(10 - i), Pin: pin,
 			Author: author, CreatedMs: time.Now().UnixMilli(), Reason: "test"})

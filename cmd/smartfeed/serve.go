@@ -50,6 +50,13 @@ const (
 // the end of shutdown, while "" (readiness) goes NOT_SERVING as soon as draining starts.
 const livenessService = "smartfeed.liveness"
 
+// Recovery of chunks a crash left behind (see recoverer): chunks younger than recoverAge are
+// left alone; a pass runs at start and every recoverEvery.
+const (
+	recoverAge   = time.Minute
+	recoverEvery = time.Minute
+)
+
 // pinlaterRedis is the Redis connection option of pinlater (an Asynq one).
 type pinlaterRedis = asynq.RedisConnOpt
 
@@ -194,10 +201,11 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 			return nil, err
 		}
 		a.pools = zen.NewPools(poolsT, nil)
+		// The graph: the worker's, and the deleted-pin filter of the generator and the feed.
+		if a.graph, err = zen.NewGraph(ctx, main, nil, nil); err != nil {
+			return nil, fmt.Errorf("graph: %w", err)
+		}
 		if a.has(roleWorker) {
-			if a.graph, err = zen.NewGraph(ctx, main, nil, nil); err != nil {
-				return nil, fmt.Errorf("graph: %w", err)
-			}
 			if err := a.buildWorker(ctx); err != nil {
 				return nil, err
 			}
@@ -243,7 +251,7 @@ func (a *app) buildGenerator(ctx context.Context) error {
 		}
 	}
 	a.gen, err = generator.New(generator.Params{Pools: a.pools, State: state, Config: &gc,
-		Logger: a.log.Named("generator"), Registerer: a.reg})
+		Logger: a.log.Named("generator"), Registerer: a.reg, Liveness: graphLiveness{a.graph}})
 	if err != nil {
 		return fmt.Errorf("generator: %w", err)
 	}
@@ -286,9 +294,20 @@ func (a *app) buildFeed(ctx context.Context) error {
 	}
 	fc := feedsvc.DefaultConfig()
 	fc.GeneratorDeadline, fc.MaxItems = a.cfg.Feed.GeneratorDeadline.D(), a.cfg.Feed.MaxItems
-	a.feed, err = feedsvc.New(feedsvc.Deps{Primary: a.repl, Standby: a.faults[1], Generator: gen,
+	deps := feedsvc.Deps{Primary: a.repl, Standby: a.faults[1], Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
-		Logger: a.log.Named("feedsvc"), Registerer: a.reg}, fc)
+		Logger: a.log.Named("feedsvc"), Registerer: a.reg}
+	// Deleted pins are filtered on read where this process has the graph (the main store);
+	// a feed process with a remote generator and its own stores relies on the generator's
+	// filter and the worker's purge.
+	if a.graph != nil {
+		deps.Liveness = graphLiveness{a.graph}
+	}
+	// Activity (last-active time, rebuild signal) where the worker runs in this process.
+	if a.worker != nil {
+		deps.Activity = a.worker
+	}
+	a.feed, err = feedsvc.New(deps, fc)
 	if err != nil {
 		return fmt.Errorf("feedsvc: %w", err)
 	}
@@ -417,6 +436,12 @@ func (a *app) run(ctx context.Context) error {
 			}
 			return nil
 		})
+	}
+	if a.feed != nil {
+		// Startup recovery, then a periodic sweep: chunks a crash left behind.
+		r := recoverer{feed: a.feed, gen: a.gen, log: a.log.Named("recovery"), olderThan: recoverAge,
+			batch: 500, maxSteps: 200, now: time.Now}
+		g.Go(func() error { r.loop(gctx, recoverEvery); return nil })
 	}
 	if a.pinServer != nil {
 		if err := a.pinServer.Start(); err != nil {

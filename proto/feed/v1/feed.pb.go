@@ -371,7 +371,10 @@ type GetFeedResponse struct {
 	// The store that answered the materialized read.
 	ServedFrom Store `protobuf:"varint,6,opt,name=served_from,json=servedFrom,proto3,enum=smartfeed.feed.v1.Store" json:"served_from,omitempty"`
 	// Set when the standby was asked (primary error or cutoff).
-	Hedged        bool `protobuf:"varint,7,opt,name=hedged,proto3" json:"hedged,omitempty"`
+	Hedged bool `protobuf:"varint,7,opt,name=hedged,proto3" json:"hedged,omitempty"`
+	// Set while the user's pools are rebuilt after a long absence: the feed may be short for a
+	// moment (like Mastodon's HTTP 206 "regenerating"); ask again shortly.
+	Rebuilding    bool `protobuf:"varint,8,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -451,6 +454,13 @@ func (x *GetFeedResponse) GetServedFrom() Store {
 func (x *GetFeedResponse) GetHedged() bool {
 	if x != nil {
 		return x.Hedged
+	}
+	return false
+}
+
+func (x *GetFeedResponse) GetRebuilding() bool {
+	if x != nil {
+		return x.Rebuilding
 	}
 	return false
 }
@@ -884,7 +894,7 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\tauthor_id\x18\x05 \x01(\x06R\bauthorId\x12\x19\n" +
 	"\bboard_id\x18\x06 \x01(\x06R\aboardId\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x14\n" +
-	"\x05fresh\x18\b \x01(\bR\x05fresh\"\xc5\x02\n" +
+	"\x05fresh\x18\b \x01(\bR\x05fresh\"\xe5\x02\n" +
 	"\x0fGetFeedResponse\x121\n" +
 	"\x05items\x18\x01 \x03(\v2\x1b.smartfeed.feed.v1.FeedItemR\x05items\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
@@ -894,7 +904,10 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\ffresh_detail\x18\x05 \x01(\tR\vfreshDetail\x129\n" +
 	"\vserved_from\x18\x06 \x01(\x0e2\x18.smartfeed.feed.v1.StoreR\n" +
 	"servedFrom\x12\x16\n" +
-	"\x06hedged\x18\a \x01(\bR\x06hedged\"\x17\n" +
+	"\x06hedged\x18\a \x01(\bR\x06hedged\x12\x1e\n" +
+	"\n" +
+	"rebuilding\x18\b \x01(\bR\n" +
+	"rebuilding\"\x17\n" +
 	"\x15GetHedgePolicyRequest\"\xaa\x02\n" +
 	"\vHedgePolicy\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x19\n" +

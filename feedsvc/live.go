@@ -1,0 +1,237 @@
+package feedsvc
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// Liveness tells which pins may still be served: deleted (soft-deleted or absent) pins are not
+// live. cmd wires it to one batched zen.Graph.GetMany.
+type Liveness interface {
+	// Live returns the live pins among pins (true); a pin missing from the map is not live.
+	Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool, error)
+}
+
+// Activity records that a user is reading their feed. cmd wires the worker's Touch: it keeps
+// the user's last-active time (fanout skips users inactive for long) and reports whether the
+// user's pools are being rebuilt after a long absence.
+type Activity interface {
+	Touch(ctx context.Context, user zen.ID) (rebuilding bool, err error)
+}
+
+// Defaults of the Deps bounds.
+const (
+	DefaultLiveTimeout  = 100 * time.Millisecond
+	DefaultActivityWait = 20 * time.Millisecond
+	// activityTimeout bounds one Touch running in the background.
+	activityTimeout = 2 * time.Second
+	// maxLiveRereads bounds the extra reads of one page that replace deleted items.
+	maxLiveRereads = 3
+)
+
+// touch starts the Activity hook for user in the background and returns a function that waits
+// for its answer until the request's wait bound (measured from now) and reports rebuilding.
+// The hook is best-effort: its errors are logged and read as "not rebuilding", and a slow hook
+// finishes in the background without holding the page.
+func (s *Service) touch(user zen.ID) func() bool {
+	if s.activity == nil {
+		return func() bool { return false }
+	}
+	deadline := time.NewTimer(s.activityWait)
+	ch := make(chan bool, 1)
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), activityTimeout)
+		defer cancel()
+		r, err := s.activity.Touch(ctx, user)
+		if err != nil {
+			s.m.activityErrors.Inc()
+			s.log.Debug("activity touch", zap.Stringer("user", user), zap.Error(err))
+		}
+		ch <- r && err == nil
+	}()
+	return func() bool {
+		defer deadline.Stop()
+		select {
+		case r := <-ch:
+			return r
+		case <-deadline.C:
+			s.m.activityLate.Inc()
+			return false
+		}
+	}
+}
+
+// filterLive drops the items of res whose pins are no longer live, reading further (after the
+// last item read) to fill the page again, at most maxLiveRereads times. The cursor stays
+// correct: the page's next cursor is the position of its last item, or the last position read
+// when every item read was deleted, so no live item is skipped and none repeats.
+//
+// A Liveness error (or its timeout, Deps.LiveTimeout) serves the page unfiltered (fail open):
+// the materialized feed held only live pins when its chunks were generated, and a feed page
+// that fails for want of the graph would break "degrade, don't fail". It is counted
+// (smartfeed_feed_liveness_errors_total) and logged.
+func (s *Service) filterLive(ctx context.Context, user zen.ID, res pageRead, size int) (pageRead, error) {
+	if s.live == nil {
+		return res, nil
+	}
+	out := pageRead{stale: res.stale}
+	for round := 0; ; round++ {
+		if len(res.entries) > 0 {
+			live, err := s.liveOf(ctx, res.entries)
+			if err != nil {
+				s.m.liveErrors.Inc()
+				s.log.Warn("liveness check; serving unfiltered", zap.Stringer("user", user), zap.Error(err))
+				out.entries = append(out.entries, res.entries...)
+				out.more = res.more
+				return out, nil
+			}
+			for _, e := range res.entries {
+				if live[e.Pin] {
+					out.entries = append(out.entries, e)
+				} else {
+					s.m.deletedSkipped.Inc()
+				}
+			}
+			last := res.entries[len(res.entries)-1].at
+			out.consumed = &last
+		}
+		out.more = res.more
+		if !res.more || len(out.entries) >= size || round >= maxLiveRereads {
+			return out, nil
+		}
+		next, _, err := s.readRaw(ctx, user, out.consumed, size-len(out.entries))
+		if err != nil {
+			// What was read is served; the cursor lets the client go on from there.
+			out.more = true
+			return out, nil
+		}
+		out.stale = append(out.stale, next.stale...)
+		res = next
+	}
+}
+
+// liveOf asks Liveness about the entries' pins, bounded by the live timeout.
+func (s *Service) liveOf(ctx context.Context, es []entry) (map[zen.ID]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.liveTimeout)
+	defer cancel()
+	pins := make([]zen.ID, len(es))
+	for i, e := range es {
+		pins[i] = e.Pin
+	}
+	return s.live.Live(ctx, pins)
+}
+
+// Pending-chunk index of the "feed" table, one row per pending row, written just before it and
+// deleted with it (Materialize):
+//
+//	'q' | user(8) | seq(8)    (empty value)
+//
+// It lets RecoverAll find the users with pending chunks without scanning every feed.
+const prefixPendingIndex = 'q'
+
+func pendingIndexKey(user zen.ID, seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(userPrefix(prefixPendingIndex, user), seq)
+}
+
+// RecoverAll runs Recover (pending chunks served more than olderThan ago, whose materialize
+// job was lost) for the users of up to limit pending-index rows after user `after` (0: from the
+// start), and drops index rows whose pending row is gone. It returns the last user it looked at
+// (0 when it reached the end of the index: start again from 0 next time) and the number of
+// chunks it completed. A startup pass loops until next is 0; a periodic sweep does the same.
+func (s *Service) RecoverAll(ctx context.Context, after zen.ID, olderThan time.Duration, limit int) (next zen.ID, n int, err error) {
+	if limit < 1 || limit > 100000 {
+		return 0, 0, fmt.Errorf("%w: limit %d is not in [1, 100000]", ErrInvalid, limit)
+	}
+	start := []byte{prefixPendingIndex}
+	if after != 0 {
+		start = userPrefix(prefixPendingIndex, after+1)
+	}
+	rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: []byte{prefixPendingIndex + 1}, Limit: limit})
+	if err != nil {
+		return after, 0, fmt.Errorf("scan pending index: %w", err)
+	}
+	var users []zen.ID
+	var orphans []zen.Mutation
+	for _, kv := range rows {
+		if len(kv.Key) != 1+8+8 {
+			continue
+		}
+		u := zen.ID(binary.BigEndian.Uint64(kv.Key[1:]))
+		if len(users) == 0 || users[len(users)-1] != u {
+			users = append(users, u)
+		}
+		if _, err := s.primary.Get(ctx, pendingKey(u, binary.BigEndian.Uint64(kv.Key[9:]))); errors.Is(err, zen.ErrNotFound) {
+			orphans = append(orphans, zen.Mutation{Key: bytes.Clone(kv.Key), Delete: true})
+		} else if err != nil {
+			return after, n, fmt.Errorf("read pending chunk of %d: %w", u, err)
+		}
+	}
+	if len(orphans) > 0 {
+		if err := s.primary.Apply(ctx, orphans); err != nil {
+			return after, n, fmt.Errorf("drop stale pending index rows: %w", err)
+		}
+	}
+	for _, u := range users {
+		if u.Check(zen.TypeUser) != nil {
+			continue
+		}
+		k, err := s.Recover(ctx, u, olderThan)
+		n += k
+		if err != nil {
+			return after, n, err
+		}
+	}
+	if len(rows) < limit || len(users) == 0 {
+		return 0, n, nil
+	}
+	return users[len(users)-1], n, nil
+}
+
+// ChunkState is what the feed knows of a chunk the generator handed out.
+type ChunkState int
+
+// The chunk states.
+const (
+	// ChunkUnknown: no marker. Never recorded (the request died before persisting it), or
+	// materialized so long ago that trimming dropped the marker.
+	ChunkUnknown ChunkState = iota
+	// ChunkPending: recorded and served, its materialization not done yet.
+	ChunkPending
+	// ChunkDone: materialized.
+	ChunkDone
+	// ChunkGivenBack: a recording that failed half way (marker, no pending row); the request
+	// gave the chunk back to the generator.
+	ChunkGivenBack
+)
+
+// ChunkStatus reports what the feed knows of the user's chunk (for the recovery pass that
+// settles generator chunks a crash left behind).
+func (s *Service) ChunkStatus(ctx context.Context, user zen.ID, chunkID string) (ChunkState, error) {
+	m, err := s.marker(ctx, user, chunkID)
+	switch {
+	case errors.Is(err, zen.ErrNotFound):
+		return ChunkUnknown, nil
+	case err != nil:
+		return ChunkUnknown, err
+	case m.done:
+		return ChunkDone, nil
+	}
+	_, err = s.primary.Get(ctx, pendingKey(user, m.seq))
+	switch {
+	case errors.Is(err, zen.ErrNotFound):
+		return ChunkGivenBack, nil
+	case err != nil:
+		return ChunkUnknown, fmt.Errorf("read pending chunk %s: %w", chunkID, err)
+	}
+	return ChunkPending, nil
+}
