@@ -8,15 +8,19 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// fakePools is a hand-written in-memory Pools: one map per user, sorted on read.
+// fakePools is a hand-written in-memory Pools: one map per user, sorted on read. Like zen.Pools
+// it remembers taken pins (taken tombstones): Insert leaves them out, Restore puts them back.
 type fakePools struct {
 	mu    sync.Mutex
 	users map[zen.ID]map[zen.ID]zen.PoolEntry
+	taken map[zen.ID]map[zen.ID]bool
 }
 
 var _ Pools = (*fakePools)(nil)
 
-func newFakePools() *fakePools { return &fakePools{users: map[zen.ID]map[zen.ID]zen.PoolEntry{}} }
+func newFakePools() *fakePools {
+	return &fakePools{users: map[zen.ID]map[zen.ID]zen.PoolEntry{}, taken: map[zen.ID]map[zen.ID]bool{}}
+}
 
 func (f *fakePools) Top(_ context.Context, user zen.ID, src zen.Source, n int) ([]zen.PoolEntry, error) {
 	f.mu.Lock()
@@ -45,6 +49,10 @@ func (f *fakePools) Take(_ context.Context, user zen.ID, es []zen.PoolEntry) ([]
 	for _, e := range es {
 		if got, ok := f.users[user][e.Pin]; ok {
 			delete(f.users[user], e.Pin)
+			if f.taken[user] == nil {
+				f.taken[user] = map[zen.ID]bool{}
+			}
+			f.taken[user][e.Pin] = true
 			won = append(won, got)
 		}
 	}
@@ -53,10 +61,24 @@ func (f *fakePools) Take(_ context.Context, user zen.ID, es []zen.PoolEntry) ([]
 }
 
 func (f *fakePools) Insert(_ context.Context, es []zen.PoolEntry) (int, error) {
+	return f.insert(es, false)
+}
+
+func (f *fakePools) Restore(_ context.Context, es []zen.PoolEntry) (int, error) {
+	return f.insert(es, true)
+}
+
+func (f *fakePools) insert(es []zen.PoolEntry, restore bool) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
 	for _, e := range es {
+		if f.taken[e.User][e.Pin] {
+			if !restore {
+				continue
+			}
+			delete(f.taken[e.User], e.Pin)
+		}
 		m := f.users[e.User]
 		if m == nil {
 			m = map[zen.ID]zen.PoolEntry{}

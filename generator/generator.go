@@ -25,8 +25,11 @@ type Pools interface {
 	// Take removes the given entries from the pools, each pin for exactly one caller, and
 	// returns those this call won.
 	Take(ctx context.Context, user zen.ID, es []zen.PoolEntry) ([]zen.PoolEntry, error)
-	// Insert puts entries (back) into the pools; idempotent.
+	// Insert puts entries into the pools; idempotent. A pin taken (or removed) is not put back.
 	Insert(ctx context.Context, es []zen.PoolEntry) (int, error)
+	// Restore puts entries this generator took back into the pools (replacing their taken
+	// tombstones); idempotent. Used only to give back a chunk that was not delivered.
+	Restore(ctx context.Context, es []zen.PoolEntry) (int, error)
 	// Expire removes the user's entries created before olderThanMs and returns how many.
 	Expire(ctx context.Context, user zen.ID, olderThanMs int64) (int, error)
 }
@@ -505,7 +508,9 @@ func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *re
 		for i, re := range own {
 			es[i] = re.Entry
 		}
-		if _, err := g.pools.Insert(ctx, es); err != nil {
+		// Restore, not Insert: Take left taken tombstones that a plain Insert must respect (so a
+		// late fanout cannot re-add a served pin); giving the chunk back is what lifts them.
+		if _, err := g.pools.Restore(ctx, es); err != nil {
 			return fmt.Errorf("put back chunk %s: %w", rec.ID, err)
 		}
 	}

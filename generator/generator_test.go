@@ -424,3 +424,45 @@ func counterValue(c interface{ Write(*dto.Metric) error }) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestLateInsertThenGiveBack: while a chunk is out, a late job re-inserts its pins (a redelivered
+// fanout): the pins stay out of the pools, so no other chunk can serve them. Settling the chunk
+// as not delivered gives them back (Restore); settling it as delivered leaves them out for good.
+func TestLateInsertThenGiveBack(t *testing.T) {
+	for _, b := range backends {
+		for _, delivered := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/delivered=%v", b.name, delivered), func(t *testing.T) {
+				ctx := context.Background()
+				e := newEnv(t, b.make, nil)
+				in := e.fill(t, 6)
+				c, err := e.gen.GenerateChunk(ctx, e.user, Options{})
+				if err != nil || len(c.Items) == 0 {
+					t.Fatalf("GenerateChunk = %d items, %v", len(c.Items), err)
+				}
+				served := map[zen.ID]bool{}
+				for _, it := range c.Items {
+					served[it.Pin] = true
+				}
+				left := entryPins(e.pools.all(e.user))
+				e.insert(t, in...) // the late job
+				if diff := cmp.Diff(left, entryPins(e.pools.all(e.user))); diff != "" {
+					t.Errorf("a late insert put served pins back (-want +got):\n%s", diff)
+				}
+				if err := e.gen.Settle(ctx, e.user, c.ID, delivered); err != nil {
+					t.Fatal(err)
+				}
+				want := left
+				if !delivered {
+					want = entryPins(in)
+				}
+				if diff := cmp.Diff(want, entryPins(e.pools.all(e.user))); diff != "" {
+					t.Errorf("after Settle(delivered=%v) (-want +got):\n%s", delivered, diff)
+				}
+				e.insert(t, in...)
+				if diff := cmp.Diff(want, entryPins(e.pools.all(e.user))); diff != "" {
+					t.Errorf("a late insert after Settle(delivered=%v) changed the pools (-want +got):\n%s", delivered, diff)
+				}
+			})
+		}
+	}
+}

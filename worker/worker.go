@@ -288,8 +288,14 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 			return err
 		}
 	}
-	// The saver has the pin now: it leaves the saver's own pools.
-	if _, err := w.pools.Remove(ctx, author, []zen.ID{pin}); err != nil {
+	// The saver has the pin now: it leaves the saver's own pools, and stays out. Forget leaves a
+	// forgotten tombstone in the saver's (user, pin) index row even when the pin is not in the
+	// pools yet, so a fanout chunk of someone else's save of this pin that runs later (delayed,
+	// retried, or re-run) cannot put it back, and neither can a chunk given back by the
+	// generator. The alternative, each fanout chunk checking every receiver's own saves, costs a
+	// graph read per receiver on the hottest path; this is one write per save, bounded by
+	// Pools.Expire.
+	if _, err := w.pools.Forget(ctx, author, []zen.ID{pin}); err != nil {
 		return fmt.Errorf("fanout %d: %w", pin, err)
 	}
 	if err := w.relatedForSaver(ctx, author, pin, board, p.CreatedMs); err != nil {

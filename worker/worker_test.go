@@ -378,3 +378,94 @@ func TestConcurrentDuplicateChunks(t *testing.T) {
 		t.Errorf("concurrent duplicate chunks (-sequential +concurrent):\n%s", cmp.Diff(want, got))
 	}
 }
+
+// TestLateFanoutRespectsTakenAndSaved: a fanout chunk run late (retried, redelivered, re-run
+// after the feed was served) neither puts back a pin the receiver's feed already took, nor
+// gives a pin to a receiver who saved it, even when the save ran before the chunk did.
+func TestLateFanoutRespectsTakenAndSaved(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, zenmem.New(), Config{ChunkSize: 1000, TrimEvery: 1}, 3, nil)
+	f0, f1, f2 := w.followers[0], w.followers[1], w.followers[2]
+	has := func(u, pin zen.ID) bool {
+		t.Helper()
+		for _, src := range []zen.Source{zen.SourceFollowing, zen.SourceInterest, zen.SourceRelated} {
+			es, err := w.w.Pools().Top(ctx, u, src, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				if e.Pin == pin {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	// chunks runs the fanout of pin i and returns its chunk tasks, run once.
+	chunks := func(i int) []*pinlater.Task {
+		t.Helper()
+		if err := handler(t, w.q, pinlater.TypeFanout).ProcessTask(ctx, w.fanoutTask(t, i)); err != nil {
+			t.Fatal(err)
+		}
+		var out []*pinlater.Task
+		for task := w.q.pop(); task != nil; task = w.q.pop() {
+			out = append(out, task)
+		}
+		return out
+	}
+	run := func(tasks []*pinlater.Task) {
+		t.Helper()
+		for _, task := range tasks {
+			if err := handler(t, w.q, task.Type()).ProcessTask(ctx, task); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	repin := func(user, pin zen.ID) {
+		t.Helper()
+		b, err := w.g.Create(ctx, zen.TypeBoard, user, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := pinlater.NewFanout(pinlater.FanoutPayload{Pin: uint64(pin), Author: uint64(user), Board: uint64(b.ID), CreatedMs: w.clk.now().UnixMilli()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := handler(t, w.q, pinlater.TypeFanout).ProcessTask(ctx, task); err != nil {
+			t.Fatal(err)
+		}
+		for w.q.pop() != nil { // the repin's own chunks: the saver's followers (none here)
+		}
+	}
+	p1, p2 := w.pins[1], w.pins[2]
+	c1 := chunks(1)
+	run(c1)
+	if !has(f0, p1) || !has(f1, p1) {
+		t.Fatal("fanout did not reach f0 and f1")
+	}
+	// f0's feed takes p1; f1 saves p1. Then alice's chunks of p1 run again.
+	if got, err := w.w.Pools().Take(ctx, f0, []zen.PoolEntry{{Pin: p1}}); err != nil || len(got) != 1 {
+		t.Fatalf("Take = %v, %v", got, err)
+	}
+	repin(f1, p1)
+	if has(f1, p1) {
+		t.Error("the saver still has the pin it saved")
+	}
+	run(c1)
+	if has(f0, p1) {
+		t.Error("a re-run chunk put back a pin f0's feed had taken")
+	}
+	if has(f1, p1) {
+		t.Error("a re-run chunk gave f1 the pin it saved")
+	}
+	// Out of order: f2 saves p2 before alice's chunk of p2 reaches it.
+	c2 := chunks(2)
+	repin(f2, p2)
+	run(c2)
+	if has(f2, p2) {
+		t.Error("a chunk that ran after the save gave f2 the pin it saved")
+	}
+	if !has(f0, p2) {
+		t.Error("f0 did not get p2")
+	}
+}

@@ -49,40 +49,99 @@ type PoolEntry struct {
 //	pool row  user(8) | source(1, ≥1) | ^score(8) | pin(8) -> written-at ms (8)   (the sorted view)
 //	index row user(8) | 0x00 | pin(8)                      -> source | score | author | board |
 //	                                                          interest | created ms | reason
+//	                                                       or a tombstone: 0x00 | kind | at ms | nonce
 //
 // The index row is the truth, one per (user, pin) across sources: it dedups, and Take claims a
-// pin by deleting it with compare-and-set. A pool row whose index row does not name the same
-// source and score is stale; Top skips it. Writes go pool row first, index row second, old pool
-// row last, so a crash between them leaves only stale rows: a pin is never shown twice and a
-// better score is never lost. Pools is safe for concurrent use.
+// pin by replacing it with a tombstone by compare-and-set (the one winner). A pool row whose
+// index row does not name the same source and score is stale; Top skips it. Writes go pool row
+// first, index row second, old pool row last, so a crash between them leaves only stale rows: a
+// pin is never shown twice and a better score is never lost.
+//
+// A tombstone remembers that the pin left the user's pools on purpose, so a late or repeated
+// job cannot put it back: Insert ignores a (user, pin) whose index row is a tombstone. Take
+// leaves a "taken" tombstone (the pin went to a chunk; Restore may give it back), Remove and
+// Forget a "forgotten" one (nothing puts it back). Every reader treats a tombstone as an absent
+// entry; Expire deletes tombstones once they are older than the pool TTL (or the tombstone TTL,
+// WithTombstoneTTL), and DeleteUser deletes them with the rest. Pools is safe for concurrent use.
 type Pools struct {
-	t   Table
-	now func() time.Time
+	t       Table
+	now     func() time.Time
+	tombTTL time.Duration
+}
+
+// PoolsOption configures Pools.
+type PoolsOption func(*Pools)
+
+// WithTombstoneTTL makes Expire delete tombstones older than d, whatever cut-off it is given
+// (0, the default, means Expire's own cut-off). A TTL shorter than the pool TTL bounds storage
+// tighter but lets a job that runs later than d re-insert a pin already served.
+func WithTombstoneTTL(d time.Duration) PoolsOption {
+	return func(p *Pools) { p.tombTTL = max(d, 0) }
 }
 
 // NewPools returns pools over t (the "pools" table of a store). now nil means time.Now.
-func NewPools(t Table, now func() time.Time) *Pools {
+func NewPools(t Table, now func() time.Time, opts ...PoolsOption) *Pools {
 	if now == nil {
 		now = time.Now
 	}
-	return &Pools{t: t, now: now}
+	p := &Pools{t: t, now: now}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
 const (
 	poolKeyLen  = 8 + 1 + 8 + 8
 	indexKeyLen = 8 + 1 + 8
 	indexValMin = 1 + 8 + 8 + 8 + 8 + 8
-	claimLen    = 1 + 8 // a claim marker: 0x00 | nonce
+	tombLen     = 1 + 1 + 8 + 8 // a tombstone: 0x00 | kind | at ms | nonce
 )
 
-// claimMarker is the index value Take writes while it claims a pin: source byte 0 (no entry)
-// and a nonce naming the claiming call, so a call whose compare-and-set returned an error can
-// re-read the row and recognise its own claim. Readers treat a marker as an absent entry.
-func claimMarker(nonce uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{0}, nonce)
+// tombKind says why a pin left a user's pools.
+type tombKind byte
+
+const (
+	tombTaken     tombKind = 1 // taken for a chunk: Restore may put it back
+	tombForgotten tombKind = 2 // removed for good (saved by the user, deleted): nothing puts it back
+)
+
+// tombstone is the index value that claims a pin out of the pools: source byte 0 (no entry), why,
+// when (the writer's clock, for Expire), and a nonce naming the claiming call, so a call whose
+// compare-and-set returned an error can re-read the row and recognise its own write.
+func tombstone(kind tombKind, atMs int64, nonce uint64) []byte {
+	v := make([]byte, 0, tombLen)
+	v = append(v, 0, byte(kind))
+	v = binary.BigEndian.AppendUint64(v, uint64(atMs))
+	return binary.BigEndian.AppendUint64(v, nonce)
 }
 
-func isClaim(v []byte) bool { return len(v) == claimLen && v[0] == 0 }
+// isTomb reports whether an index value is a tombstone (no entry). Any value led by 0x00 is one:
+// an older 9-byte claim marker (0x00 | nonce) left by a crash reads as taken, at time 0.
+func isTomb(v []byte) bool { return len(v) > 0 && v[0] == 0 }
+
+// tombInfo decodes a tombstone; unknown shapes read as taken at time 0 (Expire drops them).
+func tombInfo(v []byte) (tombKind, int64) {
+	if len(v) != tombLen {
+		return tombTaken, 0
+	}
+	return tombKind(v[1]), int64(binary.BigEndian.Uint64(v[2:10]))
+}
+
+// replaceable reports whether an insert of index value v may overwrite old: an absent row, a
+// worse entry, or (restore only) a taken tombstone. An unreadable old value is left alone.
+func replaceable(old, v []byte, restore bool) bool {
+	switch {
+	case old == nil:
+		return true
+	case isTomb(old):
+		kind, _ := tombInfo(old)
+		return restore && kind == tombTaken
+	case len(old) < indexValMin:
+		return false
+	}
+	return better(v, old)
+}
 
 // PoolKey returns the row key user | source | ^score | pin of a pool row.
 func PoolKey(user ID, src Source, score float64, pin ID) ([]byte, error) {
@@ -231,9 +290,30 @@ func (p *Pools) rowValue() []byte {
 
 // Insert adds entries to their users' pools. Per (user, pin) across sources the better score
 // wins (an equal score keeps the entry already there), so inserting the same entry twice is the
-// same as once, and a retried batch changes nothing. It returns how many entries were added or
-// improved. Invalid input (bad IDs, NaN, source 0) fails the whole batch before any write.
+// same as once, and a retried batch changes nothing. A pin that left the user's pools (taken,
+// removed, forgotten: its index row is a tombstone) is not put back: a late or repeated job is
+// harmless. It returns how many entries were added or improved. Invalid input (bad IDs, NaN,
+// source 0) fails the whole batch before any write.
 func (p *Pools) Insert(ctx context.Context, es []PoolEntry) (int, error) {
+	n, err := p.insert(ctx, es, false)
+	if err != nil {
+		return n, fmt.Errorf("insert: %w", err)
+	}
+	return n, nil
+}
+
+// Restore puts entries back into the pools after a Take whose chunk was not delivered: like
+// Insert, and it also replaces a "taken" tombstone (never a forgotten one: a pin the user saved
+// or that was deleted meanwhile stays out). Only the taker of the pins should call it.
+func (p *Pools) Restore(ctx context.Context, es []PoolEntry) (int, error) {
+	n, err := p.insert(ctx, es, true)
+	if err != nil {
+		return n, fmt.Errorf("restore: %w", err)
+	}
+	return n, nil
+}
+
+func (p *Pools) insert(ctx context.Context, es []PoolEntry, restore bool) (int, error) {
 	if len(es) == 0 {
 		return 0, nil
 	}
@@ -243,7 +323,7 @@ func (p *Pools) Insert(ctx context.Context, es []PoolEntry) (int, error) {
 	batch := make([]PoolEntry, 0, len(es))
 	for _, e := range es {
 		if err := checkEntry(&e); err != nil {
-			return 0, fmt.Errorf("insert: %w", err)
+			return 0, err
 		}
 		if e.CreatedMs == 0 {
 			e.CreatedMs = nowMs
@@ -264,7 +344,7 @@ func (p *Pools) Insert(ctx context.Context, es []PoolEntry) (int, error) {
 	}
 	olds, err := getAll(ctx, p.t, keys)
 	if err != nil {
-		return 0, fmt.Errorf("insert: read index: %w", err)
+		return 0, fmt.Errorf("read index: %w", err)
 	}
 	// Keep only entries that beat what is stored; write their pool rows first.
 	type cand struct {
@@ -278,8 +358,8 @@ func (p *Pools) Insert(ctx context.Context, es []PoolEntry) (int, error) {
 	var puts []Mutation
 	for i, e := range batch {
 		v := indexValue(e)
-		if olds[i] != nil && !isClaim(olds[i]) && (len(olds[i]) < indexValMin || !better(v, olds[i])) {
-			continue // something at least as good (or unreadable) is stored
+		if !replaceable(olds[i], v, restore) {
+			continue // something at least as good, a tombstone (or unreadable) is stored
 		}
 		c := cand{e: e, key: keys[i], old: olds[i], val: v, row: poolKeyOfIndex(e.User, e.Pin, v)}
 		cands = append(cands, c)
@@ -289,15 +369,15 @@ func (p *Pools) Insert(ctx context.Context, es []PoolEntry) (int, error) {
 		return 0, nil
 	}
 	if err := p.t.Apply(ctx, puts); err != nil {
-		return 0, fmt.Errorf("insert: write pool rows: %w", err)
+		return 0, fmt.Errorf("write pool rows: %w", err)
 	}
 	won := make([]bool, len(cands))
 	del := make([][]Mutation, len(cands))
 	err = parallel(ctx, len(cands), func(ctx context.Context, i int) error {
 		c := cands[i]
-		w, d, err := p.claimIndex(ctx, c.e.User, c.e.Pin, c.key, c.old, c.val, c.row)
+		w, d, err := p.claimIndex(ctx, c.e.User, c.e.Pin, c.key, c.old, c.val, c.row, restore)
 		if err != nil {
-			return fmt.Errorf("insert %d/%d: %w", c.e.User, c.e.Pin, err)
+			return fmt.Errorf("%d/%d: %w", c.e.User, c.e.Pin, err)
 		}
 		won[i], del[i] = w, d
 		return nil
@@ -315,23 +395,24 @@ func (p *Pools) Insert(ctx context.Context, es []PoolEntry) (int, error) {
 	}
 	if len(dels) > 0 {
 		if err := p.t.Apply(ctx, dels); err != nil {
-			return n, fmt.Errorf("insert: delete replaced rows: %w", err)
+			return n, fmt.Errorf("delete replaced rows: %w", err)
 		}
 	}
 	return n, nil
 }
 
 // claimIndex moves the index row from old to val by compare-and-set, re-reading on conflict
-// until val is stored or something at least as good is. It returns the pool rows to delete: the
-// replaced one when it won, its own (already written) row when it lost.
-func (p *Pools) claimIndex(ctx context.Context, user, pin ID, key, old, val, row []byte) (bool, []Mutation, error) {
+// until val is stored or something it may not replace is (at least as good, or a tombstone: a
+// concurrent Take wins over an Insert). It returns the pool rows to delete: the replaced one
+// when it won, its own (already written) row when it lost.
+func (p *Pools) claimIndex(ctx context.Context, user, pin ID, key, old, val, row []byte, restore bool) (bool, []Mutation, error) {
 	for range maxCASAttempts {
 		won, err := p.t.CheckAndSet(ctx, key, old, val)
 		if err != nil {
 			return false, nil, err
 		}
 		if won {
-			if len(old) >= indexValMin {
+			if len(old) >= indexValMin && !isTomb(old) {
 				if ok := poolKeyOfIndex(user, pin, old); !bytes.Equal(ok, row) {
 					return true, []Mutation{{Key: ok, Delete: true}}, nil
 				}
@@ -346,9 +427,10 @@ func (p *Pools) claimIndex(ctx context.Context, user, pin ID, key, old, val, row
 		if err != nil {
 			return false, nil, err
 		}
-		if len(cur) >= indexValMin && !better(val, cur) {
-			// Something at least as good is stored: our row is dead unless it is that row.
-			if bytes.Equal(poolKeyOfIndex(user, pin, cur), row) {
+		if !replaceable(cur, val, restore) {
+			// Something at least as good, or a tombstone, is stored: our row is dead unless it
+			// is that entry's row.
+			if !isTomb(cur) && len(cur) >= indexValMin && bytes.Equal(poolKeyOfIndex(user, pin, cur), row) {
 				return false, nil, nil
 			}
 			return false, []Mutation{{Key: row, Delete: true}}, nil
@@ -396,7 +478,7 @@ func (p *Pools) Top(ctx context.Context, user ID, src Source, n int) ([]PoolEntr
 		for i, r := range rows {
 			pin := ID(binary.BigEndian.Uint64(r.Key[17:]))
 			v := idx[i]
-			if len(v) >= indexValMin && bytes.Equal(poolKeyOfIndex(user, pin, v), r.Key) {
+			if !isTomb(v) && len(v) >= indexValMin && bytes.Equal(poolKeyOfIndex(user, pin, v), r.Key) {
 				e, err := decodeIndex(user, pin, v)
 				if err != nil {
 					return nil, fmt.Errorf("top: %w", err)
@@ -421,9 +503,10 @@ func (p *Pools) Top(ctx context.Context, user ID, src Source, n int) ([]PoolEntr
 
 // deadRow reports whether a non-matching pool row can be deleted: the index row holds a score at
 // least as good (the row's insert lost, or was replaced), or the row is older than StaleGrace
-// (its insert crashed, or a claim crashed before deleting it).
+// (its insert crashed, or a claim crashed before deleting it). A row under a tombstone may belong
+// to a Restore in flight, so only age makes it dead.
 func (p *Pools) deadRow(r KV, idx []byte, nowMs int64) bool {
-	if len(idx) >= indexValMin {
+	if !isTomb(idx) && len(idx) >= indexValMin {
 		var rowScore [8]byte
 		for i := range rowScore {
 			rowScore[i] = ^r.Key[9+i]
@@ -438,14 +521,14 @@ func (p *Pools) deadRow(r KV, idx []byte, nowMs int64) bool {
 	return nowMs-int64(binary.BigEndian.Uint64(r.Value)) > StaleGrace.Milliseconds()
 }
 
-// claim takes (user, pin) out of the pools: it replaces the index row by a claim marker with
-// compare-and-set (the one winner), deletes the pool row, then the marker. It returns the entry
-// and true when this call won; false when the pin is not in the pools (or another caller claimed
-// it first). A compare-and-set that errs after landing is recognised by the marker's nonce, so
+// claim takes (user, pin) out of the pools: it replaces the index row by a tombstone of kind
+// with compare-and-set (the one winner), then deletes the pool row. It returns the entry and true
+// when this call won; false when the pin is not in the pools (or another caller claimed it
+// first). A compare-and-set that errs after landing is recognised by the tombstone's nonce, so
 // the pin is not lost to an ambiguous failure.
-func (p *Pools) claim(ctx context.Context, user, pin ID) (PoolEntry, bool, error) {
+func (p *Pools) claim(ctx context.Context, user, pin ID, kind tombKind) (PoolEntry, bool, error) {
 	key := indexKey(user, pin)
-	marker := claimMarker(rand.Uint64())
+	tomb := tombstone(kind, p.now().UnixMilli(), rand.Uint64())
 	for range maxCASAttempts {
 		cur, err := p.t.Get(ctx, key)
 		if errors.Is(err, ErrNotFound) {
@@ -454,16 +537,16 @@ func (p *Pools) claim(ctx context.Context, user, pin ID) (PoolEntry, bool, error
 		if err != nil {
 			return PoolEntry{}, false, err
 		}
-		if isClaim(cur) {
-			return PoolEntry{}, false, nil // another call is claiming it
+		if isTomb(cur) {
+			return PoolEntry{}, false, nil // taken or removed already
 		}
 		e, err := decodeIndex(user, pin, cur)
 		if err != nil {
 			return PoolEntry{}, false, err
 		}
-		won, err := p.t.CheckAndSet(ctx, key, cur, marker)
+		won, err := p.t.CheckAndSet(ctx, key, cur, tomb)
 		if err != nil {
-			if now, gerr := p.t.Get(ctx, key); gerr != nil || !bytes.Equal(now, marker) {
+			if now, gerr := p.t.Get(ctx, key); gerr != nil || !bytes.Equal(now, tomb) {
 				return PoolEntry{}, false, err
 			}
 			won = true // our write landed
@@ -471,10 +554,9 @@ func (p *Pools) claim(ctx context.Context, user, pin ID) (PoolEntry, bool, error
 		if !won {
 			continue // re-scored or claimed meanwhile: look again
 		}
-		// The claim stands even if these deletes fail: a leftover pool row is stale (Top skips
-		// it) and a leftover marker reads as absent (Insert overwrites it).
+		// The claim stands even if this delete fails: a leftover pool row is stale (Top skips
+		// it, and deletes it after StaleGrace).
 		_ = p.t.Apply(ctx, []Mutation{{Key: poolKeyOfIndex(user, pin, cur), Delete: true}})
-		_, _ = p.t.CheckAndSet(ctx, key, marker, nil)
 		return e, true, nil
 	}
 	return PoolEntry{}, false, fmt.Errorf("claim %d/%d: still conflicting after %d attempts", user, pin, maxCASAttempts)
@@ -482,8 +564,13 @@ func (p *Pools) claim(ctx context.Context, user, pin ID) (PoolEntry, bool, error
 
 // Take claims the pins of es (from any source) for user: each pin is won by exactly one caller
 // across concurrent Takes, Removes and trims. It returns the stored entries this call won, in the
-// order of es. Entries whose User is set must name user.
+// order of es. Entries whose User is set must name user. A pin taken leaves a tombstone, so a
+// later Insert of it for user is ignored; Restore gives it back.
 func (p *Pools) Take(ctx context.Context, user ID, es []PoolEntry) ([]PoolEntry, error) {
+	return p.take(ctx, user, es, tombTaken)
+}
+
+func (p *Pools) take(ctx context.Context, user ID, es []PoolEntry, kind tombKind) ([]PoolEntry, error) {
 	if err := user.Check(TypeUser); err != nil {
 		return nil, fmt.Errorf("take: %w", err)
 	}
@@ -502,7 +589,7 @@ func (p *Pools) Take(ctx context.Context, user ID, es []PoolEntry) ([]PoolEntry,
 			continue
 		}
 		seen[e.Pin] = true
-		got, won, err := p.claim(ctx, user, e.Pin)
+		got, won, err := p.claim(ctx, user, e.Pin, kind)
 		if err != nil {
 			return out, fmt.Errorf("take %d/%d: %w", user, e.Pin, err)
 		}
@@ -513,46 +600,125 @@ func (p *Pools) Take(ctx context.Context, user ID, es []PoolEntry) ([]PoolEntry,
 	return out, nil
 }
 
-// Remove drops pins from all of user's pools; it returns how many were present.
+// Remove drops pins from all of user's pools; it returns how many were present. Each pin
+// present leaves a forgotten tombstone (later Inserts and Restores of it are ignored); an absent
+// pin is left absent (Forget remembers those too).
 func (p *Pools) Remove(ctx context.Context, user ID, pins []ID) (int, error) {
 	es := make([]PoolEntry, len(pins))
 	for i, pin := range pins {
 		es[i] = PoolEntry{User: user, Pin: pin}
 	}
-	got, err := p.Take(ctx, user, es)
+	got, err := p.take(ctx, user, es, tombForgotten)
 	if err != nil {
 		return len(got), fmt.Errorf("remove: %w", err)
 	}
 	return len(got), nil
 }
 
+// Forget drops pins from all of user's pools and remembers them, present or not: each (user,
+// pin) gets a forgotten tombstone, so no later Insert or Restore puts the pin in user's pools
+// until Expire drops the tombstone. Use it when the user has the pin already (they saved it). It
+// returns how many were present.
+func (p *Pools) Forget(ctx context.Context, user ID, pins []ID) (int, error) {
+	if err := user.Check(TypeUser); err != nil {
+		return 0, fmt.Errorf("forget: %w", err)
+	}
+	for _, pin := range pins {
+		if err := pin.Check(TypePin); err != nil {
+			return 0, fmt.Errorf("forget for %d: %w", user, err)
+		}
+	}
+	n := 0
+	seen := make(map[ID]bool, len(pins))
+	for _, pin := range pins {
+		if seen[pin] {
+			continue
+		}
+		seen[pin] = true
+		was, err := p.forget(ctx, user, pin)
+		if err != nil {
+			return n, fmt.Errorf("forget %d/%d: %w", user, pin, err)
+		}
+		if was {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// forget sets (user, pin)'s index row to a forgotten tombstone by compare-and-set from whatever
+// is there (an entry, nothing, a taken tombstone), deleting the entry's pool row when it
+// replaced one. It reports whether it replaced a live entry.
+func (p *Pools) forget(ctx context.Context, user, pin ID) (bool, error) {
+	key := indexKey(user, pin)
+	tomb := tombstone(tombForgotten, p.now().UnixMilli(), rand.Uint64())
+	for range maxCASAttempts {
+		cur, err := p.t.Get(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			cur = nil
+		} else if err != nil {
+			return false, err
+		}
+		if isTomb(cur) {
+			if kind, _ := tombInfo(cur); kind == tombForgotten {
+				return false, nil
+			}
+		}
+		won, err := p.t.CheckAndSet(ctx, key, cur, tomb)
+		if err != nil {
+			if now, gerr := p.t.Get(ctx, key); gerr != nil || !bytes.Equal(now, tomb) {
+				return false, err
+			}
+			won = true // our write landed
+		}
+		if !won {
+			continue
+		}
+		if cur == nil || isTomb(cur) || len(cur) < indexValMin {
+			return false, nil
+		}
+		// Best effort, as in claim: a leftover pool row is stale.
+		_ = p.t.Apply(ctx, []Mutation{{Key: poolKeyOfIndex(user, pin, cur), Delete: true}})
+		return true, nil
+	}
+	return false, fmt.Errorf("still conflicting after %d attempts", maxCASAttempts)
+}
+
 // entries returns the live entries of user (src 0 = every source), read from the index rows.
 func (p *Pools) entries(ctx context.Context, user ID, src Source) ([]PoolEntry, error) {
+	es, _, err := p.index(ctx, user, src)
+	return es, err
+}
+
+// index returns the live entries of user (src 0 = every source) and the tombstone rows.
+func (p *Pools) index(ctx context.Context, user ID, src Source) ([]PoolEntry, []KV, error) {
 	prefix := append(userPrefix(user), 0)
 	start, stop := prefix, prefixEnd(prefix)
 	var out []PoolEntry
+	var tombs []KV
 	for {
 		rows, err := p.t.Scan(ctx, ScanOptions{Start: start, Stop: stop, Limit: 1000})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, r := range rows {
 			if len(r.Key) != indexKeyLen {
-				return nil, fmt.Errorf("malformed index key %x", r.Key)
+				return nil, nil, fmt.Errorf("malformed index key %x", r.Key)
 			}
-			if isClaim(r.Value) {
+			if isTomb(r.Value) {
+				tombs = append(tombs, r)
 				continue
 			}
 			e, err := decodeIndex(user, ID(binary.BigEndian.Uint64(r.Key[9:])), r.Value)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if src == 0 || e.Source == src {
 				out = append(out, e)
 			}
 		}
 		if len(rows) < 1000 {
-			return out, nil
+			return out, tombs, nil
 		}
 		start = keyAfter(rows[len(rows)-1].Key)
 	}
@@ -652,11 +818,42 @@ func (p *Pools) Trim(ctx context.Context, user ID, src Source, keep int) (int, e
 	return n, nil
 }
 
-// Expire drops every entry of user (all sources) created before olderThanMs; it returns how many.
+// Expire drops every entry of user (all sources) created before olderThanMs and returns how
+// many. It also deletes user's tombstones written before olderThanMs (before now minus the
+// tombstone TTL when one is set): a pin's entries are created no later than its tombstone, so
+// with the pool TTL as the cut-off, a job re-inserting the pin after that is past the TTL itself
+// (expired on arrival: skipped by readers, dropped by the next Expire). Tombstones are not
+// counted.
 func (p *Pools) Expire(ctx context.Context, user ID, olderThanMs int64) (int, error) {
-	n, err := p.RemoveWhere(ctx, user, 0, func(e PoolEntry) bool { return e.CreatedMs < olderThanMs })
+	if err := user.Check(TypeUser); err != nil {
+		return 0, fmt.Errorf("expire: %w", err)
+	}
+	es, tombs, err := p.index(ctx, user, 0)
 	if err != nil {
-		return n, fmt.Errorf("expire: %w", err)
+		return 0, fmt.Errorf("expire %d: %w", user, err)
+	}
+	var drop []PoolEntry
+	for _, e := range es {
+		if e.CreatedMs < olderThanMs {
+			drop = append(drop, e)
+		}
+	}
+	n, err := p.removeEntries(ctx, user, drop)
+	if err != nil {
+		return n, fmt.Errorf("expire %d: %w", user, err)
+	}
+	tombBefore := olderThanMs
+	if p.tombTTL > 0 {
+		tombBefore = p.now().Add(-p.tombTTL).UnixMilli()
+	}
+	for _, r := range tombs {
+		if _, at := tombInfo(r.Value); at >= tombBefore {
+			continue
+		}
+		// Only if unchanged: a Restore or a new Take may have replaced it meanwhile.
+		if _, err := p.t.CheckAndSet(ctx, r.Key, r.Value, nil); err != nil {
+			return n, fmt.Errorf("expire %d: tombstone: %w", user, err)
+		}
 	}
 	return n, nil
 }

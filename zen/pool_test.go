@@ -409,15 +409,22 @@ func TestPoolCrashRetry(t *testing.T) {
 			if r := top(t, p, u, zen.SourceRelated, 10); len(r) != 0 {
 				t.Errorf("take, fault at write %d after=%v: still shown %v", k, after, r)
 			}
-			// A leftover claim marker (k=3) reads as absent and is overwritten by a new insert.
+			// The taken tombstone reads as absent, ignores a later insert, and yields to Restore.
 			if n, err := p.Size(ctx, u, 0); err != nil || n != 0 {
 				t.Errorf("take, fault at write %d after=%v: Size = %d, %v; want 0", k, after, n, err)
 			}
-			if n, err := p.Insert(ctx, []zen.PoolEntry{{User: u, Pin: pin, Source: zen.SourceInterest, Score: 0.1}}); err != nil || n != 1 {
-				t.Errorf("take, fault at write %d after=%v: re-Insert = %d, %v; want 1", k, after, n, err)
+			back := zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceInterest, Score: 0.1}
+			if n, err := p.Insert(ctx, []zen.PoolEntry{back}); err != nil || n != 0 {
+				t.Errorf("take, fault at write %d after=%v: re-Insert = %d, %v; want 0 (taken)", k, after, n, err)
+			}
+			if got := top(t, p, u, zen.SourceInterest, 10); len(got) != 0 {
+				t.Errorf("take, fault at write %d after=%v: re-Insert shown %v", k, after, got)
+			}
+			if n, err := p.Restore(ctx, []zen.PoolEntry{back}); err != nil || n != 1 {
+				t.Errorf("take, fault at write %d after=%v: Restore = %d, %v; want 1", k, after, n, err)
 			}
 			if diff := cmp.Diff([]sp{{0.1, 1, 2}}, top(t, p, u, zen.SourceInterest, 10)); diff != "" {
-				t.Errorf("take, fault at write %d after=%v: re-inserted (-want +got):\n%s", k, after, diff)
+				t.Errorf("take, fault at write %d after=%v: restored (-want +got):\n%s", k, after, diff)
 			}
 		}
 	}
@@ -445,5 +452,269 @@ func TestPoolStaleInFlightRow(t *testing.T) {
 	top(t, p, u, zen.SourceFollowing, 5)
 	if _, err := tb.Get(ctx, k); !errors.Is(err, zen.ErrNotFound) {
 		t.Errorf("old stale row kept: %v", err)
+	}
+}
+
+// TestPoolTombstones: a pin taken, removed or forgotten stays out of the user's pools whatever
+// is inserted later; Restore gives back only what Take took; readers count no tombstone.
+func TestPoolTombstones(t *testing.T) {
+	ctx := context.Background()
+	p, _, _ := memPools(t)
+	u, other := mustID(t, 1, zen.TypeUser, 1), mustID(t, 1, zen.TypeUser, 2)
+	pin := func(l uint64) zen.ID { return mustID(t, 1, zen.TypePin, l) }
+	e := func(l uint64, src zen.Source, score float64) zen.PoolEntry {
+		return zen.PoolEntry{User: u, Pin: pin(l), Source: src, Score: score, CreatedMs: 1000}
+	}
+	insert := func(what string, want int, es ...zen.PoolEntry) {
+		t.Helper()
+		if n, err := p.Insert(ctx, es); err != nil || n != want {
+			t.Errorf("%s: Insert = %d, %v; want %d", what, n, err, want)
+		}
+	}
+	restore := func(what string, want int, es ...zen.PoolEntry) {
+		t.Helper()
+		if n, err := p.Restore(ctx, es); err != nil || n != want {
+			t.Errorf("%s: Restore = %d, %v; want %d", what, n, err, want)
+		}
+	}
+	all := func() []sp {
+		t.Helper()
+		var out []sp
+		for _, src := range []zen.Source{1, 2, 3} {
+			out = append(out, top(t, p, u, src, 100)...)
+		}
+		return out
+	}
+	insert("first", 4, e(1, 1, 0.5), e(2, 1, 0.4), e(3, 2, 0.3), e(4, 3, 0.2))
+	if got, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(1)}}); err != nil || len(got) != 1 {
+		t.Fatalf("Take = %v, %v", got, err)
+	}
+	// Taken: the same entry, a better score, another source: all ignored.
+	insert("taken, same", 0, e(1, 1, 0.5))
+	insert("taken, better", 0, e(1, 3, 9))
+	if diff := cmp.Diff([]sp{{0.4, 2, 1}, {0.3, 3, 2}, {0.2, 4, 3}}, all()); diff != "" {
+		t.Errorf("after re-inserting a taken pin (-want +got):\n%s", diff)
+	}
+	// Another user's pools are not affected by u's tombstone.
+	if n, err := p.Insert(ctx, []zen.PoolEntry{{User: other, Pin: pin(1), Source: 1, Score: 0.1}}); err != nil || n != 1 {
+		t.Errorf("other user's Insert = %d, %v; want 1", n, err)
+	}
+	// Restore gives the taken pin back (a Restore of a live entry is an Insert).
+	restore("taken", 1, e(1, 1, 0.5), e(2, 1, 0.4))
+	restore("again", 0, e(1, 1, 0.5))
+	if diff := cmp.Diff([]sp{{0.5, 1, 1}, {0.4, 2, 1}, {0.3, 3, 2}, {0.2, 4, 3}}, all()); diff != "" {
+		t.Errorf("after Restore (-want +got):\n%s", diff)
+	}
+	// Remove: forgotten, so neither Insert nor Restore brings it back.
+	if n, err := p.Remove(ctx, u, []zen.ID{pin(2)}); err != nil || n != 1 {
+		t.Errorf("Remove = %d, %v; want 1", n, err)
+	}
+	insert("removed", 0, e(2, 1, 0.9))
+	restore("removed", 0, e(2, 1, 0.9))
+	// Forget: a live pin (counted), an absent one, a taken one (not counted); all stay out.
+	if _, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(3)}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := p.Forget(ctx, u, []zen.ID{pin(4), pin(5), pin(3), pin(4)}); err != nil || n != 1 {
+		t.Errorf("Forget = %d, %v; want 1", n, err)
+	}
+	if n, err := p.Forget(ctx, u, []zen.ID{pin(4), pin(5)}); err != nil || n != 0 {
+		t.Errorf("second Forget = %d, %v; want 0", n, err)
+	}
+	insert("forgotten", 0, e(3, 1, 1), e(4, 1, 1), e(5, 1, 1))
+	restore("forgotten", 0, e(3, 1, 1), e(4, 1, 1), e(5, 1, 1))
+	if diff := cmp.Diff([]sp{{0.5, 1, 1}}, all()); diff != "" {
+		t.Errorf("after Forget (-want +got):\n%s", diff)
+	}
+	// Readers treat tombstones as absent.
+	if n, err := p.Size(ctx, u, 0); err != nil || n != 1 {
+		t.Errorf("Size = %d, %v; want 1", n, err)
+	}
+	if n, err := p.Trim(ctx, u, zen.SourceFollowing, 1); err != nil || n != 0 {
+		t.Errorf("Trim = %d, %v; want 0", n, err)
+	}
+	if n, err := p.RemoveWhere(ctx, u, 0, func(zen.PoolEntry) bool { return true }); err != nil || n != 1 {
+		t.Errorf("RemoveWhere = %d, %v; want 1", n, err)
+	}
+	if got, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(2)}, {Pin: pin(3)}, {Pin: pin(4)}}); err != nil || len(got) != 0 {
+		t.Errorf("Take of tombstoned pins = %v, %v; want none", got, err)
+	}
+	if _, err := p.Forget(ctx, u, []zen.ID{mustID(t, 1, zen.TypeBoard, 1)}); err == nil {
+		t.Error("Forget of a board ID: no error")
+	}
+}
+
+// TestPoolTakeInsertConcurrent: takers race inserters that keep re-offering every pin with
+// better scores from other sources (late fanout jobs). Each pin is won exactly once, and once
+// taken it never comes back.
+func TestPoolTakeInsertConcurrent(t *testing.T) {
+	ctx := context.Background()
+	p, c, tb := memPools(t)
+	u := mustID(t, 1, zen.TypeUser, 1)
+	const pins = 120
+	offer := func(round int) []zen.PoolEntry {
+		var es []zen.PoolEntry
+		for i := range pins {
+			es = append(es, zen.PoolEntry{User: u, Pin: mustID(t, 1, zen.TypePin, uint64(i+1)), Source: zen.Source(1 + (i+round)%3), Score: float64(round) + float64(i%5)/10})
+		}
+		return es
+	}
+	if _, err := p.Insert(ctx, offer(0)); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu   sync.Mutex
+		won  = map[zen.ID]int{}
+		wg   sync.WaitGroup
+		stop = make(chan struct{})
+	)
+	for w := range 4 {
+		wg.Go(func() {
+			for round := 1; ; round++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := p.Insert(ctx, offer(round*4+w)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	var takers sync.WaitGroup
+	for w := range 6 {
+		takers.Go(func() {
+			for {
+				es, err := p.Top(ctx, u, zen.Source(1+w%3), 7)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(es) == 0 {
+					if n, _ := p.Size(ctx, u, 0); n == 0 {
+						return
+					}
+					continue
+				}
+				got, err := p.Take(ctx, u, es)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				for _, e := range got {
+					won[e.Pin]++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	takers.Wait()
+	close(stop)
+	wg.Wait()
+	if len(won) != pins {
+		t.Errorf("%d pins taken, want %d", len(won), pins)
+	}
+	for pin, n := range won {
+		if n != 1 {
+			t.Errorf("pin %d taken %d times", pin, n)
+		}
+	}
+	if n, err := p.Insert(ctx, offer(1000)); err != nil || n != 0 {
+		t.Errorf("late Insert = %d, %v; want 0", n, err)
+	}
+	if n, _ := p.Size(ctx, u, 0); n != 0 {
+		t.Errorf("Size after everything was taken = %d", n)
+	}
+	// Rows left: one tombstone per pin; the pool rows of lost inserts are gone once stale.
+	c.Add(2 * zen.StaleGrace)
+	for _, src := range []zen.Source{1, 2, 3} {
+		if got := top(t, p, u, src, 1000); len(got) != 0 {
+			t.Errorf("source %d shows %v", src, got)
+		}
+	}
+	rows, _ := tb.Scan(ctx, zen.ScanOptions{})
+	if len(rows) != pins {
+		t.Errorf("%d rows left, want %d (one tombstone per pin)", len(rows), pins)
+	}
+}
+
+// TestPoolTombstoneExpiry: Expire drops tombstones older than its cut-off (or than the tombstone
+// TTL), not younger ones, and does not count them; DeleteUser drops them all.
+func TestPoolTombstoneExpiry(t *testing.T) {
+	ctx := context.Background()
+	for _, ttl := range []time.Duration{0, time.Hour} {
+		c := newClock()
+		tb, err := zenmem.New().Table(ctx, "pools")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := zen.NewPools(tb, c.Now, zen.WithTombstoneTTL(ttl))
+		u := mustID(t, 1, zen.TypeUser, 1)
+		pin := func(l uint64) zen.ID { return mustID(t, 1, zen.TypePin, l) }
+		nowMs := c.Now().UnixMilli()
+		e := func(l uint64) zen.PoolEntry {
+			return zen.PoolEntry{User: u, Pin: pin(l), Source: zen.SourceFollowing, Score: 1, CreatedMs: nowMs}
+		}
+		if _, err := p.Insert(ctx, []zen.PoolEntry{e(1), e(2)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(1)}}); err != nil { // tombstone at nowMs
+			t.Fatal(err)
+		}
+		c.Add(2 * time.Hour)
+		if _, err := p.Forget(ctx, u, []zen.ID{pin(3)}); err != nil { // tombstone at nowMs+2h
+			t.Fatal(err)
+		}
+		rowCount := func() int {
+			rows, _ := tb.Scan(ctx, zen.ScanOptions{})
+			return len(rows)
+		}
+		// A cut-off before both tombstones (and the entry): nothing goes... unless the
+		// tombstone TTL (1h) says the take is old enough.
+		n, err := p.Expire(ctx, u, nowMs)
+		if err != nil || n != 0 {
+			t.Errorf("ttl %v: Expire(before all) = %d, %v; want 0", ttl, n, err)
+		}
+		wantRows := 4 // pin 2's entry (2 rows), two tombstones
+		if ttl > 0 {
+			wantRows = 3
+		}
+		if got := rowCount(); got != wantRows {
+			t.Errorf("ttl %v: %d rows after the first Expire, want %d", ttl, got, wantRows)
+		}
+		ins, _ := p.Insert(ctx, []zen.PoolEntry{e(1)})
+		if want := map[bool]int{false: 0, true: 1}[ttl > 0]; ins != want {
+			t.Errorf("ttl %v: Insert of the taken pin after the first Expire = %d, want %d", ttl, ins, want)
+		}
+		if ttl > 0 {
+			if _, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(1)}}); err != nil {
+				t.Fatal(err)
+			}
+			c.Add(2 * time.Hour)
+		}
+		// A cut-off after everything: the entry (counted) and the tombstones (not) go.
+		n, err = p.Expire(ctx, u, c.Now().UnixMilli()+1)
+		if err != nil || n != 1 {
+			t.Errorf("ttl %v: Expire(after all) = %d, %v; want 1", ttl, n, err)
+		}
+		if got := rowCount(); got != 0 {
+			t.Errorf("ttl %v: %d rows left after Expire, want 0", ttl, got)
+		}
+		// With the tombstones gone, the pins can be inserted again.
+		if n, err := p.Insert(ctx, []zen.PoolEntry{e(1), e(3)}); err != nil || n != 2 {
+			t.Errorf("ttl %v: Insert after expiry = %d, %v; want 2", ttl, n, err)
+		}
+		if _, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(1)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.DeleteUser(ctx, u); err != nil {
+			t.Fatal(err)
+		}
+		if got := rowCount(); got != 0 {
+			t.Errorf("ttl %v: %d rows left after DeleteUser, want 0", ttl, got)
+		}
 	}
 }

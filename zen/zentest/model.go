@@ -2,6 +2,7 @@ package zentest
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -84,6 +85,7 @@ func RunModel(t *testing.T, open func(t *testing.T) zen.Store) {
 	t.Run("EdgesConcurrent", func(t *testing.T) { modelEdgesConcurrent(t, open(t)) })
 	t.Run("Pools", func(t *testing.T) { modelPoolsBasic(t, open(t)) })
 	t.Run("PoolsConcurrentTake", func(t *testing.T) { modelPoolsConcurrentTake(t, open(t)) })
+	t.Run("PoolsTombstones", func(t *testing.T) { modelPoolsTombstones(t, open(t)) })
 }
 
 func modelObjects(t *testing.T, s zen.Store) {
@@ -556,6 +558,79 @@ func modelPoolsConcurrentTake(t *testing.T, s zen.Store) {
 			t.Errorf("pin %d taken %d times", pin, n)
 		}
 	}
+}
+
+// modelPoolsTombstones: a pin taken or forgotten stays out of the pools for later Inserts (a
+// late fanout), Restore gives back only a taken pin, and Expire and DeleteUser drop tombstones.
+func modelPoolsTombstones(t *testing.T, s zen.Store) {
+	ctx, c := modelCtx(t), newModelClock()
+	p, tb := modelPools(t, s, c)
+	u := modelID(t, 7, zen.TypeUser, 77)
+	pin := func(l uint64) zen.ID { return modelID(t, 7, zen.TypePin, l) }
+	nowMs := c.Now().UnixMilli()
+	e := func(l uint64, score float64) zen.PoolEntry {
+		return zen.PoolEntry{User: u, Source: zen.SourceFollowing, Score: score, Pin: pin(l), CreatedMs: nowMs}
+	}
+	pins := func() []uint64 {
+		es, err := p.Top(ctx, u, zen.SourceFollowing, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint64
+		for _, e := range es {
+			out = append(out, e.Pin.Local())
+		}
+		return out
+	}
+	if n, err := p.Insert(ctx, []zen.PoolEntry{e(1, 0.9), e(2, 0.8)}); err != nil || n != 2 {
+		t.Fatalf("Insert = %d, %v", n, err)
+	}
+	if got, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(1)}}); err != nil || len(got) != 1 {
+		t.Fatalf("Take = %v, %v", got, err)
+	}
+	if n, err := p.Forget(ctx, u, []zen.ID{pin(3)}); err != nil || n != 0 {
+		t.Errorf("Forget(absent) = %d, %v; want 0", n, err)
+	}
+	if n, err := p.Insert(ctx, []zen.PoolEntry{e(1, 5), e(3, 5)}); err != nil || n != 0 {
+		t.Errorf("Insert of taken and forgotten pins = %d, %v; want 0", n, err)
+	}
+	if diff := cmp.Diff([]uint64{2}, pins()); diff != "" {
+		t.Errorf("after late inserts (-want +got):\n%s", diff)
+	}
+	if n, err := p.Restore(ctx, []zen.PoolEntry{e(1, 0.9), e(3, 0.9)}); err != nil || n != 1 {
+		t.Errorf("Restore = %d, %v; want 1 (the taken pin only)", n, err)
+	}
+	if diff := cmp.Diff([]uint64{1, 2}, pins()); diff != "" {
+		t.Errorf("after Restore (-want +got):\n%s", diff)
+	}
+	if n, err := p.Size(ctx, u, 0); err != nil || n != 2 {
+		t.Errorf("Size = %d, %v; want 2", n, err)
+	}
+	// Tombstones older than Expire's cut-off go (uncounted); then the pin may come again.
+	c.Add(time.Hour)
+	if n, err := p.Expire(ctx, u, c.Now().UnixMilli()); err != nil || n != 2 {
+		t.Errorf("Expire = %d, %v; want 2", n, err)
+	}
+	if rows, err := tb.Scan(ctx, userRange(u)); err != nil || len(rows) != 0 {
+		t.Errorf("rows after Expire: %d, %v; want none", len(rows), err)
+	}
+	if n, err := p.Insert(ctx, []zen.PoolEntry{e(3, 0.5)}); err != nil || n != 1 {
+		t.Errorf("Insert after expiry = %d, %v; want 1", n, err)
+	}
+	if _, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(3)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err := tb.Scan(ctx, userRange(u)); err != nil || len(rows) != 0 {
+		t.Errorf("rows after DeleteUser: %d, %v; want none", len(rows), err)
+	}
+}
+
+// userRange is the scan range of every pools row of user (all are led by the user ID).
+func userRange(u zen.ID) zen.ScanOptions {
+	return zen.ScanOptions{Start: binary.BigEndian.AppendUint64(nil, uint64(u)), Stop: binary.BigEndian.AppendUint64(nil, uint64(u)+1)}
 }
 
 // RunModelRandomized applies the same n random zen operations (objects, IDs, the mod-shard map,
