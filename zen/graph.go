@@ -354,7 +354,9 @@ func DataID(data map[string]any, name string) (ID, bool) {
 	return 0, false
 }
 
-// modShardKey is kind | 0x00 | u16(ModShard(key, 4096)) | key.
+// modShardKey is u64(shard<<46) | kind | 0x00 | key, shard = ModShard(key, 4096). The row
+// leads with its mod shard's base (an ID of type 0 on that shard, which no object has), so the
+// username and email maps spread over the shard-split regions like every other zen row.
 func modShardKey(kind, key string) ([]byte, error) {
 	if kind == "" || len(kind) > MaxKindLen || bytes.IndexByte([]byte(kind), 0) >= 0 {
 		return nil, fmt.Errorf("map key: kind %q must be 1–%d bytes without NUL", kind, MaxKindLen)
@@ -362,10 +364,10 @@ func modShardKey(kind, key string) ([]byte, error) {
 	if key == "" || len(key) > MaxKeyLen {
 		return nil, fmt.Errorf("map key %s: key must be 1–%d bytes, got %d", kind, MaxKeyLen, len(key))
 	}
-	k := make([]byte, 0, len(kind)+3+len(key))
+	k := make([]byte, 0, 8+len(kind)+1+len(key))
+	k = binary.BigEndian.AppendUint64(k, uint64(ModShard(key, 4096))<<46)
 	k = append(k, kind...)
 	k = append(k, 0)
-	k = binary.BigEndian.AppendUint16(k, uint16(ModShard(key, 4096)))
 	return append(k, key...), nil
 }
 

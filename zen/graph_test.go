@@ -2,6 +2,7 @@ package zen_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math"
@@ -328,5 +329,38 @@ func TestDataID(t *testing.T) {
 	want := map[string]zen.ID{"number": pin, "string": pin, "id": pin, "uint64": pin, "float": 68719476737}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestMapKeyRowOnModShard checks that a mod-shard map row leads with its mod shard's base, so on
+// HBase the username and email maps spread over the shard-split regions.
+func TestMapKeyRowOnModShard(t *testing.T) {
+	ctx := t.Context()
+	s := zenmem.New()
+	g, err := zen.NewGraph(ctx, s, zen.DefaultShardMap(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := zen.NewID(3429, zen.TypeUser, 733)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"foo", "1.2.3.4", "user@example.com"} {
+		if ok, err := g.MapKey(ctx, "email", key, id); err != nil || !ok {
+			t.Fatalf("MapKey(%q) = %v, %v", key, ok, err)
+		}
+	}
+	tb, _ := s.Table(ctx, zen.TableModShard)
+	rows, err := tb.Scan(ctx, zen.ScanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for _, r := range rows {
+		got = append(got, int(binary.BigEndian.Uint64(r.Key[:8])>>46))
+	}
+	// "foo" → 1240, "1.2.3.4" → 1537, "user@example.com" → 2479 (data-model.md §4), in key order.
+	if diff := cmp.Diff([]int{1240, 1537, 2479}, got); diff != "" {
+		t.Errorf("mod shards of the map rows (-want +got):\n%s", diff)
 	}
 }
