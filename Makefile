@@ -11,8 +11,9 @@ help: ## list the targets
 build: ## build the smartfeed binary into bin/
 	$(GO) build -o bin/smartfeed ./cmd/smartfeed
 
-test: ## all tests, -race, on a real Redis + HBase (started and stopped unless SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK are set)
+test: ## all tests, -race, on a real Redis + HBase (started and stopped unless SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK are set), then the chart's
 	$(SERVICES) $(GO) test -race -count=1 -timeout 40m ./...
+	$(MAKE) --no-print-directory helm-lint
 
 test-short: ## fast loop: unit tests only, no Redis or HBase
 	$(GO) test -short ./...
