@@ -9,15 +9,23 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// Row layout of the "feed" table (all integers big-endian):
+// Row layout of the "feed" table (all integers big-endian). Every key begins with an 8-byte
+// zen.ID whose top bits are the shard (DESIGN.md §3), so on HBase, pre-split on shard boundaries
+// (split key of shard s: BE64(s<<46)), a user's rows live in the region of the user's shard and
+// feed writes spread across regions without salting:
 //
-//	'f' | user(8) | ^seq(8)             a pending chunk: served, not yet materialized
-//	'f' | user(8) | ^seq(8) | pos(4)    one materialized item
-//	'p' | user(8) | pin(8)              pin index: where the pin sits, seq(8) | pos(4)
-//	'c' | user(8)                       the user's chunk sequence counter
-//	'd' | user(8) | chunk ID            chunk marker: seq(8) | state(1), 0 pending, 1 done
+//	user(8) | 'f' | ^seq(8)             a pending chunk: served, not yet materialized
+//	user(8) | 'f' | ^seq(8) | pos(4)    one materialized item
+//	user(8) | 'p' | pin(8)              pin index: where the pin sits, seq(8) | pos(4)
+//	user(8) | 'c'                       the user's chunk sequence counter
+//	user(8) | 'd' | chunk ID            chunk marker: seq(8) | state(1), 0 pending, 1 done
+//	base(8) | 'q' | user(8) | seq(8)    pending-chunk index (live.go); base = BE64(shard<<46)
 //
-// A forward scan of 'f' | user is newest chunk first, each chunk's items in the generator's
+// base is the "ID" of type 0 and local 0 on the user's shard: it sorts before every real ID
+// of the shard (whose type is at least 1), so the index of a shard is one contiguous range in
+// that shard's region, apart from every user's rows.
+//
+// A forward scan of user | 'f' is newest chunk first, each chunk's items in the generator's
 // order, and a pending chunk sorts just before the item rows its materialization writes.
 // Sequences come from the counter when the chunk is served, so a chunk's place in the feed is
 // fixed before the user sees it, and a cursor (seq, pos) is stable while newer chunks arrive.
@@ -27,7 +35,10 @@ const (
 	prefixCounter = 'c'
 	prefixDone    = 'd'
 
-	pendingKeyLen = 1 + 8 + 8
+	// kindAt is the offset of the kind byte in a per-user key (after the user ID).
+	kindAt = 8
+
+	pendingKeyLen = 8 + 1 + 8
 	itemKeyLen    = pendingKeyLen + 4
 
 	itemVersion    = 1
@@ -60,8 +71,18 @@ type position struct {
 	Pos uint32
 }
 
-func userPrefix(p byte, user zen.ID) []byte {
-	return binary.BigEndian.AppendUint64([]byte{p}, uint64(user))
+// userPrefix returns user(8) | kind: the start of every key of one kind of the user's rows.
+func userPrefix(kind byte, user zen.ID) []byte {
+	b := make([]byte, 0, itemKeyLen)
+	return append(binary.BigEndian.AppendUint64(b, uint64(user)), kind)
+}
+
+// keyKind returns the kind byte of a per-user key (0 for a key too short to have one).
+func keyKind(k []byte) byte {
+	if len(k) <= kindAt {
+		return 0
+	}
+	return k[kindAt]
 }
 
 // prefixEnd returns the first key after every key starting with prefix.
@@ -105,14 +126,14 @@ func feedKey(k []byte) (pos position, pending bool, err error) {
 	default:
 		return position{}, false, fmt.Errorf("%w: feed key of %d bytes", errCorrupt, len(k))
 	}
-	if k[0] != prefixFeed {
-		return position{}, false, fmt.Errorf("%w: feed key prefix %q", errCorrupt, k[0])
+	if k[kindAt] != prefixFeed {
+		return position{}, false, fmt.Errorf("%w: feed key kind %q", errCorrupt, k[kindAt])
 	}
-	pos.Seq = ^binary.BigEndian.Uint64(k[9:17])
+	pos.Seq = ^binary.BigEndian.Uint64(k[kindAt+1 : pendingKeyLen])
 	if len(k) == pendingKeyLen {
 		return pos, true, nil
 	}
-	pos.Pos = binary.BigEndian.Uint32(k[17:])
+	pos.Pos = binary.BigEndian.Uint32(k[pendingKeyLen:])
 	return pos, false, nil
 }
 

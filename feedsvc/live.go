@@ -134,51 +134,94 @@ func (s *Service) liveOf(ctx context.Context, es []entry) (map[zen.ID]bool, erro
 // Pending-chunk index of the "feed" table, one row per pending row, written just before it and
 // deleted with it (Materialize):
 //
-//	'q' | user(8) | seq(8)    (empty value)
+//	base(8) | 'q' | user(8) | seq(8)    (empty value), base = BE64(uint64(user.Shard())<<46)
 //
-// It lets RecoverAll find the users with pending chunks without scanning every feed.
-const prefixPendingIndex = 'q'
+// It lets RecoverAll find the users with pending chunks without scanning every feed. The rows
+// of a shard sit in that shard's region (base is the type-0 "ID" that sorts before every real
+// ID of the shard), so index writes spread across regions like the feed rows themselves.
+const (
+	prefixPendingIndex = 'q'
+	indexKeyLen        = 8 + 1 + 8 + 8
+	// DefaultIndexShards is the number of shards RecoverAll walks when Deps.IndexShards is 0:
+	// the shards of the default shard map (zen.DefaultShardMap, 0–4095).
+	DefaultIndexShards = 4096
+	// maxIndexShards is every shard a zen.ID can name.
+	maxIndexShards = zen.MaxShard + 1
+)
+
+// shardBase returns the first 8 bytes of the pending index rows of shard: BE64(shard<<46).
+func shardBase(shard uint16) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, indexKeyLen), uint64(shard)<<46)
+}
+
+// indexPrefix returns base(8) | 'q' of shard: the start of the shard's pending index range.
+func indexPrefix(shard uint16) []byte { return append(shardBase(shard), prefixPendingIndex) }
 
 func pendingIndexKey(user zen.ID, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64(userPrefix(prefixPendingIndex, user), seq)
+	k := binary.BigEndian.AppendUint64(indexPrefix(user.Shard()), uint64(user))
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// indexRow splits a pending index key of shard: the user and the sequence. ok is false for a
+// key that is not one (wrong length, or a user of another shard).
+func indexRow(shard uint16, k []byte) (user zen.ID, seq uint64, ok bool) {
+	if len(k) != indexKeyLen || k[8] != prefixPendingIndex {
+		return 0, 0, false
+	}
+	user = zen.ID(binary.BigEndian.Uint64(k[9:17]))
+	if user.Shard() != shard || !bytes.Equal(k[:8], shardBase(shard)) {
+		return 0, 0, false
+	}
+	return user, binary.BigEndian.Uint64(k[17:]), true
 }
 
 // RecoverAll runs Recover (pending chunks served more than olderThan ago, whose materialize
 // job was lost) for the users of up to limit pending-index rows after user `after` (0: from the
-// start), and drops index rows whose pending row is gone. It returns the last user it looked at
-// (0 when it reached the end of the index: start again from 0 next time) and the number of
-// chunks it completed. A startup pass loops until next is 0; a periodic sweep does the same.
+// start), and drops index rows whose pending row is gone. The index is kept per shard, so it
+// walks the shards in order from the shard of `after` to the last one of Deps.IndexShards
+// (default DefaultIndexShards), one scan per shard, until it has read limit rows. It returns
+// the last user it looked at (0 when it reached the end of the index: start again from 0 next
+// time) and the number of chunks it completed. A startup pass loops until next is 0; a periodic
+// sweep does the same. A pass over an empty index costs one (empty) scan per shard.
 func (s *Service) RecoverAll(ctx context.Context, after zen.ID, olderThan time.Duration, limit int) (next zen.ID, n int, err error) {
 	if limit < 1 || limit > 100000 {
 		return 0, 0, fmt.Errorf("%w: limit %d is not in [1, 100000]", ErrInvalid, limit)
 	}
-	start := []byte{prefixPendingIndex}
-	if after != 0 {
-		start = userPrefix(prefixPendingIndex, after+1)
+	if after > zen.MaxID {
+		return 0, 0, fmt.Errorf("%w: user %d is not an ID", ErrInvalid, uint64(after))
 	}
-	rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: []byte{prefixPendingIndex + 1}, Limit: limit})
-	if err != nil {
-		return after, 0, fmt.Errorf("scan pending index: %w", err)
-	}
+	read := 0
 	var users []zen.ID
-	var orphans []zen.Mutation
-	for _, kv := range rows {
-		if len(kv.Key) != 1+8+8 {
-			continue
+	for shard := int(after.Shard()); shard < s.indexShards && read < limit; shard++ {
+		prefix := indexPrefix(uint16(shard))
+		start := prefix
+		if after != 0 && shard == int(after.Shard()) {
+			start = binary.BigEndian.AppendUint64(bytes.Clone(prefix), uint64(after)+1)
 		}
-		u := zen.ID(binary.BigEndian.Uint64(kv.Key[1:]))
-		if len(users) == 0 || users[len(users)-1] != u {
-			users = append(users, u)
+		rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: prefixEnd(prefix), Limit: limit - read})
+		if err != nil {
+			return after, n, fmt.Errorf("scan pending index of shard %d: %w", shard, err)
 		}
-		if _, err := s.primary.Get(ctx, pendingKey(u, binary.BigEndian.Uint64(kv.Key[9:]))); errors.Is(err, zen.ErrNotFound) {
-			orphans = append(orphans, zen.Mutation{Key: bytes.Clone(kv.Key), Delete: true})
-		} else if err != nil {
-			return after, n, fmt.Errorf("read pending chunk of %d: %w", u, err)
+		read += len(rows)
+		var orphans []zen.Mutation
+		for _, kv := range rows {
+			u, seq, ok := indexRow(uint16(shard), kv.Key)
+			if !ok {
+				continue
+			}
+			if len(users) == 0 || users[len(users)-1] != u {
+				users = append(users, u)
+			}
+			if _, err := s.primary.Get(ctx, pendingKey(u, seq)); errors.Is(err, zen.ErrNotFound) {
+				orphans = append(orphans, zen.Mutation{Key: bytes.Clone(kv.Key), Delete: true})
+			} else if err != nil {
+				return after, n, fmt.Errorf("read pending chunk of %d: %w", u, err)
+			}
 		}
-	}
-	if len(orphans) > 0 {
-		if err := s.primary.Apply(ctx, orphans); err != nil {
-			return after, n, fmt.Errorf("drop stale pending index rows: %w", err)
+		if len(orphans) > 0 {
+			if err := s.primary.Apply(ctx, orphans); err != nil {
+				return after, n, fmt.Errorf("drop stale pending index rows of shard %d: %w", shard, err)
+			}
 		}
 	}
 	for _, u := range users {
@@ -191,7 +234,7 @@ func (s *Service) RecoverAll(ctx context.Context, after zen.ID, olderThan time.D
 			return after, n, err
 		}
 	}
-	if len(rows) < limit || len(users) == 0 {
+	if read < limit || len(users) == 0 {
 		return 0, n, nil
 	}
 	return users[len(users)-1], n, nil

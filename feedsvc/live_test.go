@@ -281,9 +281,8 @@ func TestRecoverAllAfterRestart(t *testing.T) {
 			t.Errorf("ChunkStatus(%s) = %v, %v; want done", id, st, err)
 		}
 	}
-	rows, err := e.primary.Scan(t.Context(), zen.ScanOptions{Start: []byte{prefixPendingIndex}, Stop: []byte{prefixPendingIndex + 1}})
-	if err != nil || len(rows) != 0 {
-		t.Errorf("pending index after recovery: %d rows, %v", len(rows), err)
+	if rows := indexRows(t, e.primary); len(rows) != 0 {
+		t.Errorf("pending index after recovery: %v", rows)
 	}
 	e.gen.err = errGen
 	if diff := cmp.Diff(pins(6, 10), e.all(t, 100)); diff != "" {
@@ -304,8 +303,7 @@ func TestRecoverAllDropsOrphanIndexRows(t *testing.T) {
 	if _, n, err := e.svc.RecoverAll(t.Context(), 0, 0, 10); err != nil || n != 0 {
 		t.Fatalf("RecoverAll = %d, %v", n, err)
 	}
-	rows, _ := e.primary.Scan(t.Context(), zen.ScanOptions{Start: []byte{prefixPendingIndex}, Stop: []byte{prefixPendingIndex + 1}})
-	if len(rows) != 0 {
+	if rows := indexRows(t, e.primary); len(rows) != 0 {
 		t.Errorf("orphan index row kept")
 	}
 }

@@ -232,7 +232,7 @@ func (s *Service) Trim(ctx context.Context, user zen.ID) (int, error) {
 			return n, fmt.Errorf("trim feed of %d: %w", user, err)
 		}
 		for _, m := range part {
-			if m.Key[0] == prefixFeed {
+			if keyKind(m.Key) == prefixFeed {
 				n++
 			}
 		}

@@ -110,6 +110,10 @@ type Deps struct {
 	// start (0 means DefaultActivityWait), else the page says false.
 	Activity     Activity
 	ActivityWait time.Duration
+	// IndexShards is the number of shards (0 to IndexShards-1) whose pending-chunk index
+	// RecoverAll walks; it must cover every shard that holds users. 0 means
+	// DefaultIndexShards (4096, the default shard map); at most 65536.
+	IndexShards int
 }
 
 // Service serves home feeds. It is safe for concurrent use.
@@ -126,6 +130,7 @@ type Service struct {
 	liveTimeout      time.Duration
 	activity         Activity
 	activityWait     time.Duration
+	indexShards      int
 
 	// reenqueued remembers stale pending chunks already re-enqueued by this process.
 	mu         sync.Mutex
@@ -165,9 +170,16 @@ func New(d Deps, c Config) (*Service, error) {
 	if d.ActivityWait <= 0 {
 		d.ActivityWait = DefaultActivityWait
 	}
+	if d.IndexShards == 0 {
+		d.IndexShards = DefaultIndexShards
+	}
+	if d.IndexShards < 0 || d.IndexShards > maxIndexShards {
+		return nil, fmt.Errorf("feedsvc: index shards %d is not in [1, %d]", d.IndexShards, maxIndexShards)
+	}
 	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
-		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait}
+		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
+		indexShards: d.IndexShards}
 	s.cfg.Store(&c)
 	return s, nil
 }

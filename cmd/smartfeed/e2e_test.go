@@ -444,10 +444,10 @@ type feedRow struct {
 }
 
 // scanFeed reads the user's materialized feed rows straight from a table, newest chunk first.
-// The layout is feedsvc/layout.go's: 'f' | user | ^seq [| pos].
+// The layout is feedsvc/layout.go's: user | 'f' | ^seq [| pos].
 func scanFeed(ctx context.Context, tb zen.Table, user zen.ID) ([]feedRow, error) {
-	start := binary.BigEndian.AppendUint64([]byte{'f'}, uint64(user))
-	stop := binary.BigEndian.AppendUint64([]byte{'f'}, uint64(user)+1)
+	start := append(binary.BigEndian.AppendUint64(nil, uint64(user)), 'f')
+	stop := append(binary.BigEndian.AppendUint64(nil, uint64(user)), 'f'+1)
 	kvs, err := tb.Scan(ctx, zen.ScanOptions{Start: start, Stop: stop})
 	if err != nil {
 		return nil, err
