@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -194,3 +195,21 @@ func (r recoverer) loop(ctx context.Context, every time.Duration) {
 		}
 	}
 }
+
+// feedRemover hands the worker's user-delete job to the feed service of this process (wired only
+// when the process has the feed role). The worker is built before the feed service, so it looks
+// the service up when a delete runs.
+type feedRemover struct{ a *app }
+
+var _ worker.FeedRemover = feedRemover{}
+
+// DeleteFeed removes the user's materialized feed through this process's feed service.
+func (r feedRemover) DeleteFeed(ctx context.Context, user zen.ID) error {
+	if r.a.feed == nil {
+		return errNoFeedRole
+	}
+	return r.a.feed.DeleteFeed(ctx, user)
+}
+
+// errNoFeedRole: this process does not serve feeds, so it cannot delete one.
+var errNoFeedRole = errors.New("no feed service in this process")

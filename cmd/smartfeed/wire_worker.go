@@ -24,8 +24,13 @@ func (a *app) buildWorker(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.worker, err = worker.New(a.graph, poolsT, stateT, a.pinClient, worker.Config{},
-		worker.Options{Logger: a.log.Named("worker"), Reg: a.reg})
+	opts := worker.Options{Logger: a.log.Named("worker"), Reg: a.reg}
+	if a.has(roleFeed) {
+		// User deletes remove the materialized feed too. A worker-only process has no feed
+		// store open; there the feed of a deleted user is left (docs/operations.md).
+		opts.Feeds = feedRemover{a}
+	}
+	a.worker, err = worker.New(a.graph, poolsT, stateT, a.pinClient, worker.Config{}, opts)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
