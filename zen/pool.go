@@ -347,21 +347,15 @@ func (p *Pools) insert(ctx context.Context, es []PoolEntry, restore bool) (int, 
 		return 0, fmt.Errorf("read index: %w", err)
 	}
 	// Keep only entries that beat what is stored; write their pool rows first.
-	type cand struct {
-		e        PoolEntry
-		key, old []byte
-		val      []byte
-		row      []byte
-	}
 	rv := p.rowValue()
-	var cands []cand
+	var cands []indexClaim
 	var puts []Mutation
 	for i, e := range batch {
 		v := indexValue(e)
 		if !replaceable(olds[i], v, restore) {
 			continue // something at least as good, a tombstone (or unreadable) is stored
 		}
-		c := cand{e: e, key: keys[i], old: olds[i], val: v, row: poolKeyOfIndex(e.User, e.Pin, v)}
+		c := indexClaim{user: e.User, pin: e.Pin, key: keys[i], old: olds[i], val: v, row: poolKeyOfIndex(e.User, e.Pin, v)}
 		cands = append(cands, c)
 		puts = append(puts, Mutation{Key: c.row, Value: rv})
 	}
@@ -371,24 +365,12 @@ func (p *Pools) insert(ctx context.Context, es []PoolEntry, restore bool) (int, 
 	if err := p.t.Apply(ctx, puts); err != nil {
 		return 0, fmt.Errorf("write pool rows: %w", err)
 	}
-	won := make([]bool, len(cands))
-	del := make([][]Mutation, len(cands))
-	err = parallel(ctx, len(cands), func(ctx context.Context, i int) error {
-		c := cands[i]
-		w, d, err := p.claimIndex(ctx, c.e.User, c.e.Pin, c.key, c.old, c.val, c.row, restore)
-		if err != nil {
-			return fmt.Errorf("%d/%d: %w", c.e.User, c.e.Pin, err)
-		}
-		won[i], del[i] = w, d
-		return nil
-	})
+	won, dels, err := p.claimIndexes(ctx, cands, restore)
 	n := 0
-	var dels []Mutation
-	for i := range cands {
-		if won[i] {
+	for _, w := range won {
+		if w {
 			n++
 		}
-		dels = append(dels, del[i]...)
 	}
 	if err != nil {
 		return n, err
@@ -401,43 +383,109 @@ func (p *Pools) insert(ctx context.Context, es []PoolEntry, restore bool) (int, 
 	return n, nil
 }
 
-// claimIndex moves the index row from old to val by compare-and-set, re-reading on conflict
-// until val is stored or something it may not replace is (at least as good, or a tombstone: a
-// concurrent Take wins over an Insert). It returns the pool rows to delete: the replaced one
-// when it won, its own (already written) row when it lost.
-func (p *Pools) claimIndex(ctx context.Context, user, pin ID, key, old, val, row []byte, restore bool) (bool, []Mutation, error) {
+// indexClaim is one entry of an Insert whose pool row is written and whose index row is to move
+// from old to val.
+type indexClaim struct {
+	user, pin ID
+	key, old  []byte
+	val, row  []byte
+}
+
+// claimIndexes moves each claim's index row from old to val by compare-and-set, all of them in
+// one CheckAndSetMany per round when the table is a CondBatcher (else one CheckAndSet each, in
+// parallel). A claim whose compare-and-set lost re-reads its row (one getAll for the round's
+// losers) and tries again until val is stored or something it may not replace is (at least as
+// good, or a tombstone: a concurrent Take wins over an Insert). It reports which claims won and
+// returns the pool rows to delete: the replaced one of each winner, the own (already written) row
+// of each loser.
+func (p *Pools) claimIndexes(ctx context.Context, cands []indexClaim, restore bool) ([]bool, []Mutation, error) {
+	won := make([]bool, len(cands))
+	var dels []Mutation
+	pending := make([]int, len(cands))
+	for i := range pending {
+		pending[i] = i
+	}
 	for range maxCASAttempts {
-		won, err := p.t.CheckAndSet(ctx, key, old, val)
-		if err != nil {
-			return false, nil, err
+		conds := make([]Cond, len(pending))
+		for j, i := range pending {
+			c := cands[i]
+			conds[j] = Cond{Key: c.key, Expected: c.old, Value: c.val}
 		}
-		if won {
-			if len(old) >= indexValMin && !isTomb(old) {
-				if ok := poolKeyOfIndex(user, pin, old); !bytes.Equal(ok, row) {
-					return true, []Mutation{{Key: ok, Delete: true}}, nil
+		ok, err := casAll(ctx, p.t, conds)
+		if err != nil {
+			return won, nil, fmt.Errorf("index: %w", err)
+		}
+		var lost []int
+		for j, i := range pending {
+			if !ok[j] {
+				lost = append(lost, i)
+				continue
+			}
+			won[i] = true
+			c := cands[i]
+			if len(c.old) >= indexValMin && !isTomb(c.old) {
+				if oldRow := poolKeyOfIndex(c.user, c.pin, c.old); !bytes.Equal(oldRow, c.row) {
+					dels = append(dels, Mutation{Key: oldRow, Delete: true})
 				}
 			}
-			return true, nil, nil
 		}
-		cur, err := p.t.Get(ctx, key)
-		if errors.Is(err, ErrNotFound) {
-			old = nil
-			continue
+		if len(lost) == 0 {
+			return won, dels, nil
 		}
+		keys := make([][]byte, len(lost))
+		for j, i := range lost {
+			keys[j] = cands[i].key
+		}
+		curs, err := getAll(ctx, p.t, keys)
 		if err != nil {
-			return false, nil, err
+			return won, nil, fmt.Errorf("re-read index: %w", err)
 		}
-		if !replaceable(cur, val, restore) {
+		pending = pending[:0]
+		for j, i := range lost {
+			c, cur := &cands[i], curs[j]
+			if replaceable(cur, c.val, restore) {
+				c.old = cur
+				pending = append(pending, i)
+				continue
+			}
 			// Something at least as good, or a tombstone, is stored: our row is dead unless it
 			// is that entry's row.
-			if !isTomb(cur) && len(cur) >= indexValMin && bytes.Equal(poolKeyOfIndex(user, pin, cur), row) {
-				return false, nil, nil
+			if !isTomb(cur) && len(cur) >= indexValMin && bytes.Equal(poolKeyOfIndex(c.user, c.pin, cur), c.row) {
+				continue
 			}
-			return false, []Mutation{{Key: row, Delete: true}}, nil
+			dels = append(dels, Mutation{Key: c.row, Delete: true})
 		}
-		old = cur
+		if len(pending) == 0 {
+			return won, dels, nil
+		}
 	}
-	return false, nil, fmt.Errorf("index still conflicting after %d attempts", maxCASAttempts)
+	return won, nil, fmt.Errorf("index still conflicting after %d attempts", maxCASAttempts)
+}
+
+// casAll runs conds with CheckAndSetMany when t is a CondBatcher, else with one CheckAndSet per
+// condition, in parallel.
+func casAll(ctx context.Context, t Table, conds []Cond) ([]bool, error) {
+	if cb, ok := t.(CondBatcher); ok {
+		out, err := cb.CheckAndSetMany(ctx, conds)
+		if err == nil && len(out) != len(conds) {
+			return nil, fmt.Errorf("check-and-set many: %d results for %d conditions", len(out), len(conds))
+		}
+		return out, err
+	}
+	out := make([]bool, len(conds))
+	err := parallel(ctx, len(conds), func(ctx context.Context, i int) error {
+		c := conds[i]
+		ok, err := t.CheckAndSet(ctx, c.Key, c.Expected, c.Value)
+		if err != nil {
+			return fmt.Errorf("%x: %w", c.Key, err)
+		}
+		out[i] = ok
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Top returns up to n of the best live entries of (user, src), best first, ties by smaller pin.

@@ -67,3 +67,26 @@ type Store interface {
 type MultiGetter interface {
 	GetMany(ctx context.Context, keys [][]byte) ([][]byte, error)
 }
+
+// Cond is one element of a CheckAndSetMany call: write Value at Key only if the current value
+// equals Expected. As in CheckAndSet, a nil Expected means "only if absent" and a nil Value
+// means "delete"; an empty (non-nil) Expected or Value is an empty value, which is present.
+type Cond struct {
+	Key, Expected, Value []byte
+}
+
+// CondBatcher is an optional extension of Table for backends that run many compare-and-sets
+// faster together than one by one (the embedded backend commits every write that holds in one
+// synced batch; the HBase backend sends them at once). zen uses it when a Table implements it.
+//
+// CheckAndSetMany has, per element, the semantics of CheckAndSet, and returns one result per
+// element, in order: whether that element wrote. The elements are independent (not all or
+// nothing): each one holds or not on its own, and each is atomic against every other writer of
+// its row. Elements on the same key are evaluated in the order given, each against the value the
+// earlier ones left, so the results equal those of calling CheckAndSet on each element in turn
+// when nothing else writes those rows. A bad key fails the call before any write. On any other
+// error the results are nil and any subset of the elements may have been written (the caller
+// re-reads to find out, as after a CheckAndSet that errs).
+type CondBatcher interface {
+	CheckAndSetMany(ctx context.Context, conds []Cond) ([]bool, error)
+}

@@ -712,3 +712,65 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	}
 	return out, nil
 }
+
+var _ zen.CondBatcher = (*Table)(nil)
+
+// maxInflightCAS bounds the check-and-mutates one CheckAndSetMany has in flight.
+const maxInflightCAS = 64
+
+// CheckAndSetMany sends the check-and-mutates concurrently (up to maxInflightCAS) under one call
+// deadline, each atomic on its region server. Conditions on the same key run one after the other
+// in the order given, so each sees the value the earlier ones left, as successive CheckAndSets
+// would. A bad key fails the call before any write; on another error some conditions may have
+// been applied.
+func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(conds))
+	if len(conds) == 0 {
+		return out, nil
+	}
+	// groups lists the conditions of each distinct key, in order.
+	var groups [][]int
+	byKey := make(map[string]int, len(conds))
+	for i, c := range conds {
+		if err := checkKey(c.Key); err != nil {
+			return nil, fmt.Errorf("check-and-set many %s: condition %d: %w", t.name, i, err)
+		}
+		g, ok := byKey[string(c.Key)]
+		if !ok {
+			g = len(groups)
+			byKey[string(c.Key)] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	ctx, cancel := t.s.callCtx(ctx)
+	defer cancel()
+	errs := make([]error, len(conds))
+	sem := make(chan struct{}, maxInflightCAS)
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			for _, i := range g {
+				c := conds[i]
+				ok, err := t.checkAndSet(ctx, bytes.Clone(c.Key), c.Expected, c.Value)
+				if err != nil {
+					errs[i] = err
+					return // later conditions on the key would not see this one's outcome
+				}
+				out[i] = ok
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return nil, fmt.Errorf("check-and-set many %s %x: %w", t.name, conds[i].Key, ctxErr(ctx, err))
+		}
+	}
+	return out, nil
+}

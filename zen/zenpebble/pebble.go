@@ -466,3 +466,90 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	}
 	return out, nil
 }
+
+var _ zen.CondBatcher = (*Table)(nil)
+
+// CheckAndSetMany evaluates every condition under the stripe locks of all its keys (taken in
+// ascending stripe order, as Apply takes them, and held until the commit), and writes those that
+// hold as one Pebble batch: one commit, so one fsync, for the whole call. Conditions on the same
+// key are evaluated in order, each against the value the earlier ones of the call left (their
+// pending writes), exactly as successive CheckAndSets would. A bad key fails the call before any
+// read; a failed commit writes nothing.
+func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
+	if err := t.s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer t.s.life.RUnlock()
+	out := make([]bool, len(conds))
+	if len(conds) == 0 {
+		return out, nil
+	}
+	st := make([]int, 0, len(conds))
+	for i, c := range conds {
+		if err := checkKey(c.Key); err != nil {
+			return nil, fmt.Errorf("check-and-set many %s: condition %d: %w", t.name, i, err)
+		}
+		st = append(st, t.stripe(c.Key))
+	}
+	slices.Sort(st)
+	st = slices.Compact(st)
+	for _, i := range st {
+		t.s.locks[i].Lock()
+	}
+	defer func() {
+		for _, i := range st {
+			t.s.locks[i].Unlock()
+		}
+	}()
+	// cur holds, per key already seen, its value as the earlier conditions left it (nil = absent).
+	cur := make(map[string][]byte, len(conds))
+	b := t.s.db.NewBatch()
+	defer b.Close()
+	for i, c := range conds {
+		v, seen := cur[string(c.Key)]
+		if !seen {
+			got, err := t.get(c.Key)
+			switch {
+			case errors.Is(err, zen.ErrNotFound):
+			case err != nil:
+				return nil, fmt.Errorf("check-and-set many %s %x: %w", t.name, c.Key, err)
+			default:
+				v = got
+			}
+		}
+		if !condHolds(v, c.Expected) {
+			cur[string(c.Key)] = v
+			continue
+		}
+		var err error
+		if c.Value == nil {
+			err = b.Delete(t.key(c.Key), nil)
+		} else {
+			err = b.Set(t.key(c.Key), c.Value, nil)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("check-and-set many %s %x: %w", t.name, c.Key, err)
+		}
+		cur[string(c.Key)] = bytes.Clone(c.Value) // nil stays nil (absent), empty stays non-nil
+		out[i] = true
+	}
+	if t.s.afterRead != nil {
+		t.s.afterRead()
+	}
+	if b.Empty() {
+		return out, nil
+	}
+	if err := b.Commit(t.s.wo); err != nil {
+		return nil, fmt.Errorf("check-and-set many %s: %w", t.name, err)
+	}
+	return out, nil
+}
+
+// condHolds reports whether a row whose value is cur (nil = absent) satisfies expected (nil =
+// absent).
+func condHolds(cur, expected []byte) bool {
+	if expected == nil || cur == nil {
+		return expected == nil && cur == nil
+	}
+	return bytes.Equal(cur, expected)
+}
