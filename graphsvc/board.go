@@ -27,8 +27,10 @@ const (
 )
 
 // BoardService implements boardv1.BoardService: the pins of a board in the user's order, over
-// zen.Order. A move that leaves a tight gap queues a respace task (deduplicated by board); the
-// task runs HandleRespace. It is safe for concurrent use.
+// zen.Order. A move writes one row (the board's order row); a move that leaves a tight gap, or
+// leaves more than zen.OrderOptions.FoldAbove moved pins on that row, queues a respace task
+// (deduplicated by board), which folds the moved pins into the edge list and re-spaces: the task
+// runs HandleRespace. It is safe for concurrent use.
 type BoardService struct {
 	boardv1.UnimplementedBoardServiceServer
 	g   *zen.Graph
@@ -50,8 +52,9 @@ func (s *BoardService) Register(srv grpc.ServiceRegistrar) {
 	boardv1.RegisterBoardServiceServer(srv, s)
 }
 
-// HandleRespace runs a respace task: pinlater.Typed(s.HandleRespace) is its handler. It is
-// idempotent (a board with no tight gap is left alone).
+// HandleRespace runs a respace task: pinlater.Typed(s.HandleRespace) is its handler. It folds
+// the board's moved pins into its edge list, then re-spaces tight gaps. It is idempotent (a board
+// with nothing to fold and no tight gap is left alone).
 func (s *BoardService) HandleRespace(ctx context.Context, p pinlater.RespacePayload) error {
 	board := zen.ID(p.Board)
 	if err := board.Check(zen.TypeBoard); err != nil {
@@ -61,7 +64,7 @@ func (s *BoardService) HandleRespace(ctx context.Context, p pinlater.RespacePayl
 	if err != nil {
 		return err
 	}
-	s.log.Debug("board re-spaced", zap.Uint64("board", p.Board), zap.Int("moved", res.Moved), zap.Int("windows", res.Windows))
+	s.log.Debug("board re-spaced", zap.Uint64("board", p.Board), zap.Int("folded", res.Folded), zap.Int("moved", res.Moved), zap.Int("windows", res.Windows))
 	return nil
 }
 
@@ -224,8 +227,9 @@ func (s *BoardService) ListPins(ctx context.Context, req *boardv1.ListPinsReques
 }
 
 // ReorderPin moves a pin between two neighbours and queues a respace when the move leaves a
-// tight gap. A failed enqueue does not fail the move (it landed; the next tight move queues the
-// task again, and a move that finds no room re-spaces synchronously).
+// tight gap or asks for a fold. A failed enqueue does not fail the move (it landed; the next such
+// move queues the task again, and a move that finds no room re-spaces, or no room on the order
+// row folds, synchronously).
 func (s *BoardService) ReorderPin(ctx context.Context, req *boardv1.ReorderPinRequest) (*boardv1.ReorderPinResponse, error) {
 	board, err := boardID("board_id", req.GetBoardId(), req.GetBoardIdStr(), zen.TypeBoard)
 	if err != nil {
@@ -256,7 +260,7 @@ func (s *BoardService) ReorderPin(ctx context.Context, req *boardv1.ReorderPinRe
 		return nil, s.fail("reorder pin", err)
 	}
 	out := &boardv1.ReorderPinResponse{Seq: res.Seq.String(), Moved: res.Moved}
-	if res.NeedsRespace {
+	if res.NeedsRespace || res.NeedsFold {
 		out.RespaceQueued = s.queueRespace(ctx, board)
 	}
 	return out, nil

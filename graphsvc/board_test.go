@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,6 +149,7 @@ func boardRunSuite(t *testing.T, open func(t *testing.T) zen.Store) {
 	t.Run("Errors", func(t *testing.T) { boardTestErrors(t, boardServe(t, open(t), 4)) })
 	t.Run("Respace", func(t *testing.T) { boardTestRespace(t, boardServe(t, open(t), 3)) })
 	t.Run("AddRemove", func(t *testing.T) { boardTestAddRemove(t, boardServe(t, open(t), 3)) })
+	t.Run("Fold", func(t *testing.T) { boardTestFold(t, boardServe(t, open(t), zen.DefaultFoldAbove+2)) })
 }
 
 func TestBoardServiceMem(t *testing.T) {
@@ -363,5 +365,50 @@ func boardTestAddRemove(t *testing.T, e *boardEnv) {
 	}
 	if _, err := e.c.AddPin(ctx, &boardv1.AddPinRequest{BoardId: uint64(e.board), PinId: uint64(e.board)}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("adding a board as a pin: %v", err)
+	}
+}
+
+// boardTestFold moves more distinct pins than zen.DefaultFoldAbove (no tight gap: each to the
+// end): the move that crosses it queues the respace task, which folds; the order is kept and the
+// edge list itself then holds it.
+func boardTestFold(t *testing.T, e *boardEnv) {
+	ctx := t.Context()
+	want := slices.Clone(e.pins)
+	for i := range zen.DefaultFoldAbove + 1 {
+		mover := want[0]
+		r, err := e.c.ReorderPin(ctx, e.move(mover, want[len(want)-1], 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want[1:], mover)
+		if got, wantQ := r.GetRespaceQueued(), i == zen.DefaultFoldAbove; got != wantQ {
+			t.Fatalf("move %d: respace_queued = %v, want %v", i, got, wantQ)
+		}
+	}
+	if got := e.q.take(); len(got) != 1 || got[0] != uint64(e.board) {
+		t.Fatalf("queued tasks %v, want one for board %d", got, e.board)
+	}
+	if diff := cmp.Diff(want, e.list(t)); diff != "" {
+		t.Fatalf("order before the fold (-want +got):\n%s", diff)
+	}
+	if err := e.svc.HandleRespace(ctx, pinlater.RespacePayload{V: pinlater.PayloadVersion, Board: uint64(e.board)}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, e.list(t)); diff != "" {
+		t.Fatalf("order after the fold (-want +got):\n%s", diff)
+	}
+	es, _, err := e.g.ListEdges(ctx, e.board, zen.EdgeBoardPins, "", 500, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []zen.ID
+	for _, x := range es {
+		raw = append(raw, x.To)
+	}
+	if diff := cmp.Diff(want, raw); diff != "" {
+		t.Fatalf("edge list after the fold (-want +got):\n%s", diff)
+	}
+	if n, err := e.o.Fold(ctx, e.board); err != nil || n != 0 {
+		t.Fatalf("fold after the task: %d, %v; want nothing left", n, err)
 	}
 }

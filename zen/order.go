@@ -1,11 +1,14 @@
 package zen
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 
 	"github.com/smartfeed/smartfeed/zen/seq"
 )
@@ -32,8 +35,17 @@ var (
 	DefaultRespaceTo = seq.Seq{Hi: 1}
 )
 
-// DefaultMaxRespacePlan bounds the pins re-spaced under one board-row commit.
-const DefaultMaxRespacePlan = 4096
+// Defaults of OrderOptions.
+const (
+	// DefaultMaxRespacePlan bounds the pins re-spaced under one board-row commit.
+	DefaultMaxRespacePlan = 4096
+	// DefaultFoldAbove is the number of moved pins held on the order row above which a move
+	// asks for a fold (MoveResult.NeedsFold; the respace task folds).
+	DefaultFoldAbove = 64
+	// DefaultMaxOverrides bounds the moved pins held on the order row (32 bytes each): a move
+	// that would go beyond folds synchronously first.
+	DefaultMaxOverrides = 256
+)
 
 // OrderOptions tunes Order. Zero values take the defaults.
 type OrderOptions struct {
@@ -45,41 +57,61 @@ type OrderOptions struct {
 	// MaxRespacePlan bounds the pins moved under one commit of RespaceBoard (it commits again
 	// until no tight gap is left).
 	MaxRespacePlan int
+	// FoldAbove: a move leaving more moved pins than this on the order row reports NeedsFold.
+	FoldAbove int
+	// MaxOverrides: a move that would leave more moved pins than this on the order row folds
+	// them into the edge list first (at least FoldAbove+1).
+	MaxOverrides int
 }
 
 // Order keeps the user's order of the pins of a board: the board→pins edge list (EdgeBoardPins)
 // ordered by (seq, pin). A pin never moved sits at its creation time (ms × 10^25); a move gives
 // it the floor of the midpoint of its new neighbours' seqs.
 //
-// Rows. Besides the edge and point rows of the list (see Graph.AddEdge), each board has one
-// order row in the "edges" table, key board(8) | EdgeBoardPins(2) | 0x02, value
-// version(8) | intent. Every move and respace is committed by one compare-and-set of that row
-// (the version serialises them across processes, HBase included) which also records its
-// intent: for a move (pin, old seq, new seq), for a respace the list of such steps. The intent
-// is then carried out; whoever next reads the order row (a move, a respace, List) first makes
-// sure the intent recorded there is complete, so a crash after the commit is finished by the
-// next caller, and a move never computes its neighbours from a half-applied state.
+// Rows. Besides the edge and point rows of the list (see Graph.AddEdge, "the index" below), each
+// board has one order row in the "edges" table, key board(8) | EdgeBoardPins(2) | 0x02, value
 //
-// One write per move. A move rewrites the position of exactly one pin and no row of any other
-// pin: physically four row writes, always the same four: the order-row compare-and-set, the
-// put of the pin's new edge row, the compare-and-set of its point row (old seq → new seq, the
-// truth ListEdges checks), the delete of its old edge row. The new edge row goes first so a
-// concurrent reader always finds the pin at its old or its new place.
+//	version(8) | intent(1) | [respace steps] | [n(2) | n × override(pin(8) | seq(16) | nonce(8))]
 //
-// Respacing writes the same three rows per moved pin, in an order (pins moving down in
-// ascending order, then pins moving up in descending order) under which every prefix of the
+// An override says "this pin sits at this seq", whatever its index row says; it is valid while
+// the pin's point row is live and carries the same nonce (a removed and re-added pin does not
+// inherit it). The visible order (List, Gaps, a move's neighbours) is the index with every pin
+// that has a valid override shown at the override's seq instead.
+//
+// One write per move. A move reads the order row, computes its neighbours and the new seq from
+// the merged view, and commits with one compare-and-set of the order row: version + 1 and the
+// pin's override set. That is the only row a move writes. Since every move of the board (and
+// every respace commit) compare-and-sets the same row, moves serialise across processes (HBase
+// included: one single-row check-and-put): a move whose read is stale loses the compare-and-set,
+// re-reads, and lands or is refused with ErrNotAdjacent. The result is exactly that of the moves
+// run one after another in commit order.
+//
+// Folding moves overrides into the index (RespaceBoard does it first; Fold alone; a move folds
+// synchronously when the row would hold more than MaxOverrides). Per override: put the new edge
+// row, compare-and-set the point row old seq → override seq, delete the old edge row; then one
+// compare-and-set of the order row drops the folded overrides still equal to what was folded (a
+// newer move's override is kept). Folding never changes the visible order: an override and its
+// folded index row name the same seq, and an index row whose point row names another seq is
+// skipped.
+//
+// Respacing runs on a row with no override (it folds first, and its commit fails if a move added
+// one meanwhile). Its plan is recorded on the order row as an intent and carried out; pins moving
+// down go in ascending order, then pins moving up in descending order, so every prefix of the
 // plan is still in the visible order: a reader during a respace, or after a crash in one, sees
-// the same order. Order is safe for concurrent use.
+// the same order, and whoever next reads the order row (a move, a respace, a fold) finishes it.
+// Order is safe for concurrent use.
 type Order struct {
-	g       *Graph
-	below   seq.Seq
-	target  seq.Seq
-	maxPlan int
+	g         *Graph
+	below     seq.Seq
+	target    seq.Seq
+	maxPlan   int
+	foldAbove int
+	maxOvr    int
 }
 
 // NewOrder returns the ordered-list operations over g.
 func NewOrder(g *Graph, o OrderOptions) *Order {
-	ord := &Order{g: g, below: o.RespaceBelow, target: o.RespaceTo, maxPlan: o.MaxRespacePlan}
+	ord := &Order{g: g, below: o.RespaceBelow, target: o.RespaceTo, maxPlan: o.MaxRespacePlan, foldAbove: o.FoldAbove, maxOvr: o.MaxOverrides}
 	if ord.below == (seq.Seq{}) {
 		ord.below = DefaultRespaceBelow
 	}
@@ -92,6 +124,13 @@ func NewOrder(g *Graph, o OrderOptions) *Order {
 	if ord.maxPlan <= 0 {
 		ord.maxPlan = DefaultMaxRespacePlan
 	}
+	if ord.foldAbove <= 0 {
+		ord.foldAbove = DefaultFoldAbove
+	}
+	if ord.maxOvr <= 0 {
+		ord.maxOvr = DefaultMaxOverrides
+	}
+	ord.maxOvr = max(ord.maxOvr, ord.foldAbove+1)
 	return ord
 }
 
@@ -104,8 +143,17 @@ type MoveResult struct {
 	// NeedsRespace reports that the move left a gap below RespaceBelow next to the pin: the
 	// caller should have RespaceBoard run in the background (a pinlater respace task).
 	NeedsRespace bool
+	// NeedsFold reports that the order row holds more than FoldAbove moved pins: the caller
+	// should have RespaceBoard (which folds first) run in the background.
+	NeedsFold bool
 	// Respaced counts the pins a synchronous respace moved because the move found no room.
 	Respaced int
+	// Folded counts the overrides folded synchronously (by a respace for room, or because the
+	// order row was full) before the move.
+	Folded int
+	// Version is the order row's version the move committed (0 when nothing was written):
+	// moves of one board applied in Version order give the board's order.
+	Version uint64
 }
 
 // RespaceResult is the outcome of RespaceBoard.
@@ -114,16 +162,19 @@ type RespaceResult struct {
 	Moved int
 	// Windows counts the runs of pins re-spaced.
 	Windows int
+	// Folded counts the overrides folded into the edge list first.
+	Folded int
 }
 
 const (
 	tagOrder byte = 0x02
 
 	intentNone    byte = 0
-	intentMove    byte = 1
+	intentMove    byte = 1 // written by earlier versions only; still finished when found
 	intentRespace byte = 2
 
-	stepLen = 8 + 2*seq.Size
+	stepLen     = 8 + 2*seq.Size
+	overrideLen = 8 + seq.Size + 8
 )
 
 // step moves one pin from seq old to seq new.
@@ -132,17 +183,25 @@ type step struct {
 	old, new seq.Seq
 }
 
-// orderState is a decoded order row.
+// override places pin at seq while its point row carries nonce.
+type override struct {
+	pin   ID
+	seq   seq.Seq
+	nonce uint64
+}
+
+// orderState is a decoded order row. ovr is sorted by pin.
 type orderState struct {
 	version uint64
 	kind    byte
 	steps   []step
+	ovr     []override
 }
 
 func orderKey(board ID) []byte { return edgeListPrefix(board, EdgeBoardPins, tagOrder) }
 
 func (st orderState) encode() []byte {
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 13+len(st.steps)*stepLen), st.version)
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 15+len(st.steps)*stepLen+len(st.ovr)*overrideLen), st.version)
 	v = append(v, st.kind)
 	if st.kind == intentRespace {
 		v = binary.BigEndian.AppendUint32(v, uint32(len(st.steps)))
@@ -151,6 +210,14 @@ func (st orderState) encode() []byte {
 		v = appendID(v, s.pin)
 		v = s.old.AppendKey(v)
 		v = s.new.AppendKey(v)
+	}
+	if len(st.ovr) > 0 {
+		v = binary.BigEndian.AppendUint16(v, uint16(len(st.ovr)))
+		for _, o := range st.ovr {
+			v = appendID(v, o.pin)
+			v = o.seq.AppendKey(v)
+			v = binary.BigEndian.AppendUint64(v, o.nonce)
+		}
 	}
 	return v
 }
@@ -174,14 +241,46 @@ func decodeOrder(v []byte) (orderState, error) {
 	default:
 		return orderState{}, fmt.Errorf("order row: intent kind %d", st.kind)
 	}
-	if len(rest) != n*stepLen {
+	if n < 0 || len(rest) < n*stepLen {
 		return orderState{}, fmt.Errorf("order row: %d bytes of steps for %d steps", len(rest), n)
 	}
 	for i := range n {
 		b := rest[i*stepLen:]
 		st.steps = append(st.steps, step{pin: ID(binary.BigEndian.Uint64(b)), old: seq.FromKey(b[8:]), new: seq.FromKey(b[8+seq.Size:])})
 	}
+	rest = rest[n*stepLen:]
+	if len(rest) == 0 {
+		return st, nil
+	}
+	if len(rest) < 2 {
+		return orderState{}, fmt.Errorf("order row: truncated overrides")
+	}
+	m := int(binary.BigEndian.Uint16(rest))
+	rest = rest[2:]
+	if len(rest) != m*overrideLen {
+		return orderState{}, fmt.Errorf("order row: %d bytes of overrides for %d overrides", len(rest), m)
+	}
+	for i := range m {
+		b := rest[i*overrideLen:]
+		o := override{pin: ID(binary.BigEndian.Uint64(b)), seq: seq.FromKey(b[8:]), nonce: binary.BigEndian.Uint64(b[8+seq.Size:])}
+		if i > 0 && st.ovr[i-1].pin >= o.pin {
+			return orderState{}, fmt.Errorf("order row: overrides out of order")
+		}
+		st.ovr = append(st.ovr, o)
+	}
 	return st, nil
+}
+
+// withOverride returns ovr (sorted by pin) with o set, in a new slice.
+func withOverride(ovr []override, o override) []override {
+	out := make([]override, 0, len(ovr)+1)
+	i, found := slices.BinarySearchFunc(ovr, o.pin, func(x override, p ID) int { return cmp.Compare(x.pin, p) })
+	out = append(out, ovr[:i]...)
+	out = append(out, o)
+	if found {
+		i++
+	}
+	return append(out, ovr[i:]...)
 }
 
 // readOrder returns the raw order row (nil when absent) and its decoded state.
@@ -200,9 +299,210 @@ func (o *Order) readOrder(ctx context.Context, board ID) ([]byte, orderState, er
 	return raw, st, nil
 }
 
-// settle makes sure the intent of the order row is carried out. A move intent is checked with
-// one read (its new edge row) and finished only when incomplete; a respace intent is run to the
-// end and cleared. It reports whether it changed the order row (the caller reads it again).
+// casOrder compare-and-sets the order row; on an error it re-reads the row and reports success
+// when the row holds exactly value (the version makes value unique to one commit).
+func (o *Order) casOrder(ctx context.Context, board ID, expected, value []byte) (bool, error) {
+	won, err := o.g.edges.CheckAndSet(ctx, orderKey(board), expected, value)
+	if err == nil {
+		return won, nil
+	}
+	if cur, gerr := o.g.edges.Get(ctx, orderKey(board)); gerr == nil && bytes.Equal(cur, value) {
+		return true, nil
+	}
+	return false, fmt.Errorf("commit order row: %w", err)
+}
+
+// view is the order row at one read, with its overrides checked lazily: an override is only
+// checked against its pin's point row (live, same nonce) when a read needs it.
+type view struct {
+	raw   []byte
+	st    orderState
+	ovrOf map[ID]override
+	cand  []Edge       // the overrides as edges, ascending by (seq, pin)
+	known map[ID]point // checked and valid: the pin's point row
+	void  map[ID]bool  // checked and void: the pin was removed (and maybe re-added) since
+}
+
+// load reads the order row. A pending intent is finished first (a respace intent only when
+// settleRespace is set; List leaves it to the writers).
+func (o *Order) load(ctx context.Context, board ID, settleRespace bool) (*view, error) {
+	for range maxCASAttempts {
+		raw, st, err := o.readOrder(ctx, board)
+		if err != nil {
+			return nil, err
+		}
+		if st.kind == intentMove || (st.kind == intentRespace && settleRespace) {
+			changed, err := o.settle(ctx, board, raw, st)
+			if err != nil {
+				return nil, err
+			}
+			if changed {
+				continue
+			}
+		}
+		v := &view{raw: raw, st: st, ovrOf: make(map[ID]override, len(st.ovr)), known: map[ID]point{}, void: map[ID]bool{}}
+		for _, x := range st.ovr {
+			v.ovrOf[x.pin] = x
+			v.cand = append(v.cand, Edge{From: board, Type: EdgeBoardPins, To: x.pin, Seq: x.seq})
+		}
+		slices.SortFunc(v.cand, cmpEdge)
+		return v, nil
+	}
+	return nil, fmt.Errorf("order row: still conflicting after %d attempts", maxCASAttempts)
+}
+
+// check reads the point rows of the override pins given (those not checked yet) and records
+// whether each override is valid.
+func (o *Order) check(ctx context.Context, board ID, v *view, pins []ID) error {
+	var todo []ID
+	for _, p := range pins {
+		if _, ok := v.known[p]; !ok && !v.void[p] && !slices.Contains(todo, p) {
+			todo = append(todo, p)
+		}
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	keys := make([][]byte, len(todo))
+	for i, p := range todo {
+		keys[i] = pointKey(board, EdgeBoardPins, p)
+	}
+	pts, err := getAll(ctx, o.g.edges, keys)
+	if err != nil {
+		return fmt.Errorf("check overrides: %w", err)
+	}
+	for i, pin := range todo {
+		v.note(pin, pts[i])
+	}
+	return nil
+}
+
+// note records the point row (nil: absent) of an override pin: the override is valid while the
+// row is live with the nonce the override was written against.
+func (v *view) note(pin ID, raw []byte) {
+	x, ok := v.ovrOf[pin]
+	if !ok {
+		return
+	}
+	p, live, err := livePoint(raw)
+	if err != nil || !live || p.nonce != x.nonce {
+		v.void[pin] = true
+		delete(v.known, pin)
+		return
+	}
+	delete(v.void, pin)
+	v.known[pin] = p
+}
+
+// maybe reports whether pin has an override not known to be void.
+func (v *view) maybe(pin ID) bool {
+	_, ok := v.ovrOf[pin]
+	return ok && !v.void[pin]
+}
+
+// cmpEdge orders edges by (seq, pin).
+func cmpEdge(a, b Edge) int {
+	if c := a.Seq.Cmp(b.Seq); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.To, b.To)
+}
+
+// merge returns up to limit+1 pins of the visible order from index rows (ascending, all after
+// pos) and the overrides after pos, up to the last row unless exhausted; need lists the override
+// pins not checked yet that the result depends on (emitted, or whose index row was skipped).
+func (v *view) merge(rows []Edge, pos *Edge, exhausted bool, limit int) (out []Edge, need []ID) {
+	cand := v.cand
+	if pos != nil {
+		i, found := slices.BinarySearchFunc(cand, *pos, cmpEdge)
+		if found {
+			i++
+		}
+		cand = cand[i:]
+	}
+	for len(out) <= limit {
+		for len(rows) > 0 && v.maybe(rows[0].To) {
+			if _, ok := v.known[rows[0].To]; !ok {
+				need = append(need, rows[0].To)
+			}
+			rows = rows[1:]
+		}
+		for len(cand) > 0 && v.void[cand[0].To] {
+			cand = cand[1:]
+		}
+		useCand := len(cand) > 0 && (len(rows) == 0 && exhausted || len(rows) > 0 && cmpEdge(cand[0], rows[0]) < 0)
+		switch {
+		case useCand:
+			e := cand[0]
+			cand = cand[1:]
+			if p, ok := v.known[e.To]; ok {
+				e.Data = p.data
+			} else {
+				need = append(need, e.To)
+			}
+			out = append(out, e)
+		case len(rows) > 0:
+			out, rows = append(out, rows[0]), rows[1:]
+		default:
+			return out, need
+		}
+	}
+	return out, need
+}
+
+// list returns up to limit pins of the visible order after cur (a cursor of the board's list,
+// "" = the start) and the next cursor. It pages through the index with ListEdges, skipping the
+// rows of pins with a valid override, and merges in the overrides.
+func (o *Order) list(ctx context.Context, board ID, v *view, cur string, limit int) ([]Edge, string, error) {
+	if limit < 1 || limit > MaxEdgePage {
+		return nil, "", fmt.Errorf("list board %d: limit %d out of range [1, %d]", board, limit, MaxEdgePage)
+	}
+	var pos *Edge
+	if cur != "" {
+		c, err := decodeCursor(cur)
+		if err != nil {
+			return nil, "", fmt.Errorf("list board %d: %w", board, err)
+		}
+		if c.From != board || c.Type != EdgeBoardPins || c.NewestFirst {
+			return nil, "", fmt.Errorf("list board %d: %w: cursor is for another list or direction", board, ErrBadCursor)
+		}
+		pos = &Edge{Seq: c.Seq, To: c.To}
+	}
+	var rows []Edge
+	exhausted := false
+	page := min(limit+1+min(len(v.cand), limit+1, 16), MaxEdgePage) // room for skipped rows; else one more page
+	for {
+		out, need := v.merge(rows, pos, exhausted, limit)
+		if len(out) > limit || exhausted {
+			if len(need) > 0 {
+				if err := o.check(ctx, board, v, need); err != nil {
+					return nil, "", fmt.Errorf("list board %d: %w", board, err)
+				}
+				continue
+			}
+			out = dedupEdges(out)
+			if len(out) <= limit {
+				return out, "", nil
+			}
+			out = out[:limit]
+			l := out[limit-1]
+			return out, encodeCursor(cursor{From: board, Type: EdgeBoardPins, Seq: l.Seq, To: l.To}), nil
+		}
+		es, next, err := o.g.ListEdges(ctx, board, EdgeBoardPins, cur, page, false)
+		if err != nil {
+			return nil, "", err
+		}
+		rows = append(rows, es...)
+		if next == "" {
+			exhausted = true
+		}
+		cur = next
+	}
+}
+
+// settle makes sure the intent of the order row is carried out: a respace intent is run to the
+// end and cleared (the overrides kept), a move intent of an earlier version is finished. It
+// reports whether it changed the order row (the caller reads it again).
 func (o *Order) settle(ctx context.Context, board ID, raw []byte, st orderState) (bool, error) {
 	switch st.kind {
 	case intentMove:
@@ -213,8 +513,8 @@ func (o *Order) settle(ctx context.Context, board ID, raw []byte, st orderState)
 				return false, err
 			}
 		}
-		cleared := orderState{version: st.version + 1}.encode()
-		if _, err := o.g.edges.CheckAndSet(ctx, orderKey(board), raw, cleared); err != nil {
+		cleared := orderState{version: st.version + 1, ovr: st.ovr}.encode()
+		if _, err := o.casOrder(ctx, board, raw, cleared); err != nil {
 			return false, fmt.Errorf("clear respace intent: %w", err)
 		}
 		return true, nil
@@ -222,8 +522,8 @@ func (o *Order) settle(ctx context.Context, board ID, raw []byte, st orderState)
 	return false, nil
 }
 
-// settleMove checks the last committed move with two reads and finishes it if a crash (or a
-// caller still at work) left it incomplete.
+// settleMove checks a move intent left by an earlier version with two reads and finishes it if
+// a crash left it incomplete.
 func (o *Order) settleMove(ctx context.Context, board ID, s step) error {
 	v, err := o.g.edges.Get(ctx, pointKey(board, EdgeBoardPins, s.pin))
 	if errors.Is(err, ErrNotFound) {
@@ -240,13 +540,20 @@ func (o *Order) settleMove(ctx context.Context, board ID, s step) error {
 	case s.old:
 		return o.apply(ctx, board, s)
 	case s.new:
-		_, err := o.g.edges.Get(ctx, edgeRowKey(board, EdgeBoardPins, s.new, s.pin))
-		if errors.Is(err, ErrNotFound) {
-			return o.finish(ctx, board, s, p.data)
-		}
-		if err != nil {
-			return fmt.Errorf("check move of %d: %w", s.pin, err)
-		}
+		return o.ensureRow(ctx, board, s, p.data)
+	}
+	return nil
+}
+
+// ensureRow puts the edge row of a pin whose point row already holds s.new if it is missing
+// (a reader deleted it as stale before the point row moved, or a crash), and deletes the old one.
+func (o *Order) ensureRow(ctx context.Context, board ID, s step, data []byte) error {
+	_, err := o.g.edges.Get(ctx, edgeRowKey(board, EdgeBoardPins, s.new, s.pin))
+	if errors.Is(err, ErrNotFound) {
+		return o.finish(ctx, board, s, data)
+	}
+	if err != nil {
+		return fmt.Errorf("check move of %d: %w", s.pin, err)
 	}
 	return nil
 }
@@ -307,11 +614,17 @@ func (o *Order) apply(ctx context.Context, board ID, s step) error {
 // edge row back first if a reader deleted it as stale before the point row moved.
 func (o *Order) finish(ctx context.Context, board ID, s step, data []byte) error {
 	newRow := edgeRowKey(board, EdgeBoardPins, s.new, s.pin)
-	muts := []Mutation{{Key: edgeRowKey(board, EdgeBoardPins, s.old, s.pin), Delete: true}}
+	var muts []Mutation
+	if s.old != s.new {
+		muts = append(muts, Mutation{Key: edgeRowKey(board, EdgeBoardPins, s.old, s.pin), Delete: true})
+	}
 	if _, err := o.g.edges.Get(ctx, newRow); errors.Is(err, ErrNotFound) {
 		muts = append(muts, Mutation{Key: newRow, Value: nonEmpty(data)})
 	} else if err != nil {
 		return fmt.Errorf("move %d: %w", s.pin, err)
+	}
+	if len(muts) == 0 {
+		return nil
 	}
 	if err := o.g.edges.Apply(ctx, muts); err != nil {
 		return fmt.Errorf("move %d: delete old edge row: %w", s.pin, err)
@@ -353,9 +666,9 @@ func checkMove(board, pin, before, after ID) error {
 // on a board holding pin alone. before and after must be neighbours once pin is left out, else
 // the error wraps ErrNotAdjacent; a pin not on the board wraps ErrNotOnBoard.
 //
-// The move writes one pin's position (see Order); when its neighbours have no room left it
-// re-spaces the spot synchronously and retries, so it never fails for want of room. Concurrent
-// moves on one board serialise on the board's order row and retry on conflict.
+// The move writes one row, the board's order row (see Order); when its neighbours have no room
+// left it re-spaces the spot synchronously and retries, so it never fails for want of room.
+// Concurrent moves on one board serialise on the order row and retry on conflict.
 func (o *Order) Reorder(ctx context.Context, board, pin, before, after ID) (MoveResult, error) {
 	if err := checkMove(board, pin, before, after); err != nil {
 		return MoveResult{}, fmt.Errorf("reorder: %w", err)
@@ -370,20 +683,16 @@ func (o *Order) Reorder(ctx context.Context, board, pin, before, after ID) (Move
 func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (MoveResult, error) {
 	var res MoveResult
 	for range maxCASAttempts {
-		raw, st, err := o.readOrder(ctx, board)
+		v, err := o.load(ctx, board, true)
 		if err != nil {
 			return res, err
-		}
-		if changed, err := o.settle(ctx, board, raw, st); err != nil {
-			return res, err
-		} else if changed {
-			continue
 		}
 		pts, err := getAll(ctx, o.g.edges, [][]byte{pointKey(board, EdgeBoardPins, pin), pointKey(board, EdgeBoardPins, before), pointKey(board, EdgeBoardPins, after)})
 		if err != nil {
 			return res, err
 		}
 		var seqs [3]seq.Seq
+		var pinPoint point
 		for i, name := range []string{"pin", "before", "after"} {
 			id := []ID{pin, before, after}[i]
 			if id == 0 {
@@ -397,13 +706,20 @@ func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (Move
 				return res, fmt.Errorf("%s %d: %w", name, id, ErrNotOnBoard)
 			}
 			seqs[i] = p.seq
+			v.note(id, pts[i])
+			if _, ok := v.known[id]; ok {
+				seqs[i] = v.ovrOf[id].seq
+			}
+			if i == 0 {
+				pinPoint = p
+			}
 		}
 		// The pins following before (or the first pins): the moved pin is skipped.
 		cur := ""
 		if before != 0 {
 			cur = encodeCursor(cursor{From: board, Type: EdgeBoardPins, Seq: seqs[1], To: before})
 		}
-		next, _, err := o.g.ListEdges(ctx, board, EdgeBoardPins, cur, 3, false)
+		next, _, err := o.list(ctx, board, v, cur, 3)
 		if err != nil {
 			return res, err
 		}
@@ -429,25 +745,40 @@ func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (Move
 				return res, fmt.Errorf("make room: %w", err)
 			}
 			res.Respaced += rr.Moved
+			res.Folded += rr.Folded
 			continue
 		}
 		if err != nil {
 			return res, err
 		}
-		next1 := orderState{version: st.version + 1, kind: intentMove, steps: []step{{pin: pin, old: seqs[0], new: ns}}}
-		won, err := o.g.edges.CheckAndSet(ctx, orderKey(board), raw, next1.encode())
+		// The new row: the overrides (those found void are dropped for free) and the pin's.
+		ovr := make([]override, 0, len(v.st.ovr)+1)
+		for _, x := range v.st.ovr {
+			if !v.void[x.pin] {
+				ovr = append(ovr, x)
+			}
+		}
+		ovr = withOverride(ovr, override{pin: pin, seq: ns, nonce: pinPoint.nonce})
+		if len(ovr) > o.maxOvr {
+			n, err := o.fold(ctx, board)
+			if err != nil {
+				return res, fmt.Errorf("make room on the order row: %w", err)
+			}
+			res.Folded += n
+			continue
+		}
+		commit := orderState{version: v.st.version + 1, kind: intentNone, ovr: ovr}
+		won, err := o.casOrder(ctx, board, v.raw, commit.encode())
 		if err != nil {
-			return res, fmt.Errorf("commit: %w", err)
-		}
-		if !won {
-			continue // another move or respace committed first: look again
-		}
-		if err := o.apply(ctx, board, next1.steps[0]); err != nil {
 			return res, err
 		}
-		res.Seq, res.Moved = ns, true
+		if !won {
+			continue // another move, fold or respace committed first: look again
+		}
+		res.Seq, res.Moved, res.Version = ns, true, commit.version
 		res.NeedsRespace = (before != 0 && seq.Gap(seqs[1], ns).Cmp(o.below) < 0) ||
 			(after != 0 && seq.Gap(ns, seqs[2]).Cmp(o.below) < 0)
+		res.NeedsFold = len(ovr) > o.foldAbove
 		return res, nil
 	}
 	return res, fmt.Errorf("still conflicting after %d attempts", maxCASAttempts)
@@ -514,12 +845,141 @@ func (o *Order) place(before, after ID, bs, as seq.Seq) (seq.Seq, error) {
 	return seq.Seq{}, fmt.Errorf("%w: no neighbour given", ErrBadMove)
 }
 
-// RespaceBoard restores room in the board's order: every gap between neighbours below
-// RespaceBelow (ties included) is widened by spreading the pins of a window around it evenly
-// (seq.Spread) between the window's fixed outer neighbours, the window growing toward the wider
-// side until its gaps reach RespaceTo. The visible order never changes, not even part-way; the
-// plan is committed on the board's order row like a move, so concurrent moves wait for it (or
-// finish it themselves). Running it again when nothing is tight writes nothing.
+// Fold moves the board's overrides into its edge list (see Order) and returns how many it
+// folded. The visible order does not change; moves running meanwhile are never lost. The respace
+// task folds too (RespaceBoard), so a board rarely needs Fold alone.
+func (o *Order) Fold(ctx context.Context, board ID) (int, error) {
+	if err := board.Check(TypeBoard); err != nil {
+		return 0, fmt.Errorf("fold: %w", err)
+	}
+	n, err := o.fold(ctx, board)
+	if err != nil {
+		return n, fmt.Errorf("fold board %d: %w", board, err)
+	}
+	return n, nil
+}
+
+// fold folds the overrides of one read of the order row: for each valid one, the index is moved
+// to its seq (apply: new edge row, point row, old edge row); then the order row drops every
+// override still equal to one folded or found void.
+func (o *Order) fold(ctx context.Context, board ID) (int, error) {
+	v, err := o.load(ctx, board, true)
+	if err != nil {
+		return 0, err
+	}
+	if len(v.st.ovr) == 0 {
+		return 0, nil
+	}
+	pins := make([]ID, len(v.st.ovr))
+	for i, x := range v.st.ovr {
+		pins[i] = x.pin
+	}
+	if err := o.check(ctx, board, v, pins); err != nil {
+		return 0, err
+	}
+	for _, x := range v.st.ovr {
+		p, ok := v.known[x.pin]
+		if !ok {
+			continue // void: dropped below
+		}
+		if err := o.foldStep(ctx, board, step{pin: x.pin, old: p.seq, new: x.seq}); err != nil {
+			return 0, err
+		}
+	}
+	done := v.st.ovr
+	raw, st := v.raw, v.st
+	for range maxCASAttempts {
+		keep := make([]override, 0, len(st.ovr))
+		for _, x := range st.ovr {
+			if _, found := slices.BinarySearchFunc(done, x, func(a, b override) int {
+				if c := cmp.Compare(a.pin, b.pin); c != 0 {
+					return c
+				}
+				if c := a.seq.Cmp(b.seq); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.nonce, b.nonce)
+			}); !found {
+				keep = append(keep, x) // moved again since the read: a newer override stays
+			}
+		}
+		next := orderState{version: st.version + 1, kind: st.kind, steps: st.steps, ovr: keep}
+		won, err := o.casOrder(ctx, board, raw, next.encode())
+		if err != nil {
+			return 0, err
+		}
+		if won {
+			return len(done), nil
+		}
+		if raw, st, err = o.readOrder(ctx, board); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("drop folded overrides: still conflicting after %d attempts", maxCASAttempts)
+}
+
+// foldStep moves the index of a pin with an override to the override's seq, idempotently:
+// (1) compare-and-set the point row from the old seq to the new, (2) put the new edge row,
+// (3) delete the old one. The override keeps the pin visible throughout, so the point row goes
+// first: a reader that finds the new edge row then also finds the point row naming it (it scans
+// rows before it reads points), and never deletes it as stale. A pin removed or moved on since
+// is left alone.
+func (o *Order) foldStep(ctx context.Context, board ID, s step) error {
+	pk := pointKey(board, EdgeBoardPins, s.pin)
+	for range maxCASAttempts {
+		cur, err := o.g.edges.Get(ctx, pk)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("fold %d: %w", s.pin, err)
+		}
+		p, err := decodePoint(cur)
+		if err != nil {
+			return fmt.Errorf("fold %d: %w", s.pin, err)
+		}
+		if p.state == pointRemoving {
+			return nil
+		}
+		switch p.seq {
+		case s.new:
+		case s.old:
+			moved := point{state: p.state, nonce: p.nonce, seq: s.new, data: p.data}.encode()
+			won, err := o.g.casPoint(ctx, pk, cur, moved)
+			if err != nil {
+				return fmt.Errorf("fold %d: point row: %w", s.pin, err)
+			}
+			if !won {
+				continue // an add finished or a remove started: look again
+			}
+		default:
+			return nil // moved on since
+		}
+		newRow := edgeRowKey(board, EdgeBoardPins, s.new, s.pin)
+		if _, err := o.g.edges.Get(ctx, newRow); errors.Is(err, ErrNotFound) {
+			if err := o.g.edges.Apply(ctx, []Mutation{{Key: newRow, Value: nonEmpty(p.data)}}); err != nil {
+				return fmt.Errorf("fold %d: put edge row: %w", s.pin, err)
+			}
+		} else if err != nil {
+			return fmt.Errorf("fold %d: %w", s.pin, err)
+		}
+		if s.old != s.new {
+			if err := o.g.edges.Apply(ctx, []Mutation{{Key: edgeRowKey(board, EdgeBoardPins, s.old, s.pin), Delete: true}}); err != nil {
+				return fmt.Errorf("fold %d: delete old edge row: %w", s.pin, err)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("fold %d: still conflicting after %d attempts", s.pin, maxCASAttempts)
+}
+
+// RespaceBoard restores room in the board's order: it folds the overrides first, then widens
+// every gap between neighbours below RespaceBelow (ties included) by spreading the pins of a
+// window around it evenly (seq.Spread) between the window's fixed outer neighbours, the window
+// growing toward the wider side until its gaps reach RespaceTo. The visible order never changes,
+// not even part-way; the plan is committed on the board's order row, so concurrent moves wait
+// for it (or finish it themselves). Running it again when nothing is tight and nothing is left
+// to fold writes nothing.
 func (o *Order) RespaceBoard(ctx context.Context, board ID) (RespaceResult, error) {
 	if err := board.Check(TypeBoard); err != nil {
 		return RespaceResult{}, fmt.Errorf("respace: %w", err)
@@ -532,20 +992,24 @@ func (o *Order) RespaceBoard(ctx context.Context, board ID) (RespaceResult, erro
 }
 
 // respace runs plans until no tight gap is left (or, when once is set, after the first plan:
-// enough for a move that found no room).
+// enough for a move that found no room). A plan is committed only on an order row without
+// overrides: it folds them first, and a move adding one meanwhile makes the commit fail.
 func (o *Order) respace(ctx context.Context, board ID, once bool) (RespaceResult, error) {
 	var res RespaceResult
 	for range maxCASAttempts {
-		raw, st, err := o.readOrder(ctx, board)
+		v, err := o.load(ctx, board, true)
 		if err != nil {
 			return res, err
 		}
-		if changed, err := o.settle(ctx, board, raw, st); err != nil {
-			return res, err
-		} else if changed {
+		if len(v.st.ovr) > 0 {
+			n, err := o.fold(ctx, board)
+			if err != nil {
+				return res, err
+			}
+			res.Folded += n
 			continue
 		}
-		list, err := o.all(ctx, board)
+		list, err := o.all(ctx, board, v)
 		if err != nil {
 			return res, err
 		}
@@ -556,11 +1020,11 @@ func (o *Order) respace(ctx context.Context, board ID, once bool) (RespaceResult
 		if len(steps) == 0 {
 			return res, nil
 		}
-		committed := orderState{version: st.version + 1, kind: intentRespace, steps: steps}
+		committed := orderState{version: v.st.version + 1, kind: intentRespace, steps: steps}
 		enc := committed.encode()
-		won, err := o.g.edges.CheckAndSet(ctx, orderKey(board), raw, enc)
+		won, err := o.casOrder(ctx, board, v.raw, enc)
 		if err != nil {
-			return res, fmt.Errorf("commit: %w", err)
+			return res, err
 		}
 		if !won {
 			continue
@@ -577,12 +1041,12 @@ func (o *Order) respace(ctx context.Context, board ID, once bool) (RespaceResult
 	return res, fmt.Errorf("still conflicting after %d attempts", maxCASAttempts)
 }
 
-// all reads the whole list in order.
-func (o *Order) all(ctx context.Context, board ID) ([]Edge, error) {
+// all reads the whole visible list in order.
+func (o *Order) all(ctx context.Context, board ID, v *view) ([]Edge, error) {
 	var out []Edge
 	cur := ""
 	for {
-		page, next, err := o.g.ListEdges(ctx, board, EdgeBoardPins, cur, MaxEdgePage, false)
+		page, next, err := o.list(ctx, board, v, cur, MaxEdgePage)
 		if err != nil {
 			return nil, err
 		}
@@ -595,7 +1059,7 @@ func (o *Order) all(ctx context.Context, board ID) ([]Edge, error) {
 }
 
 // dedupEdges keeps the first of repeated pins (a pin read at its old and new place while a
-// concurrent move landed between two reads of one page).
+// concurrent fold or respace landed between two reads of one page).
 func dedupEdges(es []Edge) []Edge {
 	seen := make(map[ID]bool, len(es))
 	out := es[:0]
@@ -705,31 +1169,27 @@ func enough(span seq.Seq, k int, target seq.Seq) bool {
 }
 
 // List returns up to limit pins of the board in the user's order from cursor ("" = the start),
-// and the next cursor ("" = end), after making sure the last committed move is complete.
+// and the next cursor ("" = end): the edge list with the order row's overrides merged in.
+// Cursors are (seq, pin) positions, stable across moves, folds and respaces like ListEdges'.
 func (o *Order) List(ctx context.Context, board ID, cur string, limit int) ([]Edge, string, error) {
 	if err := board.Check(TypeBoard); err != nil {
 		return nil, "", fmt.Errorf("list board: %w", err)
 	}
-	raw, st, err := o.readOrder(ctx, board)
+	v, err := o.load(ctx, board, false)
 	if err != nil {
 		return nil, "", fmt.Errorf("list board %d: %w", board, err)
 	}
-	if st.kind == intentMove {
-		if _, err := o.settle(ctx, board, raw, st); err != nil {
-			return nil, "", fmt.Errorf("list board %d: %w", board, err)
-		}
-	}
-	es, next, err := o.g.ListEdges(ctx, board, EdgeBoardPins, cur, limit, false)
-	if err != nil {
-		return nil, "", err
-	}
-	return dedupEdges(es), next, nil
+	return o.list(ctx, board, v, cur, limit)
 }
 
 // Gaps returns the smallest gap between neighbours of the board's order (seq.Max for fewer than
 // two pins): a measure for tests and operators.
 func (o *Order) Gaps(ctx context.Context, board ID) (seq.Seq, error) {
-	list, err := o.all(ctx, board)
+	v, err := o.load(ctx, board, false)
+	if err != nil {
+		return seq.Seq{}, fmt.Errorf("gaps of board %d: %w", board, err)
+	}
+	list, err := o.all(ctx, board, v)
 	if err != nil {
 		return seq.Seq{}, fmt.Errorf("gaps of board %d: %w", board, err)
 	}

@@ -111,6 +111,32 @@ func (e *orderEnv) add(t testing.TB, step time.Duration) zen.ID {
 	return p
 }
 
+// pinAt returns the i-th pin added (0-based).
+func (e *orderEnv) pinAt(t testing.TB, i int) zen.ID {
+	t.Helper()
+	return mustID(t, 7, zen.TypePin, uint64(i+1))
+}
+
+// rawList returns the board's edge list as stored (ListEdges), without the order row.
+func (e *orderEnv) rawList(t testing.TB) []zen.ID {
+	t.Helper()
+	var out []zen.ID
+	cur := ""
+	for {
+		es, next, err := e.g.ListEdges(context.Background(), e.board, zen.EdgeBoardPins, cur, 5, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range es {
+			out = append(out, x.To)
+		}
+		if next == "" {
+			return out
+		}
+		cur = next
+	}
+}
+
 // list returns the board's pins in order, paging through List.
 func (e *orderEnv) list(t testing.TB) []zen.ID {
 	t.Helper()
@@ -198,8 +224,9 @@ func TestOrderSameSpotVectors(t *testing.T) {
 	}
 }
 
-// TestOrderWritesPerMove measures with the counting table: a move writes exactly four rows,
-// all of the moved pin or the board's order row; a move to where the pin already is writes none.
+// TestOrderWritesPerMove measures with the counting table: a move writes exactly one row (the
+// board's order row, one compare-and-set); a move to where the pin already is writes none. A
+// fold then writes three rows per moved pin and one order-row commit, and leaves the order as is.
 func TestOrderWritesPerMove(t *testing.T) {
 	e := newOrderEnv(t, zenmem.New(), zen.OrderOptions{})
 	var pins []zen.ID
@@ -211,13 +238,15 @@ func TestOrderWritesPerMove(t *testing.T) {
 		pin, before, after zen.ID
 		writes             int64
 	}{
-		{pins[4], pins[0], pins[1], 4}, // into the middle: p0 p4 p1 p2 p3
+		{pins[4], pins[0], pins[1], 1}, // into the middle: p0 p4 p1 p2 p3
 		{pins[4], pins[0], pins[1], 0}, // already there
-		{pins[2], 0, pins[0], 4},       // to the front: p2 p0 p4 p1 p3
-		{pins[2], pins[3], 0, 4},       // to the end: p0 p4 p1 p3 p2
-		{pins[1], 0, pins[0], 4},       // to the front: p1 p0 p4 p3 p2
+		{pins[2], 0, pins[0], 1},       // to the front: p2 p0 p4 p1 p3
+		{pins[2], pins[3], 0, 1},       // to the end: p0 p4 p1 p3 p2
+		{pins[1], 0, pins[0], 1},       // to the front: p1 p0 p4 p3 p2
+		{pins[2], pins[1], pins[0], 1}, // moved again: p1 p2 p0 p4 p3
 	} {
 		before := e.cnt.writes()
+		cas := e.cnt.cas.Load()
 		_, err := e.o.Reorder(ctx, e.board, tc.pin, tc.before, tc.after)
 		if err != nil {
 			t.Fatalf("move %d: %v", i, err)
@@ -225,17 +254,49 @@ func TestOrderWritesPerMove(t *testing.T) {
 		if got := e.cnt.writes() - before; got != tc.writes {
 			t.Errorf("move %d wrote %d rows, want %d", i, got, tc.writes)
 		}
+		if got := e.cnt.cas.Load() - cas; got != tc.writes {
+			t.Errorf("move %d made %d compare-and-sets, want %d (the order row)", i, got, tc.writes)
+		}
 	}
-	want := []zen.ID{pins[1], pins[0], pins[4], pins[3], pins[2]}
+	want := []zen.ID{pins[1], pins[2], pins[0], pins[4], pins[3]}
 	if diff := cmp.Diff(want, e.list(t)); diff != "" {
 		t.Errorf("order (-want +got):\n%s", diff)
+	}
+	// Folding: 4 pins hold overrides (p4, p2, p1 moved; p2 twice) → 3 writes each + 1 commit.
+	w0 := e.cnt.writes()
+	n, err := e.o.Fold(ctx, e.board)
+	if err != nil || n != 3 {
+		t.Fatalf("fold: %d, %v; want 3 overrides folded", n, err)
+	}
+	if got := e.cnt.writes() - w0; got != 3*3+1 {
+		t.Errorf("fold wrote %d rows, want %d", got, 3*3+1)
+	}
+	if diff := cmp.Diff(want, e.list(t)); diff != "" {
+		t.Errorf("order after the fold (-want +got):\n%s", diff)
+	}
+	// The folded list is the raw edge list now.
+	es, _, err := e.g.ListEdges(ctx, e.board, zen.EdgeBoardPins, "", 10, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw []zen.ID
+	for _, x := range es {
+		raw = append(raw, x.To)
+	}
+	if diff := cmp.Diff(want, raw); diff != "" {
+		t.Errorf("edge list after the fold (-want +got):\n%s", diff)
+	}
+	w0 = e.cnt.writes()
+	if n, err := e.o.Fold(ctx, e.board); err != nil || n != 0 || e.cnt.writes() != w0 {
+		t.Errorf("second fold: %d, %v, %d writes; want nothing", n, err, e.cnt.writes()-w0)
 	}
 }
 
 // TestOrderModel is the model-based property test: a board starting with tied seqs, then
 // random adds, removes and moves against an in-memory list, with background respaces run at
-// random delays, on both embedded backends. After every step the board's order equals the
-// model's; every move outside re-spacing writes exactly four rows (one pin's position).
+// random delays (a respace, which folds first, or a fold alone), on both embedded backends.
+// After every step the board's order equals the model's; every move outside re-spacing and
+// folding writes exactly one row.
 func TestOrderModel(t *testing.T) {
 	for _, be := range []struct {
 		name string
@@ -263,17 +324,18 @@ func openPebble(t *testing.T) zen.Store {
 
 // orderStats sums what a run cost.
 type orderStats struct {
-	moves, noops, moveWrites, respaceWrites, respaceJobs, syncRespaces int64
+	moves, noops, moveWrites, respaceWrites, respaceJobs, syncRespaces, foldJobs, syncFolds, folded int64
 }
 
 func (s orderStats) String() string {
-	return fmt.Sprintf("%d moves (%d already in place), %.2f writes/move outside re-spacing, %d respace jobs + %d synchronous, re-spacing %.3f writes/move amortized",
-		s.moves, s.noops, float64(s.moveWrites)/float64(max(1, s.moves-s.noops)), s.respaceJobs, s.syncRespaces, float64(s.respaceWrites)/float64(max(1, s.moves)))
+	return fmt.Sprintf("%d moves (%d already in place), %.2f writes/move outside re-spacing, %d respace jobs + %d synchronous, %d fold jobs + %d synchronous (%d overrides folded), re-spacing and folding %.3f writes/move amortized",
+		s.moves, s.noops, float64(s.moveWrites)/float64(max(1, s.moves-s.noops)), s.respaceJobs, s.syncRespaces, s.foldJobs, s.syncFolds, s.folded, float64(s.respaceWrites)/float64(max(1, s.moves)))
 }
 
 func orderModelRun(t *testing.T, s zen.Store, seed uint64, ops int) {
 	r := rand.New(rand.NewPCG(seed, 99))
-	e := newOrderEnv(t, s, zen.OrderOptions{})
+	// A small override bound so both the background fold and the synchronous one run.
+	e := newOrderEnv(t, s, zen.OrderOptions{FoldAbove: 8, MaxOverrides: 24})
 	ctx := t.Context()
 	// The board starts with 20 pins created in one millisecond (equal seqs, ordered by pin
 	// ID); later adds come one millisecond apart, so the model appends them.
@@ -316,26 +378,42 @@ func orderModelRun(t *testing.T, s zen.Store, seed uint64, ops int) {
 				if w != 0 {
 					t.Fatalf("op %d: a move to the same place wrote %d rows", i, w)
 				}
-			case res.Respaced > 0:
-				st.syncRespaces++
-				st.respaceWrites += w - 4
-				st.moveWrites += 4
+			case res.Respaced > 0 || res.Folded > 0:
+				if res.Respaced > 0 {
+					st.syncRespaces++
+				} else {
+					st.syncFolds++
+				}
+				st.folded += int64(res.Folded)
+				st.respaceWrites += w - 1
+				st.moveWrites++
 			default:
-				if w != 4 {
-					t.Fatalf("op %d: move wrote %d rows, want 4", i, w)
+				if w != 1 {
+					t.Fatalf("op %d: move wrote %d rows, want 1", i, w)
 				}
 				st.moveWrites += w
 			}
-			pending = pending || res.NeedsRespace
+			pending = pending || res.NeedsRespace || res.NeedsFold
 			model = want
 		}
 		if pending && r.IntN(4) == 0 { // the queued task runs some steps later
 			w0 := e.cnt.writes()
-			if _, err := e.o.RespaceBoard(ctx, e.board); err != nil {
-				t.Fatalf("op %d: respace: %v", i, err)
+			if r.IntN(3) == 0 {
+				n, err := e.o.Fold(ctx, e.board)
+				if err != nil {
+					t.Fatalf("op %d: fold: %v", i, err)
+				}
+				st.folded += int64(n)
+				st.foldJobs++
+			} else {
+				rr, err := e.o.RespaceBoard(ctx, e.board)
+				if err != nil {
+					t.Fatalf("op %d: respace: %v", i, err)
+				}
+				st.folded += int64(rr.Folded)
+				st.respaceJobs++
 			}
 			st.respaceWrites += e.cnt.writes() - w0
-			st.respaceJobs++
 			pending = false
 		}
 		if diff := cmp.Diff(model, e.list(t)); diff != "" {
@@ -368,20 +446,23 @@ func TestOrderSameSpot10000(t *testing.T) {
 				}
 				w := e.cnt.writes() - w0
 				st.moves++
-				if res.Respaced > 0 {
+				if res.Respaced > 0 || res.Folded > 0 {
 					st.syncRespaces++
-					st.respaceWrites += w - 4
-					w = 4
+					st.folded += int64(res.Folded)
+					st.respaceWrites += w - 1
+					w = 1
 				}
-				if w != 4 {
-					t.Fatalf("move %d wrote %d rows, want 4", i, w)
+				if w != 1 {
+					t.Fatalf("move %d wrote %d rows, want 1", i, w)
 				}
 				st.moveWrites += w
-				if background && res.NeedsRespace {
+				if background && (res.NeedsRespace || res.NeedsFold) {
 					w0 := e.cnt.writes()
-					if _, err := e.o.RespaceBoard(ctx, e.board); err != nil {
+					rr, err := e.o.RespaceBoard(ctx, e.board)
+					if err != nil {
 						t.Fatal(err)
 					}
+					st.folded += int64(rr.Folded)
 					st.respaceWrites += e.cnt.writes() - w0
 					st.respaceJobs++
 				}
@@ -481,13 +562,13 @@ func TestRespaceTiesAndIdempotence(t *testing.T) {
 	}
 }
 
-// TestOrderCrash fails each write of a move, and of a respace, once (before it lands and after
-// it lands): the board then reads as a permutation in either the old or the new order (for a
-// respace: always the same order, as every prefix of its plan keeps it), and the next call
-// finishes or supersedes the interrupted one.
+// TestOrderCrash fails the write of a move, and each write of a fold and of a respace, once
+// (before it lands and after it lands): the board then reads as a permutation in either the old
+// or the new order (for a fold or a respace: always the same order, as every prefix of them keeps
+// it), and the next call finishes or supersedes the interrupted one.
 func TestOrderCrash(t *testing.T) {
 	for _, after := range []bool{false, true} {
-		for k := 1; k <= 4; k++ {
+		for k := 1; k <= 2; k++ { // a move has one write; k = 2 is no fault at all
 			t.Run(fmt.Sprintf("move/write%d/landed=%v", k, after), func(t *testing.T) {
 				fs := &faultStore{Store: zenmem.New()}
 				e := newOrderEnv(t, fs, zen.OrderOptions{})
@@ -506,6 +587,9 @@ func TestOrderCrash(t *testing.T) {
 				if err == nil && !slices.Equal(got, moved) {
 					t.Fatalf("the move reported success (its own write recognised) but the board reads %v", got)
 				}
+				if after && err != nil {
+					t.Fatalf("the commit landed but the move did not recognise it: %v", err)
+				}
 				if !slices.Equal(got, pins) && !slices.Equal(got, moved) {
 					t.Fatalf("after the crash: %v, want %v or %v", got, pins, moved)
 				}
@@ -515,6 +599,55 @@ func TestOrderCrash(t *testing.T) {
 				}
 				if diff := cmp.Diff(moved, e.list(t)); diff != "" {
 					t.Fatalf("after the retry (-want +got):\n%s", diff)
+				}
+			})
+		}
+		// A fold of 4 overrides writes 4×3 rows and one commit.
+		for k := 1; k <= 13; k++ {
+			t.Run(fmt.Sprintf("fold/write%d/landed=%v", k, after), func(t *testing.T) {
+				fs := &faultStore{Store: zenmem.New()}
+				e := newOrderEnv(t, fs, zen.OrderOptions{})
+				var want []zen.ID
+				for range 8 {
+					want = append(want, e.add(t, time.Millisecond))
+				}
+				for _, m := range [][2]int{{7, 1}, {6, 0}, {5, 3}, {0, 7}} {
+					var before, after zen.ID
+					want, before, after = modelMove(want, want[slices.Index(want, e.pinAt(t, m[0]))], m[1])
+					if _, err := e.o.Reorder(t.Context(), e.board, e.pinAt(t, m[0]), before, after); err != nil {
+						t.Fatal(err)
+					}
+				}
+				fs.arm(k, after)
+				n, err := e.o.Fold(t.Context(), e.board)
+				fs.arm(0, false)
+				// A compare-and-set that landed is recognised (point rows by their nonce, the
+				// order row by its version): then the fold carries on.
+				if err != nil && !errors.Is(err, errInjected) {
+					t.Fatalf("err = %v, want the injected fault", err)
+				}
+				if err == nil && n != 4 {
+					t.Fatalf("fold: %d folded, want 4", n)
+				}
+				if diff := cmp.Diff(want, e.list(t)); diff != "" {
+					t.Fatalf("order part-way through a fold (-want +got):\n%s", diff)
+				}
+				// A move after the crash, then a full fold: the order is the model's and the
+				// edge list itself holds it.
+				var before, after zen.ID
+				p := want[2]
+				want, before, after = modelMove(want, p, 0)
+				if _, err := e.o.Reorder(t.Context(), e.board, p, before, after); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := e.o.Fold(t.Context(), e.board); err != nil {
+					t.Fatal(err)
+				}
+				if diff := cmp.Diff(want, e.list(t)); diff != "" {
+					t.Fatalf("after the fold (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(want, e.rawList(t)); diff != "" {
+					t.Fatalf("edge list after the fold (-want +got):\n%s", diff)
 				}
 			})
 		}
@@ -529,7 +662,7 @@ func TestOrderCrash(t *testing.T) {
 				fs.arm(k, after)
 				_, err := e.o.RespaceBoard(t.Context(), e.board)
 				fs.arm(0, false)
-				if !errors.Is(err, errInjected) {
+				if err != nil && !errors.Is(err, errInjected) || err == nil && !(after && k == 1) {
 					t.Fatalf("err = %v, want the injected fault", err)
 				}
 				if diff := cmp.Diff(want, e.list(t)); diff != "" {
@@ -599,6 +732,7 @@ func TestOrderConcurrent(t *testing.T) {
 		})
 	}
 	done := make(chan struct{})
+	var folds atomic.Int64
 	respacer.Go(func() {
 		for {
 			select {
@@ -611,6 +745,22 @@ func TestOrderConcurrent(t *testing.T) {
 				return
 			}
 			time.Sleep(time.Millisecond)
+		}
+	})
+	respacer.Go(func() { // a folder on its own
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			n, err := e.o.Fold(ctx, e.board)
+			if err != nil {
+				errc <- err
+				return
+			}
+			folds.Add(int64(n))
+			time.Sleep(500 * time.Microsecond)
 		}
 	})
 	movers.Wait()
@@ -627,7 +777,184 @@ func TestOrderConcurrent(t *testing.T) {
 	if ok.Load() == 0 {
 		t.Fatal("no move succeeded")
 	}
-	t.Logf("%d moves landed, %d refused as stale", ok.Load(), stale.Load())
+	// Folding everything left changes nothing visible, and the edge list then holds the order.
+	if _, err := e.o.Fold(ctx, e.board); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, e.list(t)); diff != "" {
+		t.Fatalf("order changed by the last fold (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(got, e.rawList(t)); diff != "" {
+		t.Fatalf("edge list after the last fold (-want +got):\n%s", diff)
+	}
+	t.Logf("%d moves landed, %d refused as stale, %d overrides folded meanwhile", ok.Load(), stale.Load(), folds.Load())
+}
+
+// TestOrderSerialEquivalence races movers (and a folder) on one board, then replays the moves
+// that landed, in the order of the order-row versions they committed, on a model of the
+// starting list: the model equals the board. So concurrent moves serialise: the result is that
+// of the same moves run one after another, each between neighbours adjacent at its turn.
+func TestOrderSerialEquivalence(t *testing.T) {
+	e := newOrderEnv(t, openPebble(t), zen.OrderOptions{})
+	ctx := t.Context()
+	var start []zen.ID
+	for range 20 {
+		start = append(start, e.add(t, time.Millisecond))
+	}
+	type landed struct {
+		version            uint64
+		pin, before, after zen.ID
+	}
+	var mu sync.Mutex
+	var log []landed
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	var folder sync.WaitGroup
+	folder.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if _, err := e.o.Fold(ctx, e.board); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	})
+	for w := range 4 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 11))
+			for range 60 {
+				cur, err := e.listErr(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				pin := cur[r.IntN(len(cur))]
+				_, before, after := modelMove(cur, pin, r.IntN(3)) // hot spots at the front
+				res, err := e.o.Reorder(ctx, e.board, pin, before, after)
+				if errors.Is(err, zen.ErrNotAdjacent) {
+					continue
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Moved {
+					mu.Lock()
+					log = append(log, landed{res.Version, pin, before, after})
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	folder.Wait()
+	if t.Failed() {
+		return
+	}
+	slices.SortFunc(log, func(a, b landed) int {
+		switch {
+		case a.version < b.version:
+			return -1
+		case a.version > b.version:
+			return 1
+		}
+		return 0
+	})
+	model := slices.Clone(start)
+	for i, l := range log {
+		if i > 0 && log[i-1].version == l.version {
+			t.Fatalf("two moves committed version %d", l.version)
+		}
+		rest := slices.DeleteFunc(model, func(x zen.ID) bool { return x == l.pin })
+		k := 0
+		if l.before != 0 {
+			k = slices.Index(rest, l.before) + 1
+		}
+		if k < len(rest) && rest[k] != l.after || k == len(rest) && l.after != 0 {
+			t.Fatalf("move %d (version %d) of %d between %d and %d: not neighbours in the serial replay %v", i, l.version, l.pin, l.before, l.after, rest)
+		}
+		model = slices.Insert(rest, k, l.pin)
+	}
+	if diff := cmp.Diff(model, e.list(t)); diff != "" {
+		t.Fatalf("board differs from the serial replay of %d moves (-replay +board):\n%s", len(log), diff)
+	}
+	t.Logf("%d moves landed and replay serially", len(log))
+}
+
+// TestOrderRemoveVoidsOverride removes a moved pin and adds it back: it lands at its new
+// creation time, not where it was moved before (the override is void); a fold drops it.
+func TestOrderRemoveVoidsOverride(t *testing.T) {
+	e := newOrderEnv(t, zenmem.New(), zen.OrderOptions{})
+	ctx := t.Context()
+	a, b, c := e.add(t, time.Millisecond), e.add(t, time.Millisecond), e.add(t, time.Millisecond)
+	if _, err := e.o.Reorder(ctx, e.board, c, 0, a); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]zen.ID{c, a, b}, e.list(t)); diff != "" {
+		t.Fatalf("after the move (-want +got):\n%s", diff)
+	}
+	if err := e.g.RemoveEdge(ctx, e.board, zen.EdgeBoardPins, c); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]zen.ID{a, b}, e.list(t)); diff != "" {
+		t.Fatalf("after the remove (-want +got):\n%s", diff)
+	}
+	e.clk.Add(time.Millisecond)
+	if err := e.g.AddEdge(ctx, zen.Edge{From: e.board, Type: zen.EdgeBoardPins, To: c}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]zen.ID{a, b, c}, e.list(t)); diff != "" {
+		t.Fatalf("after the re-add (-want +got):\n%s", diff)
+	}
+	if _, err := e.o.Reorder(ctx, e.board, c, 0, a); !errors.Is(err, zen.ErrNotAdjacent) && err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]zen.ID{c, a, b}, e.list(t)); diff != "" {
+		t.Fatalf("moved again (-want +got):\n%s", diff)
+	}
+	if n, err := e.o.Fold(ctx, e.board); err != nil || n != 1 {
+		t.Fatalf("fold: %d, %v; want 1 (the void override was dropped by the move)", n, err)
+	}
+	if diff := cmp.Diff([]zen.ID{c, a, b}, e.rawList(t)); diff != "" {
+		t.Fatalf("edge list after the fold (-want +got):\n%s", diff)
+	}
+}
+
+// TestOrderSyncFold fills the order row to MaxOverrides: the next move folds first (writes
+// beyond its one are the fold's), NeedsFold is reported above FoldAbove, and the order holds.
+func TestOrderSyncFold(t *testing.T) {
+	e := newOrderEnv(t, zenmem.New(), zen.OrderOptions{FoldAbove: 2, MaxOverrides: 4})
+	ctx := t.Context()
+	var model []zen.ID
+	for range 8 {
+		model = append(model, e.add(t, time.Millisecond))
+	}
+	for i, tc := range []struct {
+		folded    int
+		needsFold bool
+		writes    int64
+	}{{0, false, 1}, {0, false, 1}, {0, true, 1}, {0, true, 1}, {4, false, 4*3 + 1 + 1}, {0, false, 1}} {
+		pin := model[len(model)-1]
+		var before, after zen.ID
+		model, before, after = modelMove(model, pin, 0)
+		w0 := e.cnt.writes()
+		res, err := e.o.Reorder(ctx, e.board, pin, before, after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Folded != tc.folded || res.NeedsFold != tc.needsFold || e.cnt.writes()-w0 != tc.writes {
+			t.Errorf("move %d: folded %d, needs fold %v, %d writes; want %d, %v, %d", i, res.Folded, res.NeedsFold, e.cnt.writes()-w0, tc.folded, tc.needsFold, tc.writes)
+		}
+		if diff := cmp.Diff(model, e.list(t)); diff != "" {
+			t.Fatalf("move %d (-want +got):\n%s", i, diff)
+		}
+	}
 }
 
 // TestOrderConcurrentSerialized checks serialisation directly: movers race to put different
@@ -665,7 +992,8 @@ func TestOrderConcurrentSerialized(t *testing.T) {
 }
 
 // BenchmarkReorder reports moves per second on the embedded backends (and HBase when
-// SMARTFEED_HBASE_ZK is set): random moves on a board of 200 pins, background respace inline.
+// SMARTFEED_HBASE_ZK is set): random moves on a board of 200 pins, the background respace (which
+// folds) run inline when a move asks for it; writes/move includes the fold's and respace's.
 func BenchmarkReorder(b *testing.B) {
 	b.Run("zenmem", func(b *testing.B) { benchReorder(b, zenmem.New()) })
 	b.Run("pebble", func(b *testing.B) {
@@ -717,7 +1045,7 @@ func benchReorder(b *testing.B, s zen.Store) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if res.NeedsRespace {
+		if res.NeedsRespace || res.NeedsFold {
 			if _, err := e.o.RespaceBoard(ctx, e.board); err != nil {
 				b.Fatal(err)
 			}
