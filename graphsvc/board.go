@@ -15,11 +15,6 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// RespaceEnqueuer queues the respace task of a board. *pinlater.Client satisfies it.
-type RespaceEnqueuer interface {
-	Enqueue(ctx context.Context, t *pinlater.Task, opts ...pinlater.Option) (*pinlater.Info, error)
-}
-
 // Page sizes of ListPins.
 const (
 	boardDefaultPage = 50
@@ -35,12 +30,12 @@ type BoardService struct {
 	boardv1.UnimplementedBoardServiceServer
 	g   *zen.Graph
 	o   *zen.Order
-	q   RespaceEnqueuer
+	q   Enqueuer
 	log *zap.Logger
 }
 
 // NewBoardService returns the service. log nil means no logging.
-func NewBoardService(g *zen.Graph, o *zen.Order, q RespaceEnqueuer, log *zap.Logger) *BoardService {
+func NewBoardService(g *zen.Graph, o *zen.Order, q Enqueuer, log *zap.Logger) *BoardService {
 	if log == nil {
 		log = zap.NewNop()
 	}

@@ -28,7 +28,7 @@ import (
 	"github.com/smartfeed/smartfeed/zen/zenpebble"
 )
 
-var _ graphsvc.RespaceEnqueuer = (*pinlater.Client)(nil)
+var _ graphsvc.Enqueuer = (*pinlater.Client)(nil)
 
 // boardFakeEnqueuer records respace tasks; failing makes Enqueue fail.
 type boardFakeEnqueuer struct {

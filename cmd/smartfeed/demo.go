@@ -158,10 +158,10 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 	}
 
 	st := &demoStats{start: time.Now()}
-	var pub publisher = directPublisher{g: a.graph, pools: a.pools, inserted: &st.inserts}
-	if a.workerWired {
-		pub = queuePublisher{a.pinClient}
+	if !a.workerWired {
+		return errors.New("demo: the worker's handlers are not registered")
 	}
+	var pub publisher = queuePublisher{a.pinClient}
 	fmt.Fprintf(stdout, "events: %s at %.0f/s; reads: GetFeed at %.0f/s on loopback gRPC %s\n", pub.Name(), df.eventsPerSec, df.readsPerSec, a.grpcAddr())
 	fmt.Fprintf(stdout, "\nfetch a feed (reflection, no proto files):\n  go -C charts tool grpcurl -plaintext -d '{\"user_id_str\":\"%s\"}' %s smartfeed.feed.v1.FeedService/GetFeed\n", g.Showcase, a.grpcAddr())
 	if ad := a.adminAddr(); ad != "" {
@@ -244,11 +244,9 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 	return nil
 }
 
-// syncInserts copies the worker's pool insert counter into the stats when the worker fans out.
+// syncInserts copies the worker's pool insert counter into the stats.
 func (s *demoStats) syncInserts(a *app) {
-	if a.workerWired {
-		s.inserts.Store(int64(gatherSum(a.reg, "smartfeed_worker_pool_inserts_total")))
-	}
+	s.inserts.Store(int64(gatherSum(a.reg, "smartfeed_worker_pool_inserts_total")))
 }
 
 // gatherSum sums every series of the named counter or gauge in reg (0 when absent).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/smartfeed/smartfeed/pinlater"
@@ -46,78 +45,6 @@ func (p queuePublisher) Publish(ctx context.Context, e pinEvent) error {
 	}
 	_, err = p.q.Enqueue(ctx, t)
 	return err
-}
-
-// edgeLister is the part of *zen.Graph the direct publisher reads.
-type edgeLister interface {
-	ListEdges(ctx context.Context, from zen.ID, t zen.EdgeType, cursor string, limit int, newestFirst bool) ([]zen.Edge, string, error)
-}
-
-// poolInserter is the part of *zen.Pools the direct publisher writes.
-type poolInserter interface {
-	Insert(ctx context.Context, es []zen.PoolEntry) (int, error)
-}
-
-// directPublisher fans out in process, straight into the pools, with a recency score. It is
-// the demo's fallback when no worker handlers are registered on this binary; the real fanout
-// (scoring model, bounded chunk tasks, upkeep) is the worker's.
-type directPublisher struct {
-	g        edgeLister
-	pools    poolInserter
-	inserted *atomic.Int64
-}
-
-func (p directPublisher) Name() string { return "direct fanout (in process; worker not wired)" }
-
-func (p directPublisher) Publish(ctx context.Context, e pinEvent) error {
-	var batch []zen.PoolEntry
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		n, err := p.pools.Insert(ctx, batch)
-		p.inserted.Add(int64(n))
-		batch = batch[:0]
-		return err
-	}
-	// Newer pins score higher: the score is the creation time in hours since 2020.
-	score := float64(e.CreatedMs-1577836800000) / 3.6e6
-	lists := []struct {
-		from zen.ID
-		t    zen.EdgeType
-		src  zen.Source
-		why  string
-	}{
-		{e.Author, zen.EdgeFollowedByUser, zen.SourceFollowing, "you follow the author"},
-		{e.Board, zen.EdgeBoardFollowers, zen.SourceFollowing, "you follow the board"},
-		{e.Interest, zen.EdgeInterestFollowers, zen.SourceInterest, "you follow the interest"},
-	}
-	for _, l := range lists {
-		if l.from == 0 {
-			continue
-		}
-		cursor := ""
-		for {
-			edges, next, err := p.g.ListEdges(ctx, l.from, l.t, cursor, 500, false)
-			if err != nil {
-				return fmt.Errorf("list receivers of %s: %w", l.from, err)
-			}
-			for _, ed := range edges {
-				batch = append(batch, zen.PoolEntry{User: ed.To, Source: l.src, Score: score, Pin: e.Pin,
-					Author: e.Author, Board: e.Board, Interest: e.Interest, CreatedMs: e.CreatedMs, Reason: l.why})
-				if len(batch) >= 256 {
-					if err := flush(); err != nil {
-						return err
-					}
-				}
-			}
-			if next == "" {
-				break
-			}
-			cursor = next
-		}
-	}
-	return flush()
 }
 
 // pinMaker creates the demo's pins in the graph: the pin object on its board's shard and the
