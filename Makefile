@@ -45,11 +45,14 @@ demo: ## start Redis and run the smartfeed demo (Pebble under run/demo; DEMO_ARG
 helm-lint: ## helm lint + helm template of charts/smartfeed, decoded strictly into Kubernetes types (helm pinned in charts/go.mod)
 	cd charts && $(GO) tool helm lint --strict smartfeed && $(GO) tool helm lint --strict smartfeed -f smartfeed/ci/hbase-values.yaml && $(GO) test -count=1 ./...
 
-services-up: ## start Redis and HBase in the background (env lines in run/*/env)
+services-up: ## start Redis, HBase and its standby (HBase replication) in the background (env lines in run/*/env)
 	scripts/redis.sh up
 	scripts/hbase.sh up
-	@echo "# export them with:  set -a; . run/redis/env; . run/hbase/env; set +a"
+	scripts/hbase.sh up hbase-standby
+	scripts/hbase.sh replicate hbase hbase-standby
+	@echo "# export them with:  set -a; . run/redis/env; . run/hbase/env; . run/hbase-standby/env; set +a"
 
-services-down: ## stop the Redis and HBase that services-up started
+services-down: ## stop the Redis and HBases that services-up started
+	-scripts/hbase.sh down hbase-standby
 	-scripts/hbase.sh down
 	-scripts/redis.sh down

@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
-# scripts/hbase.sh up|down|status — a throwaway standalone HBase 2.6 (master + region server +
-# in-process ZooKeeper, one JVM) assembled from Maven Central jars (see test/hbase/pom.xml).
+# scripts/hbase.sh up|down|status [NAME] — a throwaway standalone HBase 2.6 (master + region
+# server + in-process ZooKeeper, one JVM) assembled from Maven Central jars (see test/hbase/pom.xml).
+# NAME (default "hbase") names the instance: its folder is run/NAME and its env line is
+# SMARTFEED_HBASE_ZK for "hbase", SMARTFEED_<NAME>_ZK otherwise ("hbase-standby" →
+# SMARTFEED_HBASE_STANDBY_ZK), so two instances (a primary and a standby) run side by side with
+# their own ZooKeeper, master and region server ports and data dirs.
 #   up:     resolves the classpath (cached in ~/.m2 after the first run), wipes run/hbase/ data,
 #           starts HMaster on a free ZooKeeper port, waits until tables can be created, then prints
 #           SMARTFEED_HBASE_ZK=127.0.0.1:<port> and writes it to run/hbase/env.
 #   down:   stops only the pid that `up` started and waits for it to exit.
 #   status: prints the env line and exits 0 when it is up, exits 1 otherwise.
+#   replicate PRIMARY STANDBY: HBase's own replication from instance PRIMARY to STANDBY (both
+#           up): adds the peer on PRIMARY (idempotent) through test/hbase/tools/Replication.java,
+#           compiled against the same jars, then checks that a row written on PRIMARY reaches
+#           STANDBY. Tables replicate when their column family has REPLICATION_SCOPE 1
+#           (zenhbase.Options.Replicated); the standby must have the same tables.
 # Env: HBASE_WAIT_SECS (default 180), HBASE_HEAP (default 768m), HBASE_STOP_SECS (default 10).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-DIR="$RUN_DIR/hbase"
+NAME="${2:-hbase}"
+case "$NAME" in hbase*) ;; *) die "instance name must start with hbase: $NAME" ;; esac
+DIR="$RUN_DIR/$NAME"
+CPDIR="$RUN_DIR/hbase-cp" # the classpath is shared by every instance
+if [ "$NAME" = hbase ]; then ENVVAR=SMARTFEED_HBASE_ZK; else ENVVAR="SMARTFEED_$(echo "$NAME" | tr 'a-z-' 'A-Z_')_ZK"; fi
 PIDFILE="$DIR/hbase.pid"
 ENVFILE="$DIR/env"
 POM="$ROOT/test/hbase/pom.xml"
@@ -31,7 +44,8 @@ ensure_tools() {
 
 # classpath: resolve once per pom change; cp.txt is keyed by the pom's checksum.
 classpath() {
-	local sum cp="$DIR/cp.txt" stamp="$DIR/cp.sum"
+	local sum cp="$CPDIR/cp.txt" stamp="$CPDIR/cp.sum"
+	mkdir -p "$CPDIR"
 	sum=$(sha256sum "$POM" | awk '{print $1}')
 	if [ -s "$cp" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ]; then
 		return 0
@@ -40,16 +54,16 @@ classpath() {
 	local t0=$SECONDS
 	if ! mvn -B -q -f "$POM" \
 		org.apache.maven.plugins:maven-dependency-plugin:3.6.1:build-classpath \
-		-Dmdep.outputFile="$cp" -Dmdep.includeScope=runtime >"$DIR/mvn.log" 2>&1; then
-		tail -30 "$DIR/mvn.log" >&2
-		die "maven could not resolve test/hbase/pom.xml (log: run/hbase/mvn.log)"
+		-Dmdep.outputFile="$cp" -Dmdep.includeScope=runtime >"$CPDIR/mvn.log" 2>&1; then
+		tail -30 "$CPDIR/mvn.log" >&2
+		die "maven could not resolve test/hbase/pom.xml (log: run/hbase-cp/mvn.log)"
 	fi
 	echo "$sum" >"$stamp"
 	log "classpath resolved in $((SECONDS - t0))s ($(tr ':' '\n' <"$cp" | wc -l) jars)"
 }
 
 waiter() { # builds the readiness probe once
-	local bin="$DIR/hbasewait"
+	local bin="$CPDIR/hbasewait"
 	if [ ! -x "$bin" ] || [ -n "$(find "$ROOT/internal/testenv/cmd/hbasewait" -newer "$bin" -name '*.go' 2>/dev/null)" ]; then
 		(cd "$ROOT" && go build -o "$bin" ./internal/testenv/cmd/hbasewait) || die "cannot build hbasewait"
 	fi
@@ -101,17 +115,17 @@ up() {
 		--add-exports java.security.jgss/sun.security.krb5=ALL-UNNAMED
 		--add-exports java.base/sun.security.x509=ALL-UNNAMED
 	)
-	log "starting HBase $(grep -o '<hbase.version>[^<]*' "$POM" | cut -d'>' -f2) standalone, ZooKeeper on 127.0.0.1:$port (log: run/hbase/logs/hbase.out)"
+	log "starting HBase $(grep -o '<hbase.version>[^<]*' "$POM" | cut -d'>' -f2) standalone, ZooKeeper on 127.0.0.1:$port (log: run/$NAME/logs/hbase.out)"
 	local t0=$SECONDS
 	# setsid: own process group, so a Ctrl-C in the caller's terminal does not hit the JVM.
 	setsid java -Xms128m -Xmx"${HBASE_HEAP:-768m}" -XX:+UseG1GC -XX:ActiveProcessorCount=2 \
 		-Djava.net.preferIPv4Stack=true "${jdk17_opts[@]}" \
 		-Dhbase.log.dir="$DIR/logs" -Dhbase.log.file=hbase.log -Dhbase.home.dir="$DIR" \
-		-Dhbase.id.str=smartfeed-test -Dproc_master \
+		-Dhbase.id.str="smartfeed-$NAME" -Dproc_master \
 		-Dlog4j2.configurationFile="file:$DIR/conf/log4j2.properties" \
 		-Djava.util.logging.config.class=org.apache.hadoop.hbase.logging.JulToSlf4jInitializer \
 		-Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true \
-		-cp "$DIR/conf:$(cat "$DIR/cp.txt")" \
+		-cp "$DIR/conf:$(cat "$CPDIR/cp.txt")" \
 		"$MAIN_CLASS" start </dev/null >"$DIR/logs/hbase.out" 2>&1 &
 	pid=$!
 	echo "$pid" >"$PIDFILE"
@@ -124,7 +138,7 @@ up() {
 		stop_pid "$PIDFILE" "$MAIN_CLASS" 20 || true
 		die "HBase start failed"
 	fi
-	echo "SMARTFEED_HBASE_ZK=127.0.0.1:$port" >"$ENVFILE"
+	echo "$ENVVAR=127.0.0.1:$port" >"$ENVFILE"
 	log "up in $((SECONDS - t0))s (pid $pid)"
 	cat "$ENVFILE"
 }
@@ -145,9 +159,41 @@ status() {
 	fi
 }
 
+# zk_of NAME prints the ZooKeeper address of a running instance.
+zk_of() {
+	[ -s "$RUN_DIR/$1/port" ] || die "instance $1 is not up (scripts/hbase.sh up $1)"
+	echo "127.0.0.1:$(cat "$RUN_DIR/$1/port")"
+}
+
+# tool runs test/hbase/tools/Replication.java (compiled once per change) with ARGS.
+tool() {
+	local src="$ROOT/test/hbase/tools/Replication.java" out="$CPDIR/classes"
+	classpath
+	if [ ! -f "$out/Replication.class" ] || [ "$src" -nt "$out/Replication.class" ]; then
+		mkdir -p "$out"
+		javac -nowarn -d "$out" -cp "$(cat "$CPDIR/cp.txt")" "$src" || die "cannot compile $src"
+	fi
+	java -Xmx256m --add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED \
+		--add-opens java.base/sun.nio.ch=ALL-UNNAMED -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true \
+		-Dlog4j2.configurationFile="file:$CONF_SRC/log4j2.properties" -Dhbase.log.dir="$CPDIR" \
+		-cp "$out:$(cat "$CPDIR/cp.txt")" Replication "$@"
+}
+
+replicate() {
+	local primary="${1:-}" standby="${2:-}"
+	[ -n "$primary" ] && [ -n "$standby" ] || die "usage: $0 replicate PRIMARY STANDBY"
+	local pzk szk
+	pzk=$(zk_of "$primary"); szk=$(zk_of "$standby")
+	log "replication $primary ($pzk) -> $standby ($szk)"
+	tool peer "$pzk" "$szk" 2>>"$CPDIR/replication.log" | sed 's/^/  /' >&2
+	tool check "$pzk" "$szk" "${HBASE_REPL_CHECK_SECS:-60}" 2>>"$CPDIR/replication.log" | sed 's/^/  /' >&2 \
+		|| die "replication $primary -> $standby does not carry rows (log: run/hbase-cp/replication.log)"
+}
+
 case "${1:-}" in
 up) up ;;
 down) down ;;
 status) status ;;
-*) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+replicate) replicate "${2:-}" "${3:-}" ;;
+*) echo "usage: $0 up|down|status [NAME] | replicate PRIMARY STANDBY" >&2; exit 2 ;;
 esac

@@ -4,6 +4,9 @@
 # unless its address is already in the environment (SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK),
 # or it is opted out (SMARTFEED_NO_REDIS=1 / SMARTFEED_NO_HBASE=1). Whatever this script started
 # is stopped when it exits, whether CMD passed, failed or was interrupted. Exits with CMD's status.
+# With HBase it also starts a second HBase, the standby (SMARTFEED_HBASE_STANDBY_ZK), fed by
+# HBase's own replication from the first (scripts/hbase.sh replicate), unless
+# SMARTFEED_NO_HBASE_STANDBY=1 or the primary came from the environment without a standby.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -14,7 +17,8 @@ cleanup() {
 	local rc=$? s
 	trap - EXIT INT TERM
 	for s in "${started[@]}"; do
-		"$ROOT/scripts/$s.sh" down || log "WARNING: $s down failed"
+		# "hbase-standby" is an instance of scripts/hbase.sh
+		"$ROOT/scripts/${s%%-*}.sh" down "$s" || log "WARNING: $s down failed"
 	done
 	exit "$rc"
 }
@@ -22,15 +26,16 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# start NAME VAR: runs scripts/NAME.sh up and exports VAR from its env file. One that is already
-# running (a `make services-up`) is used as is and left running.
+# start NAME VAR: runs scripts/NAME.sh up (scripts/hbase.sh up NAME for an HBase instance) and
+# exports VAR from its env file. One that is already running (a `make services-up`) is used as is
+# and left running.
 start() {
-	local name="$1" var="$2" line
-	if "$ROOT/scripts/$name.sh" status >/dev/null 2>&1; then
+	local name="$1" var="$2" line script="${1%%-*}"
+	if "$ROOT/scripts/$script.sh" status "$name" >/dev/null 2>&1; then
 		log "$name is already up (make services-up?); using it and leaving it running"
 	else
 		started+=("$name")
-		"$ROOT/scripts/$name.sh" up >/dev/null
+		"$ROOT/scripts/$script.sh" up "$name" >/dev/null
 	fi
 	line=$(grep "^$var=" "$RUN_DIR/$name/env") || die "$name up wrote no $var"
 	export "${line?}"
@@ -51,6 +56,14 @@ elif [ "${SMARTFEED_NO_HBASE:-}" = 1 ]; then
 	log "SMARTFEED_NO_HBASE=1: not starting HBase"
 else
 	start hbase SMARTFEED_HBASE_ZK
+	if [ -n "${SMARTFEED_HBASE_STANDBY_ZK:-}" ]; then
+		log "using the standby HBase at SMARTFEED_HBASE_STANDBY_ZK=$SMARTFEED_HBASE_STANDBY_ZK"
+	elif [ "${SMARTFEED_NO_HBASE_STANDBY:-}" = 1 ]; then
+		log "SMARTFEED_NO_HBASE_STANDBY=1: no standby HBase"
+	else
+		start hbase-standby SMARTFEED_HBASE_STANDBY_ZK
+		"$ROOT/scripts/hbase.sh" replicate hbase hbase-standby
+	fi
 fi
 
 log "running: $*"

@@ -19,6 +19,11 @@ const (
 	HBaseZKEnv   = "SMARTFEED_HBASE_ZK"   // ZooKeeper quorum of an HBase cluster
 	NoRedisEnv   = "SMARTFEED_NO_REDIS"   // "1": skip tests that need Redis
 	NoHBaseEnv   = "SMARTFEED_NO_HBASE"   // "1": skip tests that need HBase
+	// HBaseStandbyZKEnv is the ZooKeeper quorum of a second HBase cluster, fed by HBase's own
+	// replication from the first (scripts/hbase.sh replicate).
+	HBaseStandbyZKEnv = "SMARTFEED_HBASE_STANDBY_ZK"
+	// NoHBaseStandbyEnv "1": skip tests that need the standby HBase.
+	NoHBaseStandbyEnv = "SMARTFEED_NO_HBASE_STANDBY"
 )
 
 // Redis returns the address of the test Redis server (host:port), or skips or fails t.
@@ -31,6 +36,19 @@ func Redis(t testing.TB) string {
 func HBase(t testing.TB) string {
 	t.Helper()
 	return service(t, "HBase", HBaseZKEnv, NoHBaseEnv, "scripts/hbase.sh up")
+}
+
+// HBaseStandby returns the ZooKeeper quorums of the test HBase and of its standby, a second
+// cluster that HBase replicates the first one's scope-1 tables to; or skips or fails t.
+func HBaseStandby(t testing.TB) (primary, standby string) {
+	t.Helper()
+	primary = HBase(t)
+	if os.Getenv(NoHBaseEnv) != "1" && os.Getenv(NoHBaseStandbyEnv) == "1" {
+		t.Skipf("testenv: skipping: needs the standby HBase, and %s=1 is set", NoHBaseStandbyEnv)
+	}
+	standby = service(t, "standby HBase", HBaseStandbyZKEnv, NoHBaseEnv,
+		"scripts/hbase.sh up hbase-standby && scripts/hbase.sh replicate hbase hbase-standby")
+	return primary, standby
 }
 
 func service(t testing.TB, name, addrEnv, noEnv, upCmd string) string {

@@ -74,6 +74,11 @@ type Options struct {
 	Shards int
 	// ZookeeperRoot is HBase's znode (default "/hbase").
 	ZookeeperRoot string
+	// Replicated creates tables with REPLICATION_SCOPE 1 on their column family, so HBase's own
+	// replication ships their writes to the cluster's replication peers (a standby). The
+	// tables must exist on the peer too: open the same tables there with the same prefix.
+	// It applies when this Store creates a table; an existing table keeps its scope.
+	Replicated bool
 }
 
 func (o *Options) defaults() error {
@@ -262,6 +267,9 @@ func (s *Store) create(ctx context.Context, table string) error {
 			map[string]map[string]string{s.opts.Family: {"VERSIONS": "1"}},
 			hrpc.SplitKeys(SplitKeys(s.opts.SplitEvery, s.opts.Shards))),
 		attrs: map[string]string{"NEW_VERSION_BEHAVIOR": "true"},
+	}
+	if s.opts.Replicated {
+		ct.attrs["REPLICATION_SCOPE"] = "1"
 	}
 	msg, err := s.arpc.SendRPC(ct)
 	if err != nil {
