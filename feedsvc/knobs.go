@@ -20,11 +20,20 @@ import (
 //	  "hedge":   {"mode": "percentile", "percentile": 99.9, "min": "2ms", "max": "100ms",
 //	              "delay": "10ms", "budget": 0.02, "budget_burst": 10, "warmup": 0.01, "min_samples": 100},
 //	  "service": {"generator_deadline": "150ms", "persist_timeout": "200ms", "max_items": 1000,
-//	              "default_page_size": 25, "max_page_size": 200, "stale_pending": "30s"}
+//	              "default_page_size": 25, "max_page_size": 200, "stale_pending": "30s"},
+//	  "standby": {"max_staleness": "5s"}
 //	}
+//
+// standby.max_staleness bounds the replication lag at which the standby still answers reads
+// ("0s": unbounded); it needs a service built with a StandbyGate.
 type knobsFile struct {
 	Hedge   *hedgeKnobs   `json:"hedge"`
 	Service *serviceKnobs `json:"service"`
+	Standby *standbyKnobs `json:"standby"`
+}
+
+type standbyKnobs struct {
+	MaxStaleness *duration `json:"max_staleness"`
 }
 
 type hedgeKnobs struct {
@@ -106,6 +115,17 @@ func (s *Service) ApplyKnobs(doc []byte) error {
 		set(&c.MaxPageSize, v.MaxPageSize)
 		setDur(&c.StalePending, v.StalePending)
 	}
+	var maxStale *time.Duration
+	if v := k.Standby; v != nil && v.MaxStaleness != nil {
+		d := time.Duration(*v.MaxStaleness)
+		switch {
+		case s.gate == nil:
+			return fmt.Errorf("knobs: standby.max_staleness: this service has no staleness gate")
+		case d < 0:
+			return fmt.Errorf("knobs: standby.max_staleness %v: must not be negative", d)
+		}
+		maxStale = &d
+	}
 	if err := p.Validate(); err != nil {
 		return fmt.Errorf("knobs: %w", err)
 	}
@@ -114,6 +134,11 @@ func (s *Service) ApplyKnobs(doc []byte) error {
 	}
 	if err := s.hedger.SetPolicy(p); err != nil {
 		return fmt.Errorf("knobs: %w", err)
+	}
+	if maxStale != nil {
+		if err := s.gate.SetMaxStaleness(*maxStale); err != nil {
+			return fmt.Errorf("knobs: %w", err)
+		}
 	}
 	return s.SetConfig(c)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -15,96 +16,109 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// Replicator is a zen.Table over the primary that copies every write to the standby
-// asynchronously: writes land on the primary, then queue (bounded) for a single applier that
-// batches them onto the standby in order. Reads go to the primary.
+// Replicator is a zen.Table over the primary that copies every write to the standby through a
+// change log kept in the primary itself: durable, replayed after a crash, and immune to the
+// order in which concurrent writes of one key land.
 //
-// Why in process and not a pinlater job: the target is a lag of a few hundred milliseconds at
-// most, and a job per write would add Redis round trips and polling to every write. What a
-// crash loses (writes queued but not applied) is repaired by Resync; HBase deployments can use
-// HBase's own cluster replication instead (see docs/feedsvc-benchmarks.md).
+// A log entry names the keys a write touched, under the reserved prefix 0xFF 'r' 'l' (every feed
+// row begins with a zen.ID, whose first byte is at most 0x3F, so the log never mixes with feed
+// rows). Apply writes its entry in the same atomic batch as the change. CheckAndSet and
+// Increment, single-row operations that cannot carry a second row, write a pending entry first
+// and mark it committed after the operation. The applier (Run) reads the log in pages, copies the
+// current primary value of each named key to the standby (a delete where the primary has none),
+// and then deletes the committed entries it copied: an entry is acknowledged only once its keys
+// are on the standby. A crash anywhere leaves entries in the log, and the next Run replays them;
+// copying is idempotent. Because the applier copies current values, never the values a writer
+// saw, two writes of one key cannot reach the standby in the wrong order: the standby converges
+// to the primary. A pending entry is copied on every pass and deleted once committed, or once
+// older than PendingTimeout (its writer crashed mid-operation; the final copy reads what the
+// primary holds).
 //
-// Concurrent writes of one key may reach the standby in the other order than on the primary.
-// feedsvc's writes are ordered per key (each key's writes happen one after the other) except
-// the chunk counter, which the standby never serves.
+// The standby's staleness is the age of the oldest entry not yet applied; it is exported as
+// smartfeed_replication_lag_seconds, the same gauge the HBase-replication canary sets.
 type Replicator struct {
 	primary, standby zen.Table
-	queue            chan replOp
 	maxBatch         int
+	pendingTimeout   time.Duration
 	log              *zap.Logger
 	m                replMetrics
 
-	head     atomic.Int64 // enqueue time (unix ns) of the oldest write being applied, 0 if idle
-	enqueued atomic.Int64
-	applied  atomic.Int64
-	mu       sync.Mutex
-	cond     *sync.Cond
+	lastSeq atomic.Uint64 // last log sequence handed out (unix ns, made unique)
+	oldest  atomic.Int64  // log time (unix ns) of the oldest entry not yet applied, 0 if none
+	wake    chan struct{}
+	mu      sync.Mutex
+	cond    *sync.Cond
+	passes  uint64 // applier passes completed, under mu
 }
 
 var _ zen.Table = (*Replicator)(nil)
 
-type replOp struct {
-	muts []zen.Mutation
-	at   time.Time
-}
-
 // ReplicatorOptions configures a Replicator.
 type ReplicatorOptions struct {
-	// QueueSize is the number of writes that may wait; beyond it writes are not replicated and
-	// counted as dropped (the standby then needs a Resync). Default 65536.
-	QueueSize int
-	// MaxBatch is the largest number of mutations applied to the standby at once. Default 512.
+	// MaxBatch is the most log entries applied to the standby at once. Default 512.
 	MaxBatch int
-	Logger   *zap.Logger
+	// PendingTimeout is how long a CheckAndSet or Increment may leave its entry pending before
+	// the applier treats its writer as gone. Default 30s.
+	PendingTimeout time.Duration
+	Logger         *zap.Logger
 	// Registerer receives the metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 }
 
 type replMetrics struct {
 	lag     prometheus.Histogram
-	dropped prometheus.Counter
 	retries prometheus.Counter
-	backlog prometheus.GaugeFunc
+	applied prometheus.Counter
+	stale   prometheus.GaugeFunc
 	oldest  prometheus.GaugeFunc
 }
 
-// NewReplicator returns a Replicator; call Run to start applying.
+// Change-log layout: logPrefix | seq(8) → state(1) | count(uvarint) | (len(uvarint) | key)*.
+var logPrefix = []byte{0xff, 'r', 'l'}
+
+const (
+	entryCommitted = 0
+	entryPending   = 1
+)
+
+// NewReplicator returns a Replicator; call Run to start applying (and replaying what an
+// earlier process left in the log).
 func NewReplicator(primary, standby zen.Table, o ReplicatorOptions) (*Replicator, error) {
-	if o.QueueSize == 0 {
-		o.QueueSize = 1 << 16
-	}
 	if o.MaxBatch == 0 {
 		o.MaxBatch = 512
 	}
-	if o.QueueSize < 1 || o.MaxBatch < 1 {
-		return nil, fmt.Errorf("replicator: queue size %d and max batch %d must be positive", o.QueueSize, o.MaxBatch)
+	if o.PendingTimeout == 0 {
+		o.PendingTimeout = 30 * time.Second
+	}
+	if o.MaxBatch < 1 || o.PendingTimeout < 0 {
+		return nil, fmt.Errorf("replicator: max batch %d and pending timeout %v must be positive", o.MaxBatch, o.PendingTimeout)
 	}
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	r := &Replicator{primary: primary, standby: standby, queue: make(chan replOp, o.QueueSize),
-		maxBatch: o.MaxBatch, log: o.Logger}
+	r := &Replicator{primary: primary, standby: standby, maxBatch: o.MaxBatch,
+		pendingTimeout: o.PendingTimeout, log: o.Logger, wake: make(chan struct{}, 1)}
 	r.cond = sync.NewCond(&r.mu)
 	r.m = replMetrics{
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "smartfeed_feed_replication_lag_seconds",
 			Help:    "Time from a write on the primary to its application on the standby.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
-		dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smartfeed_feed_replication_dropped_total",
-			Help: "Writes not replicated because the queue was full (the standby needs a resync)."}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smartfeed_feed_replication_retries_total", Help: "Failed standby applies, retried."}),
-		backlog: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "smartfeed_feed_replication_backlog", Help: "Writes waiting for the standby."},
-			func() float64 { return float64(r.enqueued.Load() - r.applied.Load()) }),
+			Name: "smartfeed_feed_replication_retries_total", Help: "Failed standby applies or log reads, retried."}),
+		applied: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_replication_applied_total", Help: "Change-log entries applied to the standby."}),
+		stale: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "smartfeed_replication_lag_seconds",
+			Help: "How far the standby is behind the primary: the age of the oldest change not yet on it."},
+			func() float64 { return r.Staleness().Seconds() }),
 		oldest: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "smartfeed_feed_replication_staleness_seconds",
 			Help: "Age of the oldest write not yet on the standby: how stale a standby read can be."},
 			func() float64 { return r.Staleness().Seconds() }),
 	}
 	if o.Registerer != nil {
-		for _, c := range []prometheus.Collector{r.m.lag, r.m.dropped, r.m.retries, r.m.backlog, r.m.oldest} {
+		for _, c := range []prometheus.Collector{r.m.lag, r.m.retries, r.m.applied, r.m.stale, r.m.oldest} {
 			if err := o.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register replication metrics: %w", err)
 			}
@@ -115,106 +129,239 @@ func NewReplicator(primary, standby zen.Table, o ReplicatorOptions) (*Replicator
 
 // Staleness is the age of the oldest write not yet applied to the standby (0 when caught up).
 func (r *Replicator) Staleness() time.Duration {
-	h := r.head.Load()
+	h := r.oldest.Load()
 	if h == 0 {
 		return 0
 	}
-	return time.Since(time.Unix(0, h))
+	return max(0, time.Since(time.Unix(0, h)))
 }
 
-func (r *Replicator) enqueue(muts []zen.Mutation) {
-	if len(muts) == 0 {
-		return
-	}
-	cp := make([]zen.Mutation, len(muts))
-	for i, m := range muts {
-		cp[i] = zen.Mutation{Key: bytes.Clone(m.Key), Value: bytes.Clone(m.Value), Delete: m.Delete}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	op := replOp{muts: cp, at: time.Now()}
-	select {
-	case r.queue <- op:
-		r.enqueued.Add(1)
-	default:
-		r.m.dropped.Inc()
-		r.log.Error("replication queue full: write not replicated; resync the standby", zap.Int("mutations", len(muts)))
-	}
-}
-
-// Run applies queued writes to the standby until ctx is done. A failed apply is retried with
-// backoff, in order. It returns ctx's error.
-func (r *Replicator) Run(ctx context.Context) error {
+// nextSeq returns a log sequence: the current time in ns, bumped past the last one handed out.
+func (r *Replicator) nextSeq() uint64 {
 	for {
-		var first replOp
+		last := r.lastSeq.Load()
+		s := max(uint64(time.Now().UnixNano()), last+1)
+		if r.lastSeq.CompareAndSwap(last, s) {
+			return s
+		}
+	}
+}
+
+func logKey(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64(bytes.Clone(logPrefix), seq)
+}
+
+func isLogKey(k []byte) bool { return bytes.HasPrefix(k, logPrefix) }
+
+func encodeEntry(state byte, keys [][]byte) []byte {
+	b := []byte{state}
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		b = binary.AppendUvarint(b, uint64(len(k)))
+		b = append(b, k...)
+	}
+	return b
+}
+
+func decodeEntry(v []byte) (state byte, keys [][]byte, err error) {
+	if len(v) < 1 {
+		return 0, nil, errCorrupt
+	}
+	state, v = v[0], v[1:]
+	n, w := binary.Uvarint(v)
+	if w <= 0 || n > uint64(len(v)) {
+		return 0, nil, errCorrupt
+	}
+	v = v[w:]
+	keys = make([][]byte, 0, n)
+	for range n {
+		l, w := binary.Uvarint(v)
+		if w <= 0 || l > uint64(len(v)-w) {
+			return 0, nil, errCorrupt
+		}
+		keys = append(keys, v[w:w+int(l)])
+		v = v[w+int(l):]
+	}
+	if len(v) != 0 || state > entryPending {
+		return 0, nil, errCorrupt
+	}
+	return state, keys, nil
+}
+
+func (r *Replicator) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run applies the change log to the standby until ctx is done: first whatever an earlier
+// process left, then each write as it lands. Failed reads or applies are retried with backoff.
+// It returns ctx's error.
+func (r *Replicator) Run(ctx context.Context) error {
+	backoff := time.Millisecond
+	for {
+		n, more, err := r.pass(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		wait := 250 * time.Millisecond // a safety poll: the log is the truth, wake-ups an optimisation
+		switch {
+		case err != nil:
+			r.m.retries.Inc()
+			r.log.Warn("replicate to standby", zap.Error(err))
+			wait, backoff = backoff, min(2*backoff, time.Second)
+		case more:
+			backoff, wait = time.Millisecond, 0
+		default:
+			backoff = time.Millisecond
+			if n > 0 {
+				wait = 5 * time.Millisecond // pending entries only: let their writers finish
+			}
+		}
+		if wait == 0 {
+			continue
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
-		case first = <-r.queue:
+		case <-r.wake:
+		case <-t.C:
 		}
-		r.head.Store(first.at.UnixNano())
-		batch := []replOp{first}
-		n := len(first.muts)
-	drain:
-		for n < r.maxBatch {
-			select {
-			case op := <-r.queue:
-				batch = append(batch, op)
-				n += len(op.muts)
-			default:
-				break drain
-			}
-		}
-		muts := make([]zen.Mutation, 0, n)
-		for _, op := range batch {
-			muts = append(muts, op.muts...)
-		}
-		for backoff := time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-			err := r.standby.Apply(ctx, muts)
-			if err == nil {
-				break
-			}
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			r.m.retries.Inc()
-			r.log.Warn("apply to standby", zap.Int("mutations", len(muts)), zap.Error(err))
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(backoff):
-			}
-		}
-		now := time.Now()
-		for _, op := range batch {
-			r.m.lag.Observe(now.Sub(op.at).Seconds())
-		}
-		r.head.Store(0)
-		r.mu.Lock()
-		r.applied.Add(int64(len(batch)))
-		r.cond.Broadcast()
-		r.mu.Unlock()
+		t.Stop()
 	}
 }
 
-// Flush waits until every write enqueued before the call is on the standby, or ctx is done.
+// pass applies one page of the log. It returns the entries left in place (pending ones),
+// whether a full page was acknowledged (so more may follow at once), and the first error.
+func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) {
+	defer func() {
+		r.mu.Lock()
+		r.passes++
+		r.cond.Broadcast()
+		r.mu.Unlock()
+	}()
+	rows, err := r.primary.Scan(ctx, zen.ScanOptions{Start: logPrefix, Stop: prefixEnd(logPrefix), Limit: r.maxBatch})
+	if err != nil {
+		return 0, false, fmt.Errorf("read change log: %w", err)
+	}
+	if len(rows) == 0 {
+		r.oldest.Store(0)
+		return 0, false, nil
+	}
+	r.oldest.Store(int64(binary.BigEndian.Uint64(rows[0].Key[len(logPrefix):])))
+	seen := map[string]bool{}
+	var keys [][]byte
+	var acks []zen.Mutation
+	var ackTimes []int64
+	now := time.Now()
+	for _, kv := range rows {
+		if len(kv.Key) != len(logPrefix)+8 {
+			r.log.Error("corrupt change-log key; dropped", zap.Int("len", len(kv.Key)))
+			acks = append(acks, zen.Mutation{Key: kv.Key, Delete: true})
+			continue
+		}
+		at := int64(binary.BigEndian.Uint64(kv.Key[len(logPrefix):]))
+		state, ks, err := decodeEntry(kv.Value)
+		if err != nil {
+			r.log.Error("corrupt change-log entry; dropped (run resync)", zap.Int64("seq", at))
+			acks = append(acks, zen.Mutation{Key: kv.Key, Delete: true})
+			continue
+		}
+		for _, k := range ks {
+			if !seen[string(k)] {
+				seen[string(k)] = true
+				keys = append(keys, k)
+			}
+		}
+		if state == entryPending && now.Sub(time.Unix(0, at)) < r.pendingTimeout {
+			left++
+			continue
+		}
+		acks = append(acks, zen.Mutation{Key: kv.Key, Delete: true})
+		ackTimes = append(ackTimes, at)
+	}
+	if len(keys) > 0 {
+		vals, err := getMany(ctx, r.primary, keys)
+		if err != nil {
+			return left, false, fmt.Errorf("read primary: %w", err)
+		}
+		muts := make([]zen.Mutation, len(keys))
+		for i, k := range keys {
+			muts[i] = zen.Mutation{Key: k, Value: vals[i], Delete: vals[i] == nil}
+		}
+		if err := r.standby.Apply(ctx, muts); err != nil {
+			return left, false, fmt.Errorf("apply %d rows to the standby: %w", len(muts), err)
+		}
+	}
+	if len(acks) > 0 {
+		if err := r.primary.Apply(ctx, acks); err != nil {
+			return left, false, fmt.Errorf("acknowledge %d change-log entries: %w", len(acks), err)
+		}
+	}
+	done := time.Now()
+	for _, at := range ackTimes {
+		r.m.lag.Observe(done.Sub(time.Unix(0, at)).Seconds())
+	}
+	r.m.applied.Add(float64(len(ackTimes)))
+	if left == 0 && len(rows) < r.maxBatch {
+		r.oldest.Store(0)
+	}
+	return left, len(rows) == r.maxBatch && len(acks) > 0, nil
+}
+
+// getMany reads keys from t (nil for an absent row), in one call where t supports it.
+func getMany(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
+	if mg, ok := t.(zen.MultiGetter); ok {
+		return mg.GetMany(ctx, keys)
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		v, err := t.Get(ctx, k)
+		switch {
+		case errors.Is(err, zen.ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			if v == nil {
+				v = []byte{}
+			}
+			out[i] = v
+		}
+	}
+	return out, nil
+}
+
+// Flush waits until every write that completed before the call is on the standby, or ctx is
+// done. Sequences are write times, so this covers other processes' entries (ResyncAll) too.
 func (r *Replicator) Flush(ctx context.Context) error {
-	target := r.enqueued.Load()
+	target := max(r.lastSeq.Load(), uint64(time.Now().UnixNano()))
 	stop := context.AfterFunc(ctx, func() {
 		r.mu.Lock()
 		r.cond.Broadcast()
 		r.mu.Unlock()
 	})
 	defer stop()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for r.applied.Load() < target {
+	for {
+		rows, err := r.primary.Scan(ctx, zen.ScanOptions{Start: logPrefix, Stop: logKey(target + 1), Limit: 1})
+		if err != nil {
+			return fmt.Errorf("flush: read change log: %w", err)
+		}
+		if len(rows) == 0 {
+			return nil
+		}
+		r.poke()
+		r.mu.Lock()
+		for p := r.passes; r.passes < p+2 && ctx.Err() == nil; {
+			r.cond.Wait()
+		}
+		r.mu.Unlock()
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		r.cond.Wait()
 	}
-	return nil
 }
 
 // Get reads from the primary.
@@ -222,38 +369,135 @@ func (r *Replicator) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return r.primary.Get(ctx, key)
 }
 
-// Scan reads from the primary.
+// Scan reads from the primary; change-log rows are not part of the table.
 func (r *Replicator) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
-	return r.primary.Scan(ctx, o)
+	rows, err := r.primary.Scan(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	out := rows[:0]
+	for _, kv := range rows {
+		if !isLogKey(kv.Key) {
+			out = append(out, kv)
+		}
+	}
+	return out, nil
 }
 
-// Apply writes to the primary, then queues the batch for the standby.
-func (r *Replicator) Apply(ctx context.Context, muts []zen.Mutation) error {
-	if err := r.primary.Apply(ctx, muts); err != nil {
-		return err
+func mutationKeys(muts []zen.Mutation) [][]byte {
+	keys := make([][]byte, 0, len(muts))
+	seen := make(map[string]bool, len(muts))
+	for _, m := range muts {
+		if !seen[string(m.Key)] {
+			seen[string(m.Key)] = true
+			keys = append(keys, m.Key)
+		}
 	}
-	r.enqueue(muts)
+	return keys
+}
+
+func checkNotLog(keys ...[]byte) error {
+	for _, k := range keys {
+		if isLogKey(k) {
+			return fmt.Errorf("replicator: key %x is in the reserved change-log range", k[:min(len(k), 8)])
+		}
+	}
 	return nil
 }
 
-// CheckAndSet runs on the primary; when it wrote, the resulting row is queued for the standby.
-func (r *Replicator) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
-	ok, err := r.primary.CheckAndSet(ctx, key, expected, value)
-	if err != nil || !ok {
-		return ok, err
+// Apply writes the batch and its change-log entry to the primary in one atomic batch.
+func (r *Replicator) Apply(ctx context.Context, muts []zen.Mutation) error {
+	if len(muts) == 0 {
+		return nil
 	}
-	r.enqueue([]zen.Mutation{{Key: key, Value: value, Delete: value == nil}})
-	return true, nil
+	keys := mutationKeys(muts)
+	if err := checkNotLog(keys...); err != nil {
+		return err
+	}
+	all := make([]zen.Mutation, 0, len(muts)+1)
+	all = append(append(all, muts...), zen.Mutation{Key: logKey(r.nextSeq()), Value: encodeEntry(entryCommitted, keys)})
+	if err := r.primary.Apply(ctx, all); err != nil {
+		return err
+	}
+	r.poke()
+	return nil
 }
 
-// Increment runs on the primary; the new counter value is queued for the standby.
-func (r *Replicator) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
-	n, err := r.primary.Increment(ctx, key, delta)
-	if err != nil {
-		return n, err
+// single runs a single-row operation between a pending change-log entry and its commit.
+func (r *Replicator) single(ctx context.Context, key []byte, op func() error) error {
+	if err := checkNotLog(key); err != nil {
+		return err
 	}
-	r.enqueue([]zen.Mutation{{Key: key, Value: binary.BigEndian.AppendUint64(nil, uint64(n))}})
-	return n, nil
+	lk := logKey(r.nextSeq())
+	keys := [][]byte{key}
+	if err := r.primary.Apply(ctx, []zen.Mutation{{Key: lk, Value: encodeEntry(entryPending, keys)}}); err != nil {
+		return err
+	}
+	opErr := op()
+	// Committed whatever the outcome: the applier copies what the primary holds. If this write
+	// fails, the entry stays pending until PendingTimeout, then is applied all the same.
+	if err := r.primary.Apply(ctx, []zen.Mutation{{Key: lk, Value: encodeEntry(entryCommitted, keys)}}); err != nil && opErr == nil {
+		r.log.Warn("commit change-log entry; applied after the pending timeout", zap.Error(err))
+	}
+	r.poke()
+	return opErr
+}
+
+// CheckAndSet runs on the primary between a pending change-log entry and its commit.
+func (r *Replicator) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
+	var ok bool
+	err := r.single(ctx, key, func() (err error) {
+		ok, err = r.primary.CheckAndSet(ctx, key, expected, value)
+		return err
+	})
+	return ok, err
+}
+
+// Increment runs on the primary between a pending change-log entry and its commit.
+func (r *Replicator) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
+	var n int64
+	err := r.single(ctx, key, func() (err error) {
+		n, err = r.primary.Increment(ctx, key, delta)
+		return err
+	})
+	return n, err
+}
+
+// ResyncAll queues every row of the primary and of the standby for copying, through the change
+// log: the repair for a standby that was rebuilt or that missed writes. It writes the entries
+// only; a running Replicator (or the next one to start) applies them. progress, if set, is
+// called with the rows queued so far. It returns the number of rows queued.
+func ResyncAll(ctx context.Context, primary, standby zen.Table, progress func(n int)) (int, error) {
+	r := &Replicator{primary: primary}
+	total := 0
+	for _, src := range []struct {
+		name string
+		t    zen.Table
+	}{{"primary", primary}, {"standby", standby}} {
+		var start []byte
+		for {
+			rows, err := src.t.Scan(ctx, zen.ScanOptions{Start: start, Stop: logPrefix, Limit: 1000})
+			if err != nil {
+				return total, fmt.Errorf("resync: scan %s: %w", src.name, err)
+			}
+			if len(rows) == 0 {
+				break
+			}
+			keys := make([][]byte, len(rows))
+			for i, kv := range rows {
+				keys[i] = kv.Key
+			}
+			if err := primary.Apply(ctx, []zen.Mutation{{Key: logKey(r.nextSeq()), Value: encodeEntry(entryCommitted, keys)}}); err != nil {
+				return total, fmt.Errorf("resync: queue: %w", err)
+			}
+			total += len(rows)
+			if progress != nil {
+				progress(total)
+			}
+			start = append(bytes.Clone(rows[len(rows)-1].Key), 0)
+		}
+	}
+	return total, nil
 }
 
 // Resync copies user's rows from the primary to the standby and deletes the standby's rows the

@@ -1,8 +1,10 @@
 package feedsvc
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,8 +114,10 @@ func TestReplicatorCopiesWrites(t *testing.T) {
 	if diff := cmp.Diff(dump(t, p), dump(t, s)); diff != "" {
 		t.Errorf("standby differs from primary (-primary +standby):\n%s", diff)
 	}
-	if n := metricValue(t, reg, "smartfeed_feed_replication_lag_seconds"); n != 56 {
-		t.Errorf("lag samples = %v, want one per replicated write (56)", n)
+	// One log entry per write: 50 applies, 1+1 CheckAndSets (the refused one too), 1 delete by
+	// CheckAndSet, 3 increments, 1 delete.
+	if n := metricValue(t, reg, "smartfeed_feed_replication_lag_seconds"); n != 57 {
+		t.Errorf("lag samples = %v, want one per replicated write (57)", n)
 	}
 	if v := r.Staleness(); v != 0 {
 		t.Errorf("staleness after flush = %v, want 0", v)
@@ -151,30 +155,135 @@ func TestReplicatorSurvivesStandbyOutage(t *testing.T) {
 	}
 }
 
-// A full queue drops writes (counted) instead of blocking the primary; Resync repairs.
-func TestReplicatorDropAndResync(t *testing.T) {
-	r, p, s, reg := newRepl(t, ReplicatorOptions{QueueSize: 2})
-	// Not running: the queue fills.
+// A crash with writes not yet on the standby loses nothing: the change log is in the primary,
+// and the next Replicator replays it. A standby rebuilt empty is repaired by ResyncAll.
+func TestReplicatorReplaysAfterCrashAndResyncs(t *testing.T) {
+	r, p, s, _ := newRepl(t, ReplicatorOptions{})
+	// Not running: the process "crashes" with every write still in the log.
 	u := userID(t, 1)
 	for i := range 5 {
 		if err := r.Apply(t.Context(), []zen.Mutation{{Key: itemKey(u, position{Seq: uint64(i + 1)}), Value: []byte("x")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := metricValue(t, reg, "smartfeed_feed_replication_dropped_total"); n != 3 {
-		t.Errorf("dropped = %v, want 3", n)
+	if _, err := r.Increment(t.Context(), counterKey(u), 3); err != nil {
+		t.Fatal(err)
 	}
-	// A stray standby row the primary lacks goes too.
+	if rows := dump(t, s); len(rows) != 0 {
+		t.Fatalf("standby has %d rows before any applier ran", len(rows))
+	}
+	// A new process over the same stores.
+	r2, err := NewReplicator(p, s, ReplicatorOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, r2)
+	flush(t, r2)
+	if diff := cmp.Diff(dump(t, p), dump(t, s)); diff != "" {
+		t.Errorf("standby after replay (-primary +standby):\n%s", diff)
+	}
+	// The standby is rebuilt: empty, plus a stray row the primary lacks.
+	for _, kv := range dump(t, s) {
+		if err := s.Apply(t.Context(), []zen.Mutation{{Key: kv.Key, Delete: true}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := s.Apply(t.Context(), []zen.Mutation{{Key: pinKey(u, pinID(9)), Value: []byte("stale")}}); err != nil {
 		t.Fatal(err)
 	}
-	run(t, r)
-	flush(t, r)
-	n, err := Resync(t.Context(), p, s, u)
-	if err != nil || n != 4 {
-		t.Errorf("Resync = %d, %v; want 4 rows changed", n, err)
+	n, err := ResyncAll(t.Context(), p, s, nil)
+	if err != nil || n != 7 {
+		t.Errorf("ResyncAll = %d, %v; want 7 rows queued (6 primary, 1 standby)", n, err)
 	}
+	flush(t, r2)
 	if diff := cmp.Diff(dump(t, p), dump(t, s)); diff != "" {
 		t.Errorf("standby after resync (-primary +standby):\n%s", diff)
 	}
+	if rows, _ := p.Scan(t.Context(), zen.ScanOptions{Start: logPrefix, Stop: prefixEnd(logPrefix)}); len(rows) != 0 {
+		t.Errorf("%d change-log entries left after flush", len(rows))
+	}
+}
+
+// Concurrent writes of one key reach the standby with the primary's final value, whatever
+// order their log entries are applied in; Resync of one user still repairs a standby.
+func TestReplicatorConcurrentWritesConverge(t *testing.T) {
+	r, p, s, _ := newRepl(t, ReplicatorOptions{MaxBatch: 3})
+	run(t, r)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				k := fmt.Appendf(nil, "k%d", i%3)
+				if err := r.Apply(t.Context(), []zen.Mutation{{Key: k, Value: fmt.Appendf(nil, "w%d-%d", w, i)}}); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := r.CheckAndSet(t.Context(), []byte("cas"), nil, fmt.Appendf(nil, "w%d", w)); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := r.Increment(t.Context(), []byte("n"), 1); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	flush(t, r)
+	if diff := cmp.Diff(dump(t, p), dump(t, s)); diff != "" {
+		t.Errorf("standby differs from primary (-primary +standby):\n%s", diff)
+	}
+	u := userID(t, 2)
+	if err := s.Apply(t.Context(), []zen.Mutation{{Key: pinKey(u, pinID(9)), Value: []byte("stale")}}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := Resync(t.Context(), p, s, u); err != nil || n != 1 {
+		t.Errorf("Resync = %d, %v; want 1 row changed", n, err)
+	}
+}
+
+// A writer that dies between its pending entry and the operation's commit: the entry is
+// applied once PendingTimeout passes, with what the primary holds.
+func TestReplicatorPendingEntryOfDeadWriter(t *testing.T) {
+	r, p, s, _ := newRepl(t, ReplicatorOptions{PendingTimeout: 50 * time.Millisecond})
+	key := []byte("cas")
+	if err := p.Apply(t.Context(), []zen.Mutation{{Key: logKey(r.nextSeq()), Value: encodeEntry(entryPending, [][]byte{key})}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CheckAndSet(t.Context(), key, nil, []byte("v")); err != nil { // landed, never committed
+		t.Fatal(err)
+	}
+	run(t, r)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if v, err := s.Get(t.Context(), key); err == nil && string(v) == "v" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the dead writer's change never reached the standby")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	flush(t, r)
+	if diff := cmp.Diff(dump(t, p), dump(t, s)); diff != "" {
+		t.Errorf("standby differs (-primary +standby):\n%s", diff)
+	}
+}
+
+func FuzzDecodeEntry(f *testing.F) {
+	f.Add(encodeEntry(entryCommitted, [][]byte{[]byte("a"), []byte("bc")}))
+	f.Add(encodeEntry(entryPending, nil))
+	f.Add([]byte{0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		state, keys, err := decodeEntry(b)
+		if err != nil {
+			return
+		}
+		if got := encodeEntry(state, keys); !bytes.Equal(got, b) {
+			t.Fatalf("decode then encode = %x, want %x", got, b)
+		}
+	})
 }

@@ -88,10 +88,14 @@ func (c Config) Validate() error {
 // Deps are the service's collaborators.
 type Deps struct {
 	// Primary and Standby hold the materialized feed ("feed" table). Writes go to Primary
-	// only (wrap it with a Replicator to copy them to Standby); reads are hedged.
+	// only (wrap it with a Replicator to copy them to Standby, unless the database replicates
+	// them itself); reads are hedged.
 	Primary, Standby zen.Table
-	Generator        Generator
-	Enqueuer         Enqueuer
+	// StandbyGate, when set, is the Standby wrapped in a StalenessGate; the knobs file's
+	// standby.max_staleness tunes it. Set Standby to the gate too.
+	StandbyGate *StalenessGate
+	Generator   Generator
+	Enqueuer    Enqueuer
 	// Hedger runs the speculative reads; nil builds one with hedge.DefaultPolicy.
 	Hedger *hedge.Hedger
 	// Logger defaults to a no-op logger.
@@ -131,6 +135,7 @@ type Service struct {
 	activity         Activity
 	activityWait     time.Duration
 	indexShards      int
+	gate             *StalenessGate
 
 	// reenqueued remembers stale pending chunks already re-enqueued by this process.
 	mu         sync.Mutex
@@ -179,7 +184,7 @@ func New(d Deps, c Config) (*Service, error) {
 	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
-		indexShards: d.IndexShards}
+		indexShards: d.IndexShards, gate: d.StandbyGate}
 	s.cfg.Store(&c)
 	return s, nil
 }

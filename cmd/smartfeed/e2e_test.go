@@ -49,8 +49,8 @@ func TestEndToEndInvariants(t *testing.T) {
 	}
 }
 
-func runE2E(t *testing.T, twice bool) {
-	e := newE2E(t, twice)
+func runE2E(t *testing.T, twice bool, opts ...func(*config.Config)) *e2e {
+	e := newE2E(t, twice, opts...)
 
 	// --- Graph: A, B, C, D; one board each; one interest I.
 	A, B, C, D := e.user("alice"), e.user("bob"), e.user("carol"), e.user("dave")
@@ -136,6 +136,7 @@ func runE2E(t *testing.T, twice bool) {
 	for _, u := range []zen.ID{B, C, D} {
 		e.checkFeedUnique(u)
 	}
+	return e
 }
 
 // e2e is the running system and the test's model of what was fanned out.
@@ -188,7 +189,7 @@ func (g *recGen) Settle(ctx context.Context, user zen.ID, chunkID string, delive
 	return g.inner.Settle(ctx, user, chunkID, delivered)
 }
 
-func newE2E(t *testing.T, twice bool) *e2e {
+func newE2E(t *testing.T, twice bool, opts ...func(*config.Config)) *e2e {
 	cfg := config.DefaultConfig()
 	cfg.Redis.Addr = testenv.Redis(t)
 	cfg.Redis.Namespace = fmt.Sprintf("e2e_%d", time.Now().UnixNano())
@@ -197,6 +198,9 @@ func newE2E(t *testing.T, twice bool) *e2e {
 	cfg.GRPC.Addr = "127.0.0.1:0"
 	cfg.Admin.Addr = ""
 	cfg.ShutdownTimeout = config.Duration(10 * time.Second)
+	for _, o := range opts {
+		o(&cfg)
+	}
 	a, err := newApp(t.Context(), roleAll, cfg, zap.NewNop(), newRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +230,7 @@ func newE2E(t *testing.T, twice bool) *e2e {
 		t.Fatal(err)
 	}
 	e.gen = &recGen{inner: localGenerator{a.gen}}
-	e.svc, err = feedsvc.New(feedsvc.Deps{Primary: a.repl, Standby: a.faults[1], Generator: e.gen,
+	e.svc, err = feedsvc.New(feedsvc.Deps{Primary: a.feedPrimary, Standby: a.feedStandby, Generator: e.gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: a.feed.Hedger()}, a.feed.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -432,7 +436,7 @@ func (e *e2e) settle() {
 	e.drain()
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
-	e.must(e.a.repl.Flush(ctx))
+	e.must(e.a.standbyFlush(ctx))
 }
 
 // feedRow is one row of a user's 'f' range of the feed table.
@@ -515,7 +519,7 @@ func pendingPins(b []byte) ([]zen.ID, error) {
 // materialized returns the pins of the user's item rows in feed order.
 func (e *e2e) materialized(user zen.ID) []zen.ID {
 	e.t.Helper()
-	rows, err := scanFeed(e.ctx, e.a.repl, user)
+	rows, err := scanFeed(e.ctx, e.a.feedPrimary, user)
 	e.must(err)
 	var pins []zen.ID
 	for _, r := range rows {
@@ -555,7 +559,7 @@ func (e *e2e) locateWith(user zen.ID, gen *generator.Generator) map[zen.ID][]str
 			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+generator.SourceName(src))
 		}
 	}
-	rows, err := scanFeed(e.ctx, e.a.repl, user)
+	rows, err := scanFeed(e.ctx, e.a.feedPrimary, user)
 	e.must(err)
 	for _, r := range rows {
 		for _, p := range r.Pins {
@@ -701,7 +705,7 @@ func (e *e2e) checkFeedUnique(user zen.ID) {
 	for _, tb := range []struct {
 		name string
 		t    zen.Table
-	}{{"primary", e.a.repl}, {"standby", e.a.faults[1]}} {
+	}{{"primary", e.a.feedPrimary}, {"standby", e.a.feedStandby}} {
 		rows, err := scanFeed(e.ctx, tb.t, user)
 		e.must(err)
 		count := map[zen.ID]int{}
@@ -722,7 +726,7 @@ func (e *e2e) checkFeedUnique(user zen.ID) {
 // order, contiguous, in one chunk row range.
 func (e *e2e) checkOrder(user zen.ID) {
 	e.t.Helper()
-	rows, err := scanFeed(e.ctx, e.a.repl, user)
+	rows, err := scanFeed(e.ctx, e.a.feedPrimary, user)
 	e.must(err)
 	index := map[zen.ID]int{}
 	seqOf := map[zen.ID]uint64{}
@@ -1027,9 +1031,9 @@ func (f *failAfter) Increment(ctx context.Context, key []byte, delta int64) (int
 // its first write, checks the accounting, then replays the job in a fresh service.
 func (e *e2e) crashMaterialize(user zen.ID) {
 	e.t.Helper()
-	fa := &failAfter{Table: e.a.repl}
+	fa := &failAfter{Table: e.a.feedPrimary}
 	rec := &pinlatertest.Recorder{}
-	crashing, err := feedsvc.New(feedsvc.Deps{Primary: fa, Standby: e.a.faults[1], Generator: e.gen,
+	crashing, err := feedsvc.New(feedsvc.Deps{Primary: fa, Standby: e.a.feedStandby, Generator: e.gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: rec}}, e.a.feed.Config())
 	e.must(err)
 	page, err := crashing.GetFeed(e.ctx, feedsvc.Request{User: user, PageSize: 50})
@@ -1051,7 +1055,7 @@ func (e *e2e) crashMaterialize(user zen.ID) {
 	}
 	e.checkAccounting("after materialize crash, before restart", user)
 	// Restart: a new service over the healthy tables replays the job (as pinlater's retry would).
-	restarted, err := feedsvc.New(feedsvc.Deps{Primary: e.a.repl, Standby: e.a.faults[1], Generator: localGenerator{e.a.gen},
+	restarted, err := feedsvc.New(feedsvc.Deps{Primary: e.a.feedPrimary, Standby: e.a.feedStandby, Generator: localGenerator{e.a.gen},
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: e.a.pinClient}}, e.a.feed.Config())
 	e.must(err)
 	if err := restarted.HandleMaterialize(e.ctx, p); err != nil {
@@ -1095,9 +1099,12 @@ func (e *e2e) snapshot(users ...zen.ID) snapshot {
 		}
 		sort.Slice(s.Pools[u], func(i, j int) bool { return s.Pools[u][i].Pin < s.Pools[u][j].Pin })
 	}
-	kvs, err := e.a.repl.Scan(e.ctx, zen.ScanOptions{})
+	kvs, err := e.a.feedPrimary.Scan(e.ctx, zen.ScanOptions{})
 	e.must(err)
 	for _, kv := range kvs {
+		if kv.Key[0] == 0xff { // the replication canary (HBase mode): not part of the feed
+			continue
+		}
 		s.Feed[fmt.Sprintf("%x", kv.Key)] = fmt.Sprintf("%x", kv.Value)
 	}
 	return s

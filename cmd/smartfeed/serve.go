@@ -132,8 +132,13 @@ type app struct {
 	worker *worker.Worker
 	boards *graphsvc.BoardService
 	feed   *feedsvc.Service
-	repl   *feedsvc.Replicator
-	faults [2]*faults.Table // primary, standby of the feed
+	repl   *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
+	canary *feedsvc.Canary     // the lag probe of HBase's own replication
+	// feedPrimary and feedStandby are the tables feedsvc was built on (writes to the primary
+	// reach the standby through repl or HBase); standbyFlush waits for them to agree.
+	feedPrimary, feedStandby zen.Table
+	standbyFlush             func(context.Context) error
+	faults                   [2]*faults.Table // primary, standby of the feed
 
 	pinClient *pinlater.Client
 	pinServer *pinlater.Server
@@ -259,19 +264,39 @@ func (a *app) buildGenerator(ctx context.Context) error {
 }
 
 func (a *app) buildFeed(ctx context.Context) error {
-	primary, err := a.stores.table(ctx, storePrimary, tableFeed)
-	if err != nil {
-		return err
-	}
+	// The standby first: with HBase's replication its table must exist before the primary's
+	// first edits ship.
 	standby, err := a.stores.table(ctx, storeStandby, tableFeed)
 	if err != nil {
 		return err
 	}
-	a.faults = [2]*faults.Table{faults.Wrap(primary, 1), faults.Wrap(standby, 2)}
-	a.repl, err = feedsvc.NewReplicator(a.faults[0], a.faults[1], feedsvc.ReplicatorOptions{
-		Logger: a.log.Named("replicator"), Registerer: a.reg})
+	primary, err := a.stores.table(ctx, storePrimary, tableFeed)
 	if err != nil {
-		return fmt.Errorf("replicator: %w", err)
+		return err
+	}
+	a.faults = [2]*faults.Table{faults.Wrap(primary, 1), faults.Wrap(standby, 2)}
+	var writeTo zen.Table
+	var lag feedsvc.Lagger
+	if a.cfg.Storage.Backend == config.BackendHBase && a.cfg.Storage.HBase.NativeReplication() {
+		// HBase ships the primary's WAL to the standby: the service writes the primary only and
+		// measures the lag with a canary row.
+		a.canary, err = feedsvc.NewCanary(a.faults[0], a.faults[1], feedsvc.CanaryOptions{
+			Logger: a.log.Named("canary"), Registerer: a.reg})
+		if err != nil {
+			return fmt.Errorf("replication canary: %w", err)
+		}
+		writeTo, lag, a.standbyFlush = a.faults[0], a.canary, a.canary.Flush
+	} else {
+		a.repl, err = feedsvc.NewReplicator(a.faults[0], a.faults[1], feedsvc.ReplicatorOptions{
+			Logger: a.log.Named("replicator"), Registerer: a.reg})
+		if err != nil {
+			return fmt.Errorf("replicator: %w", err)
+		}
+		writeTo, lag, a.standbyFlush = a.repl, a.repl, a.repl.Flush
+	}
+	gate, err := feedsvc.NewStalenessGate(a.faults[1], lag, a.cfg.Feed.StandbyMaxStaleness.D(), a.reg)
+	if err != nil {
+		return fmt.Errorf("standby staleness gate: %w", err)
 	}
 	h := a.cfg.Feed.Hedge
 	pol := hedge.DefaultPolicy()
@@ -294,7 +319,8 @@ func (a *app) buildFeed(ctx context.Context) error {
 	}
 	fc := feedsvc.DefaultConfig()
 	fc.GeneratorDeadline, fc.MaxItems = a.cfg.Feed.GeneratorDeadline.D(), a.cfg.Feed.MaxItems
-	deps := feedsvc.Deps{Primary: a.repl, Standby: a.faults[1], Generator: gen,
+	a.feedPrimary, a.feedStandby = writeTo, gate
+	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
 		Logger: a.log.Named("feedsvc"), Registerer: a.reg}
 	// Deleted pins are filtered on read where this process has the graph (the main store);
@@ -413,7 +439,8 @@ func (a *app) adminAddr() string {
 //  3. feedsvc Wait: background settles, enqueues and warm-up reads started by those calls;
 //  4. pinlater server Shutdown: running tasks finish within worker.shutdown_timeout, the rest
 //     go back to Redis for another worker;
-//  5. replicator Flush then stop: queued writes reach the standby (what is left is for Resync);
+//  5. replicator Flush then stop: logged writes reach the standby (what is left stays in the
+//     primary's change log and is applied by the next start);
 //  6. pinlater client/admin and the generator connection close;
 //  7. admin HTTP server (metrics stay scrapeable until here);
 //  8. stores close (Pebble flushes its memtables).
@@ -425,6 +452,14 @@ func (a *app) run(ctx context.Context) error {
 		g.Go(func() error {
 			if err := a.repl.Run(gctx); err != nil && !errors.Is(err, context.Canceled) {
 				return fmt.Errorf("replicator: %w", err)
+			}
+			return nil
+		})
+	}
+	if a.canary != nil {
+		g.Go(func() error {
+			if err := a.canary.Run(gctx); err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("replication canary: %w", err)
 			}
 			return nil
 		})
@@ -537,7 +572,7 @@ func (a *app) shutdown(ctx context.Context, stopBG context.CancelFunc) error {
 		step("replicator", func() error {
 			err := a.repl.Flush(ctx)
 			if err != nil {
-				err = fmt.Errorf("standby flush (run Resync for what is left): %w", err)
+				err = fmt.Errorf("standby flush (the rest stays in the change log for the next start): %w", err)
 			}
 			return err
 		})

@@ -68,7 +68,10 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 		if name == storeStandby && h.StandbyZK == h.PrimaryZK {
 			prefix += "standby_"
 		}
-		hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix, ZookeeperRoot: h.ZookeeperRoot})
+		// With HBase's own replication the primary's tables carry REPLICATION_SCOPE 1; the
+		// standby cluster has the same tables under the same prefix.
+		replicated := name == storePrimary && h.NativeReplication()
+		hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix, ZookeeperRoot: h.ZookeeperRoot, Replicated: replicated})
 		if err != nil {
 			return nil, fmt.Errorf("open hbase %s at %s: %w", name, zk, err)
 		}

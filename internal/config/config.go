@@ -68,6 +68,31 @@ type HBase struct {
 	TablePrefix string `json:"table_prefix"`
 	// ZookeeperRoot is HBase's znode. Default "/hbase".
 	ZookeeperRoot string `json:"zookeeper_root"`
+	// Replication says who copies the materialized feed from the primary to the standby:
+	// "hbase" (HBase's own replication: the primary's feed table is created with
+	// REPLICATION_SCOPE 1 and a replication peer to the standby cluster must exist, e.g.
+	// scripts/hbase.sh replicate; the service only measures the lag with a canary) or "app"
+	// (the feed service's change-log Replicator). Default "auto": hbase when primary_zk and
+	// standby_zk differ, app when they are one cluster.
+	Replication string `json:"replication"`
+}
+
+// Replication modes of HBase.Replication.
+const (
+	ReplicationAuto  = "auto"
+	ReplicationHBase = "hbase"
+	ReplicationApp   = "app"
+)
+
+// NativeReplication reports whether HBase itself replicates the feed from primary to standby.
+func (h HBase) NativeReplication() bool {
+	switch h.Replication {
+	case ReplicationHBase:
+		return true
+	case ReplicationApp:
+		return false
+	}
+	return h.PrimaryZK != h.StandbyZK
 }
 
 // Redis locates the pinlater Redis.
@@ -134,6 +159,9 @@ type Feed struct {
 	Faults bool `json:"faults"`
 	// Hedge is the initial speculative-read policy (live-tunable with `smartfeed hedge`).
 	Hedge Hedge `json:"hedge"`
+	// StandbyMaxStaleness refuses standby reads while replication lags more than this (0:
+	// never refuse); live-tunable in the knobs file (standby.max_staleness). Default 30s.
+	StandbyMaxStaleness Duration `json:"standby_max_staleness"`
 }
 
 // Hedge is the initial hedging policy of the materialized reads.
@@ -159,7 +187,7 @@ func DefaultConfig() Config {
 		Storage: Storage{
 			Backend: BackendPebble,
 			DataDir: "data",
-			HBase:   HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase"},
+			HBase:   HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto},
 		},
 		Redis:     Redis{Addr: "127.0.0.1:6379"},
 		GRPC:      GRPC{Addr: ":9090"},
@@ -168,8 +196,9 @@ func DefaultConfig() Config {
 		Worker:    Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second)},
 		Generator: Generator{},
 		Feed: Feed{
-			GeneratorDeadline: Duration(150 * time.Millisecond),
-			MaxItems:          1000,
+			GeneratorDeadline:   Duration(150 * time.Millisecond),
+			MaxItems:            1000,
+			StandbyMaxStaleness: Duration(30 * time.Second),
 			Hedge: Hedge{
 				Mode:       "percentile",
 				Delay:      Duration(10 * time.Millisecond),
@@ -201,6 +230,14 @@ func (c Config) Validate() error {
 			if q.v == "" {
 				bad("%s: empty (the hbase backend needs a ZooKeeper quorum per store)", q.name)
 			}
+		}
+		switch h.Replication {
+		case ReplicationAuto, ReplicationHBase, ReplicationApp:
+			if h.Replication == ReplicationHBase && h.PrimaryZK == h.StandbyZK {
+				bad("storage.hbase.replication: hbase needs the standby on another cluster than the primary")
+			}
+		default:
+			bad("storage.hbase.replication: %q is not auto, hbase or app", h.Replication)
 		}
 	default:
 		bad("storage.backend: %q is neither %q nor %q", c.Storage.Backend, BackendPebble, BackendHBase)
@@ -236,6 +273,9 @@ func (c Config) Validate() error {
 	}
 	if c.Feed.GeneratorDeadline <= 0 {
 		bad("feed.generator_deadline: must be positive")
+	}
+	if c.Feed.StandbyMaxStaleness < 0 {
+		bad("feed.standby_max_staleness: negative")
 	}
 	if c.Feed.MaxItems < 1 {
 		bad("feed.max_items: %d must be at least 1", c.Feed.MaxItems)

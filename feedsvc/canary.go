@@ -1,0 +1,190 @@
+package feedsvc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// canaryKey is the canary row of the feed table, in the reserved range beside the change log:
+// no feed read ever scans it.
+var canaryKey = []byte{0xff, 'r', 'c'}
+
+// Canary measures the lag of replication that the database does itself (HBase's replication
+// from the primary cluster to the standby): every Interval it writes the current time into a
+// canary row on the primary and watches for it on the standby. The lag of the last canary seen
+// is observed; while a canary is outstanding, the staleness is at least its age.
+//
+// The canary row lives in one region, so on a cluster of several region servers it measures the
+// replication queue of that region's server; HBase ships each server's WAL in order.
+type Canary struct {
+	primary, standby zen.Table
+	interval, poll   time.Duration
+	log              *zap.Logger
+	hist             prometheus.Histogram
+	gauge            prometheus.GaugeFunc
+	errs             *prometheus.CounterVec
+
+	wake     chan struct{}
+	mu       sync.Mutex
+	lastLag  time.Duration
+	inflight time.Time // write time of the outstanding canary, zero when none
+	seen     time.Time // write time of the newest canary seen on the standby
+}
+
+// CanaryOptions configures a Canary.
+type CanaryOptions struct {
+	// Interval between canary writes. Default 1s.
+	Interval time.Duration
+	// Poll is how often the standby is read while a canary is outstanding. Default 10ms.
+	Poll   time.Duration
+	Logger *zap.Logger
+	// Registerer receives smartfeed_replication_lag_seconds and friends; nil registers nothing.
+	Registerer prometheus.Registerer
+}
+
+// NewCanary returns a Canary over the feed table's primary and standby; call Run.
+func NewCanary(primary, standby zen.Table, o CanaryOptions) (*Canary, error) {
+	if o.Interval == 0 {
+		o.Interval = time.Second
+	}
+	if o.Poll == 0 {
+		o.Poll = 10 * time.Millisecond
+	}
+	if o.Interval <= 0 || o.Poll <= 0 {
+		return nil, fmt.Errorf("canary: interval %v and poll %v must be positive", o.Interval, o.Poll)
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	c := &Canary{primary: primary, standby: standby, interval: o.Interval, poll: o.Poll, log: o.Logger,
+		wake: make(chan struct{}, 1)}
+	c.hist = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "smartfeed_replication_canary_seconds",
+		Help:    "Time for a canary row written on the primary to be readable on the standby.",
+		Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)})
+	c.gauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "smartfeed_replication_lag_seconds",
+		Help: "How far the standby is behind the primary: the last canary's lag, or the age of the canary still awaited."},
+		func() float64 { return c.Staleness().Seconds() })
+	c.errs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "smartfeed_replication_canary_errors_total", Help: "Canary writes or reads that failed, by store."},
+		[]string{"store"})
+	if o.Registerer != nil {
+		for _, m := range []prometheus.Collector{c.hist, c.gauge, c.errs} {
+			if err := o.Registerer.Register(m); err != nil {
+				return nil, fmt.Errorf("register canary metrics: %w", err)
+			}
+		}
+	}
+	return c, nil
+}
+
+// Staleness is how far the standby is known to be behind: the age of the outstanding canary,
+// or the last canary's lag when none is outstanding.
+func (c *Canary) Staleness() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.inflight.IsZero() {
+		return max(c.lastLag, time.Since(c.inflight))
+	}
+	return c.lastLag
+}
+
+// Run writes and watches canaries until ctx is done; it returns ctx's error.
+func (c *Canary) Run(ctx context.Context) error {
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	for {
+		c.once(ctx)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		case <-c.wake:
+		}
+	}
+}
+
+// Flush waits until a canary written after the call is readable on the standby: HBase ships a
+// region server's WAL in order, so every write the canary's server took before it is there too.
+// It needs Run to be running.
+func (c *Canary) Flush(ctx context.Context) error {
+	start := time.Now()
+	for {
+		c.mu.Lock()
+		ok := !c.seen.Before(start)
+		c.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("canary flush: %w", ctx.Err())
+		case <-time.After(c.poll):
+		}
+	}
+}
+
+// once writes one canary (unless one is still outstanding) and watches for it until the next
+// interval is due.
+func (c *Canary) once(ctx context.Context) {
+	c.mu.Lock()
+	pending := c.inflight
+	c.mu.Unlock()
+	if pending.IsZero() {
+		now := time.Now()
+		v := binary.BigEndian.AppendUint64(nil, uint64(now.UnixNano()))
+		wctx, cancel := context.WithTimeout(ctx, c.interval)
+		err := c.primary.Apply(wctx, []zen.Mutation{{Key: canaryKey, Value: v}})
+		cancel()
+		if err != nil {
+			// A primary that takes no writes makes the standby no staler: keep the last lag.
+			c.errs.WithLabelValues("primary").Inc()
+			c.log.Debug("canary write", zap.Error(err))
+			return
+		}
+		c.mu.Lock()
+		c.inflight = now
+		c.mu.Unlock()
+		pending = now
+	}
+	deadline := time.Now().Add(c.interval - c.poll)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, c.interval)
+		v, err := c.standby.Get(rctx, canaryKey)
+		cancel()
+		seenAt := time.Now()
+		switch {
+		case err == nil && len(v) == 8 && int64(binary.BigEndian.Uint64(v)) >= pending.UnixNano():
+			c.mu.Lock()
+			c.lastLag, c.inflight, c.seen = seenAt.Sub(pending), time.Time{}, pending
+			c.mu.Unlock()
+			c.hist.Observe(seenAt.Sub(pending).Seconds())
+			return
+		case err != nil && !errors.Is(err, zen.ErrNotFound):
+			c.errs.WithLabelValues("standby").Inc()
+			c.log.Debug("canary read", zap.Error(err))
+		}
+		if seenAt.After(deadline) || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(c.poll):
+		}
+	}
+}
