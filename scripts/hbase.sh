@@ -8,6 +8,8 @@
 #   up:     resolves the classpath (cached in ~/.m2 after the first run), wipes run/hbase/ data,
 #           starts HMaster on a free ZooKeeper port, waits until tables can be created, then prints
 #           SMARTFEED_HBASE_ZK=127.0.0.1:<port> and writes it to run/hbase/env.
+#   restart: starts a stopped or killed instance again on its port with its data kept (HBase
+#           replays the dead region server's WAL), for crash tests.
 #   down:   stops only the pid that `up` started and waits for it to exit.
 #   status: prints the env line and exits 0 when it is up, exits 1 otherwise.
 #   replicate PRIMARY STANDBY: HBase's own replication from instance PRIMARY to STANDBY (both
@@ -79,7 +81,7 @@ running_port() {
 }
 
 up() {
-	local port pid
+	local port
 	if port=$(running_port) && [ -s "$ENVFILE" ]; then
 		log "already running, ZooKeeper on 127.0.0.1:$port"
 		cat "$ENVFILE"
@@ -90,14 +92,34 @@ up() {
 	mkdir -p "$DIR"
 	ensure_tools
 	classpath
-	local bin
-	bin=$(waiter)
-
 	rm -rf "$DIR/data" "$DIR/zk" "$DIR/tmp" "$DIR/logs" "$DIR/conf" "$ENVFILE" "$DIR/port"
 	mkdir -p "$DIR/logs" "$DIR/conf" "$DIR/tmp"
 	port=$(free_port)
 	sed -e "s#@ROOT@#$DIR#g" -e "s#@ZKPORT@#$port#g" "$CONF_SRC/hbase-site.xml" >"$DIR/conf/hbase-site.xml"
 	cp "$CONF_SRC/log4j2.properties" "$DIR/conf/"
+	start_jvm "$port"
+}
+
+# restart starts the instance again on its port with its data, as after a crash (kill -9):
+# HBase replays the write-ahead log of the region server that died.
+restart() {
+	local port
+	if port=$(running_port) && [ -s "$ENVFILE" ]; then
+		log "already running, ZooKeeper on 127.0.0.1:$port"
+		cat "$ENVFILE"
+		return 0
+	fi
+	[ -s "$DIR/port" ] && [ -f "$DIR/conf/hbase-site.xml" ] || die "$NAME has no data to restart with (scripts/hbase.sh up $NAME)"
+	port=$(cat "$DIR/port")
+	mv -f "$DIR/logs/hbase.out" "$DIR/logs/hbase.out.$(date +%s)" 2>/dev/null || true
+	start_jvm "$port"
+}
+
+# start_jvm PORT starts HMaster (with its region server and ZooKeeper) on the prepared DIR and
+# waits until it serves.
+start_jvm() {
+	local port="$1" pid bin
+	bin=$(waiter)
 
 	local jdk17_opts=(
 		-XX:+IgnoreUnrecognizedVMOptions
@@ -192,8 +214,9 @@ replicate() {
 
 case "${1:-}" in
 up) up ;;
+restart) restart ;;
 down) down ;;
 status) status ;;
 replicate) replicate "${2:-}" "${3:-}" ;;
-*) echo "usage: $0 up|down|status [NAME] | replicate PRIMARY STANDBY" >&2; exit 2 ;;
+*) echo "usage: $0 up|restart|down|status [NAME] | replicate PRIMARY STANDBY" >&2; exit 2 ;;
 esac
