@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
@@ -139,18 +140,29 @@ func TestHBasePrimaryKill(t *testing.T) {
 		time.Sleep(d)
 		return time.Since(start)
 	}
+	kill := func(name string) {
+		t.Helper()
+		pid, err := os.ReadFile(filepath.Join(root, "run", name, "hbase.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("kill", "-9", strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
+			t.Fatalf("kill -9 %s: %v %s", name, err, out)
+		}
+	}
 	tKill := phase("steady", 5*time.Second)
-	pid, err := os.ReadFile(filepath.Join(root, "run", "hbase-failp", "hbase.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("kill", "-9", strings.TrimSpace(string(pid))).CombinedOutput(); err != nil {
-		t.Fatalf("kill -9 the primary: %v %s", err, out)
-	}
+	kill("hbase-failp")
 	tRestart := phase("primary killed", 15*time.Second)
 	hb("restart", "hbase-failp")
 	tBack := time.Since(start)
-	phase("primary back", 10*time.Second)
+	tStandbyKill := phase("primary back", 10*time.Second)
+	warmErrs := gaugeOrCounter(t, e.a.reg, "smartfeed_hedge_warmup_errors_total")
+	kill("hbase-fails")
+	tStandbyRestart := phase("standby killed", 8*time.Second)
+	warmErrs = gaugeOrCounter(t, e.a.reg, "smartfeed_hedge_warmup_errors_total") - warmErrs
+	hb("restart", "hbase-fails")
+	tStandbyBack := time.Since(start)
+	phase("standby back", 5*time.Second)
 	stop()
 	wg.Wait()
 
@@ -211,8 +223,39 @@ func TestHBasePrimaryKill(t *testing.T) {
 	report("steady", 0, tKill)
 	report("primary dead", tKill, tRestart)
 	report("restarting", tRestart, tBack)
-	report("primary back", tBack, time.Hour)
+	report("primary back", tBack, tStandbyKill)
+	report("standby killed", tStandbyKill, tStandbyRestart)
+	report("standby restart", tStandbyRestart, tStandbyBack)
+	report("standby back", tStandbyBack, time.Hour)
+	t.Logf("warm-up reads that failed while the standby was dead: %v", warmErrs)
+	for _, s := range samples {
+		if s.at >= tStandbyKill && s.at < tStandbyBack && s.standby {
+			t.Errorf("a read at %v was served by the standby while it was dead", s.at)
+			break
+		}
+	}
 	t.Logf("feed rows %d on both; writer first pages %d", len(p), writes.Load())
+}
+
+// gaugeOrCounter sums the samples of a counter or gauge of g (0 when absent).
+func gaugeOrCounter(t *testing.T, g interface {
+	Gather() ([]*dto.MetricFamily, error)
+}, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return v
 }
 
 // repoRoot is the module root (where go.mod is), from the test's working directory.
