@@ -39,7 +39,7 @@ const (
 // (unique non-ID keys). It is safe for concurrent use.
 type Graph struct {
 	objects, edges, counters, modshard Table
-	shards                             *ShardMap
+	shards                             atomic.Pointer[ShardMap]
 	now                                func() time.Time
 	rr                                 atomic.Uint64 // round-robin position over open shards
 }
@@ -62,7 +62,8 @@ func NewGraph(ctx context.Context, s Store, shards *ShardMap, now func() time.Ti
 	if now == nil {
 		now = time.Now
 	}
-	g := &Graph{shards: shards, now: now}
+	g := &Graph{now: now}
+	g.shards.Store(shards)
 	for _, tt := range []struct {
 		name string
 		dst  *Table
@@ -81,8 +82,16 @@ func NewGraph(ctx context.Context, s Store, shards *ShardMap, now func() time.Ti
 // tests: two graphs seeded alike place the same sequence of objects on the same shards).
 func (g *Graph) SeedShards(n uint64) { g.rr.Store(n) }
 
-// Shards returns the graph's shard map.
-func (g *Graph) Shards() *ShardMap { return g.shards }
+// Shards returns the graph's current shard map.
+func (g *Graph) Shards() *ShardMap { return g.shards.Load() }
+
+// SetShards swaps the shard map atomically (a live map pushed from a file or ZooKeeper): calls
+// that start afterwards place new objects by it. A nil map is ignored.
+func (g *Graph) SetShards(m *ShardMap) {
+	if m != nil {
+		g.shards.Store(m)
+	}
+}
 
 func objectKey(id ID) []byte { return appendID(make([]byte, 0, 8), id) }
 
@@ -93,10 +102,11 @@ func allocKey(shard uint16, t Type) []byte {
 // pickShard returns the shard for a new object: near's shard when near is set and that shard is
 // open, else the next open shard round-robin.
 func (g *Graph) pickShard(near ID) uint16 {
-	if near != 0 && g.shards.IsOpen(near.Shard()) {
+	m := g.shards.Load()
+	if near != 0 && m.IsOpen(near.Shard()) {
 		return near.Shard()
 	}
-	open := g.shards.open
+	open := m.open
 	return open[(g.rr.Add(1)-1)%uint64(len(open))]
 }
 

@@ -41,7 +41,8 @@ func DefaultShardMap() *ShardMap {
 	return m
 }
 
-// NewShardMap validates ranges (From ≤ To, a store name, no overlaps, at least one open shard).
+// NewShardMap validates ranges (From ≤ To, a store name, no overlaps, no gaps: the ranges cover
+// shards 0 to the highest To without a hole, at least one open shard).
 func NewShardMap(ranges []ShardRange) (*ShardMap, error) {
 	rs := append([]ShardRange(nil), ranges...)
 	sort.Slice(rs, func(i, j int) bool { return rs[i].From < rs[j].From })
@@ -56,6 +57,12 @@ func NewShardMap(ranges []ShardRange) (*ShardMap, error) {
 		if i > 0 && rs[i-1].To >= r.From {
 			return nil, fmt.Errorf("shard map: ranges %d–%d and %d–%d overlap", rs[i-1].From, rs[i-1].To, r.From, r.To)
 		}
+		switch {
+		case i == 0 && r.From != 0:
+			return nil, fmt.Errorf("shard map: gap: shards 0–%d are in no range", r.From-1)
+		case i > 0 && int(rs[i-1].To)+1 != int(r.From):
+			return nil, fmt.Errorf("shard map: gap: shards %d–%d are in no range", rs[i-1].To+1, r.From-1)
+		}
 		if r.Open {
 			for s := int(r.From); s <= int(r.To); s++ {
 				m.open = append(m.open, uint16(s))
@@ -66,6 +73,53 @@ func NewShardMap(ranges []ShardRange) (*ShardMap, error) {
 		return nil, errors.New("shard map: no open shard")
 	}
 	return m, nil
+}
+
+// CheckStores reports the first range whose store is not among known: a map naming a store
+// the process cannot reach is refused before it is used.
+func (m *ShardMap) CheckStores(known ...string) error {
+	ok := make(map[string]bool, len(known))
+	for _, k := range known {
+		ok[k] = true
+	}
+	for _, r := range m.ranges {
+		if !ok[r.Store] {
+			return fmt.Errorf("shard map: range %d–%d: unknown store %q (known: %v)", r.From, r.To, r.Store, known)
+		}
+	}
+	return nil
+}
+
+// ParseShardMap decodes the JSON form of a shard map (see LoadShardMap) and validates it.
+func ParseShardMap(b []byte) (*ShardMap, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var f shardMapFile
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("shard map: %w", err)
+	}
+	return NewShardMap(f.Ranges)
+}
+
+// MarshalJSON encodes the map in the form ParseShardMap reads.
+func (m *ShardMap) MarshalJSON() ([]byte, error) {
+	return json.Marshal(shardMapFile{Ranges: m.ranges})
+}
+
+// Equal reports whether two maps have the same ranges.
+func (m *ShardMap) Equal(o *ShardMap) bool {
+	if m == nil || o == nil {
+		return m == o
+	}
+	if len(m.ranges) != len(o.ranges) {
+		return false
+	}
+	for i := range m.ranges {
+		if m.ranges[i] != o.ranges[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // LoadShardMap reads a JSON shard map file:
@@ -79,15 +133,9 @@ func LoadShardMap(path string) (*ShardMap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load shard map: %w", err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var f shardMapFile
-	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("load shard map %s: %w", path, err)
-	}
-	m, err := NewShardMap(f.Ranges)
+	m, err := ParseShardMap(b)
 	if err != nil {
-		return nil, fmt.Errorf("load shard map %s: %w", path, err)
+		return nil, fmt.Errorf("load %s: %w", path, err)
 	}
 	return m, nil
 }

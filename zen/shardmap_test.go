@@ -115,3 +115,63 @@ func TestPlacement(t *testing.T) {
 		t.Errorf("pin near closed board: shard %d, %v; want an open shard", pin.ID.Shard(), err)
 	}
 }
+
+func TestShardMapGapsAndStores(t *testing.T) {
+	for name, rs := range map[string][]zen.ShardRange{
+		"gap at 0":      {{From: 1, To: 9, Store: "a", Open: true}},
+		"gap inside":    {{From: 0, To: 9, Store: "a", Open: true}, {From: 11, To: 20, Store: "b"}},
+		"gap after one": {{From: 0, To: 0, Store: "a", Open: true}, {From: 2, To: 2, Store: "a"}},
+	} {
+		if _, err := zen.NewShardMap(rs); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	m, err := zen.ParseShardMap([]byte(`{"ranges": [{"from": 0, "to": 9, "store": "a", "open": true}, {"from": 10, "to": 4095, "store": "b"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.CheckStores("a", "b"); err != nil {
+		t.Errorf("CheckStores(a, b): %v", err)
+	}
+	if err := m.CheckStores("a"); err == nil {
+		t.Error("CheckStores(a): no error for store b")
+	}
+	b, err := m.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := zen.ParseShardMap(b)
+	if err != nil || !back.Equal(m) {
+		t.Errorf("round trip %s: %v, equal %v", b, err, back.Equal(m))
+	}
+	if m.Equal(zen.DefaultShardMap()) {
+		t.Error("two different maps compare equal")
+	}
+}
+
+// A live swap: objects created after SetShards follow the new map.
+func TestGraphSetShards(t *testing.T) {
+	ctx := context.Background()
+	g, err := zen.NewGraph(ctx, zenmem.New(), zen.DefaultShardMap(), newClock().Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := zen.NewShardMap([]zen.ShardRange{{From: 0, To: 99, Store: "default"}, {From: 100, To: 101, Store: "default", Open: true}, {From: 102, To: 4095, Store: "default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.SetShards(m)
+	for range 10 {
+		o, err := g.Create(ctx, zen.TypeUser, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := o.ID.Shard(); s != 100 && s != 101 {
+			t.Fatalf("after SetShards a user landed on shard %d, want 100 or 101", s)
+		}
+	}
+	g.SetShards(nil)
+	if g.Shards() != m {
+		t.Error("SetShards(nil) replaced the map")
+	}
+}

@@ -41,6 +41,7 @@ func commands() map[string]command {
 		"hedge":     {"show or set the hedging policy live; hedge suggest replays recorded latencies", runHedge},
 		"jobs":      {"operate pinlater queues (jobs queues|dead|inspect|retry|delete|pause|resume|rate|drain)", runJobs},
 		"resync":    {"queue the whole materialized feed for copying to the standby (a rebuilt standby)", runResync},
+		"shards":    {"check a shard map file, or publish it to the ZooKeeper znode running processes watch", runShards},
 		"id":        {"decode or encode a zen ID (id decode ID | id encode --shard S --type T --local L)", runID},
 		"modshard":  {"print the mod shard of a key (modshard KEY [--n 4096])", runModShard},
 	}

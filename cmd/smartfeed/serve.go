@@ -36,6 +36,7 @@ import (
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
 	"github.com/smartfeed/smartfeed/worker"
 	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/shardwatch"
 )
 
 // Roles: which services one process runs.
@@ -134,6 +135,8 @@ type app struct {
 	feed   *feedsvc.Service
 	repl   *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
 	canary *feedsvc.Canary     // the lag probe of HBase's own replication
+	// shardWatch keeps the graph's shard map live (file, ZooKeeper); nil with the default map.
+	shardWatch *shardwatch.Watcher
 	// feedPrimary and feedStandby are the tables feedsvc was built on (writes to the primary
 	// reach the standby through repl or HBase); standbyFlush waits for them to agree.
 	feedPrimary, feedStandby zen.Table
@@ -210,6 +213,9 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		if a.graph, err = zen.NewGraph(ctx, main, nil, nil); err != nil {
 			return nil, fmt.Errorf("graph: %w", err)
 		}
+		if err := a.buildShardWatch(); err != nil {
+			return nil, err
+		}
 		if a.has(roleWorker) {
 			if err := a.buildWorker(ctx); err != nil {
 				return nil, err
@@ -260,6 +266,31 @@ func (a *app) buildGenerator(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("generator: %w", err)
 	}
+	return nil
+}
+
+// shardStores are the store names a shard map may use: this binary opens one main store, so
+// every range names "default" until ranges can be routed to several stores.
+var shardStores = []string{"default"}
+
+// buildShardWatch loads the configured shard map (a bad file refuses the start) and prepares
+// its watchers, which run loops.
+func (a *app) buildShardWatch() error {
+	sm := a.cfg.Storage.ShardMap
+	if sm.File == "" && sm.ZK == "" {
+		return nil
+	}
+	w, err := shardwatch.New(a.graph.SetShards, shardwatch.Options{KnownStores: shardStores,
+		Logger: a.log.Named("shardmap"), Registerer: a.reg})
+	if err != nil {
+		return err
+	}
+	if sm.File != "" {
+		if err := w.LoadFile(sm.File); err != nil {
+			return fmt.Errorf("shard map: %w", err)
+		}
+	}
+	a.shardWatch = w
 	return nil
 }
 
@@ -455,6 +486,15 @@ func (a *app) run(ctx context.Context) error {
 			}
 			return nil
 		})
+	}
+	if a.shardWatch != nil {
+		sm := a.cfg.Storage.ShardMap
+		if sm.File != "" {
+			g.Go(func() error { _ = a.shardWatch.WatchFile(gctx, sm.File, 2*time.Second); return nil })
+		}
+		if sm.ZK != "" {
+			g.Go(func() error { _ = a.shardWatch.WatchZK(gctx, sm.ZK, sm.ZKPath); return nil })
+		}
 	}
 	if a.canary != nil {
 		g.Go(func() error {

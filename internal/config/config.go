@@ -54,6 +54,20 @@ type Storage struct {
 	PebbleNoSync bool `json:"pebble_no_sync"`
 	// HBase holds the quorums of the three stores.
 	HBase HBase `json:"hbase"`
+	// ShardMap is where the live shard map comes from; empty fields mean the default map
+	// (shards 0–4095 on store "default", all open).
+	ShardMap ShardMap `json:"shard_map"`
+}
+
+// ShardMap locates the live shard map: a JSON file, a ZooKeeper znode, or both (each change of
+// either is applied; a bad map is refused and the one in use kept).
+type ShardMap struct {
+	// File is a JSON shard map, watched for changes. Empty = none.
+	File string `json:"file"`
+	// ZK is the ZooKeeper quorum holding the map ("host:port,…"). Empty = none.
+	ZK string `json:"zk"`
+	// ZKPath is the znode of the map. Default "/smartfeed/shardmap".
+	ZKPath string `json:"zk_path"`
 }
 
 // HBase names the three HBase clusters by their ZooKeeper quorum ("host:port,...").
@@ -185,9 +199,10 @@ type Hedge struct {
 func DefaultConfig() Config {
 	return Config{
 		Storage: Storage{
-			Backend: BackendPebble,
-			DataDir: "data",
-			HBase:   HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto},
+			Backend:  BackendPebble,
+			DataDir:  "data",
+			HBase:    HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto},
+			ShardMap: ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
 		Redis:     Redis{Addr: "127.0.0.1:6379"},
 		GRPC:      GRPC{Addr: ":9090"},
@@ -241,6 +256,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("storage.backend: %q is neither %q nor %q", c.Storage.Backend, BackendPebble, BackendHBase)
+	}
+	if c.Storage.ShardMap.ZK != "" && !strings.HasPrefix(c.Storage.ShardMap.ZKPath, "/") {
+		bad("storage.shard_map.zk_path: %q must be an absolute znode path", c.Storage.ShardMap.ZKPath)
 	}
 	if c.Redis.Addr == "" {
 		bad("redis.addr: empty")

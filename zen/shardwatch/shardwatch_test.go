@@ -1,0 +1,159 @@
+package shardwatch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/smartfeed/smartfeed/internal/testenv"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+const (
+	mapA = `{"ranges": [{"from": 0, "to": 4095, "store": "default", "open": true}]}`
+	mapB = `{"ranges": [{"from": 0, "to": 2047, "store": "default"}, {"from": 2048, "to": 4095, "store": "default", "open": true}]}`
+)
+
+// recorder is the setter: the maps it was handed, in order.
+type recorder struct {
+	mu   sync.Mutex
+	maps []*zen.ShardMap
+}
+
+func (r *recorder) set(m *zen.ShardMap) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.maps = append(r.maps, m)
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.maps)
+}
+
+func newWatcher(t *testing.T) (*Watcher, *recorder, *prometheus.Registry) {
+	t.Helper()
+	rec := &recorder{}
+	reg := prometheus.NewRegistry()
+	w, err := New(rec.set, Options{KnownStores: []string{"default"}, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, rec, reg
+}
+
+func TestOfferAppliesGoodMapsAndKeepsTheOldOnBadOnes(t *testing.T) {
+	w, rec, _ := newWatcher(t)
+	for _, tc := range []struct {
+		name, doc string
+		wantErr   bool
+		wantSets  int
+	}{
+		{"first map", mapA, false, 1},
+		{"same bytes", mapA, false, 1},
+		{"gap", `{"ranges": [{"from": 0, "to": 9, "store": "default", "open": true}, {"from": 11, "to": 4095, "store": "default"}]}`, true, 1},
+		{"overlap", `{"ranges": [{"from": 0, "to": 10, "store": "default", "open": true}, {"from": 10, "to": 4095, "store": "default"}]}`, true, 1},
+		{"unknown store", `{"ranges": [{"from": 0, "to": 4095, "store": "elsewhere", "open": true}]}`, true, 1},
+		{"not json", `{"ranges": [`, true, 1},
+		{"new map", mapB, false, 2},
+	} {
+		err := w.Offer("file", []byte(tc.doc))
+		if (err != nil) != tc.wantErr {
+			t.Errorf("%s: err %v, want error %v", tc.name, err, tc.wantErr)
+		}
+		if got := rec.count(); got != tc.wantSets {
+			t.Errorf("%s: setter called %d times, want %d", tc.name, got, tc.wantSets)
+		}
+	}
+	if got := testutil.ToFloat64(w.updates.WithLabelValues("file", "refused")); got != 4 {
+		t.Errorf("refused counter = %v, want 4", got)
+	}
+	want, _ := zen.ParseShardMap([]byte(mapB))
+	if !w.Current().Equal(want) {
+		t.Errorf("current map %v, want map B", w.Current().Ranges())
+	}
+}
+
+func TestWatchFileSwapsOnChange(t *testing.T) {
+	w, rec, _ := newWatcher(t)
+	p := filepath.Join(t.TempDir(), "shards.json")
+	if err := os.WriteFile(p, []byte(mapA), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.LoadFile(p); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { _ = w.WatchFile(ctx, p, 5*time.Millisecond); close(done) }()
+	defer func() { cancel(); <-done }()
+	if err := os.WriteFile(p, []byte(`{"ranges": [{"from": 5, "to": 4095, "store": "default", "open": true}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if rec.count() != 1 {
+		t.Fatalf("a bad file was applied (%d maps)", rec.count())
+	}
+	if err := os.WriteFile(p, []byte(mapB), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return rec.count() == 2 })
+}
+
+// TestWatchZooKeeper pushes maps through the real ZooKeeper of the test HBase.
+func TestWatchZooKeeper(t *testing.T) {
+	quorum := testenv.HBase(t)
+	zpath := fmt.Sprintf("/smartfeed-test/%d/shardmap", time.Now().UnixNano())
+	w, rec, _ := newWatcher(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { _ = w.WatchZK(ctx, quorum, zpath); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	a, _ := zen.ParseShardMap([]byte(mapA))
+	if err := Publish(t.Context(), quorum, zpath, a); err != nil { // creates the znode: the watcher was waiting for it
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return rec.count() == 1 })
+	// A bad map written by hand is refused; the map in use stays.
+	conn, _, err := zk.Connect([]string{quorum}, 5*time.Second, zk.WithLogger(zapPrintf{w.log}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Set(zpath, []byte(`{"ranges": [{"from": 1, "to": 4095, "store": "default", "open": true}]}`), -1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return testutil.ToFloat64(w.updates.WithLabelValues("zookeeper", "refused")) == 1 })
+	if rec.count() != 1 || !w.Current().Equal(a) {
+		t.Fatal("a refused map replaced the one in use")
+	}
+	b, _ := zen.ParseShardMap([]byte(mapB))
+	if err := Publish(t.Context(), quorum, zpath, b); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return rec.count() == 2 })
+	if !w.Current().Equal(b) {
+		t.Errorf("current map %v, want map B", w.Current().Ranges())
+	}
+}
+
+func waitFor(t *testing.T, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
