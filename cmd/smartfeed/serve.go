@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
@@ -37,6 +38,7 @@ import (
 	"github.com/smartfeed/smartfeed/worker"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/shardwatch"
+	"github.com/smartfeed/smartfeed/zen/zencache"
 )
 
 // Roles: which services one process runs.
@@ -210,7 +212,18 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		}
 		a.pools = zen.NewPools(poolsT, nil)
 		// The graph: the worker's, and the deleted-pin filter of the generator and the feed.
-		if a.graph, err = zen.NewGraph(ctx, main, nil, nil); err != nil {
+		var graphStore zen.Store = main
+		if a.cfg.Cache.Enabled {
+			rdb := goredis.NewClient(&goredis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB})
+			a.conns = append(a.conns, rdb)
+			cached, err := zencache.Wrap(main, rdb, zencache.Options{Prefix: "zc:" + a.cfg.Redis.Namespace + ":",
+				TTL: a.cfg.Cache.TTL.D(), NegativeTTL: a.cfg.Cache.NegativeTTL.D(), Registerer: a.reg})
+			if err != nil {
+				return nil, fmt.Errorf("join cache: %w", err)
+			}
+			graphStore = cached
+		}
+		if a.graph, err = zen.NewGraph(ctx, graphStore, nil, nil); err != nil {
 			return nil, fmt.Errorf("graph: %w", err)
 		}
 		if err := a.buildShardWatch(); err != nil {

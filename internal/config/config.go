@@ -27,6 +27,8 @@ type Config struct {
 	Storage Storage `json:"storage"`
 	// Redis is the pinlater queue store.
 	Redis Redis `json:"redis"`
+	// Cache is the join cache of the graph (objects, edge pages, counts) on the same Redis.
+	Cache Cache `json:"cache"`
 	// GRPC is the public gRPC listener: every service of the role, health and reflection.
 	GRPC GRPC `json:"grpc"`
 	// Admin is the HTTP listener of /metrics, /debug/pprof, /healthz and /readyz.
@@ -121,6 +123,16 @@ type Redis struct {
 	Namespace string `json:"namespace"`
 }
 
+// Cache configures the graph's read-through join cache (zen/zencache) on the pinlater Redis.
+type Cache struct {
+	// Enabled turns it on. Default false. Writes to the graph then need Redis (to invalidate).
+	Enabled bool `json:"enabled"`
+	// TTL of a cached object, edge page or count. Default 10m.
+	TTL Duration `json:"ttl"`
+	// NegativeTTL of a cached miss. Default 5s.
+	NegativeTTL Duration `json:"negative_ttl"`
+}
+
 // GRPC is the public gRPC listener.
 type GRPC struct {
 	// Addr is the listen address. Default ":9090".
@@ -205,6 +217,7 @@ func DefaultConfig() Config {
 			ShardMap: ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
 		Redis:     Redis{Addr: "127.0.0.1:6379"},
+		Cache:     Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
 		GRPC:      GRPC{Addr: ":9090"},
 		Admin:     Admin{Addr: "127.0.0.1:9091"},
 		Log:       Log{Level: "info", Format: "json"},
@@ -259,6 +272,9 @@ func (c Config) Validate() error {
 	}
 	if c.Storage.ShardMap.ZK != "" && !strings.HasPrefix(c.Storage.ShardMap.ZKPath, "/") {
 		bad("storage.shard_map.zk_path: %q must be an absolute znode path", c.Storage.ShardMap.ZKPath)
+	}
+	if c.Cache.TTL <= 0 || c.Cache.NegativeTTL <= 0 || c.Cache.TTL > Duration(2*time.Hour) {
+		bad("cache: ttl %v and negative_ttl %v must be positive, ttl at most 2h", c.Cache.TTL, c.Cache.NegativeTTL)
 	}
 	if c.Redis.Addr == "" {
 		bad("redis.addr: empty")
