@@ -62,15 +62,16 @@ type Info struct {
 
 // Client enqueues tasks. It is safe for concurrent use; make one per process and Close it.
 type Client struct {
-	c      *asynq.Client
-	rdb    redis.UniversalClient
-	keys   keys
-	log    *zap.Logger
-	m      *metrics
-	ttl    time.Duration
-	mu     sync.Mutex
-	drainT time.Time
-	drain  map[string]bool
+	c          *asynq.Client
+	rdb        redis.UniversalClient
+	keys       keys
+	log        *zap.Logger
+	m          *metrics
+	ttl        time.Duration
+	mu         sync.Mutex
+	drainT     time.Time
+	refreshing bool // a caller is reading the drain set from Redis
+	drain      map[string]bool
 }
 
 // NewClient returns a client over the given Redis. logger and reg may be nil.
@@ -170,22 +171,48 @@ func (c *Client) Enqueue(ctx context.Context, t *Task, opts ...Option) (*Info, e
 	return &Info{ID: info.ID, Type: t.typ, Queue: o.queue}, nil
 }
 
-// isDraining reports whether queue is in drain mode, from a copy refreshed every c.ttl.
+// isDraining reports whether queue is in drain mode, from a copy refreshed every c.ttl. No lock
+// is held across the Redis call: while one caller refreshes, the others answer from the copy
+// they have, and a caller with no copy reads Redis itself under its own context. When Redis
+// fails and a copy exists, the copy answers (the enqueue that follows meets the outage itself).
 func (c *Client) isDraining(ctx context.Context, queue string) (bool, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.drain == nil || time.Since(c.drainT) >= c.ttl {
-		qs, err := c.rdb.SMembers(ctx, c.keys.draining()).Result()
-		if err != nil {
-			return false, fmt.Errorf("read drain set: %w", err)
-		}
-		c.drain = make(map[string]bool, len(qs))
-		for _, q := range qs {
-			c.drain[q] = true
-		}
-		c.drainT = time.Now()
+	if c.drain != nil && (time.Since(c.drainT) < c.ttl || c.refreshing) {
+		v := c.drain[queue]
+		c.mu.Unlock()
+		return v, nil
 	}
+	owner := !c.refreshing
+	c.refreshing = true
+	c.mu.Unlock()
+
+	qs, err := c.rdb.SMembers(ctx, c.keys.draining()).Result()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if owner {
+		c.refreshing = false
+	}
+	if err != nil {
+		if c.drain != nil {
+			return c.drain[queue], nil
+		}
+		return false, fmt.Errorf("read drain set: %w", err)
+	}
+	c.drain = make(map[string]bool, len(qs))
+	for _, q := range qs {
+		c.drain[q] = true
+	}
+	c.drainT = time.Now()
 	return c.drain[queue], nil
+}
+
+// Ping checks that Redis answers within ctx (readiness probes).
+func (c *Client) Ping(ctx context.Context) error {
+	if err := c.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
 }
 
 func checkNamespace(ns string) error {
