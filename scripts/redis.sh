@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# scripts/redis.sh up|down|status — a throwaway redis-server on a free loopback port for tests.
+# scripts/redis.sh up|down|status|wipe — the pinlater Redis on loopback, run as a real dependency.
 #   up:     installs Debian's redis-server if missing, starts it (data, pid, log under run/redis/),
 #           prints SMARTFEED_REDIS_ADDR=127.0.0.1:<port> and writes it to run/redis/env.
-#   down:   stops only the pid that `up` started.
+#           Durable: AOF on (appendfsync REDIS_APPENDFSYNC, default everysec; "always" fsyncs
+#           every write), and the data and the port are kept across down/up, so queued tasks
+#           survive a restart and clients reconnect to the same address. The first up picks a
+#           free port; later ups reuse it (a new one only if it was taken meanwhile).
+#   down:   stops only the pid that `up` started (SIGTERM: Redis flushes its AOF).
 #   status: prints the env line and exits 0 when it is up, exits 1 otherwise.
+#   wipe:   down, then delete the data (a fresh Redis on the next up).
+# The trade-off (docs/reliability.md): everysec loses at most about a second of acknowledged
+# enqueues if the machine (not just Redis) dies; always loses none and costs an fsync per write.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
@@ -34,12 +41,22 @@ up() {
 		apt_install redis-server
 	fi
 	mkdir -p "$DIR"
-	rm -f "$PIDFILE" "$ENVFILE" "$DIR/dump.rdb"
-	port=$(free_port)
-	log "starting redis-server on 127.0.0.1:$port ($(redis-server --version | awk '{print $3}'))"
+	rm -f "$PIDFILE" "$ENVFILE"
+	port=""
+	if [ -s "$DIR/port.kept" ]; then
+		port=$(cat "$DIR/port.kept")
+		if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+			log "port $port (kept from the last run) is taken; picking another"
+			port=""
+		fi
+	fi
+	[ -n "$port" ] || port=$(free_port)
+	local fsync="${REDIS_APPENDFSYNC:-everysec}"
+	case "$fsync" in everysec|always|no) ;; *) die "REDIS_APPENDFSYNC=$fsync: want everysec, always or no" ;; esac
+	log "starting redis-server on 127.0.0.1:$port ($(redis-server --version | awk '{print $3}'), AOF appendfsync $fsync, data in run/redis)"
 	redis-server --bind 127.0.0.1 --port "$port" --daemonize yes \
 		--pidfile "$PIDFILE" --dir "$DIR" --logfile "$DIR/redis.log" \
-		--save '' --appendonly no --protected-mode yes >/dev/null
+		--save '' --appendonly yes --appendfsync "$fsync" --protected-mode yes >/dev/null
 	local i
 	for i in $(seq 1 100); do
 		ping "$port" && [ -s "$PIDFILE" ] && break
@@ -47,6 +64,7 @@ up() {
 	done
 	ping "$port" || { tail -20 "$DIR/redis.log" >&2 || true; die "redis-server did not answer PING"; }
 	echo "$port" >"$DIR/port"
+	echo "$port" >"$DIR/port.kept"
 	echo "SMARTFEED_REDIS_ADDR=127.0.0.1:$port" >"$ENVFILE"
 	log "up (pid $(cat "$PIDFILE"))"
 	cat "$ENVFILE"
@@ -67,9 +85,16 @@ status() {
 	fi
 }
 
+wipe() {
+	down
+	rm -rf "$DIR/appendonlydir" "$DIR"/*.aof "$DIR/dump.rdb" "$DIR/port.kept"
+	log "data wiped"
+}
+
 case "${1:-}" in
 up) up ;;
 down) down ;;
 status) status ;;
-*) echo "usage: $0 up|down|status" >&2; exit 2 ;;
+wipe) wipe ;;
+*) echo "usage: $0 up|down|status|wipe" >&2; exit 2 ;;
 esac

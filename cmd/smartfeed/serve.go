@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -155,6 +156,9 @@ type app struct {
 	admin   *http.Server
 	admLis  net.Listener
 	ready   atomic.Bool
+	readyMu sync.Mutex
+	serving bool   // lifecycle: between start and the first shutdown step
+	depsErr string // why a dependency is unreachable ("" when all answer)
 
 	// workerWired is set once the worker's handlers are registered (the demo then fans out
 	// through pinlater).
@@ -553,6 +557,9 @@ func (a *app) run(ctx context.Context) error {
 			return nil
 		})
 	}
+	if a.pinClient != nil {
+		g.Go(func() error { a.watchDeps(gctx, time.Second); return nil })
+	}
 	a.setReady(true)
 	a.log.Info("serving", zap.String("role", a.role), zap.String("grpc", a.grpcAddr()), zap.String("admin", a.adminAddr()))
 
@@ -576,7 +583,18 @@ func (a *app) run(ctx context.Context) error {
 	return err
 }
 
+// setReady is the lifecycle's readiness: true once serving, false from the first shutdown
+// step. Readiness is reported only while the dependencies answer too (watchDeps).
 func (a *app) setReady(ok bool) {
+	a.readyMu.Lock()
+	defer a.readyMu.Unlock()
+	a.serving = ok
+	a.publishReady()
+}
+
+// publishReady sets health and /readyz from the lifecycle and the dependencies; readyMu held.
+func (a *app) publishReady() {
+	ok := a.serving && a.depsErr == ""
 	a.ready.Store(ok)
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ok {
@@ -638,6 +656,40 @@ func (a *app) shutdown(ctx context.Context, stopBG context.CancelFunc) error {
 	step("connections", func() error { a.closeConns(); return nil })
 	step("stores", a.stores.close)
 	return errors.Join(errs...)
+}
+
+// watchDeps pings Redis every interval until ctx is done: while it does not answer, health
+// and /readyz say not ready, and each change of state is logged once.
+func (a *app) watchDeps(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, every)
+		err := a.pinClient.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		why := ""
+		if err != nil {
+			why = err.Error()
+		}
+		a.readyMu.Lock()
+		changed := (why == "") != (a.depsErr == "")
+		a.depsErr = why
+		a.publishReady()
+		a.readyMu.Unlock()
+		if changed && why != "" {
+			a.log.Warn("not ready: a dependency is unreachable", zap.String("dependency", "redis"), zap.String("error", why))
+		} else if changed {
+			a.log.Info("ready again: dependencies answer", zap.String("dependency", "redis"))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // waitCtx runs fn and waits for it until ctx is done.
