@@ -148,8 +148,11 @@ func (a *AdminServer) GetHedgePolicy(context.Context, *feedv1.GetHedgePolicyRequ
 
 // SetHedgePolicy implements FeedAdmin.
 func (a *AdminServer) SetHedgePolicy(_ context.Context, in *feedv1.HedgePolicy) (*feedv1.HedgePolicy, error) {
-	p := hedge.Policy{Mode: hedge.Mode(in.GetMode()), Percentile: in.GetPercentile(), Budget: in.GetBudget(),
-		BudgetBurst: in.GetBudgetBurst(), Warmup: in.GetWarmup(), MinSamples: int(in.GetMinSamples())}
+	// The message carries the hedging knobs; the primary timeout and the breaker's (tuned in the
+	// knobs file) keep their current values.
+	p := a.svc.Hedger().Policy()
+	p.Mode, p.Percentile, p.Budget = hedge.Mode(in.GetMode()), in.GetPercentile(), in.GetBudget()
+	p.BudgetBurst, p.Warmup, p.MinSamples = in.GetBudgetBurst(), in.GetWarmup(), int(in.GetMinSamples())
 	var err error
 	for _, f := range []struct {
 		name string

@@ -18,7 +18,9 @@ import (
 //
 //	{
 //	  "hedge":   {"mode": "percentile", "percentile": 99.9, "min": "2ms", "max": "100ms",
-//	              "delay": "10ms", "budget": 0.02, "budget_burst": 10, "warmup": 0.01, "min_samples": 100},
+//	              "delay": "10ms", "budget": 0.02, "budget_burst": 10, "warmup": 0.01, "min_samples": 100,
+//	              "primary_timeout": "1s", "breaker_failures": 5, "breaker_slow_rate": 0.5,
+//	              "breaker_window": 20, "breaker_open_for": "2s", "breaker_probes": 3},
 //	  "service": {"generator_deadline": "150ms", "persist_timeout": "200ms", "max_items": 1000,
 //	              "default_page_size": 25, "max_page_size": 200, "stale_pending": "30s"},
 //	  "standby": {"max_staleness": "5s"}
@@ -46,6 +48,13 @@ type hedgeKnobs struct {
 	BudgetBurst *float64  `json:"budget_burst"`
 	Warmup      *float64  `json:"warmup"`
 	MinSamples  *int      `json:"min_samples"`
+
+	PrimaryTimeout  *duration `json:"primary_timeout"`
+	BreakerFailures *int      `json:"breaker_failures"`
+	BreakerSlowRate *float64  `json:"breaker_slow_rate"`
+	BreakerWindow   *int      `json:"breaker_window"`
+	BreakerOpenFor  *duration `json:"breaker_open_for"`
+	BreakerProbes   *int      `json:"breaker_probes"`
 }
 
 type serviceKnobs struct {
@@ -106,6 +115,12 @@ func (s *Service) ApplyKnobs(doc []byte) error {
 		set(&p.BudgetBurst, h.BudgetBurst)
 		set(&p.Warmup, h.Warmup)
 		set(&p.MinSamples, h.MinSamples)
+		setDur(&p.PrimaryTimeout, h.PrimaryTimeout)
+		set(&p.BreakerFailures, h.BreakerFailures)
+		set(&p.BreakerSlowRate, h.BreakerSlowRate)
+		set(&p.BreakerWindow, h.BreakerWindow)
+		setDur(&p.BreakerOpenFor, h.BreakerOpenFor)
+		set(&p.BreakerProbes, h.BreakerProbes)
 	}
 	if v := k.Service; v != nil {
 		setDur(&c.GeneratorDeadline, v.GeneratorDeadline)

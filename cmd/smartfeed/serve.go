@@ -350,7 +350,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	pol := hedge.DefaultPolicy()
 	pol.Mode, pol.Delay, pol.Percentile = hedge.Mode(h.Mode), h.Delay.D(), h.Percentile
 	pol.Min, pol.Max, pol.Budget, pol.Warmup = h.Min.D(), h.Max.D(), h.Budget, h.Warmup
-	hedger, err := hedge.New(pol, hedge.Options{Registerer: a.reg})
+	hedger, err := hedge.New(pol, hedge.Options{Registerer: a.reg, Logger: a.log.Named("hedge")})
 	if err != nil {
 		return fmt.Errorf("hedge policy: %w", err)
 	}

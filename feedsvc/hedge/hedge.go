@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 // Store names which side answered a call.
@@ -42,6 +43,8 @@ type Outcome struct {
 	BudgetExhausted bool
 	// PrimaryErr is the primary's error, if it answered with one.
 	PrimaryErr error
+	// Failover is set when the open circuit breaker sent the call to the standby first.
+	Failover bool
 }
 
 // Options configures a Hedger at construction; the Policy can change later, these cannot.
@@ -52,6 +55,10 @@ type Options struct {
 	WindowSize int
 	// WarmupTimeout bounds a warm-up read. Default 1s.
 	WarmupTimeout time.Duration
+	// Logger receives a line per breaker state change; nil logs nothing.
+	Logger *zap.Logger
+	// Now is the clock of the breaker (tests); nil means time.Now.
+	Now func() time.Time
 }
 
 // Hedger runs hedged reads under a live-updatable Policy. It is safe for concurrent use.
@@ -65,6 +72,8 @@ type Hedger struct {
 	warmAcc float64
 	// warmups tracks warm-up reads so tests and shutdown can wait for them.
 	warmups sync.WaitGroup
+	br      *breaker
+	now     func() time.Time
 }
 
 // New returns a Hedger with the policy p.
@@ -85,7 +94,22 @@ func New(p Policy, o Options) (*Hedger, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Hedger{win: newWindow(o.WindowSize, max(16, o.WindowSize/16)), warmTO: o.WarmupTimeout, m: m}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	h := &Hedger{win: newWindow(o.WindowSize, max(16, o.WindowSize/16)), warmTO: o.WarmupTimeout, m: m, now: o.Now}
+	h.br = newBreaker(func(from, to, why string) {
+		h.m.brState.Set(map[string]float64{BreakerClosed: 0, BreakerOpen: 1, BreakerHalfOpen: 2}[to])
+		h.m.brChanges.WithLabelValues(to).Inc()
+		lvl := o.Logger.Info
+		if to == BreakerOpen {
+			lvl = o.Logger.Warn
+		}
+		lvl("primary circuit breaker", zap.String("from", from), zap.String("to", to), zap.String("why", why))
+	})
 	h.tokens = p.BudgetBurst
 	h.store(p)
 	return h, nil
@@ -158,6 +182,9 @@ func (h *Hedger) spend(reserve float64) bool {
 	return false
 }
 
+// BreakerState returns the circuit breaker's state: closed, open or half-open.
+func (h *Hedger) BreakerState() string { return h.br.State() }
+
 // Wait blocks until the warm-up reads started so far have finished.
 func (h *Hedger) Wait() { h.warmups.Wait() }
 
@@ -175,9 +202,27 @@ type result[T any] struct {
 // permitting: a cutoff below Max leaves half the budget for calls still outstanding at Max);
 // the first good answer wins and the other read is cancelled. It returns the
 // error of the last read to fail when neither succeeds, or ctx's error.
+//
+// Every primary read has its own deadline (Policy.PrimaryTimeout). A circuit breaker watches the
+// primary's reads: while it is open, calls go to the standby first (failover: no budget spent,
+// Outcome.Failover set) and to the primary only if the standby fails; half-open, one probe at a
+// time reads the primary, hedged at the cutoff whatever the budget.
 func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T, Outcome, error) {
 	p := h.Policy()
 	h.m.calls.Inc()
+	if p.PrimaryTimeout > 0 {
+		inner := primary
+		primary = func(ctx context.Context) (T, error) {
+			ctx, cancel := context.WithTimeout(ctx, p.PrimaryTimeout)
+			defer cancel()
+			return inner(ctx)
+		}
+	}
+	rt := h.br.route(p, h.now())
+	h.m.routed.WithLabelValues([...]string{"primary", "probe", "standby"}[rt]).Inc()
+	if rt == routeStandby {
+		return failover(ctx, h, p, primary, standby)
+	}
 	if h.earnAndWarm(p) {
 		warm(ctx, h, standby)
 	}
@@ -231,7 +276,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 			if secondChance {
 				reserve = math.Floor(p.BudgetBurst / 2)
 			}
-			if !h.spend(reserve) {
+			if rt != routeProbe && !h.spend(reserve) {
 				out.BudgetExhausted = true
 				h.m.exhausted.Inc()
 				if secondChance {
@@ -250,6 +295,16 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 				if r.err == nil {
 					h.win.add(r.took)
 				}
+				if ctx.Err() == nil {
+					v := good
+					switch {
+					case r.err != nil:
+						v = failed
+					case r.took > p.Max:
+						v = slow
+					}
+					h.br.record(p, rt, v, h.now())
+				}
 			}
 			if r.err == nil {
 				out.From = r.from
@@ -259,6 +314,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 						// The primary loses: record how long it had run, a lower bound on its
 						// latency, so a stuck primary still pushes the percentile up.
 						h.win.add(time.Since(start))
+						h.br.record(p, rt, slow, h.now())
 					}
 				}
 				return r.v, out, nil
@@ -276,6 +332,35 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 		return zero, out, err
 	}
 	return zero, out, fmt.Errorf("%w: %w", ErrBothFailed, errors.Join(errs...))
+}
+
+// failover reads the standby first (the breaker is open), and the primary only if the standby
+// fails: only both down fails the call.
+func failover[T any](ctx context.Context, h *Hedger, p Policy, primary, standby ReadFunc[T]) (T, Outcome, error) {
+	out := Outcome{From: Standby, Failover: true}
+	start := time.Now()
+	v, err := standby(ctx)
+	h.m.latency.WithLabelValues(Standby.String()).Observe(time.Since(start).Seconds())
+	if err == nil {
+		h.m.won.Inc()
+		return v, out, nil
+	}
+	if ctx.Err() != nil {
+		return v, out, ctx.Err()
+	}
+	serr := err
+	start = time.Now()
+	v, err = primary(ctx)
+	h.m.latency.WithLabelValues(Primary.String()).Observe(time.Since(start).Seconds())
+	if err == nil {
+		out.From = Primary
+		return v, out, nil
+	}
+	out.PrimaryErr = err
+	if ctx.Err() != nil {
+		return v, out, ctx.Err()
+	}
+	return v, out, fmt.Errorf("%w: %w", ErrBothFailed, errors.Join(fmt.Errorf("standby: %w", serr), fmt.Errorf("primary: %w", err)))
 }
 
 // warm starts a warm-up read of the standby whose answer is dropped. It is detached from ctx's

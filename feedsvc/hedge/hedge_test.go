@@ -218,7 +218,8 @@ func TestBudgetCapsCutoffHedges(t *testing.T) {
 }
 
 func TestErrorsFailOverWithoutBudget(t *testing.T) {
-	h, reg := newHedger(t, func(p *Policy) { p.Budget = 0; p.BudgetBurst = 1 })
+	// The breaker off: every call meets the failing primary first (breaker_test.go covers it on).
+	h, reg := newHedger(t, func(p *Policy) { p.Budget = 0; p.BudgetBurst = 1; p.BreakerFailures = 0 })
 	for range 50 {
 		got, _, err := Do(t.Context(), h, answer("", 0, errors.New("down")), answer("s", 0, nil))
 		if err != nil || got != "s" {

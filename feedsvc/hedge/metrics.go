@@ -16,6 +16,9 @@ type metrics struct {
 	warmupErrors prometheus.Counter
 	cutoff       prometheus.Gauge
 	policy       *prometheus.GaugeVec
+	brState      prometheus.Gauge
+	brChanges    *prometheus.CounterVec
+	routed       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -44,10 +47,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smartfeed_hedge_policy",
 			Help: "Current hedging knobs: mode (0 off, 1 fixed, 2 percentile), delay_seconds, percentile, min_seconds, max_seconds, budget, budget_burst, warmup, min_samples."},
 			[]string{"knob"}),
+		brState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "smartfeed_hedge_breaker_state", Help: "Circuit breaker on the primary: 0 closed, 1 open, 2 half-open."}),
+		brChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_hedge_breaker_transitions_total", Help: "Breaker state changes, by new state."}, []string{"to"}),
+		routed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_hedge_routed_total",
+			Help: "Calls by the breaker's route: primary (closed), probe (half-open), standby (open: failover, no budget)."},
+			[]string{"route"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.calls, m.latency, m.issued, m.won, m.exhausted,
-			m.warmups, m.warmupErrors, m.cutoff, m.policy} {
+			m.warmups, m.warmupErrors, m.cutoff, m.policy, m.brState, m.brChanges, m.routed} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register hedge metrics: %w", err)
 			}
@@ -62,6 +73,9 @@ func (m *metrics) setPolicy(p Policy) {
 		"mode": mode, "delay_seconds": p.Delay.Seconds(), "percentile": p.Percentile,
 		"min_seconds": p.Min.Seconds(), "max_seconds": p.Max.Seconds(), "budget": p.Budget,
 		"budget_burst": p.BudgetBurst, "warmup": p.Warmup, "min_samples": float64(p.MinSamples),
+		"primary_timeout_seconds": p.PrimaryTimeout.Seconds(), "breaker_failures": float64(p.BreakerFailures),
+		"breaker_slow_rate": p.BreakerSlowRate, "breaker_window": float64(p.BreakerWindow),
+		"breaker_open_for_seconds": p.BreakerOpenFor.Seconds(), "breaker_probes": float64(p.BreakerProbes),
 	} {
 		m.policy.WithLabelValues(k).Set(v)
 	}

@@ -57,6 +57,26 @@ type Policy struct {
 	// MinSamples is the number of primary latencies needed before the percentile is trusted.
 	// Default 100.
 	MinSamples int `json:"min_samples"`
+
+	// PrimaryTimeout is each primary read's own deadline: a primary that hangs costs a call at
+	// most this long (then the read fails over to the standby). 0 means none. Default 1s.
+	PrimaryTimeout time.Duration `json:"primary_timeout"`
+	// BreakerFailures opens the circuit breaker after this many consecutive failed primary
+	// reads (0 turns the breaker off). While it is open, reads go to the standby first; they
+	// are failover, not hedges, and spend no budget. Default 5.
+	BreakerFailures int `json:"breaker_failures"`
+	// BreakerSlowRate opens the breaker when at least this fraction of the last BreakerWindow
+	// primary reads were slow (over Max, or beaten by the standby) or failed, in (0, 1].
+	// Default 0.5.
+	BreakerSlowRate float64 `json:"breaker_slow_rate"`
+	// BreakerWindow is the number of recent primary reads the slow rate is computed over.
+	// Default 20.
+	BreakerWindow int `json:"breaker_window"`
+	// BreakerOpenFor is how long the breaker stays open before it lets a probe through.
+	// Default 2s.
+	BreakerOpenFor time.Duration `json:"breaker_open_for"`
+	// BreakerProbes is how many good probes in a row close it again. Default 3.
+	BreakerProbes int `json:"breaker_probes"`
 }
 
 // DefaultPolicy returns the documented defaults: percentile mode at p99.9 clamped to
@@ -72,6 +92,13 @@ func DefaultPolicy() Policy {
 		BudgetBurst: 10,
 		Warmup:      0.01,
 		MinSamples:  100,
+
+		PrimaryTimeout:  time.Second,
+		BreakerFailures: 5,
+		BreakerSlowRate: 0.5,
+		BreakerWindow:   20,
+		BreakerOpenFor:  2 * time.Second,
+		BreakerProbes:   3,
 	}
 }
 
@@ -103,6 +130,26 @@ func (p Policy) Validate() error {
 	}
 	if p.MinSamples < 1 || p.MinSamples > 1<<20 {
 		return bad("min samples %d is not in [1, 2^20]", p.MinSamples)
+	}
+	if p.PrimaryTimeout < 0 || (p.PrimaryTimeout > 0 && p.PrimaryTimeout < p.Max) {
+		return bad("primary timeout %v is not 0 or at least max %v", p.PrimaryTimeout, p.Max)
+	}
+	if p.BreakerFailures < 0 || p.BreakerFailures > 1000 {
+		return bad("breaker failures %d is not in [0, 1000]", p.BreakerFailures)
+	}
+	if p.BreakerFailures > 0 {
+		if math.IsNaN(p.BreakerSlowRate) || p.BreakerSlowRate <= 0 || p.BreakerSlowRate > 1 {
+			return bad("breaker slow rate %v is not in (0, 1]", p.BreakerSlowRate)
+		}
+		if p.BreakerWindow < 1 || p.BreakerWindow > 10000 {
+			return bad("breaker window %d is not in [1, 10000]", p.BreakerWindow)
+		}
+		if p.BreakerOpenFor <= 0 || p.BreakerOpenFor > time.Hour {
+			return bad("breaker open-for %v is not in (0, 1h]", p.BreakerOpenFor)
+		}
+		if p.BreakerProbes < 1 || p.BreakerProbes > 1000 {
+			return bad("breaker probes %d is not in [1, 1000]", p.BreakerProbes)
+		}
 	}
 	return nil
 }

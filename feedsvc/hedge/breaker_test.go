@@ -1,0 +1,211 @@
+package hedge
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// TestBreakerStateMachine drives the breaker with a fake clock through its transitions.
+func TestBreakerStateMachine(t *testing.T) {
+	p := DefaultPolicy()
+	p.BreakerFailures, p.BreakerWindow, p.BreakerSlowRate, p.BreakerProbes = 3, 4, 0.5, 2
+	p.BreakerOpenFor = time.Second
+	type step struct {
+		advance time.Duration
+		record  verdict // recorded on the route just taken, unless skip
+		skip    bool
+	}
+	tests := []struct {
+		name       string
+		steps      []step
+		wantRoutes []route
+		wantStates []string
+	}{
+		{
+			name:       "consecutive failures open it; it stays open until open-for passes",
+			steps:      []step{{record: failed}, {record: failed}, {record: failed}, {skip: true}, {advance: 500 * time.Millisecond, skip: true}},
+			wantRoutes: []route{routePrimary, routePrimary, routePrimary, routeStandby, routeStandby},
+			wantStates: []string{BreakerClosed, BreakerClosed, BreakerOpen, BreakerOpen, BreakerOpen},
+		},
+		{
+			name:       "a good read resets the consecutive count",
+			steps:      []step{{record: failed}, {record: failed}, {record: good}, {record: failed}},
+			wantRoutes: []route{routePrimary, routePrimary, routePrimary, routePrimary},
+			// the window (4) is full at the 4th read with 3 bad ≥ 50%: slow-rate opens it
+			wantStates: []string{BreakerClosed, BreakerClosed, BreakerClosed, BreakerOpen},
+		},
+		{
+			name:       "slow reads over the window open it",
+			steps:      []step{{record: slow}, {record: good}, {record: slow}, {record: good}},
+			wantRoutes: []route{routePrimary, routePrimary, routePrimary, routePrimary},
+			wantStates: []string{BreakerClosed, BreakerClosed, BreakerClosed, BreakerOpen},
+		},
+		{
+			name: "half-open lets one probe through; good probes close it",
+			steps: []step{{record: failed}, {record: failed}, {record: failed},
+				{advance: time.Second, record: good}, {record: good}, {record: good}},
+			wantRoutes: []route{routePrimary, routePrimary, routePrimary, routeProbe, routeProbe, routePrimary},
+			wantStates: []string{BreakerClosed, BreakerClosed, BreakerOpen, BreakerHalfOpen, BreakerClosed, BreakerClosed},
+		},
+		{
+			name: "a bad probe opens it again",
+			steps: []step{{record: failed}, {record: failed}, {record: failed},
+				{advance: time.Second, record: slow}, {skip: true}},
+			wantRoutes: []route{routePrimary, routePrimary, routePrimary, routeProbe, routeStandby},
+			wantStates: []string{BreakerClosed, BreakerClosed, BreakerOpen, BreakerOpen, BreakerOpen},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Unix(1000, 0)
+			var changes []string
+			b := newBreaker(func(from, to, why string) { changes = append(changes, to) })
+			var routes []route
+			var states []string
+			for _, s := range tc.steps {
+				now = now.Add(s.advance)
+				r := b.route(p, now)
+				routes = append(routes, r)
+				if !s.skip {
+					b.record(p, r, s.record, now)
+				}
+				states = append(states, b.State())
+			}
+			if diff := cmp.Diff(tc.wantRoutes, routes); diff != "" {
+				t.Errorf("routes (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantStates, states); diff != "" {
+				t.Errorf("states (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// While half-open, a second call during the probe goes to the standby.
+	b := newBreaker(nil)
+	now := time.Unix(0, 0)
+	for range 3 {
+		b.record(p, b.route(p, now), failed, now)
+	}
+	now = now.Add(time.Second)
+	if r1, r2 := b.route(p, now), b.route(p, now); r1 != routeProbe || r2 != routeStandby {
+		t.Errorf("half-open routes = %v, %v; want a probe, then the standby", r1, r2)
+	}
+	// Off: always the primary.
+	off := p
+	off.BreakerFailures = 0
+	for range 10 {
+		b.record(off, routePrimary, failed, now)
+	}
+	if r := newBreaker(nil).route(off, now); r != routePrimary {
+		t.Errorf("breaker off: route %v", r)
+	}
+}
+
+// TestHangingPrimary: every primary read hangs (2 s) and the hedge budget is nearly empty. Each
+// read is cut at PrimaryTimeout, the breaker opens after BreakerFailures of them, and from then
+// on calls go to the standby at once without spending budget; when the primary heals, probes
+// close the breaker and reads return to it.
+func TestHangingPrimary(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p := DefaultPolicy()
+	p.Warmup, p.Budget, p.BudgetBurst = 0, 0, 1
+	p.PrimaryTimeout, p.BreakerOpenFor = 200*time.Millisecond, 300*time.Millisecond
+	h, err := New(p, Options{Registerer: reg, WindowSize: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	hang := true
+	primary := func(ctx context.Context) (string, error) {
+		mu.Lock()
+		d := time.Duration(0)
+		if hang {
+			d = 2 * time.Second
+		}
+		mu.Unlock()
+		return answer("p", d, nil)(ctx)
+	}
+	standby := answer("s", time.Millisecond, nil)
+	var took []time.Duration
+	var outs []Outcome
+	for range 60 {
+		t0 := time.Now()
+		v, out, err := Do(t.Context(), h, primary, standby)
+		took = append(took, time.Since(t0))
+		outs = append(outs, out)
+		if err != nil || v != "s" {
+			t.Fatalf("Do = %q, %v; want the standby's answer", v, err)
+		}
+	}
+	if h.BreakerState() == BreakerClosed {
+		t.Fatalf("breaker closed with a hanging primary")
+	}
+	slowCalls := 0
+	for _, d := range took {
+		if d > 50*time.Millisecond {
+			slowCalls++
+		}
+	}
+	// Only the calls before the breaker opened, plus a probe per open period, wait.
+	if slowCalls > p.BreakerFailures+4 {
+		t.Errorf("%d of 60 calls took over 50 ms (want at most %d): %v", slowCalls, p.BreakerFailures+4, took)
+	}
+	sorted := slices.Clone(took)
+	slices.Sort(sorted)
+	if p99 := sorted[len(sorted)*99/100]; p99 > p.PrimaryTimeout+100*time.Millisecond {
+		t.Errorf("p99 %v over the primary timeout %v + 100ms", p99, p.PrimaryTimeout)
+	}
+	if n := counter(t, reg, "smartfeed_hedge_routed_total", "route", "standby"); n < 40 {
+		t.Errorf("failover routes = %v, want most calls", n)
+	}
+	if !outs[len(outs)-1].Failover && !outs[len(outs)-1].Hedged {
+		t.Errorf("last outcome %+v: neither failover nor hedged", outs[len(outs)-1])
+	}
+	// Healed: within a few open periods the probes close the breaker.
+	mu.Lock()
+	hang = false
+	mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for h.BreakerState() != BreakerClosed {
+		if time.Now().After(deadline) {
+			t.Fatal("breaker did not close after the primary healed")
+		}
+		if _, _, err := Do(t.Context(), h, primary, standby); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, out, err := Do(t.Context(), h, primary, standby)
+	if err != nil || out.From != Primary || out.Failover {
+		t.Errorf("after recovery: %+v, %v; want the primary", out, err)
+	}
+}
+
+// Both down while the breaker is open: the call fails with both errors, it does not hang.
+func TestFailoverBothDown(t *testing.T) {
+	p := DefaultPolicy()
+	p.Warmup, p.BreakerFailures = 0, 1
+	h, err := New(p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := answer("", 0, errors.New("down"))
+	_, _, _ = Do(t.Context(), h, down, answer("s", 0, nil)) // opens the breaker
+	if h.BreakerState() != BreakerOpen {
+		t.Fatalf("state %s, want open", h.BreakerState())
+	}
+	_, out, err := Do(t.Context(), h, down, down)
+	if !errors.Is(err, ErrBothFailed) || !out.Failover {
+		t.Errorf("both down: %+v, %v; want ErrBothFailed on the failover route", out, err)
+	}
+	v, out, err := Do(t.Context(), h, answer("p", 0, nil), down)
+	if err != nil || v != "p" || out.From != Primary {
+		t.Errorf("standby down, primary up, breaker open: %q %+v %v; want the primary's answer", v, out, err)
+	}
+}
