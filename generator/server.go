@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/smartfeed/smartfeed/internal/quote"
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -70,12 +71,16 @@ func requestUser(id uint64, str string) (zen.ID, error) {
 	if id == 0 && str != "" {
 		v, err := strconv.ParseUint(str, 10, 64)
 		if err != nil {
-			return 0, status.Errorf(codes.InvalidArgument, "user_str %q is not a decimal ID", str)
+			return 0, status.Errorf(codes.InvalidArgument, "user_str %s is not a decimal ID", quote.Q(str))
 		}
 		id = v
 	}
 	if id == 0 {
 		return 0, status.Error(codes.InvalidArgument, "user is required")
+	}
+	// A board's ID, type 0 or 1023, reserved bits set: refused input, not a store failure.
+	if err := zen.ID(id).Check(zen.TypeUser); err != nil {
+		return 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	return zen.ID(id), nil
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/smartfeed/smartfeed/internal/quote"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -75,15 +76,15 @@ func chunkID(user zen.ID, no uint64) string {
 func parseChunkID(user zen.ID, id string) (uint64, error) {
 	u, n, ok := strings.Cut(id, "-")
 	if !ok {
-		return 0, fmt.Errorf("%w: chunk id %q: want <user>-<number>", ErrInvalidArgument, id)
+		return 0, fmt.Errorf("%w: chunk id %s: want <user>-<number>", ErrInvalidArgument, quote.Q(id))
 	}
 	uv, err := strconv.ParseUint(u, 10, 64)
 	if err != nil || zen.ID(uv) != user {
-		return 0, fmt.Errorf("%w: chunk id %q does not belong to user %d", ErrInvalidArgument, id, uint64(user))
+		return 0, fmt.Errorf("%w: chunk id %s does not belong to user %d", ErrInvalidArgument, quote.Q(id), uint64(user))
 	}
 	no, err := strconv.ParseUint(n, 10, 64)
 	if err != nil || no == 0 {
-		return 0, fmt.Errorf("%w: chunk id %q: bad number", ErrInvalidArgument, id)
+		return 0, fmt.Errorf("%w: chunk id %s: bad number", ErrInvalidArgument, quote.Q(id))
 	}
 	return no, nil
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/smartfeed/smartfeed/internal/quote"
 	"github.com/smartfeed/smartfeed/pinlater"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/zen"
@@ -229,7 +230,7 @@ func (s *GraphService) create(ctx context.Context, kind, rid string, t zen.Type,
 		return zen.Object{}, false, err
 	}
 	if id == 0 {
-		return zen.Object{}, false, status.Errorf(codes.Aborted, "request_id %q: concurrent retries conflicted; retry", rid)
+		return zen.Object{}, false, status.Errorf(codes.Aborted, "request_id %s: concurrent retries conflicted; retry", quote.Q(rid))
 	}
 	w, err := s.get(ctx, id)
 	return w, false, err

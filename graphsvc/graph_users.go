@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/smartfeed/smartfeed/internal/quote"
 	"github.com/smartfeed/smartfeed/pinlater"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/zen"
@@ -119,7 +120,7 @@ func (s *GraphService) claim(ctx context.Context, kind, key string, id zen.ID) (
 			return false, s.fail("claim "+kind, err)
 		}
 	}
-	return false, status.Errorf(codes.Aborted, "%s %q: contended; retry", kind, key)
+	return false, status.Errorf(codes.Aborted, "%s %s: contended; retry", kind, quote.Q(key))
 }
 
 // holderLive reports whether a live object other than self holds key.
@@ -170,7 +171,7 @@ func (s *GraphService) CreateUser(ctx context.Context, req *graphv1.CreateUserRe
 			return nil, err
 		}
 		if taken {
-			return nil, status.Errorf(codes.AlreadyExists, "%s %q is taken", k[0], k[1])
+			return nil, status.Errorf(codes.AlreadyExists, "%s %s is taken", k[0], quote.Q(k[1]))
 		}
 	}
 	o, _, err := s.create(ctx, "user", rid, zen.TypeUser, 0, map[string]any{
@@ -186,7 +187,7 @@ func (s *GraphService) CreateUser(ctx context.Context, req *graphv1.CreateUserRe
 	}
 	if !ok {
 		s.undoUser(ctx, o.ID, rid, "")
-		return nil, status.Errorf(codes.AlreadyExists, "username %q is taken", name)
+		return nil, status.Errorf(codes.AlreadyExists, "username %s is taken", quote.Q(name))
 	}
 	ok, err = s.claim(ctx, graphKindEmail, email, o.ID)
 	if err != nil {
@@ -194,7 +195,7 @@ func (s *GraphService) CreateUser(ctx context.Context, req *graphv1.CreateUserRe
 	}
 	if !ok {
 		s.undoUser(ctx, o.ID, rid, name)
-		return nil, status.Errorf(codes.AlreadyExists, "email %q is taken", email)
+		return nil, status.Errorf(codes.AlreadyExists, "email %s is taken", quote.Q(email))
 	}
 	return graphUserMsg(o), nil
 }
@@ -233,14 +234,14 @@ func (s *GraphService) GetUserByName(ctx context.Context, req *graphv1.GetUserBy
 	name := strings.ToLower(req.GetUsername())
 	id, err := s.g.LookupKey(ctx, graphKindUsername, name)
 	if errors.Is(err, zen.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "no user named %q", name)
+		return nil, status.Errorf(codes.NotFound, "no user named %s", quote.Q(name))
 	}
 	if err != nil {
 		return nil, s.fail("get user by name", err)
 	}
 	o, err := s.g.Get(ctx, id)
 	if errors.Is(err, zen.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "no user named %q", name)
+		return nil, status.Errorf(codes.NotFound, "no user named %s", quote.Q(name))
 	}
 	if err != nil {
 		return nil, s.fail("get user by name", err)
@@ -340,7 +341,7 @@ func (s *GraphService) CreateInterest(ctx context.Context, req *graphv1.CreateIn
 	if taken, err := s.holderLive(ctx, graphKindInterest, key, self); err != nil {
 		return nil, err
 	} else if taken {
-		return nil, status.Errorf(codes.AlreadyExists, "interest %q exists", key)
+		return nil, status.Errorf(codes.AlreadyExists, "interest %s exists", quote.Q(key))
 	}
 	o, _, err := s.create(ctx, "interest", rid, zen.TypeInterest, 0, map[string]any{
 		"name": req.GetName(), "created_ms": s.now().UnixMilli(),
@@ -357,7 +358,7 @@ func (s *GraphService) CreateInterest(ctx context.Context, req *graphv1.CreateIn
 		if err := s.g.Delete(ctx, o.ID); err != nil {
 			s.log.Warn("delete refused interest", zap.Stringer("interest", o.ID), zap.Error(err))
 		}
-		return nil, status.Errorf(codes.AlreadyExists, "interest %q exists", key)
+		return nil, status.Errorf(codes.AlreadyExists, "interest %s exists", quote.Q(key))
 	}
 	return graphInterestMsg(o), nil
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/smartfeed/smartfeed/internal/quote"
 	"github.com/smartfeed/smartfeed/pinlater"
 	ingestv1 "github.com/smartfeed/smartfeed/proto/ingest/v1"
 	"github.com/smartfeed/smartfeed/zen"
@@ -40,10 +41,10 @@ func idOf(what string, n uint64, s string, t zen.Type, required bool) (zen.ID, e
 	if s != "" {
 		v, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("%s: %q is not a decimal ID", what, s)
+			return 0, fmt.Errorf("%s: %s is not a decimal ID", what, quote.Q(s))
 		}
 		if n != 0 && v != n {
-			return 0, fmt.Errorf("%s: %d and %q disagree", what, n, s)
+			return 0, fmt.Errorf("%s: %d and %s disagree", what, n, quote.Q(s))
 		}
 		id = zen.ID(v)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/bits"
 	"strconv"
+
+	"github.com/smartfeed/smartfeed/internal/quote"
 )
 
 // ID is a Pinterest-style sharded 64-bit ID: shard<<46 | type<<36 | local, top two bits zero.
@@ -76,14 +78,14 @@ func (id ID) Valid() bool { return id <= MaxID && id.Type() != 0 }
 func ParseID(s string) (ID, error) {
 	u, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("parse id %q: not a decimal uint64", s)
+		return 0, fmt.Errorf("parse id %s: not a decimal uint64", quote.Q(s))
 	}
 	id := ID(u)
 	if id > MaxID {
-		return 0, fmt.Errorf("parse id %q: reserved top bits set", s)
+		return 0, fmt.Errorf("parse id %s: reserved top bits set", quote.Q(s))
 	}
 	if id.Type() == 0 {
-		return 0, fmt.Errorf("parse id %q: type 0", s)
+		return 0, fmt.Errorf("parse id %s: type 0", quote.Q(s))
 	}
 	return id, nil
 }

@@ -417,7 +417,7 @@ func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 }
 
 func (a *app) buildGRPC() {
-	a.grpc = grpc.NewServer()
+	a.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(boundUnary), grpc.ChainStreamInterceptor(boundStream))
 	a.health = health.NewServer()
 	healthpb.RegisterHealthServer(a.grpc, a.health)
 	reflection.Register(a.grpc)

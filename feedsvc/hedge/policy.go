@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/smartfeed/smartfeed/internal/quote"
 )
 
 // Mode selects how the hedging cutoff is chosen.
@@ -108,7 +110,7 @@ func (p Policy) Validate() error {
 	switch p.Mode {
 	case ModeOff, ModeFixed, ModePercentile:
 	default:
-		return bad("mode %q is not off, fixed or percentile", p.Mode)
+		return bad("mode %s is not off, fixed or percentile", quote.Q(string(p.Mode)))
 	}
 	if p.Delay < 0 {
 		return bad("delay %v is negative", p.Delay)
