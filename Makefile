@@ -4,7 +4,7 @@ GO ?= go
 FUZZTIME ?= 10s
 SERVICES := scripts/with-services.sh
 
-.PHONY: help build test test-failover test-short lint proto check-generated bench fuzz demo helm-lint services-up services-down
+.PHONY: help build test test-failover test-short lint proto check-generated bench bench-full bench-docs bench-micro fuzz demo helm-lint services-up services-down
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
@@ -34,7 +34,20 @@ check-generated: proto ## fail when the committed generated code under proto/ is
 	@out=$$(git status --porcelain proto); if [ -n "$$out" ]; then echo "generated code under proto/ is stale; run make proto and commit:"; echo "$$out"; exit 1; fi
 	@echo "proto/: generated code is up to date"
 
-bench: ## one iteration of every benchmark, with Redis and HBase up
+BENCH_OUT ?= bench/out
+bench: ## the end-to-end benchmark, quick profile (≤ 5 min): results.json, report.md, plots in BENCH_OUT (default bench/out)
+	$(GO) build -o bin/smartfeed ./cmd/smartfeed
+	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile quick --out $(BENCH_OUT)
+
+bench-full: ## the end-to-end benchmark, full profile (users ×10 and ×100; long)
+	$(GO) build -o bin/smartfeed ./cmd/smartfeed
+	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile full --out $(BENCH_OUT)
+
+bench-docs: ## run the quick profile and regenerate docs/benchmarks.md and docs/bench/*.png from it
+	$(GO) build -o bin/smartfeed ./cmd/smartfeed
+	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile quick --out $(BENCH_OUT) --docs docs
+
+bench-micro: ## the Go microbenchmarks (-benchtime 1x each), with Redis and HBase up
 	@pkgs=$$(scripts/bench-pkgs.sh); if [ -z "$$pkgs" ]; then echo "no benchmarks yet"; exit 0; fi; \
 	$(SERVICES) $(GO) test -run '^$$' -bench . -benchtime 1x $$pkgs
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/pinlater"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -157,7 +158,7 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 			len(g.Users), df.spec.BoardsPerUser, len(g.Interests), g.Follows, time.Since(start).Round(time.Millisecond))
 	}
 
-	st := &demoStats{start: time.Now()}
+	st := &demoStats{start: time.Now(), readTarget: df.readsPerSec}
 	if !a.workerWired {
 		return errors.New("demo: the worker's handlers are not registered")
 	}
@@ -244,9 +245,29 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 	return nil
 }
 
-// syncInserts copies the worker's pool insert counter into the stats.
+// syncInserts copies the worker's pool insert counter and the fanout queues' depth and age
+// into the stats.
 func (s *demoStats) syncInserts(a *app) {
 	s.inserts.Store(int64(gatherSum(a.reg, "smartfeed_worker_pool_inserts_total")))
+	if a.pinAdmin == nil {
+		return
+	}
+	depth, qlag := 0, time.Duration(0)
+	for _, q := range []string{pinlater.QueueFanout, pinlater.QueueBulk} {
+		st, err := a.pinAdmin.Queue(context.Background(), q)
+		if err != nil {
+			return
+		}
+		depth += st.Pending + st.Active + st.Scheduled + st.Retry
+		qlag = max(qlag, st.Latency)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.depth, s.qlag = depth, qlag
+	s.depths = append(s.depths, depth)
+	if len(s.depths) > 6 {
+		s.depths = s.depths[1:]
+	}
 }
 
 // gatherSum sums every series of the named counter or gauge in reg (0 when absent).
@@ -300,9 +321,16 @@ type demoStats struct {
 	reads, readErrs, hedged    atomic.Int64
 	fresh, items               atomic.Int64
 
+	readTarget float64 // GetFeed calls offered per second
+
 	mu  sync.Mutex
 	lat []time.Duration // the most recent GetFeed latencies (a ring)
 	pos int
+	// the fanout queues (fanout and bulk): tasks not done, the age of the oldest pending one,
+	// and the depth at the last few samples (to see it grow)
+	depth  int
+	qlag   time.Duration
+	depths []int
 }
 
 const latWindow = 10000
@@ -365,9 +393,15 @@ func (s *demoStats) line(total time.Duration) string {
 	if total > 0 {
 		fmt.Fprintf(&b, "%s ", bar(el.Seconds()/total.Seconds(), 20))
 	}
-	fmt.Fprintf(&b, "%4ds  events %d (%.0f/s)  pool inserts %d (%.0f/s)  GetFeed %d p50 %s p99 %s  hedges %d  fresh pins %d",
+	s.mu.Lock()
+	depth, qlag, growing := s.depth, s.qlag, len(s.depths) >= 4 && slices.IsSorted(s.depths) && s.depths[len(s.depths)-1] > s.depths[0]
+	s.mu.Unlock()
+	fmt.Fprintf(&b, "%4ds  events %d (%.0f/s)  pool inserts %d (%.0f/s)  fanout queue %d (oldest %s)  GetFeed %.0f/s of %.0f/s p50 %s p99 %s  hedges %d  fresh pins %d",
 		int(el.Seconds()), s.events.Load(), float64(s.events.Load())/sec, s.inserts.Load(), float64(s.inserts.Load())/sec,
-		s.reads.Load(), fmtMs(p[0]), fmtMs(p[1]), s.hedged.Load(), s.fresh.Load())
+		depth, qlag.Round(100*time.Millisecond), float64(s.reads.Load())/sec, s.readTarget, fmtMs(p[0]), fmtMs(p[1]), s.hedged.Load(), s.fresh.Load())
+	if growing && qlag > 2*time.Second {
+		b.WriteString("  WARNING: the worker is falling behind (fanout queue growing)")
+	}
 	if n := s.eventErrs.Load() + s.readErrs.Load(); n > 0 {
 		fmt.Fprintf(&b, "  errors %d", n)
 	}

@@ -37,6 +37,7 @@ func commands() map[string]command {
 		"feedsvc":   {"run the feed service (GetFeed, FeedAdmin) and its materialize jobs", serveCommand(roleFeed)},
 		"all":       {"run worker, generator and feedsvc in one process", serveCommand(roleAll)},
 		"config":    {"validate and print the effective config (defaults, file, env, flags) with secrets masked", runConfig},
+		"bench":     {"run the end-to-end benchmark with its peers; writes results.json, report.md and plots", runBench},
 		"demo":      {"run everything on loopback over a synthetic graph, with a live summary", runDemo},
 		"hedge":     {"show or set the hedging policy live; hedge suggest replays recorded latencies", runHedge},
 		"jobs":      {"operate pinlater queues (jobs queues|dead|inspect|retry|delete|pause|resume|rate|drain)", runJobs},

@@ -1,0 +1,89 @@
+package bench
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestModelIsDeterministicAndFollowsTheBuckets(t *testing.T) {
+	a, b := NewModel(1000, 8), NewModel(1000, 8)
+	if diff := cmp.Diff(a.Follower, b.Follower); diff != "" {
+		t.Fatalf("same seed, different graphs:\n%s", diff)
+	}
+	if diff := cmp.Diff(a.Authors(500, 1), b.Authors(500, 1)); diff != "" {
+		t.Fatalf("same seed, different events:\n%s", diff)
+	}
+	if c := NewModel(1000, 9); cmp.Equal(a.Follower, c.Follower) {
+		t.Error("another seed gave the same graph")
+	}
+	// Followers per bucket: 5 / 50 / 100 / 5% (50) / max(10%, 1000) capped at n-1.
+	want := []int{5, 50, 100, 50, 999}
+	for u := range a.Users {
+		if got := len(a.Follower[u]); got != want[a.Bucket[u]] {
+			t.Fatalf("user %d in bucket %d has %d followers, want %d", u, a.Bucket[u], got, want[a.Bucket[u]])
+		}
+		if slices.Contains(a.Follower[u], u) {
+			t.Fatalf("user %d follows itself", u)
+		}
+	}
+	// Authors come from the posting buckets only (the first posts 0 a day).
+	for _, u := range a.Authors(2000, 2) {
+		if a.Bucket[u] == 0 {
+			t.Fatalf("author %d is in the bucket that never posts", u)
+		}
+	}
+}
+
+func TestSummary(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 1000; i++ {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	got := Summarize(d)
+	want := Summary{N: 1000, P50: 500, P99: 990, P999: 999, Max: 1000, Mean: 500.5}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if (Summarize(nil) != Summary{}) {
+		t.Error("empty summary not zero")
+	}
+}
+
+// results.json always carries every ratio key, and the report and plots are written.
+func TestWriteHasEveryRatio(t *testing.T) {
+	dir := t.TempDir()
+	r := &Results{Profile: "quick", Ratios: map[string]float64{"fanout_vs_redis": 0.5},
+		getfeed: []time.Duration{time.Millisecond, 2 * time.Millisecond}, redis: []time.Duration{time.Millisecond},
+		Hedging: []HedgeResult{{Hedging: false}, {Hedging: true, ExtraLoad: 0.02}},
+		Scale:   []ScaleResult{{Users: 10, CPUSecPerEvent: 1}, {Users: 100, CPUSecPerEvent: 2}},
+		lagSeries: []lagPoint{{time.Second, time.Millisecond}}}
+	if err := Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Ratios map[string]float64 `json:"ratios"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range RatioKeys {
+		if _, ok := got.Ratios[k]; !ok {
+			t.Errorf("ratios lacks %s", k)
+		}
+	}
+	for _, f := range []string{"report.md", "getfeed_cdf.png", "fanout_lag.png", "hedging.png", "scale.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

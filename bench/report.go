@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// RatioKeys are the keys results.json's "ratios" always carries.
+var RatioKeys = []string{"fanout_vs_redis", "fanout_vs_raw_store", "getfeed_p99_vs_redis",
+	"hedged_p999_vs_bound", "hedge_extra_load", "scale_cost_growth"}
+
+// Write writes results.json, report.md and the plots into dir.
+func Write(dir string, r *Results) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("bench out: %w", err)
+	}
+	for _, k := range RatioKeys {
+		if _, ok := r.Ratios[k]; !ok {
+			r.Ratios[k] = 0
+		}
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("results.json: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("results.json: %w", err)
+	}
+	plots := []struct {
+		file string
+		fn   func(string, *Results) error
+	}{{"getfeed_cdf.png", plotCDF}, {"fanout_lag.png", plotLag}, {"hedging.png", plotHedging}, {"scale.png", plotScale}}
+	for _, p := range plots {
+		if err := p.fn(filepath.Join(dir, p.file), r); err != nil {
+			return fmt.Errorf("plot %s: %w", p.file, err)
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(Markdown(r, "")), 0o644)
+}
+
+// Markdown renders the report; plotDir prefixes the plot paths (empty: beside the report).
+func Markdown(r *Results, plotDir string) string {
+	var b strings.Builder
+	p := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
+	img := func(name string) string { return filepath.ToSlash(filepath.Join(plotDir, name)) }
+	p("# SmartFeed benchmark (%s profile, %s)", r.Profile, r.Storage)
+	p("")
+	p("Run `%s` on %s, commit %s, started %s, %.0f s. Every figure below comes from this one run;", "smartfeed bench --profile "+r.Profile+" --storage "+r.Storage, r.Machine, r.Commit, r.Started.UTC().Format(time.RFC3339), r.Seconds)
+	p("the peers ran on the same events and reads, so compare ratios, not absolute figures (the machine is shared).")
+	p("")
+	p("## Ratios")
+	p("")
+	p("| ratio | value | meaning |")
+	p("|---|---|---|")
+	meaning := map[string]string{
+		"fanout_vs_redis":      "our pool inserts/s over the Redis sorted-set feed's inserts/s (same events)",
+		"fanout_vs_raw_store":  "our pool inserts/s over the store's raw batched write rate",
+		"getfeed_p99_vs_redis": "GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
+		"hedged_p999_vs_bound": "hedged GetFeed p99.9 over (cutoff + standby p99.9)",
+		"hedge_extra_load":     "fraction of calls that also read the standby, hedging on",
+		"scale_cost_growth":    "CPU per event at the largest size over the smallest",
+	}
+	keys := make([]string, 0, len(r.Ratios))
+	for k := range r.Ratios {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		p("| `%s` | %.3f | %s |", k, r.Ratios[k], meaning[k])
+	}
+	p("")
+	p("## Model")
+	p("")
+	p("%d users, %d follows, after Stream-Framework-Bench's social model (10%% daily active; followers 5/50/100/5%% capped at 1,000/10%% with a minimum of 1,000 by percentile bucket; posts 0/1/5/10/25 and reads 1/5/10/20/50 per day).", r.Model["users"], r.Model["follows"])
+	p("")
+	f := r.Fanout
+	p("## Fanout")
+	p("")
+	p("| | figure |")
+	p("|---|---|")
+	p("| events at %.0f/s | %d |", f.EventRate, f.Events)
+	p("| SmartFeed pool inserts/s (to drained) | %.0f |", f.InsertsPerSec)
+	p("| Redis sorted-set feed inserts/s (same events) | %.0f |", f.RedisInsertsPerSec)
+	p("| raw store batched writes, rows/s | %.0f |", f.RawRowsPerSec)
+	p("| fanout lag p50 / p99 / max (sampled followers) | %.0f / %.0f / %.0f ms |", f.LagMs.P50, f.LagMs.P99, f.LagMs.Max)
+	p("| drain after the phase | %.1f s |", f.DrainSeconds)
+	p("")
+	p("![fanout lag](%s)", img("fanout_lag.png"))
+	p("")
+	p("Sustainable event rate (lag p99 under 2 s):")
+	p("")
+	p("| events/s | events | lag p99 | sustainable |")
+	p("|---|---|---|---|")
+	best := 0.0
+	for _, s := range r.Steps {
+		p("| %.0f | %d | %.0f ms | %v |", s.Rate, s.Events, s.LagP99Ms, s.Sustainable)
+		if s.Sustainable {
+			best = s.Rate
+		}
+	}
+	p("")
+	p("Highest sustainable rate tried: **%.0f events/s**.", best)
+	p("")
+	rd := r.Reads
+	p("## Serving (fanout running)")
+	p("")
+	p("| at %.0f/s offered, %d concurrent | p50 | p99 | p99.9 | achieved/s | errors |", rd.Offered, rd.Concurrency)
+	p("|---|---|---|---|---|---|")
+	p("| GetFeed (gRPC, loopback) | %.2f ms | %.2f ms | %.2f ms | %.0f | %d |", rd.GetFeed.P50, rd.GetFeed.P99, rd.GetFeed.P999, rd.GetFeedRate, rd.Errors)
+	p("| Redis ZREVRANGE 0..%d | %.2f ms | %.2f ms | %.2f ms | %.0f | |", 49, rd.Redis.P50, rd.Redis.P99, rd.Redis.P999, rd.RedisRate)
+	p("")
+	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms.", rd.FirstP99Ms, rd.LastP99Ms)
+	p("")
+	p("![GetFeed CDF](%s)", img("getfeed_cdf.png"))
+	p("")
+	p("## Tail under trouble")
+	p("")
+	p("| hedging | GetFeed p50 | p99 | p99.9 | extra load | cutoff | standby p99.9 |")
+	p("|---|---|---|---|---|---|---|")
+	for _, h := range r.Hedging {
+		p("| %v | %.2f ms | %.2f ms | %.1f ms | %.2f%% | %.1f ms | %.1f ms |", h.Hedging, h.GetFeed.P50, h.GetFeed.P99, h.GetFeed.P999, 100*h.ExtraLoad, h.CutoffMs, h.StandbyP999)
+	}
+	p("")
+	p("![hedging](%s)", img("hedging.png"))
+	p("")
+	p("## Growth")
+	p("")
+	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed p99 |")
+	p("|---|---|---|---|---|---|---|")
+	for _, s := range r.Scale {
+		p("| %d | %d | %d | %.0f | %.2f | %.1f | %.1f ms |", s.Users, s.Follows, s.Events, s.Inserts, s.CPUSecPerEvent, s.WallPerInsert, s.GetFeedP99Ms)
+	}
+	p("")
+	p("![scale](%s)", img("scale.png"))
+	p("")
+	p("Peak RSS of the process (system and peers): %.0f MiB.", r.RSSMiB)
+	for _, n := range r.Notes {
+		p("")
+		p("Note: %s", n)
+	}
+	return b.String()
+}
+
+func save(p *plot.Plot, path string) error { return p.Save(6*vg.Inch, 4*vg.Inch, path) }
+
+func cdf(sorted []time.Duration) plotter.XYs {
+	pts := make(plotter.XYs, 0, 200)
+	step := max(1, len(sorted)/200)
+	for i := 0; i < len(sorted); i += step {
+		pts = append(pts, plotter.XY{X: ms(sorted[i]), Y: float64(i+1) / float64(len(sorted))})
+	}
+	if n := len(sorted); n > 0 {
+		pts = append(pts, plotter.XY{X: ms(sorted[n-1]), Y: 1})
+	}
+	return pts
+}
+
+func plotCDF(path string, r *Results) error {
+	p := plot.New()
+	p.Title.Text = "GetFeed vs Redis ZREVRANGE, same offered load"
+	p.X.Label.Text, p.Y.Label.Text = "latency (ms, log)", "fraction of calls"
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{}
+	var args []any
+	if len(r.getfeed) > 0 {
+		args = append(args, "GetFeed", cdf(r.getfeed))
+	}
+	if len(r.redis) > 0 {
+		args = append(args, "Redis ZREVRANGE", cdf(r.redis))
+	}
+	if len(args) > 0 {
+		if err := plotutil.AddLines(p, args...); err != nil {
+			return err
+		}
+	}
+	return save(p, path)
+}
+
+func plotLag(path string, r *Results) error {
+	p := plot.New()
+	p.Title.Text = "Fanout lag over the run (sampled followers)"
+	p.X.Label.Text, p.Y.Label.Text = "time into the run (s)", "lag (ms)"
+	pts := make(plotter.XYs, 0, len(r.lagSeries))
+	for _, l := range r.lagSeries {
+		pts = append(pts, plotter.XY{X: l.at.Seconds(), Y: ms(l.lag)})
+	}
+	sort.Slice(pts, func(i, j int) bool { return pts[i].X < pts[j].X })
+	if len(pts) > 0 {
+		s, err := plotter.NewScatter(pts)
+		if err != nil {
+			return err
+		}
+		p.Add(s)
+	}
+	return save(p, path)
+}
+
+func plotHedging(path string, r *Results) error {
+	p := plot.New()
+	p.Title.Text = "GetFeed p99.9 with the primary's tail slowed"
+	p.Y.Label.Text = "p99.9 (ms)"
+	vals := plotter.Values{}
+	var names []string
+	for _, h := range r.Hedging {
+		vals = append(vals, h.GetFeed.P999)
+		n := "hedging off"
+		if h.Hedging {
+			n = fmt.Sprintf("hedging on (+%.1f%% load)", 100*h.ExtraLoad)
+		}
+		names = append(names, n)
+	}
+	if len(vals) > 0 {
+		bars, err := plotter.NewBarChart(vals, vg.Points(40))
+		if err != nil {
+			return err
+		}
+		p.Add(bars)
+		p.NominalX(names...)
+	}
+	return save(p, path)
+}
+
+func plotScale(path string, r *Results) error {
+	p := plot.New()
+	p.Title.Text = "Cost per event and GetFeed p99 as users grow"
+	p.X.Label.Text, p.Y.Label.Text = "users", "CPU ms per event / GetFeed p99 ms"
+	var cost, lat plotter.XYs
+	for _, s := range r.Scale {
+		cost = append(cost, plotter.XY{X: float64(s.Users), Y: s.CPUSecPerEvent})
+		lat = append(lat, plotter.XY{X: float64(s.Users), Y: s.GetFeedP99Ms})
+	}
+	if len(cost) > 0 {
+		if err := plotutil.AddLinePoints(p, "CPU ms per event", cost, "GetFeed p99 ms", lat); err != nil {
+			return err
+		}
+	}
+	return save(p, path)
+}

@@ -1,0 +1,569 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// System is the running SmartFeed that the harness drives: cmd/smartfeed wires it to the real
+// services (an in-process `all` over the real Redis and store).
+type System interface {
+	// CreateUsers creates n users and returns their IDs.
+	CreateUsers(ctx context.Context, n int) ([]uint64, error)
+	// Follow records that follower follows followee (both directions, as the graph API does).
+	Follow(ctx context.Context, follower, followee uint64) error
+	// Pin creates a pin by author and publishes its event through pinlater (the worker fans it
+	// out), returning the pin's ID once the event is enqueued.
+	Pin(ctx context.Context, author uint64) (uint64, error)
+	// InPool reports whether pin is in user's pools.
+	InPool(ctx context.Context, user, pin uint64) (bool, error)
+	// PoolInserts is the worker's cumulative pool-insert count.
+	PoolInserts() float64
+	// FanoutPending is the number of fanout tasks not yet done.
+	FanoutPending(ctx context.Context) (int, error)
+	// GetFeed reads user's first page of n items over loopback gRPC.
+	GetFeed(ctx context.Context, user uint64, n int) error
+	// SlowPrimary makes a fraction of the primary's reads take extra (0 clears it).
+	SlowPrimary(ctx context.Context, fraction float64, extra time.Duration) error
+	// Hedging turns speculative reads on (the default policy) or off.
+	Hedging(ctx context.Context, on bool) error
+	// Hedges returns the cumulative hedged reads sent to the standby and GetFeed calls.
+	Hedges() (hedged, calls float64)
+	// Cutoff is the hedging cutoff in use.
+	Cutoff(ctx context.Context) (time.Duration, error)
+	// StandbyP999 is the standby's p99.9 read latency as the service measured it.
+	StandbyP999() time.Duration
+	// RawWrite writes rows of keyLen/valueLen bytes to the store in sorted batches of batch
+	// (the store's limit for the same rows), returning rows per second.
+	RawWrite(ctx context.Context, rows, keyLen, valueLen, batch int) (float64, error)
+}
+
+// Baseline is the Mastodon-style peer: a Redis sorted set per user.
+type Baseline interface {
+	// Push adds pin to every receiver's feed (pipelined ZADD + trim) and returns the inserts.
+	Push(ctx context.Context, receivers []uint64, pin uint64, score float64) (int, error)
+	// Read returns the first n of user's feed (ZREVRANGE 0..n-1).
+	Read(ctx context.Context, user uint64, n int) ([]uint64, error)
+}
+
+// Options sizes a run.
+type Options struct {
+	Profile       string
+	Storage       string
+	Seed          uint64
+	Users         []int         // the scale curve's sizes; the first is the main run's
+	EventRate     float64       // sustained events per second of the fanout phase
+	FanoutFor     time.Duration // length of the fanout phase
+	StepRates     []float64     // event rates tried for the highest sustainable rate
+	StepFor       time.Duration
+	ReadRate      float64 // offered GetFeed (and ZREVRANGE) calls per second
+	ReadFor       time.Duration
+	Concurrency   int
+	PageSize      int
+	SlowFraction  float64 // of primary reads slowed in the hedging phase
+	SlowBy        time.Duration
+	HedgeFor      time.Duration
+	LagBound      time.Duration
+	RawRows       int
+	ScaleEvents   int
+	MachineString string
+	Commit        string
+	// Scale builds a fresh system of the given number of users for the scale curve; nil
+	// measures the main size only.
+	Scale func(ctx context.Context, users int) (System, func(), error)
+}
+
+// Quick is the profile `make bench` runs (≤ 5 minutes on a 2-core machine).
+func Quick() Options {
+	return Options{Profile: "quick", Seed: 8, Users: []int{500, 1000}, EventRate: 10, FanoutFor: 20 * time.Second,
+		StepRates: []float64{2, 5, 20, 80}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second,
+		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
+		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60}
+}
+
+// Full is the scale profile: users ×1, ×10 and ×100, longer phases.
+func Full() Options {
+	o := Quick()
+	o.Profile, o.Users = "full", []int{1000, 10000, 100000}
+	o.EventRate = 20
+	o.FanoutFor, o.ReadFor, o.HedgeFor, o.StepFor = time.Minute, 30*time.Second, 30*time.Second, 20*time.Second
+	o.StepRates = []float64{10, 40, 160, 640}
+	o.ScaleEvents = 200
+	return o
+}
+
+// Results is results.json.
+type Results struct {
+	Profile string             `json:"profile"`
+	Storage string             `json:"storage"`
+	Machine string             `json:"machine"`
+	Commit  string             `json:"commit"`
+	Started time.Time          `json:"started"`
+	Seconds float64            `json:"seconds"`
+	Model   map[string]int     `json:"model"`
+	Fanout  FanoutResult       `json:"fanout"`
+	Steps   []StepResult       `json:"sustainable_rate_steps"`
+	Reads   ReadResult         `json:"reads"`
+	Hedging []HedgeResult      `json:"hedging"`
+	Scale   []ScaleResult      `json:"scale"`
+	RSSMiB  float64            `json:"peak_rss_mib"`
+	Ratios  map[string]float64 `json:"ratios"`
+	Notes   []string           `json:"notes"`
+
+	lagSeries []lagPoint
+	getfeed   []time.Duration
+	redis     []time.Duration
+}
+
+// FanoutResult is the sustained fanout phase with its peers.
+type FanoutResult struct {
+	Events             int     `json:"events"`
+	EventRate          float64 `json:"event_rate"`
+	Inserts            float64 `json:"pool_inserts"`
+	InsertsPerSec      float64 `json:"pool_inserts_per_sec"`
+	LagMs              Summary `json:"lag"`
+	RedisInsertsPerSec float64 `json:"redis_inserts_per_sec"`
+	RawRowsPerSec      float64 `json:"raw_store_rows_per_sec"`
+	DrainSeconds       float64 `json:"drain_seconds"`
+}
+
+// StepResult is one rate of the sustainable-rate search.
+type StepResult struct {
+	Rate        float64 `json:"rate"`
+	Events      int     `json:"events"`
+	LagP99Ms    float64 `json:"lag_p99_ms"`
+	Sustainable bool    `json:"sustainable"`
+}
+
+// ReadResult is GetFeed against Redis ZREVRANGE at one offered load.
+type ReadResult struct {
+	Offered     float64 `json:"offered_per_sec"`
+	Concurrency int     `json:"concurrency"`
+	GetFeed     Summary `json:"getfeed"`
+	GetFeedRate float64 `json:"getfeed_achieved_per_sec"`
+	Errors      int     `json:"getfeed_errors"`
+	Redis       Summary `json:"redis_zrevrange"`
+	RedisRate   float64 `json:"redis_achieved_per_sec"`
+	FirstP99Ms  float64 `json:"getfeed_first_third_p99_ms"`
+	LastP99Ms   float64 `json:"getfeed_last_third_p99_ms"`
+}
+
+// HedgeResult is GetFeed with the primary's tail slowed, hedging on or off.
+type HedgeResult struct {
+	Hedging     bool    `json:"hedging"`
+	GetFeed     Summary `json:"getfeed"`
+	ExtraLoad   float64 `json:"extra_load"`
+	CutoffMs    float64 `json:"cutoff_ms"`
+	StandbyP999 float64 `json:"standby_p999_ms"`
+}
+
+// ScaleResult is the cost per event at one size.
+type ScaleResult struct {
+	Users          int     `json:"users"`
+	Follows        int     `json:"follows"`
+	Events         int     `json:"events"`
+	Inserts        float64 `json:"inserts"`
+	CPUSecPerEvent float64 `json:"cpu_ms_per_event"`
+	WallPerInsert  float64 `json:"wall_us_per_insert"`
+	GetFeedP99Ms   float64 `json:"getfeed_p99_ms"`
+}
+
+type lagPoint struct {
+	at  time.Duration
+	lag time.Duration
+}
+
+// World is a built social graph on a System: the model and the users' IDs.
+type World struct {
+	M   *Model
+	IDs []uint64
+}
+
+// Progress reports a phase's advance; Run prints bars on a terminal, plain lines otherwise.
+type Progress func(phase string, done, total int)
+
+// Build creates the model's users and follows on sys, with parallel writers.
+func Build(ctx context.Context, sys System, m *Model, progress Progress) (*World, error) {
+	ids, err := sys.CreateUsers(ctx, m.Users)
+	if err != nil {
+		return nil, fmt.Errorf("create users: %w", err)
+	}
+	type edge struct{ a, b int }
+	edges := make(chan edge, 1024)
+	var done atomic.Int64
+	total := m.Edges()
+	var wg sync.WaitGroup
+	var firstErr error
+	var mu sync.Mutex
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for e := range edges {
+				if err := sys.Follow(ctx, ids[e.a], ids[e.b]); err != nil {
+					mu.Lock()
+					firstErr = errors.Join(firstErr, err)
+					mu.Unlock()
+					return
+				}
+				if n := done.Add(1); n%2000 == 0 && progress != nil {
+					progress("graph", int(n), total)
+				}
+			}
+		}()
+	}
+feed:
+	for u, fs := range m.Follower {
+		for _, f := range fs {
+			select {
+			case edges <- edge{f, u}:
+			case <-ctx.Done():
+				break feed
+			}
+		}
+	}
+	close(edges)
+	wg.Wait()
+	if progress != nil {
+		progress("graph", total, total)
+	}
+	if firstErr != nil {
+		return nil, fmt.Errorf("follows: %w", firstErr)
+	}
+	return &World{M: m, IDs: ids}, ctx.Err()
+}
+
+// paced calls fn at rate per second for d (or n times when n > 0), each in its own goroutine
+// bounded by conc, and waits for them.
+func paced(ctx context.Context, rate float64, d time.Duration, n, conc int, fn func(i int)) int {
+	sem := make(chan struct{}, conc)
+	var wg sync.WaitGroup
+	start := time.Now()
+	i := 0
+	for ; ctx.Err() == nil; i++ {
+		if n > 0 && i >= n || n == 0 && time.Since(start) >= d {
+			break
+		}
+		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		if w := time.Until(due); w > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(w):
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			fn(i)
+		}(i)
+	}
+	wg.Wait()
+	return i
+}
+
+// fanout publishes events at rate for d and measures the lag of sampled followers (the time
+// from the event's enqueue until the pin is in that follower's pool).
+func fanout(ctx context.Context, sys System, w *World, rate float64, d time.Duration, salt uint64, series *[]lagPoint, t0 time.Time) (events int, lags *Latencies, err error) {
+	authors := w.M.Authors(int(rate*d.Seconds())+1, salt)
+	lags = &Latencies{}
+	var mu sync.Mutex
+	var errs atomic.Int64
+	var pollers sync.WaitGroup
+	events = paced(ctx, rate, d, len(authors), 64, func(i int) {
+		a := authors[i]
+		enq := time.Now()
+		pin, err := sys.Pin(ctx, w.IDs[a])
+		if err != nil {
+			errs.Add(1)
+			return
+		}
+		fs := w.M.Follower[a]
+		if len(fs) == 0 || i%4 != 0 {
+			return
+		}
+		// Sample up to 3 followers, the last ones of the list; the lag is the slowest.
+		sample := fs[max(0, len(fs)-3):]
+		pollers.Add(1)
+		go func() {
+			defer pollers.Done()
+			deadline := enq.Add(30 * time.Second)
+			left := slices.Clone(sample)
+			for len(left) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+				keep := left[:0]
+				for _, f := range left {
+					if ok, err := sys.InPool(ctx, w.IDs[f], pin); err != nil || !ok {
+						keep = append(keep, f)
+					}
+				}
+				left = keep
+				if len(left) > 0 {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}
+			if len(left) == 0 {
+				l := time.Since(enq)
+				lags.Add(l)
+				if series != nil {
+					mu.Lock()
+					*series = append(*series, lagPoint{at: enq.Sub(t0), lag: l})
+					mu.Unlock()
+				}
+			} else {
+				lags.Add(30 * time.Second) // not there after 30 s: counted at the cap
+			}
+		}()
+	})
+	pollers.Wait()
+	if n := errs.Load(); n > 0 {
+		return events, lags, fmt.Errorf("%d of %d events failed to publish", n, events)
+	}
+	return events, lags, nil
+}
+
+// drain waits until no fanout task is pending (or limit passes) and returns how long it took.
+func drain(ctx context.Context, sys System, limit time.Duration) time.Duration {
+	start := time.Now()
+	for time.Since(start) < limit && ctx.Err() == nil {
+		if n, err := sys.FanoutPending(ctx); err == nil && n == 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// reads offers calls at rate with conc in flight for d and returns their latencies and errors.
+func reads(ctx context.Context, rate float64, d time.Duration, conc int, call func(i int) error) (*Latencies, []time.Duration, int, float64) {
+	lat := &Latencies{}
+	var inOrder []time.Duration
+	var mu sync.Mutex
+	var errs atomic.Int64
+	start := time.Now()
+	n := paced(ctx, rate, d, 0, conc, func(i int) {
+		t := time.Now()
+		err := call(i)
+		took := time.Since(t)
+		if err != nil {
+			errs.Add(1)
+			return
+		}
+		lat.Add(took)
+		mu.Lock()
+		inOrder = append(inOrder, took)
+		mu.Unlock()
+	})
+	_ = n
+	el := time.Since(start).Seconds()
+	return lat, inOrder, int(errs.Load()), float64(lat.Summary().N) / el
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func peakRSSMiB() float64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Maxrss) / 1024 // KiB on Linux
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 || math.IsNaN(a) || math.IsNaN(b) {
+		return 0
+	}
+	return a / b
+}
+
+// Run runs the profile on sys (built for opts.Users[0] users) with the Redis peer.
+func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Writer, progress Progress) (*Results, error) {
+	res := &Results{Profile: opts.Profile, Storage: opts.Storage, Machine: opts.MachineString, Commit: opts.Commit,
+		Started: time.Now(), Ratios: map[string]float64{}}
+	say := func(f string, a ...any) { fmt.Fprintf(log, f+"\n", a...) }
+	t0 := time.Now()
+	m := NewModel(opts.Users[0], opts.Seed)
+	res.Model = map[string]int{"users": m.Users, "follows": m.Edges(), "cpus": runtime.NumCPU()}
+	say("graph: %d users, %d follows (social model, seed %d)", m.Users, m.Edges(), opts.Seed)
+	w, err := Build(ctx, sys, m, progress)
+	if err != nil {
+		return nil, err
+	}
+
+	// 1. Sustained fanout, with the lag of sampled followers.
+	say("fanout: %.0f events/s for %v", opts.EventRate, opts.FanoutFor)
+	ins0, cpu0, start := sys.PoolInserts(), cpuTime(), time.Now()
+	events, lags, err := fanout(ctx, sys, w, opts.EventRate, opts.FanoutFor, 1, &res.lagSeries, t0)
+	if err != nil {
+		res.Notes = append(res.Notes, "fanout: "+err.Error())
+	}
+	dr := drain(ctx, sys, time.Minute)
+	el := time.Since(start).Seconds()
+	inserts := sys.PoolInserts() - ins0
+	res.Fanout = FanoutResult{Events: events, EventRate: opts.EventRate, Inserts: inserts, InsertsPerSec: inserts / el,
+		LagMs: lags.Summary(), DrainSeconds: dr.Seconds()}
+	_ = cpu0
+
+	// Peers on the same events: the Redis sorted sets, and the store's raw batched writes.
+	authors := m.Authors(events, 1)
+	bstart := time.Now()
+	binserts := 0
+	for i, a := range authors {
+		recv := make([]uint64, len(m.Follower[a]))
+		for j, f := range m.Follower[a] {
+			recv[j] = w.IDs[f]
+		}
+		n, err := base.Push(ctx, recv, uint64(1e12)+uint64(i), float64(i))
+		if err != nil {
+			return nil, fmt.Errorf("redis baseline: %w", err)
+		}
+		binserts += n
+	}
+	res.Fanout.RedisInsertsPerSec = float64(binserts) / time.Since(bstart).Seconds()
+	raw, err := sys.RawWrite(ctx, opts.RawRows, 8+1+8+8, 32, 500)
+	if err != nil {
+		return nil, fmt.Errorf("raw store writes: %w", err)
+	}
+	res.Fanout.RawRowsPerSec = raw
+	say("fanout: %.0f pool inserts/s (lag p50 %.0f ms, p99 %.0f ms); Redis %.0f inserts/s; raw store %.0f rows/s",
+		res.Fanout.InsertsPerSec, res.Fanout.LagMs.P50, res.Fanout.LagMs.P99, res.Fanout.RedisInsertsPerSec, raw)
+
+	// 2. The highest event rate whose lag p99 stays under the bound.
+	for i, rate := range opts.StepRates {
+		n, l, _ := fanout(ctx, sys, w, rate, opts.StepFor, uint64(10+i), nil, t0)
+		drain(ctx, sys, time.Minute)
+		s := l.Summary()
+		st := StepResult{Rate: rate, Events: n, LagP99Ms: s.P99, Sustainable: s.N > 0 && s.P99 < ms(opts.LagBound)}
+		res.Steps = append(res.Steps, st)
+		say("step: %.0f events/s → lag p99 %.0f ms (%v)", rate, s.P99, st.Sustainable)
+		if !st.Sustainable {
+			break
+		}
+	}
+
+	// 3. Reads while fanout runs: GetFeed against Redis ZREVRANGE, same offered load.
+	readers := m.Readers(int(opts.ReadRate*opts.ReadFor.Seconds())+1, 3)
+	for _, u := range readers[:min(len(readers), 200)] { // prime: a first page makes a feed
+		_ = sys.GetFeed(ctx, w.IDs[u], opts.PageSize)
+	}
+	bg, stopBG := context.WithCancel(ctx)
+	var bgw sync.WaitGroup
+	bgw.Add(1)
+	go func() {
+		defer bgw.Done()
+		_, _, _ = fanout(bg, sys, w, opts.EventRate, opts.ReadFor+opts.ReadFor, 4, nil, t0)
+	}()
+	say("reads: GetFeed at %.0f/s, %d concurrent, for %v, fanout running", opts.ReadRate, opts.Concurrency, opts.ReadFor)
+	gl, order, gerrs, grate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
+		return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
+	})
+	rl, _, _, rrate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
+		_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
+		return err
+	})
+	stopBG()
+	bgw.Wait()
+	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: gl.Summary(), GetFeedRate: grate,
+		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate}
+	if third := len(order) / 3; third > 0 {
+		res.Reads.FirstP99Ms = Summarize(order[:third]).P99
+		res.Reads.LastP99Ms = Summarize(order[len(order)-third:]).P99
+	}
+	res.getfeed, res.redis = gl.Sorted(), rl.Sorted()
+	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms",
+		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, grate, gerrs, res.Reads.Redis.P50, res.Reads.Redis.P99)
+
+	// 4. Tail under trouble: a slice of the primary's reads slowed, hedging off then on.
+	if err := sys.SlowPrimary(ctx, opts.SlowFraction, opts.SlowBy); err != nil {
+		res.Notes = append(res.Notes, "hedging: "+err.Error())
+	} else {
+		for _, on := range []bool{false, true} {
+			if err := sys.Hedging(ctx, on); err != nil {
+				return nil, err
+			}
+			h0, c0 := sys.Hedges()
+			hl, _, _, _ := reads(ctx, opts.ReadRate, opts.HedgeFor, opts.Concurrency, func(i int) error {
+				return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
+			})
+			h1, c1 := sys.Hedges()
+			cut, _ := sys.Cutoff(ctx)
+			hr := HedgeResult{Hedging: on, GetFeed: hl.Summary(), ExtraLoad: ratio(h1-h0, c1-c0), CutoffMs: ms(cut),
+				StandbyP999: ms(sys.StandbyP999())}
+			res.Hedging = append(res.Hedging, hr)
+			say("hedging %v: GetFeed p99.9 %.1f ms, extra load %.2f%%, cutoff %.1f ms", on, hr.GetFeed.P999, 100*hr.ExtraLoad, hr.CutoffMs)
+		}
+		_ = sys.SlowPrimary(ctx, 0, 0)
+	}
+
+	// 5. Scale: cost per event as users grow.
+	sizes := opts.Users
+	for i, n := range sizes {
+		s, closeS := sys, func() {}
+		sw := w
+		if i > 0 {
+			if opts.Scale == nil {
+				break
+			}
+			var err error
+			if s, closeS, err = opts.Scale(ctx, n); err != nil {
+				return nil, fmt.Errorf("scale %d users: %w", n, err)
+			}
+			say("scale: building %d users", n)
+			if sw, err = Build(ctx, s, NewModel(n, opts.Seed), progress); err != nil {
+				closeS()
+				return nil, err
+			}
+		}
+		ins0, c0, st := s.PoolInserts(), cpuTime(), time.Now()
+		ev, _, _ := fanout(ctx, s, sw, 20, time.Duration(float64(opts.ScaleEvents)/20*float64(time.Second)), 7, nil, t0)
+		drain(ctx, s, time.Minute)
+		ins := s.PoolInserts() - ins0
+		cpu := cpuTime() - c0
+		wall := time.Since(st)
+		var p99 float64
+		rd := sw.M.Readers(400, 9)
+		l, _, _, _ := reads(ctx, 100, 4*time.Second, 16, func(j int) error {
+			return s.GetFeed(ctx, sw.IDs[rd[j%len(rd)]], opts.PageSize)
+		})
+		p99 = l.Summary().P99
+		sr := ScaleResult{Users: n, Follows: sw.M.Edges(), Events: ev, Inserts: ins, CPUSecPerEvent: ratio(ms(cpu), float64(ev)),
+			WallPerInsert: ratio(float64(wall.Microseconds()), ins), GetFeedP99Ms: p99}
+		res.Scale = append(res.Scale, sr)
+		say("scale: %d users: %.2f ms CPU per event, %.1f µs wall per insert, GetFeed p99 %.1f ms", n, sr.CPUSecPerEvent, sr.WallPerInsert, p99)
+		closeS()
+	}
+	res.RSSMiB = peakRSSMiB()
+	res.Seconds = time.Since(res.Started).Seconds()
+
+	res.Ratios["fanout_vs_redis"] = ratio(res.Fanout.InsertsPerSec, res.Fanout.RedisInsertsPerSec)
+	res.Ratios["fanout_vs_raw_store"] = ratio(res.Fanout.InsertsPerSec, res.Fanout.RawRowsPerSec)
+	res.Ratios["getfeed_p99_vs_redis"] = ratio(res.Reads.GetFeed.P99, res.Reads.Redis.P99)
+	res.Ratios["hedge_extra_load"] = 0
+	res.Ratios["hedged_p999_vs_bound"] = 0
+	for _, h := range res.Hedging {
+		if h.Hedging {
+			res.Ratios["hedge_extra_load"] = h.ExtraLoad
+			res.Ratios["hedged_p999_vs_bound"] = ratio(h.GetFeed.P999, h.CutoffMs+h.StandbyP999)
+		}
+	}
+	res.Ratios["scale_cost_growth"] = 0
+	if len(res.Scale) > 1 {
+		res.Ratios["scale_cost_growth"] = ratio(res.Scale[len(res.Scale)-1].CPUSecPerEvent, res.Scale[0].CPUSecPerEvent)
+	}
+	return res, nil
+}

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/smartfeed/smartfeed/bench"
+	"github.com/smartfeed/smartfeed/feedsvc/faults"
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/pinlater"
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	"github.com/smartfeed/smartfeed/worker"
+	"github.com/smartfeed/smartfeed/worker/baseline"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// runBench runs the end-to-end benchmark (bench.Run) on an in-process `all` over the real Redis
+// and store, with fsync on, and writes results.json, report.md and plots.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	profile := fs.String("profile", "quick", "quick (≤ 5 minutes here; what make bench runs) or full (users ×10 and ×100)")
+	out := fs.String("out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
+	docs := fs.String("docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: smartfeed bench [--profile quick|full] [--storage pebble|hbase] [--out DIR] [--docs DIR]\n\n"+
+			"Drives the real pipeline (pinlater → worker → pools; GetFeed over loopback gRPC) with a social-network\n"+
+			"workload and measures the Redis sorted-set peer and the store's raw writes in the same run.")
+		fs.PrintDefaults()
+	}
+	base := config.DefaultConfig()
+	base.GRPC.Addr, base.Admin.Addr, base.Feed.Faults = "127.0.0.1:0", "", true
+	cfg, err := config.FromArgsOver(base, fs, args, os.Getenv)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	var opts bench.Options
+	switch *profile {
+	case "quick":
+		opts = bench.Quick()
+	case "full":
+		opts = bench.Full()
+	default:
+		return fmt.Errorf("bench: --profile %q: want quick or full", *profile)
+	}
+	opts.Storage = cfg.Storage.Backend
+	opts.MachineString = machine()
+	opts.Commit = commit()
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	logFile, err := os.Create(filepath.Join(*out, "smartfeed.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	cfg.Log.Level = "warn"
+	newSys := func(ctx context.Context, tag string) (*benchSystem, func(), error) {
+		c := cfg
+		c.Redis.Namespace = fmt.Sprintf("bench%s%d", tag, time.Now().UnixNano())
+		var tmp string
+		if c.Storage.Backend == config.BackendPebble {
+			if tmp, err = os.MkdirTemp("", "smartfeed-bench-"); err != nil {
+				return nil, nil, err
+			}
+			c.Storage.DataDir = tmp
+		} else {
+			c.Storage.HBase.TablePrefix = c.Redis.Namespace + "_"
+		}
+		return startBenchSystem(ctx, c, logFile, tmp)
+	}
+	sys, closeSys, err := newSys(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer closeSys()
+	opts.Scale = func(ctx context.Context, users int) (bench.System, func(), error) {
+		s, c, err := newSys(ctx, fmt.Sprint(users))
+		return s, c, err
+	}
+	rdb := goredis.NewClient(&goredis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB})
+	defer rdb.Close()
+	zs, err := baseline.New(rdb, fmt.Sprintf("benchzset%d:", time.Now().UnixNano()), 800, 100)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "smartfeed bench: profile %s, storage %s (fsync on), Redis %s; logs in %s\n",
+		opts.Profile, opts.Storage, cfg.Redis.Addr, logFile.Name())
+	tty := isTerminal(stdout)
+	last := time.Time{}
+	progress := func(phase string, done, total int) {
+		if tty {
+			fmt.Fprintf(stdout, "\r\033[K%s %s %d/%d", phase, bar(float64(done)/float64(max(total, 1)), 30), done, total)
+			if done >= total {
+				fmt.Fprintln(stdout)
+			}
+		} else if time.Since(last) > 5*time.Second || done >= total {
+			fmt.Fprintf(stdout, "%s: %d/%d\n", phase, done, total)
+			last = time.Now()
+		}
+	}
+	res, err := bench.Run(ctx, sys, zs, opts, stdout, progress)
+	if err != nil {
+		return err
+	}
+	if err := bench.Write(*out, res); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nresults: %s\nreport:  %s\nratios:", filepath.Join(*out, "results.json"), filepath.Join(*out, "report.md"))
+	for _, k := range bench.RatioKeys {
+		fmt.Fprintf(stdout, " %s=%.3f", k, res.Ratios[k])
+	}
+	fmt.Fprintln(stdout)
+	if *docs != "" {
+		if err := writeBenchDocs(*docs, *out, res); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "docs: %s\n", filepath.Join(*docs, "benchmarks.md"))
+	}
+	return nil
+}
+
+// writeBenchDocs writes docs/benchmarks.md from a run's report and copies its plots.
+func writeBenchDocs(dir, out string, res *bench.Results) error {
+	pd := filepath.Join(dir, "bench")
+	if err := os.MkdirAll(pd, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []string{"getfeed_cdf.png", "fanout_lag.png", "hedging.png", "scale.png"} {
+		b, err := os.ReadFile(filepath.Join(out, f))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(pd, f), b, 0o644); err != nil {
+			return err
+		}
+	}
+	md := "<!-- Generated by `smartfeed bench --docs docs` (make bench-docs); do not edit by hand. -->\n\n" + bench.Markdown(res, "bench")
+	return os.WriteFile(filepath.Join(dir, "benchmarks.md"), []byte(md), 0o644)
+}
+
+func machine() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%s, %d CPUs, %s (%s)", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), host)
+}
+
+func commit() string {
+	b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// benchSystem is bench.System over an in-process `all`.
+type benchSystem struct {
+	a      *app
+	feed   feedv1.FeedServiceClient
+	pub    *worker.Publisher
+	mu     sync.Mutex
+	boards map[uint64]zen.ID
+	raw    int
+}
+
+func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tmp string) (*benchSystem, func(), error) {
+	log, err := newLogger(cfg.Log, logw)
+	if err != nil {
+		return nil, nil, err
+	}
+	a, err := newApp(ctx, roleAll, cfg, log, newRegistry())
+	if err != nil {
+		return nil, nil, err
+	}
+	actx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- a.run(actx) }()
+	conn, err := grpc.NewClient(a.grpcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		stop()
+		<-done
+		return nil, nil, err
+	}
+	s := &benchSystem{a: a, feed: feedv1.NewFeedServiceClient(conn), boards: map[uint64]zen.ID{},
+		pub: worker.NewPublisher(a.pinClient, a.graph, a.worker.Config().HotFollowers)}
+	closeFn := func() {
+		conn.Close()
+		stop()
+		<-done
+		if tmp != "" {
+			_ = os.RemoveAll(tmp)
+		}
+	}
+	return s, closeFn, nil
+}
+
+func (s *benchSystem) CreateUsers(ctx context.Context, n int) ([]uint64, error) {
+	ids := make([]uint64, n)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			o, err := s.a.graph.Create(ctx, zen.TypeUser, 0, map[string]any{"username": fmt.Sprintf("bench%d", i)})
+			if err == nil {
+				var b zen.Object
+				b, err = s.a.graph.Create(ctx, zen.TypeBoard, o.ID, map[string]any{"name": "pins", "owner": o.ID.String()})
+				if err == nil {
+					err = addBoth(ctx, s.a.graph, zen.Edge{From: o.ID, Type: zen.EdgeUserBoards, To: b.ID})
+				}
+				mu.Lock()
+				s.mu.Lock()
+				s.boards[uint64(o.ID)] = b.ID
+				s.mu.Unlock()
+				ids[i] = uint64(o.ID)
+				mu.Unlock()
+			}
+			if err != nil {
+				mu.Lock()
+				firstErr = errors.Join(firstErr, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return ids, firstErr
+}
+
+func (s *benchSystem) Follow(ctx context.Context, follower, followee uint64) error {
+	return addBoth(ctx, s.a.graph, zen.Edge{From: zen.ID(follower), Type: zen.EdgeFollowsUser, To: zen.ID(followee)})
+}
+
+func (s *benchSystem) Pin(ctx context.Context, author uint64) (uint64, error) {
+	s.mu.Lock()
+	board := s.boards[author]
+	s.mu.Unlock()
+	now := time.Now()
+	p, err := s.a.graph.Create(ctx, zen.TypePin, board, map[string]any{"author": zen.ID(author).String(), "board": board.String(), "title": "bench"})
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range []zen.Edge{{From: zen.ID(author), Type: zen.EdgeUserPins, To: p.ID}, {From: board, Type: zen.EdgeBoardPins, To: p.ID}} {
+		if err := addBoth(ctx, s.a.graph, e); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := s.pub.PinSaved(ctx, worker.PinSaved{Pin: p.ID, User: zen.ID(author), Board: board, CreatedMs: now.UnixMilli()}); err != nil {
+		return 0, err
+	}
+	return uint64(p.ID), nil
+}
+
+func (s *benchSystem) InPool(ctx context.Context, user, pin uint64) (bool, error) {
+	es, err := s.a.pools.Top(ctx, zen.ID(user), zen.SourceFollowing, 1000)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(es, func(e zen.PoolEntry) bool { return e.Pin == zen.ID(pin) }), nil
+}
+
+func (s *benchSystem) PoolInserts() float64 {
+	return gatherSum(s.a.reg, "smartfeed_worker_pool_inserts_total")
+}
+
+func (s *benchSystem) FanoutPending(ctx context.Context) (int, error) {
+	n := 0
+	for _, q := range []string{pinlater.QueueFanout, pinlater.QueueBulk, pinlater.QueueCritical, pinlater.QueueDefault} {
+		st, err := s.a.pinAdmin.Queue(ctx, q)
+		if err != nil {
+			return 0, err
+		}
+		n += st.Pending + st.Active + st.Scheduled + st.Retry
+	}
+	return n, nil
+}
+
+func (s *benchSystem) GetFeed(ctx context.Context, user uint64, n int) error {
+	_, err := s.feed.GetFeed(ctx, &feedv1.GetFeedRequest{UserId: user, PageSize: int32(n)})
+	return err
+}
+
+func (s *benchSystem) SlowPrimary(_ context.Context, fraction float64, extra time.Duration) error {
+	if s.a.faults[0] == nil {
+		return errors.New("no fault injection on the primary")
+	}
+	return s.a.faults[0].Set(faults.Config{SlowFraction: fraction, Slow: extra})
+}
+
+func (s *benchSystem) Hedging(_ context.Context, on bool) error {
+	p := s.a.feed.Hedger().Policy()
+	p.Mode = hedge.ModeOff
+	if on {
+		p.Mode = hedge.DefaultPolicy().Mode
+	}
+	return s.a.feed.Hedger().SetPolicy(p)
+}
+
+func (s *benchSystem) Hedges() (float64, float64) {
+	return gatherSum(s.a.reg, "smartfeed_hedge_issued_total") + gatherSum(s.a.reg, "smartfeed_hedge_warmup_reads_total"),
+		gatherSum(s.a.reg, "smartfeed_hedge_calls_total")
+}
+
+func (s *benchSystem) Cutoff(context.Context) (time.Duration, error) {
+	d, _ := s.a.feed.Hedger().Cutoff()
+	return d, nil
+}
+
+func (s *benchSystem) StandbyP999() time.Duration {
+	mfs, err := s.a.reg.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "smartfeed_hedge_read_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "store" && l.GetValue() == "standby" {
+					return toHist(m.GetHistogram()).Quantile(0.999)
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// RawWrite writes rows of random sorted keys in batches from 4 writers into a table of the
+// main store: the store's limit for rows like a pool's.
+func (s *benchSystem) RawWrite(ctx context.Context, rows, keyLen, valueLen, batch int) (float64, error) {
+	s.mu.Lock()
+	s.raw++
+	name := fmt.Sprintf("benchraw%d", s.raw)
+	s.mu.Unlock()
+	t, err := s.a.stores.table(ctx, storeMain, name)
+	if err != nil {
+		return 0, err
+	}
+	const writers = 4
+	per := rows / writers / batch
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 9))
+			val := make([]byte, valueLen)
+			for range per {
+				muts := make([]zen.Mutation, batch)
+				for i := range muts {
+					k := make([]byte, keyLen)
+					binary.BigEndian.PutUint64(k, r.Uint64()>>2)
+					muts[i] = zen.Mutation{Key: k, Value: val}
+				}
+				slices.SortFunc(muts, func(a, b zen.Mutation) int { return strings.Compare(string(a.Key), string(b.Key)) })
+				if err := t.Apply(ctx, muts); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(per*writers*batch) / time.Since(start).Seconds(), nil
+}
