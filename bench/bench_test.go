@@ -60,8 +60,8 @@ func TestWriteHasEveryRatio(t *testing.T) {
 	dir := t.TempDir()
 	r := &Results{Profile: "quick", Ratios: map[string]float64{"fanout_vs_redis": 0.5},
 		getfeed: []time.Duration{time.Millisecond, 2 * time.Millisecond}, redis: []time.Duration{time.Millisecond},
-		Hedging: []HedgeResult{{Hedging: false}, {Hedging: true, ExtraLoad: 0.02}},
-		Scale:   []ScaleResult{{Users: 10, CPUSecPerEvent: 1}, {Users: 100, CPUSecPerEvent: 2}},
+		Hedging:   []HedgeResult{{Hedging: false}, {Hedging: true, ExtraLoad: 0.02}},
+		Scale:     []ScaleResult{{Users: 10, CPUSecPerEvent: 1}, {Users: 100, CPUSecPerEvent: 2}},
 		lagSeries: []lagPoint{{time.Second, time.Millisecond}}}
 	if err := Write(dir, r); err != nil {
 		t.Fatal(err)

@@ -78,8 +78,14 @@ func TestGeneratorRefusesNonUserIDs(t *testing.T) {
 	t1023 := uint64(1023)<<36 | 5
 	for _, id := range []uint64{uint64(board), 1, t1023, 1<<64 - 1, 1 << 62, 1 << 63} {
 		for name, call := range map[string]func() error{
-			"GenerateChunk": func() error { _, err := c.GenerateChunk(t.Context(), &generatorv1.GenerateChunkRequest{User: id}); return err },
-			"PendingChunks": func() error { _, err := c.PendingChunks(t.Context(), &generatorv1.PendingChunksRequest{User: id}); return err },
+			"GenerateChunk": func() error {
+				_, err := c.GenerateChunk(t.Context(), &generatorv1.GenerateChunkRequest{User: id})
+				return err
+			},
+			"PendingChunks": func() error {
+				_, err := c.PendingChunks(t.Context(), &generatorv1.PendingChunksRequest{User: id})
+				return err
+			},
 			"SettleChunk": func() error {
 				_, err := c.SettleChunk(t.Context(), &generatorv1.SettleChunkRequest{User: id, ChunkId: "1-1"})
 				return err
