@@ -2,6 +2,8 @@ package graphsvc
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,17 +185,49 @@ func (s *GraphService) get(ctx context.Context, id zen.ID) (zen.Object, error) {
 	return o, nil
 }
 
-// replayed looks up the object a request ID created earlier (0 when none or no request ID).
-func (s *GraphService) replayed(ctx context.Context, kind, rid string) (zen.ID, error) {
-	if rid == "" {
+// idem is a request's idempotency key: its request_id, scoped to the method (kind) and the
+// caller (the acting user for boards and pins; the claimed name for users and interests, whose
+// caller has no identity yet), with a fingerprint of the body. The same key with the same body
+// replays the first answer; with another body it is refused.
+type idem struct {
+	kind, scope, rid, fp string
+}
+
+// newIdem builds the key of a request; body lists the fields that make it this request.
+func newIdem(kind, scope, rid string, body ...string) idem {
+	h := sha256.New()
+	for _, b := range body {
+		h.Write([]byte(b))
+		h.Write([]byte{0})
+	}
+	return idem{kind: kind, scope: scope, rid: rid, fp: hex.EncodeToString(h.Sum(nil)[:16])}
+}
+
+func (r idem) key() string { return r.kind + ":" + r.scope + ":" + r.rid }
+
+// replayed looks up the object a request ID created earlier (0 when none or no request ID). A
+// record whose body differs is refused with FailedPrecondition.
+func (s *GraphService) replayed(ctx context.Context, r idem) (zen.ID, error) {
+	if r.rid == "" {
 		return 0, nil
 	}
-	id, err := s.g.LookupKey(ctx, graphKindRequest, kind+":"+rid)
+	id, err := s.g.LookupKey(ctx, graphKindRequest, r.key())
 	if errors.Is(err, zen.ErrNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, s.fail("look up request_id", err)
+	}
+	o, err := s.g.Get(ctx, id)
+	if errors.Is(err, zen.ErrNotFound) {
+		return 0, nil // its object is gone (deleted, or a create refused after all)
+	}
+	if err != nil {
+		return 0, s.fail("look up request_id", err)
+	}
+	if graphStr(o.Data, "request_fp") != r.fp {
+		return 0, status.Errorf(codes.FailedPrecondition,
+			"request_id %s was already used for a different %s request by this caller; use a new request_id", quote.Q(r.rid), r.kind)
 	}
 	return id, nil
 }
@@ -201,36 +235,50 @@ func (s *GraphService) replayed(ctx context.Context, kind, rid string) (zen.ID, 
 // create stores a new object, or with a request ID returns the one that ID created before.
 // It reports whether the object is new. A concurrent twin with the same request ID loses the
 // MapKey race, deletes its own object and returns the winner's.
-func (s *GraphService) create(ctx context.Context, kind, rid string, t zen.Type, near zen.ID, data map[string]any) (zen.Object, bool, error) {
-	if id, err := s.replayed(ctx, kind, rid); err != nil {
+func (s *GraphService) create(ctx context.Context, r idem, t zen.Type, near zen.ID, data map[string]any) (zen.Object, bool, error) {
+	if id, err := s.replayed(ctx, r); err != nil {
 		return zen.Object{}, false, err
 	} else if id != 0 {
 		o, err := s.get(ctx, id)
 		return o, false, err
 	}
+	if r.rid != "" {
+		data["request_fp"] = r.fp
+	}
 	o, err := s.g.Create(ctx, t, near, data)
 	if err != nil {
-		return zen.Object{}, false, s.fail("create "+kind, err)
+		return zen.Object{}, false, s.fail("create "+r.kind, err)
 	}
-	if rid == "" {
+	if r.rid == "" {
 		return o, true, nil
 	}
-	ok, err := s.g.MapKey(ctx, graphKindRequest, kind+":"+rid, o.ID)
+	ok, err := s.g.MapKey(ctx, graphKindRequest, r.key(), o.ID)
 	if err != nil {
 		return zen.Object{}, false, s.fail("record request_id", err)
 	}
 	if ok {
 		return o, true, nil
 	}
+	// The key is taken: a concurrent twin won, or a record outlived its object.
+	id, rerr := s.replayed(ctx, r)
+	if rerr == nil && id == 0 {
+		if old, err := s.g.LookupKey(ctx, graphKindRequest, r.key()); err == nil {
+			if _, err := s.g.UnmapKey(ctx, graphKindRequest, r.key(), old); err == nil {
+				if ok, err := s.g.MapKey(ctx, graphKindRequest, r.key(), o.ID); err == nil && ok {
+					return o, true, nil
+				}
+			}
+		}
+		id, rerr = s.replayed(ctx, r)
+	}
 	if err := s.g.Delete(ctx, o.ID); err != nil {
 		s.log.Warn("delete orphan of a request_id race", zap.Stringer("id", o.ID), zap.Error(err))
 	}
-	id, err := s.replayed(ctx, kind, rid)
-	if err != nil {
-		return zen.Object{}, false, err
+	if rerr != nil {
+		return zen.Object{}, false, rerr
 	}
 	if id == 0 {
-		return zen.Object{}, false, status.Errorf(codes.Aborted, "request_id %s: concurrent retries conflicted; retry", quote.Q(rid))
+		return zen.Object{}, false, status.Errorf(codes.Aborted, "request_id %s: concurrent retries conflicted; retry", quote.Q(r.rid))
 	}
 	w, err := s.get(ctx, id)
 	return w, false, err
@@ -238,12 +286,12 @@ func (s *GraphService) create(ctx context.Context, kind, rid string, t zen.Type,
 
 // forget removes the request-ID record of an object whose create was refused after all, so a
 // retry is refused the same way instead of finding a deleted object.
-func (s *GraphService) forget(ctx context.Context, kind, rid string, id zen.ID) {
-	if rid == "" {
+func (s *GraphService) forget(ctx context.Context, r idem, id zen.ID) {
+	if r.rid == "" {
 		return
 	}
-	if _, err := s.g.UnmapKey(ctx, graphKindRequest, kind+":"+rid, id); err != nil {
-		s.log.Warn("unmap request_id", zap.String("request_id", rid), zap.Error(err))
+	if _, err := s.g.UnmapKey(ctx, graphKindRequest, r.key(), id); err != nil {
+		s.log.Warn("unmap request_id", zap.String("request_id", r.rid), zap.Error(err))
 	}
 }
 

@@ -3,6 +3,7 @@ package graphsvc
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -98,7 +99,9 @@ func (s *GraphService) CreatePin(ctx context.Context, req *graphv1.CreatePinRequ
 	for i, id := range interests {
 		istr[i] = id.String()
 	}
-	o, _, err := s.create(ctx, "pin", req.GetRequestId(), zen.TypePin, board, map[string]any{
+	r := newIdem("pin", author.String(), req.GetRequestId(), board.String(), req.GetDetails(), req.GetLink(),
+		req.GetImageUrl(), strings.Join(istr, ","))
+	o, _, err := s.create(ctx, r, zen.TypePin, board, map[string]any{
 		"author": author.String(), "board": board.String(), "details": req.GetDetails(),
 		"link": req.GetLink(), "image_url": req.GetImageUrl(), "interests": istr,
 		"created_ms": s.now().UnixMilli(),

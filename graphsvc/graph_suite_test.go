@@ -53,7 +53,7 @@ func graphTestUsers(t *testing.T, e *graphEnv, ghost func(zen.Type) uint64) {
 	graphDiff(t, u, graphOK(e.c.GetUser(ctx, &graphv1.GetUserRequest{UserId: u.Id, UserIdStr: u.IdStr}))(t))
 	graphDiff(t, u, graphOK(e.c.GetUserByName(ctx, &graphv1.GetUserByNameRequest{Username: strings.ToUpper(n)}))(t))
 
-	// request_id: a retry returns the first user, even with other fields.
+	// request_id: a retry of the same request returns the first user.
 	rn := e.name("retry")
 	r1 := graphOK(e.c.CreateUser(ctx, &graphv1.CreateUserRequest{Username: rn, Email: rn + "@example.com", RequestId: "req-" + rn}))(t)
 	r2 := graphOK(e.c.CreateUser(ctx, &graphv1.CreateUserRequest{Username: rn, Email: rn + "@example.com", RequestId: "req-" + rn}))(t)

@@ -160,8 +160,9 @@ func (s *GraphService) CreateUser(ctx context.Context, req *graphv1.CreateUserRe
 		return nil, err
 	}
 	name, email, rid := strings.ToLower(req.GetUsername()), strings.ToLower(req.GetEmail()), req.GetRequestId()
+	r := newIdem("user", name, rid, name, email, req.GetDisplayName())
 	// Refuse a taken name before creating anything (the claims below are what make it exact).
-	self, err := s.replayed(ctx, "user", rid)
+	self, err := s.replayed(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func (s *GraphService) CreateUser(ctx context.Context, req *graphv1.CreateUserRe
 			return nil, status.Errorf(codes.AlreadyExists, "%s %s is taken", k[0], quote.Q(k[1]))
 		}
 	}
-	o, _, err := s.create(ctx, "user", rid, zen.TypeUser, 0, map[string]any{
+	o, _, err := s.create(ctx, r, zen.TypeUser, 0, map[string]any{
 		"username": req.GetUsername(), "email": email, "display_name": req.GetDisplayName(),
 		"created_ms": s.now().UnixMilli(),
 	})
@@ -186,7 +187,7 @@ func (s *GraphService) CreateUser(ctx context.Context, req *graphv1.CreateUserRe
 		return nil, err
 	}
 	if !ok {
-		s.undoUser(ctx, o.ID, rid, "")
+		s.undoUser(ctx, o.ID, r, "")
 		return nil, status.Errorf(codes.AlreadyExists, "username %s is taken", quote.Q(name))
 	}
 	ok, err = s.claim(ctx, graphKindEmail, email, o.ID)
@@ -194,20 +195,20 @@ func (s *GraphService) CreateUser(ctx context.Context, req *graphv1.CreateUserRe
 		return nil, err
 	}
 	if !ok {
-		s.undoUser(ctx, o.ID, rid, name)
+		s.undoUser(ctx, o.ID, r, name)
 		return nil, status.Errorf(codes.AlreadyExists, "email %s is taken", quote.Q(email))
 	}
 	return graphUserMsg(o), nil
 }
 
 // undoUser deletes a user whose create lost a uniqueness race, freeing its username claim.
-func (s *GraphService) undoUser(ctx context.Context, id zen.ID, rid, name string) {
+func (s *GraphService) undoUser(ctx context.Context, id zen.ID, r idem, name string) {
 	if name != "" {
 		if _, err := s.g.UnmapKey(ctx, graphKindUsername, name, id); err != nil {
 			s.log.Warn("free username", zap.Stringer("user", id), zap.Error(err))
 		}
 	}
-	s.forget(ctx, "user", rid, id)
+	s.forget(ctx, r, id)
 	if err := s.g.Delete(ctx, id); err != nil {
 		s.log.Warn("delete refused user", zap.Stringer("user", id), zap.Error(err))
 	}
@@ -312,7 +313,7 @@ func (s *GraphService) CreateBoard(ctx context.Context, req *graphv1.CreateBoard
 	if _, err := s.get(ctx, owner); err != nil {
 		return nil, err
 	}
-	o, _, err := s.create(ctx, "board", req.GetRequestId(), zen.TypeBoard, owner, map[string]any{
+	o, _, err := s.create(ctx, newIdem("board", owner.String(), req.GetRequestId(), req.GetName(), req.GetDescription()), zen.TypeBoard, owner, map[string]any{
 		"owner": owner.String(), "name": req.GetName(), "description": req.GetDescription(),
 		"created_ms": s.now().UnixMilli(),
 	})
@@ -334,7 +335,8 @@ func (s *GraphService) CreateInterest(ctx context.Context, req *graphv1.CreateIn
 		return nil, err
 	}
 	key, rid := strings.ToLower(req.GetName()), req.GetRequestId()
-	self, err := s.replayed(ctx, "interest", rid)
+	r := newIdem("interest", key, rid, key)
+	self, err := s.replayed(ctx, r)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +345,7 @@ func (s *GraphService) CreateInterest(ctx context.Context, req *graphv1.CreateIn
 	} else if taken {
 		return nil, status.Errorf(codes.AlreadyExists, "interest %s exists", quote.Q(key))
 	}
-	o, _, err := s.create(ctx, "interest", rid, zen.TypeInterest, 0, map[string]any{
+	o, _, err := s.create(ctx, r, zen.TypeInterest, 0, map[string]any{
 		"name": req.GetName(), "created_ms": s.now().UnixMilli(),
 	})
 	if err != nil {
@@ -354,7 +356,7 @@ func (s *GraphService) CreateInterest(ctx context.Context, req *graphv1.CreateIn
 		return nil, err
 	}
 	if !ok {
-		s.forget(ctx, "interest", rid, o.ID)
+		s.forget(ctx, r, o.ID)
 		if err := s.g.Delete(ctx, o.ID); err != nil {
 			s.log.Warn("delete refused interest", zap.Stringer("interest", o.ID), zap.Error(err))
 		}
