@@ -214,8 +214,20 @@ func (s *BoardService) ListPins(ctx context.Context, req *boardv1.ListPinsReques
 	if err != nil {
 		return nil, s.fail("list pins", err)
 	}
+	// A pin deleted since its edge was listed (or whose removal did not finish) is not shown.
+	ids := make([]zen.ID, len(es))
+	for i, e := range es {
+		ids[i] = e.To
+	}
+	live, err := s.g.GetMany(ctx, ids)
+	if err != nil {
+		return nil, s.fail("list pins", err)
+	}
 	out := &boardv1.ListPinsResponse{NextCursor: next, Count: n}
 	for _, e := range es {
+		if _, ok := live[e.To]; !ok {
+			continue
+		}
 		out.Pins = append(out.Pins, &boardv1.BoardPin{PinId: uint64(e.To), PinIdStr: e.To.String(), Seq: e.Seq.String()})
 	}
 	return out, nil

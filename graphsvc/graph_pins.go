@@ -290,6 +290,12 @@ func (s *GraphService) DeletePin(ctx context.Context, req *graphv1.DeletePinRequ
 			return nil, s.fail("delete pin", err)
 		}
 	}
+	// Off its boards and its author's pins before answering, so lists and counts agree with
+	// GetObjects at once; the pin→boards inverse stays for the purge job, which walks it to
+	// reach the boards' followers and then removes it (and repeats these, idempotently).
+	if err := s.g.UnlistPin(ctx, pin, user); err != nil {
+		return nil, s.fail("delete pin", err)
+	}
 	if err := s.enqueue(ctx, "delete pin "+pin.String(), pinlater.PinDeletePayload{
 		V: pinlater.PayloadVersion, Pin: uint64(pin), Author: uint64(user),
 	}); err != nil {

@@ -303,6 +303,14 @@ func (w *Worker) HandlePinDelete(ctx context.Context, p pinlater.PinDeletePayloa
 			cur = next
 		}
 	}
+	// Off its boards and lists (GraphService.DeletePin did it already; a delete published by a
+	// producer did not), then the pin→boards edges the walk above needed.
+	if err := w.g.UnlistPin(ctx, pin, author); err != nil {
+		return fmt.Errorf("pin delete %d: %w", pin, err)
+	}
+	if err := w.g.DropPinBoards(ctx, pin); err != nil {
+		return fmt.Errorf("pin delete %d: %w", pin, err)
+	}
 	w.m.removed.WithLabelValues("pin_delete").Add(float64(total))
 	w.m.tasks.WithLabelValues(pinlater.TypePinDelete).Inc()
 	return nil

@@ -611,3 +611,54 @@ func (g *Graph) ListEdges(ctx context.Context, from ID, t EdgeType, cur string, 
 	}
 	return out, next, nil
 }
+
+// UnlistPin removes a deleted pin from the lists that show it: board→pins of every board it is
+// on (found through pin→boards) and the author's user→pins, decrementing their counts. The
+// pin→boards inverse stays (a purge walks it to reach the boards' followers; DropPinBoards
+// removes it after). Removing an absent edge is a no-op, so it can run again.
+func (g *Graph) UnlistPin(ctx context.Context, pin, author ID) error {
+	boards, err := g.pinBoards(ctx, pin)
+	if err != nil {
+		return fmt.Errorf("unlist pin %d: %w", pin, err)
+	}
+	for _, b := range boards {
+		if err := g.RemoveEdge(ctx, b, EdgeBoardPins, pin); err != nil {
+			return fmt.Errorf("unlist pin %d: %w", pin, err)
+		}
+	}
+	if err := g.RemoveEdge(ctx, author, EdgeUserPins, pin); err != nil {
+		return fmt.Errorf("unlist pin %d: %w", pin, err)
+	}
+	return nil
+}
+
+// DropPinBoards removes a deleted pin's pin→boards edges, the last trace of it on its boards.
+func (g *Graph) DropPinBoards(ctx context.Context, pin ID) error {
+	boards, err := g.pinBoards(ctx, pin)
+	if err != nil {
+		return fmt.Errorf("drop pin boards %d: %w", pin, err)
+	}
+	for _, b := range boards {
+		if err := g.RemoveEdge(ctx, pin, EdgePinBoards, b); err != nil {
+			return fmt.Errorf("drop pin boards %d: %w", pin, err)
+		}
+	}
+	return nil
+}
+
+func (g *Graph) pinBoards(ctx context.Context, pin ID) ([]ID, error) {
+	var out []ID
+	for cur := ""; ; {
+		es, next, err := g.ListEdges(ctx, pin, EdgePinBoards, cur, MaxEdgePage, false)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range es {
+			out = append(out, e.To)
+		}
+		if next == "" {
+			return out, nil
+		}
+		cur = next
+	}
+}
