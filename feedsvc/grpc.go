@@ -58,6 +58,8 @@ func grpcError(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, ErrNoUser):
+		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -34,6 +34,9 @@ type Enqueuer interface {
 // ErrInvalid is wrapped by errors about the caller's input (user, cursor, page size).
 var ErrInvalid = errors.New("invalid argument")
 
+// ErrNoUser is wrapped when the user does not exist or was deleted.
+var ErrNoUser = errors.New("no such user")
+
 // ErrUnavailable is wrapped when neither the primary nor the standby could answer.
 var ErrUnavailable = errors.New("feed unavailable")
 
@@ -292,6 +295,13 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 			return Page{}, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		after = &p
+	}
+	// A deleted or never-existing user has no feed (checked where the graph is at hand).
+	if s.live != nil {
+		live, err := s.live.Live(ctx, []zen.ID{req.User})
+		if err == nil && !live[req.User] {
+			return Page{}, fmt.Errorf("%w: user %d", ErrNoUser, uint64(req.User))
+		}
 	}
 	rebuilding := s.touch(req.User)
 	var page Page

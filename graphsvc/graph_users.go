@@ -288,6 +288,12 @@ func (s *GraphService) DeleteUser(ctx context.Context, req *graphv1.DeleteUserRe
 			}
 		}
 	}
+	// Hide what the user owns before answering: their pins and boards are soft-deleted, so every
+	// read filter (GetObjects, ListPins, fresh chunks, materialized pages) drops them at once;
+	// the user-delete job then purges the pins from pools and lists.
+	if err := s.g.DeleteOwned(ctx, id); err != nil {
+		return nil, s.fail("delete what the user owns", err)
+	}
 	if err := s.enqueue(ctx, "delete user "+id.String(), pinlater.UserDeletePayload{V: pinlater.PayloadVersion, User: uint64(id)}); err != nil {
 		return nil, err
 	}

@@ -328,6 +328,31 @@ func (w *Worker) HandleUserDelete(ctx context.Context, p pinlater.UserDeletePayl
 	if err := w.state.Apply(ctx, []zen.Mutation{{Key: stateKey(user, rowActive, 0), Value: i64Bytes(deletedUser)}}); err != nil {
 		return fmt.Errorf("user delete %d: %w", user, err)
 	}
+	// What the user owned: soft-deleted (DeleteUser did it already; an event from a producer did
+	// not), then each pin purged from the pools it was fanned out to and taken off its lists.
+	if err := w.g.DeleteOwned(ctx, user); err != nil {
+		return fmt.Errorf("user delete %d: %w", user, err)
+	}
+	var last zen.ID
+	for {
+		// Always the first page: each purge removes the pin's user→pins edge.
+		es, _, err := w.g.ListEdges(ctx, user, zen.EdgeUserPins, "", zen.MaxEdgePage, false)
+		if err != nil {
+			return fmt.Errorf("user delete %d: %w", user, err)
+		}
+		if len(es) == 0 {
+			break
+		}
+		if es[0].To == last { // the purge did not take the pin off the list: no progress
+			return fmt.Errorf("user delete %d: pin %d stays on the user's list after its purge", user, last)
+		}
+		last = es[0].To
+		for _, e := range es {
+			if err := w.HandlePinDelete(ctx, pinlater.PinDeletePayload{V: pinlater.PayloadVersion, Pin: uint64(e.To), Author: uint64(user)}); err != nil {
+				return fmt.Errorf("user delete %d: %w", user, err)
+			}
+		}
+	}
 	if err := w.pools.DeleteUser(ctx, user); err != nil {
 		return fmt.Errorf("user delete %d: %w", user, err)
 	}

@@ -662,3 +662,27 @@ func (g *Graph) pinBoards(ctx context.Context, pin ID) ([]ID, error) {
 		cur = next
 	}
 }
+
+// DeleteOwned soft-deletes what a (deleted) user owns: every pin on their user→pins list and
+// every board on their user→boards list. Deleting a deleted object is a no-op, so it can run
+// again; the edges stay for the purge that follows (UnlistPin, DropPinBoards).
+func (g *Graph) DeleteOwned(ctx context.Context, user ID) error {
+	for _, t := range []EdgeType{EdgeUserPins, EdgeUserBoards} {
+		for cur := ""; ; {
+			es, next, err := g.ListEdges(ctx, user, t, cur, MaxEdgePage, false)
+			if err != nil {
+				return fmt.Errorf("delete owned by %d: %w", user, err)
+			}
+			for _, e := range es {
+				if err := g.Delete(ctx, e.To); err != nil && !errors.Is(err, ErrNotFound) {
+					return fmt.Errorf("delete owned by %d: %w", user, err)
+				}
+			}
+			if next == "" {
+				break
+			}
+			cur = next
+		}
+	}
+	return nil
+}
