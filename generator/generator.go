@@ -311,14 +311,19 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
 		// 2. Claim each pin (one chunk per pin), then take the claimed ones out of the pools.
+		// All of the round's claims go in one batched compare-and-set (one synced commit).
 		claimed := make([]pick, 0, len(last.picks))
-		for _, p := range last.picks {
+		conds := make([]zen.Cond, len(last.picks))
+		for i, p := range last.picks {
 			excluded[p.e.Pin] = true
-			ok, err := g.state.CheckAndSet(ctx, userKey2(user, tagClaim, uint64(p.e.Pin)), nil, []byte(rec.ID))
-			if err != nil {
-				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("claim pin %d: %w", uint64(p.e.Pin), err))
-			}
-			if ok {
+			conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Value: []byte(rec.ID)}
+		}
+		oks, err := casMany(ctx, g.state, conds)
+		if err != nil {
+			return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("claim %d pins: %w", len(conds), err))
+		}
+		for i, p := range last.picks {
+			if oks[i] {
 				claimed = append(claimed, p)
 			} else {
 				g.m.lost.Inc()
@@ -337,6 +342,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		for _, e := range taken {
 			got[e.Pin] = true
 		}
+		var releases []zen.Cond
 		for _, p := range claimed {
 			if got[p.e.Pin] {
 				won = append(won, p)
@@ -350,8 +356,11 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 			// Claimed but gone from the pools (removed or expired meanwhile): not ours to serve.
 			g.m.lost.Inc()
 			dbg.add("lost: %s left the pools before it was taken; replacing", describe(p.e))
-			if _, err := g.state.CheckAndSet(ctx, userKey2(user, tagClaim, uint64(p.e.Pin)), []byte(rec.ID), nil); err != nil {
-				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("release pin %d: %w", uint64(p.e.Pin), err))
+			releases = append(releases, zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Expected: []byte(rec.ID)})
+		}
+		if len(releases) > 0 {
+			if _, err := casMany(ctx, g.state, releases); err != nil {
+				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("release %d pins: %w", len(releases), err))
 			}
 		}
 	}
@@ -452,16 +461,17 @@ func (g *Generator) abandon(ctx context.Context, user zen.ID, no uint64, rec *re
 
 // owned returns the record's entries whose claim row names this chunk.
 func (g *Generator) owned(ctx context.Context, user zen.ID, rec *record) ([]recEntry, error) {
+	keys := make([][]byte, len(rec.Entries))
+	for i, re := range rec.Entries {
+		keys[i] = userKey2(user, tagClaim, uint64(re.Entry.Pin))
+	}
+	vals, err := getMany(ctx, g.state, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read claims of chunk %s: %w", rec.ID, err)
+	}
 	var out []recEntry
-	for _, re := range rec.Entries {
-		v, err := g.state.Get(ctx, userKey2(user, tagClaim, uint64(re.Entry.Pin)))
-		if errors.Is(err, zen.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read claim of pin %d: %w", uint64(re.Entry.Pin), err)
-		}
-		if string(v) == rec.ID {
+	for i, re := range rec.Entries {
+		if vals[i] != nil && string(vals[i]) == rec.ID {
 			out = append(out, re)
 		}
 	}
@@ -514,9 +524,13 @@ func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *re
 			return fmt.Errorf("put back chunk %s: %w", rec.ID, err)
 		}
 	}
-	for _, re := range own {
-		if _, err := g.state.CheckAndSet(ctx, userKey2(user, tagClaim, uint64(re.Entry.Pin)), []byte(rec.ID), nil); err != nil {
-			return fmt.Errorf("release pin %d: %w", uint64(re.Entry.Pin), err)
+	if len(own) > 0 {
+		conds := make([]zen.Cond, len(own))
+		for i, re := range own {
+			conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(re.Entry.Pin)), Expected: []byte(rec.ID)}
+		}
+		if _, err := casMany(ctx, g.state, conds); err != nil {
+			return fmt.Errorf("release %d pins of chunk %s: %w", len(own), rec.ID, err)
 		}
 	}
 	if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true},

@@ -153,3 +153,48 @@ func (g *Generator) getRecord(ctx context.Context, user zen.ID, no uint64) (*rec
 	}
 	return decodeRecord(b)
 }
+
+// casMany runs compare-and-sets on t: in one CheckAndSetMany (one synced commit on the embedded
+// backend, one round of RPCs on HBase) when t is a zen.CondBatcher, else one after the other. It
+// returns, per condition, whether it wrote.
+func casMany(ctx context.Context, t zen.Table, conds []zen.Cond) ([]bool, error) {
+	if cb, ok := t.(zen.CondBatcher); ok {
+		out, err := cb.CheckAndSetMany(ctx, conds)
+		if err == nil && len(out) != len(conds) {
+			return nil, fmt.Errorf("check-and-set many: %d results for %d conditions", len(out), len(conds))
+		}
+		return out, err
+	}
+	out := make([]bool, len(conds))
+	for i, c := range conds {
+		ok, err := t.CheckAndSet(ctx, c.Key, c.Expected, c.Value)
+		if err != nil {
+			return nil, fmt.Errorf("check-and-set %x: %w", c.Key, err)
+		}
+		out[i] = ok
+	}
+	return out, nil
+}
+
+// getMany reads keys from t: in one GetMany when t is a zen.MultiGetter, else one after the
+// other. Absent rows give nil entries.
+func getMany(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
+	if mg, ok := t.(zen.MultiGetter); ok {
+		return mg.GetMany(ctx, keys)
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		v, err := t.Get(ctx, k)
+		switch {
+		case errors.Is(err, zen.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("get %x: %w", k, err)
+		default:
+			if v == nil {
+				v = []byte{}
+			}
+			out[i] = v
+		}
+	}
+	return out, nil
+}
