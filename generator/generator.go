@@ -95,6 +95,33 @@ type Generator struct {
 	log   *zap.Logger
 	cfg   atomic.Pointer[Config]
 	m     metrics
+	// roundNs is a moving average of one take round's duration (reads, claims, take), which
+	// short uses to decide whether another round fits before the caller's deadline.
+	roundNs atomic.Int64
+}
+
+// observeRound folds one round's duration into the moving average (weight 1/8).
+func (g *Generator) observeRound(d time.Duration) {
+	for {
+		old := g.roundNs.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if g.roundNs.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// short reports whether ctx's deadline leaves less than two average rounds after now (one for
+// the round, one for the writes that finish the chunk). Without a deadline there is always time.
+func (g *Generator) short(ctx context.Context, now time.Time) bool {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	return dl.Sub(now) < 2*time.Duration(g.roundNs.Load())
 }
 
 type metrics struct {
@@ -105,6 +132,28 @@ type metrics struct {
 	deleted  prometheus.Counter
 	lost     prometheus.Counter
 	settled  *prometheus.CounterVec
+	// stage times each stage of GenerateChunk (state, read, live, claim, take, record,
+	// finish), so a slow chunk says where its time went.
+	stage *prometheus.HistogramVec
+}
+
+// Stages of GenerateChunk, the label values of smartfeed_generator_stage_seconds.
+const (
+	stageState  = "state"  // the user's state row
+	stageRead   = "read"   // Top of every source
+	stageLive   = "live"   // liveness of the candidates
+	stageClaim  = "claim"  // chunk number, intent record and the batched claims
+	stageTake   = "take"   // the batched take from the pools
+	stageRecord = "record" // the ready record
+	stageFinish = "finish" // the state update after the chunk
+	stageSweep  = "sweep"  // the expiry sweep, when due
+)
+
+// since observes the time since start under stage and returns now, the next stage's start.
+func (m *metrics) since(stage string, start time.Time) time.Time {
+	now := time.Now()
+	m.stage.WithLabelValues(stage).Observe(now.Sub(start).Seconds())
+	return now
 }
 
 // New returns a Generator.
@@ -134,9 +183,12 @@ func New(p Params) (*Generator, error) {
 		deleted:  prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_deleted_total", Help: "Deleted pins dropped from the pools on read (Liveness)."}),
 		lost:     prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_claims_lost_total", Help: "Chosen pins claimed first by a concurrent chunk and replaced."}),
 		settled:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_settled_total", Help: "Chunks settled, by outcome."}, []string{"delivered"}),
+		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "smartfeed_generator_stage_seconds",
+			Help:    "Time spent in each stage of GenerateChunk.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
 	}
 	if p.Registerer != nil {
-		for _, c := range []prometheus.Collector{g.m.chunks, g.m.pins, g.m.deferred, g.m.dropped, g.m.deleted, g.m.lost, g.m.settled} {
+		for _, c := range []prometheus.Collector{g.m.chunks, g.m.pins, g.m.deferred, g.m.dropped, g.m.deleted, g.m.lost, g.m.settled, g.m.stage} {
 			if err := p.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register generator metrics: %w", err)
 			}
@@ -219,10 +271,12 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	nowMs := now.UnixMilli()
 	dbg := &debugLog{on: opts.Debug}
 
+	t := time.Now()
 	st, _, err := g.loadState(ctx, user)
 	if err != nil {
 		return Chunk{}, err
 	}
+	t = g.m.since(stageState, t)
 	n, note := wantedSize(cfg, st.LastVisitMs, nowMs, st.Owed, opts.Max)
 	dbg.add("size: %s", note)
 
@@ -231,6 +285,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		if err := g.sweep(ctx, user, expireBefore, nowMs, dbg); err != nil {
 			return Chunk{}, err
 		}
+		t = g.m.since(stageSweep, t)
 	}
 
 	plan := cfg.plan()
@@ -246,6 +301,13 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	sawExpired := false
 
 	for round := 0; round < cfg.TakeRounds && len(won) < n; round++ {
+		roundStart := time.Now()
+		if round > 0 && g.short(ctx, roundStart) {
+			// Another round would likely miss the caller's deadline: serve the pins won so far
+			// (the shortfall is owed to the next chunk) rather than nothing.
+			dbg.add("deadline: %d of %d pins after %d rounds, no time for another", len(won), n, round)
+			break
+		}
 		var lists [][]zen.PoolEntry
 		// Deleted candidates leave the lists; the pools are read again (deeper, as the excluded
 		// grow) so that deleted pins at the top cannot starve a chunk.
@@ -268,6 +330,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 					}
 				}
 			}
+			t = g.m.since(stageRead, t)
 			if g.live == nil {
 				break
 			}
@@ -275,6 +338,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 			if err != nil {
 				return Chunk{}, g.abandon(ctx, user, no, rec, err)
 			}
+			t = g.m.since(stageLive, t)
 			if dead == 0 || attempt >= maxLiveRereads {
 				break
 			}
@@ -334,7 +398,9 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		for i, p := range claimed {
 			es[i] = p.e
 		}
+		t = g.m.since(stageClaim, t)
 		taken, err := g.pools.Take(ctx, user, es)
+		t = g.m.since(stageTake, t)
 		if err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("take from pools of %d: %w", uint64(user), err))
 		}
@@ -363,6 +429,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("release %d pins: %w", len(releases), err))
 			}
 		}
+		g.observeRound(time.Since(roundStart))
 	}
 	if sawExpired {
 		if err := g.sweep(ctx, user, expireBefore, nowMs, dbg); err != nil {
@@ -392,6 +459,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		if err := g.putRecord(ctx, user, no, rec); err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
+		t = g.m.since(stageRecord, t)
 		chunk.ID = rec.ID
 		g.m.chunks.Inc()
 	} else if rec != nil {
@@ -411,6 +479,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		// The chunk is taken and recorded; a stale last visit only affects the next size.
 		g.log.Warn("update generator state", zap.Uint64("user", uint64(user)), zap.Error(err))
 	}
+	g.m.since(stageFinish, t)
 	dbg.add("chunk %q: %d of %d wanted", chunk.ID, got, n)
 	chunk.Debug = dbg.lines
 	return chunk, nil
