@@ -269,6 +269,64 @@ func (g *Graph) GetMany(ctx context.Context, ids []ID) (map[ID]Object, error) {
 	return out, nil
 }
 
+// LiveMany reports which of ids are live objects (present and not soft-deleted), exactly as
+// GetMany would return them, without decoding the objects: it reads only their "active" field.
+// It is the liveness check of the read path, where decoding every candidate's whole object
+// showed in the profile.
+func (g *Graph) LiveMany(ctx context.Context, ids []ID) (map[ID]bool, error) {
+	keys := make([][]byte, 0, len(ids))
+	want := make([]ID, 0, len(ids))
+	seen := make(map[ID]bool, len(ids))
+	for _, id := range ids {
+		if !id.Valid() || seen[id] {
+			continue
+		}
+		seen[id] = true
+		want = append(want, id)
+		keys = append(keys, objectKey(id))
+	}
+	vals, err := getAll(ctx, g.objects, keys)
+	if err != nil {
+		return nil, fmt.Errorf("live: get %d objects: %w", len(keys), err)
+	}
+	out := make(map[ID]bool, len(want))
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		live, err := liveValue(want[i], v)
+		if err != nil {
+			return nil, fmt.Errorf("live: %w", err)
+		}
+		if live {
+			out[want[i]] = true
+		}
+	}
+	return out, nil
+}
+
+// liveValue reports whether a stored object value is live, as isActive(decodeObject(v).Data)
+// would, decoding only the top level: "active" absent or not a bool is live, false is not.
+func liveValue(id ID, v []byte) (bool, error) {
+	if len(v) < 8 {
+		return false, fmt.Errorf("object %d: value is %d bytes", id, len(v))
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(v[8:], &top); err != nil {
+		return false, fmt.Errorf("object %d: %w", id, err)
+	}
+	a, ok := top["active"]
+	if !ok {
+		return true, nil
+	}
+	var b any
+	if err := json.Unmarshal(a, &b); err != nil {
+		return false, fmt.Errorf("object %d: active: %w", id, err)
+	}
+	live, isBool := b.(bool)
+	return !isBool || live, nil // a non-bool "active" (null included) is present-and-live
+}
+
 // Update applies fn to a copy of the object's data and writes it back with compare-and-set on the
 // stored value, retrying fn on conflict. It returns ErrNotFound for an absent or deleted object;
 // an error from fn aborts without writing. fn may set "active" to false (a delete).

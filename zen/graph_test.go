@@ -150,6 +150,43 @@ func TestGetMany(t *testing.T) {
 	}
 }
 
+// TestLiveManyMatchesGetMany: LiveMany names exactly the objects GetMany returns, whatever
+// their "active" field holds (absent, true, false, not a bool) and for absent or invalid IDs.
+func TestLiveManyMatchesGetMany(t *testing.T) {
+	ctx := context.Background()
+	g, _ := memGraph(t)
+	var ids []zen.ID
+	for _, data := range []map[string]any{
+		{"n": 1}, {"active": true}, {"active": false}, {"active": "no"}, {"active": nil},
+		{"active": 0}, {"nested": map[string]any{"active": false}}, {"active": true, "x": []any{1, 2}},
+	} {
+		o, err := g.Create(ctx, zen.TypePin, mustID(t, 1, zen.TypeBoard, 1), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, o.ID)
+	}
+	if err := g.Delete(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	q := append([]zen.ID{mustID(t, 1, zen.TypePin, 99999), 1 << 63, ids[0]}, ids...)
+	objs, err := g.GetMany(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[zen.ID]bool{}
+	for id := range objs {
+		want[id] = true
+	}
+	got, err := g.LiveMany(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("LiveMany (-GetMany +LiveMany):\n%s", diff)
+	}
+}
+
 func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
 
 // TestConcurrentUpdates: every CAS-retried increment lands once.
