@@ -64,6 +64,13 @@ func (a remoteGenerator) Settle(ctx context.Context, user zen.ID, chunkID string
 	return nil
 }
 
+// Liveness cache of the read path (zen.Graph.CacheLiveness): how long an answer is kept, and how
+// many pins are remembered (about 40 bytes each).
+const (
+	liveCacheTTL     = time.Second
+	liveCacheEntries = 1 << 18
+)
+
 // graphLiveness answers generator.Liveness and feedsvc.Liveness with one batched object read:
 // a pin is live when zen.Graph.LiveMany says so (absent and soft-deleted objects are not), which
 // reads only the objects' "active" field instead of decoding them whole.
