@@ -272,10 +272,11 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	dbg := &debugLog{on: opts.Debug}
 
 	t := time.Now()
-	st, _, err := g.loadState(ctx, user)
+	st, stRaw, err := g.loadState(ctx, user)
 	if err != nil {
 		return Chunk{}, err
 	}
+	stKnown := true // stRaw is still the state row as stored, as far as this call knows
 	t = g.m.since(stageState, t)
 	n, note := wantedSize(cfg, st.LastVisitMs, nowMs, st.Owed, opts.Max)
 	dbg.add("size: %s", note)
@@ -285,6 +286,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		if err := g.sweep(ctx, user, expireBefore, nowMs, dbg); err != nil {
 			return Chunk{}, err
 		}
+		stKnown = false // rewritten by the sweep: the final state update reads it again
 		t = g.m.since(stageSweep, t)
 	}
 
@@ -297,6 +299,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	wonBy := make([]int, len(plan))
 	var no uint64
 	var rec *record
+	var intent []byte // the record as last written (intent)
 	var last selection
 	sawExpired := false
 
@@ -371,7 +374,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		for _, p := range last.picks {
 			rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
 		}
-		if err := g.putRecord(ctx, user, no, rec, index...); err != nil {
+		if intent, err = g.putRecordBytes(ctx, user, no, rec, index...); err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
 		// 2. Claim each pin (one chunk per pin), then take the claimed ones out of the pools.
@@ -456,12 +459,31 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 			dbg.add("pick %d: %s: %s", i+1, describe(p.e), p.reason)
 			g.m.pins.WithLabelValues(SourceName(p.e.Source)).Inc()
 		}
-		if err := g.putRecord(ctx, user, no, rec); err != nil {
+		// The ready record and the state row go in one batched compare-and-set when the state
+		// row is still the one read at the start (one synced commit instead of two).
+		stateDone := false
+		if stKnown {
+			next := st
+			next.LastVisitMs = nowMs
+			if len(arranged) >= next.Owed {
+				next.Owed = 0
+			}
+			ok, err := g.readyWithState(ctx, user, no, rec, intent, stRaw, next)
+			if err != nil {
+				return Chunk{}, g.abandon(ctx, user, no, rec, err)
+			}
+			stateDone = ok
+		} else if err := g.putRecord(ctx, user, no, rec); err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
 		t = g.m.since(stageRecord, t)
 		chunk.ID = rec.ID
 		g.m.chunks.Inc()
+		if stateDone {
+			dbg.add("chunk %q: %d of %d wanted", chunk.ID, len(chunk.Items), n)
+			chunk.Debug = dbg.lines
+			return chunk, nil
+		}
 	} else if rec != nil {
 		// Nothing won: the intent record holds no claim of ours.
 		if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true},
