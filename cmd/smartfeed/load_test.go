@@ -161,4 +161,3 @@ func envInt(t *testing.T, k string, def int) int {
 	}
 	return v
 }
-
