@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -310,28 +309,6 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 		r.oldest.Store(0)
 	}
 	return left, len(rows) == r.maxBatch && len(acks) > 0, nil
-}
-
-// getMany reads keys from t (nil for an absent row), in one call where t supports it.
-func getMany(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
-	if mg, ok := t.(zen.MultiGetter); ok {
-		return mg.GetMany(ctx, keys)
-	}
-	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		v, err := t.Get(ctx, k)
-		switch {
-		case errors.Is(err, zen.ErrNotFound):
-		case err != nil:
-			return nil, err
-		default:
-			if v == nil {
-				v = []byte{}
-			}
-			out[i] = v
-		}
-	}
-	return out, nil
 }
 
 // Flush waits until every write that completed before the call is on the standby, or ctx is

@@ -172,6 +172,7 @@ func New(d Deps, c Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.Enqueuer = timedEnqueuer{Enqueuer: d.Enqueuer, m: m}
 	if d.LiveTimeout <= 0 {
 		d.LiveTimeout = DefaultLiveTimeout
 	}
@@ -334,6 +335,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	genCh := make(chan genResult, 1)
 	gctx, gcancel := context.WithTimeout(ctx, cfg.GeneratorDeadline)
 	defer gcancel()
+	start := time.Now()
 	go func() {
 		c, err := s.gen.GenerateChunk(gctx, user)
 		genCh <- genResult{c, err}
@@ -346,6 +348,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	readCh := make(chan readResult, 1)
 	go func() {
 		res, out, err := s.read(ctx, user, nil, size)
+		s.m.observeStage(stageRead, time.Since(start))
 		readCh <- readResult{res, out, err}
 	}()
 
@@ -357,6 +360,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		timedOut = true
 		s.abandon(user, genCh)
 	}
+	s.m.observeStage(stageGenerator, time.Since(start))
 	rd := <-readCh
 
 	page := Page{From: rd.out.From, Hedged: rd.out.Hedged}
@@ -381,7 +385,9 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		s.settleLater(user, gen.c.ID, false)
 	default:
 		var err error
+		pstart := time.Now()
 		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res.entries)
+		s.m.observeStage(stagePersist, time.Since(pstart))
 		if err != nil {
 			page.FreshStatus, page.FreshDetail = FreshPersistFailed, err.Error()
 			s.m.persistFailed.Inc()
@@ -485,7 +491,8 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	for _, e := range page {
 		onPage[e.Pin] = true
 	}
-	// The sequence and the pin-index lookups go out together.
+	// The sequence (a synced write) goes out while the pin index is read: one batched read of
+	// the chunk's pins, not a goroutine per pin.
 	var seq uint64
 	var seqErr error
 	var wg sync.WaitGroup
@@ -494,28 +501,26 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 		seq, seqErr = uint64(n), err
 	})
 	present := make([]bool, len(c.Items))
-	errs := make([]error, len(c.Items))
+	var keys [][]byte
+	var at []int
 	for i, it := range c.Items {
 		if onPage[it.Pin] {
 			present[i] = true
 			continue
 		}
-		wg.Go(func() {
-			_, err := s.primary.Get(ctx, pinKey(user, it.Pin))
-			switch {
-			case err == nil:
-				present[i] = true
-			case !errors.Is(err, zen.ErrNotFound):
-				errs[i] = err
-			}
-		})
+		keys = append(keys, pinKey(user, it.Pin))
+		at = append(at, i)
 	}
+	vals, idxErr := getMany(ctx, s.primary, keys)
 	wg.Wait()
 	if seqErr != nil {
 		return nil, fmt.Errorf("chunk sequence: %w", seqErr)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("pin index: %w", err)
+	if idxErr != nil {
+		return nil, fmt.Errorf("pin index: %w", idxErr)
+	}
+	for j, i := range at {
+		present[i] = vals[j] != nil
 	}
 	pc := pendingChunk{ChunkID: c.ID, ServedMs: s.now().UnixMilli()}
 	seen := make(map[zen.ID]bool, len(c.Items))
@@ -651,4 +656,40 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 		}
 		startKey = append(bytes.Clone(rows[len(rows)-1].Key), 0)
 	}
+}
+
+// getMany reads keys from t: in one GetMany when t is a zen.MultiGetter, else one after the
+// other (a handful of point reads costs less than a goroutine each). Absent rows give nil.
+func getMany(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
+	if mg, ok := t.(zen.MultiGetter); ok {
+		return mg.GetMany(ctx, keys)
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		v, err := t.Get(ctx, k)
+		switch {
+		case errors.Is(err, zen.ErrNotFound):
+		case err != nil:
+			return nil, err
+		default:
+			if v == nil {
+				v = []byte{}
+			}
+			out[i] = v
+		}
+	}
+	return out, nil
+}
+
+// timedEnqueuer times the materialize enqueue (smartfeed_feed_stage_seconds{stage="enqueue"}).
+type timedEnqueuer struct {
+	Enqueuer
+	m *metrics
+}
+
+func (t timedEnqueuer) EnqueueMaterialize(ctx context.Context, task MaterializeTask) error {
+	start := time.Now()
+	err := t.Enqueuer.EnqueueMaterialize(ctx, task)
+	t.m.observeStage(stageEnqueue, time.Since(start))
+	return err
 }

@@ -95,6 +95,33 @@ type Generator struct {
 	log   *zap.Logger
 	cfg   atomic.Pointer[Config]
 	m     metrics
+	// roundNs is a moving average of one take round's duration (reads, claims, take), which
+	// short uses to decide whether another round fits before the caller's deadline.
+	roundNs atomic.Int64
+}
+
+// observeRound folds one round's duration into the moving average (weight 1/8).
+func (g *Generator) observeRound(d time.Duration) {
+	for {
+		old := g.roundNs.Load()
+		next := int64(d)
+		if old > 0 {
+			next = old + (int64(d)-old)/8
+		}
+		if g.roundNs.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// short reports whether ctx's deadline leaves less than two average rounds after now (one for
+// the round, one for the writes that finish the chunk). Without a deadline there is always time.
+func (g *Generator) short(ctx context.Context, now time.Time) bool {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return false
+	}
+	return dl.Sub(now) < 2*time.Duration(g.roundNs.Load())
 }
 
 type metrics struct {
@@ -105,6 +132,28 @@ type metrics struct {
 	deleted  prometheus.Counter
 	lost     prometheus.Counter
 	settled  *prometheus.CounterVec
+	// stage times each stage of GenerateChunk (state, read, live, claim, take, record,
+	// finish), so a slow chunk says where its time went.
+	stage *prometheus.HistogramVec
+}
+
+// Stages of GenerateChunk, the label values of smartfeed_generator_stage_seconds.
+const (
+	stageState  = "state"  // the user's state row
+	stageRead   = "read"   // Top of every source
+	stageLive   = "live"   // liveness of the candidates
+	stageClaim  = "claim"  // chunk number, intent record and the batched claims
+	stageTake   = "take"   // the batched take from the pools
+	stageRecord = "record" // the ready record
+	stageFinish = "finish" // the state update after the chunk
+	stageSweep  = "sweep"  // the expiry sweep, when due
+)
+
+// since observes the time since start under stage and returns now, the next stage's start.
+func (m *metrics) since(stage string, start time.Time) time.Time {
+	now := time.Now()
+	m.stage.WithLabelValues(stage).Observe(now.Sub(start).Seconds())
+	return now
 }
 
 // New returns a Generator.
@@ -134,9 +183,12 @@ func New(p Params) (*Generator, error) {
 		deleted:  prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_deleted_total", Help: "Deleted pins dropped from the pools on read (Liveness)."}),
 		lost:     prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_claims_lost_total", Help: "Chosen pins claimed first by a concurrent chunk and replaced."}),
 		settled:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_settled_total", Help: "Chunks settled, by outcome."}, []string{"delivered"}),
+		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "smartfeed_generator_stage_seconds",
+			Help:    "Time spent in each stage of GenerateChunk.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
 	}
 	if p.Registerer != nil {
-		for _, c := range []prometheus.Collector{g.m.chunks, g.m.pins, g.m.deferred, g.m.dropped, g.m.deleted, g.m.lost, g.m.settled} {
+		for _, c := range []prometheus.Collector{g.m.chunks, g.m.pins, g.m.deferred, g.m.dropped, g.m.deleted, g.m.lost, g.m.settled, g.m.stage} {
 			if err := p.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("register generator metrics: %w", err)
 			}
@@ -219,10 +271,13 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	nowMs := now.UnixMilli()
 	dbg := &debugLog{on: opts.Debug}
 
-	st, _, err := g.loadState(ctx, user)
+	t := time.Now()
+	st, stRaw, err := g.loadState(ctx, user)
 	if err != nil {
 		return Chunk{}, err
 	}
+	stKnown := true // stRaw is still the state row as stored, as far as this call knows
+	t = g.m.since(stageState, t)
 	n, note := wantedSize(cfg, st.LastVisitMs, nowMs, st.Owed, opts.Max)
 	dbg.add("size: %s", note)
 
@@ -231,6 +286,8 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		if err := g.sweep(ctx, user, expireBefore, nowMs, dbg); err != nil {
 			return Chunk{}, err
 		}
+		stKnown = false // rewritten by the sweep: the final state update reads it again
+		t = g.m.since(stageSweep, t)
 	}
 
 	plan := cfg.plan()
@@ -242,10 +299,18 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	wonBy := make([]int, len(plan))
 	var no uint64
 	var rec *record
+	var intent []byte // the record as last written (intent)
 	var last selection
 	sawExpired := false
 
 	for round := 0; round < cfg.TakeRounds && len(won) < n; round++ {
+		roundStart := time.Now()
+		if round > 0 && g.short(ctx, roundStart) {
+			// Another round would likely miss the caller's deadline: serve the pins won so far
+			// (the shortfall is owed to the next chunk) rather than nothing.
+			dbg.add("deadline: %d of %d pins after %d rounds, no time for another", len(won), n, round)
+			break
+		}
 		var lists [][]zen.PoolEntry
 		// Deleted candidates leave the lists; the pools are read again (deeper, as the excluded
 		// grow) so that deleted pins at the top cannot starve a chunk.
@@ -268,6 +333,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 					}
 				}
 			}
+			t = g.m.since(stageRead, t)
 			if g.live == nil {
 				break
 			}
@@ -275,6 +341,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 			if err != nil {
 				return Chunk{}, g.abandon(ctx, user, no, rec, err)
 			}
+			t = g.m.since(stageLive, t)
 			if dead == 0 || attempt >= maxLiveRereads {
 				break
 			}
@@ -307,18 +374,23 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		for _, p := range last.picks {
 			rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
 		}
-		if err := g.putRecord(ctx, user, no, rec, index...); err != nil {
+		if intent, err = g.putRecordBytes(ctx, user, no, rec, index...); err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
 		// 2. Claim each pin (one chunk per pin), then take the claimed ones out of the pools.
+		// All of the round's claims go in one batched compare-and-set (one synced commit).
 		claimed := make([]pick, 0, len(last.picks))
-		for _, p := range last.picks {
+		conds := make([]zen.Cond, len(last.picks))
+		for i, p := range last.picks {
 			excluded[p.e.Pin] = true
-			ok, err := g.state.CheckAndSet(ctx, userKey2(user, tagClaim, uint64(p.e.Pin)), nil, []byte(rec.ID))
-			if err != nil {
-				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("claim pin %d: %w", uint64(p.e.Pin), err))
-			}
-			if ok {
+			conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Value: []byte(rec.ID)}
+		}
+		oks, err := casMany(ctx, g.state, conds)
+		if err != nil {
+			return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("claim %d pins: %w", len(conds), err))
+		}
+		for i, p := range last.picks {
+			if oks[i] {
 				claimed = append(claimed, p)
 			} else {
 				g.m.lost.Inc()
@@ -329,7 +401,9 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		for i, p := range claimed {
 			es[i] = p.e
 		}
+		t = g.m.since(stageClaim, t)
 		taken, err := g.pools.Take(ctx, user, es)
+		t = g.m.since(stageTake, t)
 		if err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("take from pools of %d: %w", uint64(user), err))
 		}
@@ -337,6 +411,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		for _, e := range taken {
 			got[e.Pin] = true
 		}
+		var releases []zen.Cond
 		for _, p := range claimed {
 			if got[p.e.Pin] {
 				won = append(won, p)
@@ -350,10 +425,14 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 			// Claimed but gone from the pools (removed or expired meanwhile): not ours to serve.
 			g.m.lost.Inc()
 			dbg.add("lost: %s left the pools before it was taken; replacing", describe(p.e))
-			if _, err := g.state.CheckAndSet(ctx, userKey2(user, tagClaim, uint64(p.e.Pin)), []byte(rec.ID), nil); err != nil {
-				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("release pin %d: %w", uint64(p.e.Pin), err))
+			releases = append(releases, zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Expected: []byte(rec.ID)})
+		}
+		if len(releases) > 0 {
+			if _, err := casMany(ctx, g.state, releases); err != nil {
+				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("release %d pins: %w", len(releases), err))
 			}
 		}
+		g.observeRound(time.Since(roundStart))
 	}
 	if sawExpired {
 		if err := g.sweep(ctx, user, expireBefore, nowMs, dbg); err != nil {
@@ -380,11 +459,31 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 			dbg.add("pick %d: %s: %s", i+1, describe(p.e), p.reason)
 			g.m.pins.WithLabelValues(SourceName(p.e.Source)).Inc()
 		}
-		if err := g.putRecord(ctx, user, no, rec); err != nil {
+		// The ready record and the state row go in one batched compare-and-set when the state
+		// row is still the one read at the start (one synced commit instead of two).
+		stateDone := false
+		if stKnown {
+			next := st
+			next.LastVisitMs = nowMs
+			if len(arranged) >= next.Owed {
+				next.Owed = 0
+			}
+			ok, err := g.readyWithState(ctx, user, no, rec, intent, stRaw, next)
+			if err != nil {
+				return Chunk{}, g.abandon(ctx, user, no, rec, err)
+			}
+			stateDone = ok
+		} else if err := g.putRecord(ctx, user, no, rec); err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
+		t = g.m.since(stageRecord, t)
 		chunk.ID = rec.ID
 		g.m.chunks.Inc()
+		if stateDone {
+			dbg.add("chunk %q: %d of %d wanted", chunk.ID, len(chunk.Items), n)
+			chunk.Debug = dbg.lines
+			return chunk, nil
+		}
 	} else if rec != nil {
 		// Nothing won: the intent record holds no claim of ours.
 		if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true},
@@ -402,6 +501,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		// The chunk is taken and recorded; a stale last visit only affects the next size.
 		g.log.Warn("update generator state", zap.Uint64("user", uint64(user)), zap.Error(err))
 	}
+	g.m.since(stageFinish, t)
 	dbg.add("chunk %q: %d of %d wanted", chunk.ID, got, n)
 	chunk.Debug = dbg.lines
 	return chunk, nil
@@ -452,16 +552,17 @@ func (g *Generator) abandon(ctx context.Context, user zen.ID, no uint64, rec *re
 
 // owned returns the record's entries whose claim row names this chunk.
 func (g *Generator) owned(ctx context.Context, user zen.ID, rec *record) ([]recEntry, error) {
+	keys := make([][]byte, len(rec.Entries))
+	for i, re := range rec.Entries {
+		keys[i] = userKey2(user, tagClaim, uint64(re.Entry.Pin))
+	}
+	vals, err := getMany(ctx, g.state, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read claims of chunk %s: %w", rec.ID, err)
+	}
 	var out []recEntry
-	for _, re := range rec.Entries {
-		v, err := g.state.Get(ctx, userKey2(user, tagClaim, uint64(re.Entry.Pin)))
-		if errors.Is(err, zen.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read claim of pin %d: %w", uint64(re.Entry.Pin), err)
-		}
-		if string(v) == rec.ID {
+	for i, re := range rec.Entries {
+		if vals[i] != nil && string(vals[i]) == rec.ID {
 			out = append(out, re)
 		}
 	}
@@ -514,9 +615,13 @@ func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *re
 			return fmt.Errorf("put back chunk %s: %w", rec.ID, err)
 		}
 	}
-	for _, re := range own {
-		if _, err := g.state.CheckAndSet(ctx, userKey2(user, tagClaim, uint64(re.Entry.Pin)), []byte(rec.ID), nil); err != nil {
-			return fmt.Errorf("release pin %d: %w", uint64(re.Entry.Pin), err)
+	if len(own) > 0 {
+		conds := make([]zen.Cond, len(own))
+		for i, re := range own {
+			conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(re.Entry.Pin)), Expected: []byte(rec.ID)}
+		}
+		if _, err := casMany(ctx, g.state, conds); err != nil {
+			return fmt.Errorf("release %d pins of chunk %s: %w", len(own), rec.ID, err)
 		}
 	}
 	if err := g.state.Apply(ctx, []zen.Mutation{{Key: userKey2(user, tagChunk, no), Delete: true},

@@ -129,14 +129,46 @@ func (g *Generator) updateState(ctx context.Context, user zen.ID, fn func(*userS
 
 // putRecord writes the record, after the extra mutations (the in-flight index row).
 func (g *Generator) putRecord(ctx context.Context, user zen.ID, no uint64, rec *record, extra ...zen.Mutation) error {
+	_, err := g.putRecordBytes(ctx, user, no, rec, extra...)
+	return err
+}
+
+// putRecordBytes is putRecord, returning the bytes written.
+func (g *Generator) putRecordBytes(ctx context.Context, user zen.ID, no uint64, rec *record, extra ...zen.Mutation) ([]byte, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return fmt.Errorf("encode chunk %s: %w", rec.ID, err)
+		return nil, fmt.Errorf("encode chunk %s: %w", rec.ID, err)
 	}
 	if err := g.state.Apply(ctx, append(extra, zen.Mutation{Key: userKey2(user, tagChunk, no), Value: b})); err != nil {
-		return fmt.Errorf("write chunk %s: %w", rec.ID, err)
+		return nil, fmt.Errorf("write chunk %s: %w", rec.ID, err)
 	}
-	return nil
+	return b, nil
+}
+
+// readyWithState turns the user's intent record (stored as intent) into rec, ready, and moves
+// the state row from raw (as read, nil when absent) to next, in one batched compare-and-set: one
+// synced commit for both. A state row changed meanwhile (a concurrent chunk or settle) is left
+// for the caller to update again (stateOK false); a record changed meanwhile is an error.
+func (g *Generator) readyWithState(ctx context.Context, user zen.ID, no uint64, rec *record, intent, raw []byte, next userState) (stateOK bool, err error) {
+	rb, err := json.Marshal(rec)
+	if err != nil {
+		return false, fmt.Errorf("encode chunk %s: %w", rec.ID, err)
+	}
+	sb, err := json.Marshal(next)
+	if err != nil {
+		return false, fmt.Errorf("encode state: %w", err)
+	}
+	oks, err := casMany(ctx, g.state, []zen.Cond{
+		{Key: userKey2(user, tagChunk, no), Expected: intent, Value: rb},
+		{Key: userKey(user, tagState), Expected: raw, Value: sb},
+	})
+	if err != nil {
+		return false, fmt.Errorf("write chunk %s: %w", rec.ID, err)
+	}
+	if !oks[0] {
+		return false, fmt.Errorf("write chunk %s: its record changed under it", rec.ID)
+	}
+	return oks[1], nil
 }
 
 func decodeRecord(b []byte) (*record, error) {
@@ -153,4 +185,49 @@ func (g *Generator) getRecord(ctx context.Context, user zen.ID, no uint64) (*rec
 		return nil, err
 	}
 	return decodeRecord(b)
+}
+
+// casMany runs compare-and-sets on t: in one CheckAndSetMany (one synced commit on the embedded
+// backend, one round of RPCs on HBase) when t is a zen.CondBatcher, else one after the other. It
+// returns, per condition, whether it wrote.
+func casMany(ctx context.Context, t zen.Table, conds []zen.Cond) ([]bool, error) {
+	if cb, ok := t.(zen.CondBatcher); ok {
+		out, err := cb.CheckAndSetMany(ctx, conds)
+		if err == nil && len(out) != len(conds) {
+			return nil, fmt.Errorf("check-and-set many: %d results for %d conditions", len(out), len(conds))
+		}
+		return out, err
+	}
+	out := make([]bool, len(conds))
+	for i, c := range conds {
+		ok, err := t.CheckAndSet(ctx, c.Key, c.Expected, c.Value)
+		if err != nil {
+			return nil, fmt.Errorf("check-and-set %x: %w", c.Key, err)
+		}
+		out[i] = ok
+	}
+	return out, nil
+}
+
+// getMany reads keys from t: in one GetMany when t is a zen.MultiGetter, else one after the
+// other. Absent rows give nil entries.
+func getMany(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
+	if mg, ok := t.(zen.MultiGetter); ok {
+		return mg.GetMany(ctx, keys)
+	}
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		v, err := t.Get(ctx, k)
+		switch {
+		case errors.Is(err, zen.ErrNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("get %x: %w", k, err)
+		default:
+			if v == nil {
+				v = []byte{}
+			}
+			out[i] = v
+		}
+	}
+	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -146,6 +147,101 @@ func TestGetMany(t *testing.T) {
 	for i, id := range ids {
 		if i != 3 && got[id].Data["n"] != json.Number(itoa(i)) {
 			t.Errorf("object %d: %v", i, got[id].Data)
+		}
+	}
+}
+
+// TestLiveManyMatchesGetMany: LiveMany names exactly the objects GetMany returns, whatever
+// their "active" field holds (absent, true, false, not a bool) and for absent or invalid IDs.
+func TestLiveManyMatchesGetMany(t *testing.T) {
+	ctx := context.Background()
+	g, _ := memGraph(t)
+	var ids []zen.ID
+	for _, data := range []map[string]any{
+		{"n": 1}, {"active": true}, {"active": false}, {"active": "no"}, {"active": nil},
+		{"active": 0}, {"nested": map[string]any{"active": false}}, {"active": true, "x": []any{1, 2}},
+	} {
+		o, err := g.Create(ctx, zen.TypePin, mustID(t, 1, zen.TypeBoard, 1), data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, o.ID)
+	}
+	if err := g.Delete(ctx, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	q := append([]zen.ID{mustID(t, 1, zen.TypePin, 99999), 1 << 63, ids[0]}, ids...)
+	objs, err := g.GetMany(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[zen.ID]bool{}
+	for id := range objs {
+		want[id] = true
+	}
+	got, err := g.LiveMany(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("LiveMany (-GetMany +LiveMany):\n%s", diff)
+	}
+}
+
+// TestLiveCache: with the cache on, LiveMany still sees at once a delete made through the same
+// Graph, and a delete made through another Graph on the same store once the ttl has passed.
+func TestLiveCache(t *testing.T) {
+	ctx := context.Background()
+	clk := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := func() time.Time { return clk }
+	s := zenmem.New()
+	g, err := zen.NewGraph(ctx, s, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := zen.NewGraph(ctx, s, nil, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.CacheLiveness(time.Second, 100)
+	var ids []zen.ID
+	for range 3 {
+		o, err := g.Create(ctx, zen.TypePin, mustID(t, 1, zen.TypeBoard, 1), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, o.ID)
+	}
+	live := func() map[zen.ID]bool {
+		t.Helper()
+		m, err := g.LiveMany(ctx, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	steps := []struct {
+		name string
+		act  func()
+		want map[zen.ID]bool
+	}{
+		{"all live", func() {}, map[zen.ID]bool{ids[0]: true, ids[1]: true, ids[2]: true}},
+		{"deleted here: seen at once", func() {
+			if err := g.Delete(ctx, ids[0]); err != nil {
+				t.Fatal(err)
+			}
+		}, map[zen.ID]bool{ids[1]: true, ids[2]: true}},
+		{"deleted elsewhere: cached until the ttl", func() {
+			if err := other.Delete(ctx, ids[1]); err != nil {
+				t.Fatal(err)
+			}
+		}, map[zen.ID]bool{ids[1]: true, ids[2]: true}},
+		{"after the ttl", func() { clk = clk.Add(time.Second) }, map[zen.ID]bool{ids[2]: true}},
+	}
+	for _, st := range steps {
+		st.act()
+		if diff := cmp.Diff(st.want, live()); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", st.name, diff)
 		}
 	}
 }

@@ -630,22 +630,107 @@ func (p *Pools) take(ctx context.Context, user ID, es []PoolEntry, kind tombKind
 			return nil, fmt.Errorf("take for %d: %w", user, err)
 		}
 	}
-	var out []PoolEntry
+	pins := make([]ID, 0, len(es))
 	seen := make(map[ID]bool, len(es))
 	for _, e := range es {
-		if seen[e.Pin] {
-			continue
-		}
-		seen[e.Pin] = true
-		got, won, err := p.claim(ctx, user, e.Pin, kind)
-		if err != nil {
-			return out, fmt.Errorf("take %d/%d: %w", user, e.Pin, err)
-		}
-		if won {
-			out = append(out, got)
+		if !seen[e.Pin] {
+			seen[e.Pin] = true
+			pins = append(pins, e.Pin)
 		}
 	}
-	return out, nil
+	return p.claimAll(ctx, user, pins, kind)
+}
+
+// claimAll is claim for many pins at once: one read of their index rows, one batched
+// compare-and-set of the tombstones (one synced commit on the embedded backend, whatever the
+// number of pins), one batch deleting the winners' pool rows. A pin whose compare-and-set lost
+// (re-scored or claimed meanwhile) falls back to claim, which looks again. It returns the
+// entries won, in the order of pins. After an error, the entries won so far are returned with
+// it (a batch whose outcome is unknown is settled by re-reading: a row holding this call's
+// tombstone was won).
+func (p *Pools) claimAll(ctx context.Context, user ID, pins []ID, kind tombKind) ([]PoolEntry, error) {
+	if len(pins) == 0 {
+		return nil, nil
+	}
+	keys := make([][]byte, len(pins))
+	for i, pin := range pins {
+		keys[i] = indexKey(user, pin)
+	}
+	curs, err := getAll(ctx, p.t, keys)
+	if err != nil {
+		return nil, fmt.Errorf("take %d: read index: %w", user, err)
+	}
+	tomb := tombstone(kind, p.now().UnixMilli(), rand.Uint64())
+	got := make([]PoolEntry, len(pins))
+	var conds []Cond
+	var at []int // conds[j] is pins[at[j]]
+	for i, cur := range curs {
+		if cur == nil || isTomb(cur) {
+			continue // not in the pools, or taken or removed already
+		}
+		e, err := decodeIndex(user, pins[i], cur)
+		if err != nil {
+			return nil, fmt.Errorf("take %d: %w", user, err)
+		}
+		got[i] = e
+		conds = append(conds, Cond{Key: keys[i], Expected: cur, Value: tomb})
+		at = append(at, i)
+	}
+	won := make([]bool, len(pins))
+	ok, err := casAll(ctx, p.t, conds)
+	if err != nil {
+		// Some may have landed: ours are the rows that now hold this call's tombstone.
+		now, gerr := getAll(ctx, p.t, keys)
+		if gerr != nil {
+			return nil, fmt.Errorf("take %d: %w", user, err)
+		}
+		ok = make([]bool, len(conds))
+		for j, i := range at {
+			ok[j] = bytes.Equal(now[i], tomb)
+		}
+		out, _ := p.finishClaims(ctx, user, pins, got, won, at, ok, curs, kind, false)
+		return out, fmt.Errorf("take %d: %w", user, err)
+	}
+	return p.finishClaims(ctx, user, pins, got, won, at, ok, curs, kind, true)
+}
+
+// finishClaims deletes the pool rows of the compare-and-sets that won (best effort, as in
+// claim: a leftover pool row is stale), retries the lost ones one by one with claim when retry
+// is set, and returns the entries won in the order of pins.
+func (p *Pools) finishClaims(ctx context.Context, user ID, pins []ID, got []PoolEntry, won []bool, at []int, ok []bool, curs [][]byte, kind tombKind, retry bool) ([]PoolEntry, error) {
+	var dels []Mutation
+	var lost []int
+	for j, i := range at {
+		if ok[j] {
+			won[i] = true
+			dels = append(dels, Mutation{Key: poolKeyOfIndex(user, pins[i], curs[i]), Delete: true})
+		} else {
+			lost = append(lost, i)
+		}
+	}
+	if len(dels) > 0 {
+		_ = p.t.Apply(ctx, dels)
+	}
+	var err error
+	if retry {
+		for _, i := range lost {
+			e, w, cerr := p.claim(ctx, user, pins[i], kind)
+			if cerr != nil {
+				err = fmt.Errorf("take %d/%d: %w", user, pins[i], cerr)
+				break
+			}
+			if w {
+				got[i], won[i] = e, true
+			}
+		}
+	}
+	var out []PoolEntry
+	for i := range pins {
+		if won[i] {
+			out = append(out, got[i])
+		}
+	}
+	return out, err
 }
 
 // Remove drops pins from all of user's pools; it returns how many were present. Each pin

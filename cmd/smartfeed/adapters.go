@@ -64,18 +64,22 @@ func (a remoteGenerator) Settle(ctx context.Context, user zen.ID, chunkID string
 	return nil
 }
 
+// Liveness cache of the read path (zen.Graph.CacheLiveness): how long an answer is kept, and how
+// many pins are remembered (about 40 bytes each).
+const (
+	liveCacheTTL     = time.Second
+	liveCacheEntries = 1 << 18
+)
+
 // graphLiveness answers generator.Liveness and feedsvc.Liveness with one batched object read:
-// a pin is live when zen.Graph.GetMany returns it (absent and soft-deleted objects are not).
+// a pin is live when zen.Graph.LiveMany says so (absent and soft-deleted objects are not), which
+// reads only the objects' "active" field instead of decoding them whole.
 type graphLiveness struct{ g *zen.Graph }
 
 func (l graphLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool, error) {
-	objs, err := l.g.GetMany(ctx, pins)
+	out, err := l.g.LiveMany(ctx, pins)
 	if err != nil {
 		return nil, fmt.Errorf("liveness: %w", err)
-	}
-	out := make(map[zen.ID]bool, len(objs))
-	for id := range objs {
-		out[id] = true
 	}
 	return out, nil
 }

@@ -233,6 +233,10 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		if err := a.buildShardWatch(); err != nil {
 			return nil, err
 		}
+		// The read path asks whether every candidate pin is live on every chunk; the answers
+		// are kept a moment. Deletes through this process are seen at once, those of a graph
+		// service in another process within liveCacheTTL.
+		a.graph.CacheLiveness(liveCacheTTL, liveCacheEntries)
 		if a.has(roleWorker) {
 			if err := a.buildWorker(ctx); err != nil {
 				return nil, err

@@ -54,6 +54,9 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 		if s.cfg.PebbleNoSync {
 			opts = append(opts, zenpebble.WithNoSync())
 		}
+		if s.cfg.PebbleCacheMB > 0 {
+			opts = append(opts, zenpebble.WithCacheSize(int64(s.cfg.PebbleCacheMB)<<20))
+		}
 		dir := filepath.Join(s.cfg.DataDir, name)
 		p, err := zenpebble.Open(dir, opts...)
 		if err != nil {

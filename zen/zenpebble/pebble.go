@@ -10,10 +10,14 @@
 // mutex chosen by hashing the row key. That is linearizable because every writer of a row holds
 // its stripe while it reads and writes: CheckAndSet and Increment hold one stripe, and Apply
 // holds the stripes of all of its rows (taken in ascending stripe order, so two writers never
-// wait on each other in a cycle) until its batch is committed. A write that Pebble has
-// committed is visible to every later read, so the value a CheckAndSet compares against is the
-// latest one and nothing can slip in between its read and its write. Readers (Get, Scan) take no
-// lock: they see the database as of some committed batch.
+// wait on each other in a cycle) until its batch is applied. A batch Pebble has applied is
+// visible to every later read, so the value a CheckAndSet compares against is the latest one and
+// nothing can slip in between its read and its write. The stripes are released once the batch is
+// visible, before its WAL fsync completes (ApplyNoSyncWait, then SyncWait outside the locks): the
+// next writer of a row needs the previous write visible, not durable, and the log is sequential,
+// so no write is ever durable without the writes it read. Readers (Get, Scan) take no lock: they
+// see the database as of some applied batch (possibly one whose fsync is still under way, as in
+// Pebble itself).
 //
 // Durability: by default every write (Apply, CheckAndSet, Increment) is synced to the write-ahead
 // log before it returns (pebble.Sync), so an acknowledged write survives a machine crash. With
@@ -260,7 +264,6 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 		}
 	}
 	b := t.s.db.NewBatch()
-	defer b.Close()
 	st := make([]int, 0, len(muts))
 	for _, m := range muts {
 		var err error
@@ -270,6 +273,7 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 			err = b.Set(t.key(m.Key), m.Value, nil)
 		}
 		if err != nil {
+			_ = b.Close()
 			return fmt.Errorf("apply %s: %w", t.name, err)
 		}
 		st = append(st, t.stripe(m.Key))
@@ -279,14 +283,46 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 	for _, i := range st {
 		t.s.locks[i].Lock()
 	}
-	err := b.Commit(t.s.wo)
+	wait, err := t.s.applyVisible(b)
 	for _, i := range st {
 		t.s.locks[i].Unlock()
+	}
+	if err == nil {
+		err = wait()
 	}
 	if err != nil {
 		return fmt.Errorf("apply %s: %w", t.name, err)
 	}
 	return nil
+}
+
+// applyVisible applies b to the database: when it returns, b is visible to every reader (and to
+// every compare-and-set after it). It returns a wait that blocks until b is durable (the WAL
+// fsync, with sync on) and closes b. Callers hold the stripe locks of b's rows across
+// applyVisible only, never across the wait: a row's next writer needs the previous write to be
+// visible, not synced (Pebble makes a write visible before its WAL sync either way, and the log
+// is sequential, so a later write is never durable without the earlier ones). Holding the locks
+// across the fsync made every compare-and-set of a read request queue behind the fsyncs of
+// the fanout batches that happened to share a stripe.
+func (s *Store) applyVisible(b *pebble.Batch) (wait func() error, err error) {
+	if !s.wo.Sync {
+		if err := s.db.Apply(b, s.wo); err != nil {
+			_ = b.Close()
+			return nil, err
+		}
+		return b.Close, nil
+	}
+	if err := s.db.ApplyNoSyncWait(b, s.wo); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	return func() error {
+		err := b.SyncWait()
+		if cerr := b.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}, nil
 }
 
 // Scan returns the rows in [Start, Stop), forward or reversed, up to Limit.
@@ -365,7 +401,6 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 	}
 	mu := &t.s.locks[t.stripe(key)]
 	mu.Lock()
-	defer mu.Unlock()
 	cur, err := t.get(key)
 	if t.s.afterRead != nil {
 		t.s.afterRead()
@@ -373,17 +408,31 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 	switch {
 	case errors.Is(err, zen.ErrNotFound):
 		if expected != nil {
+			mu.Unlock()
 			return false, nil
 		}
 	case err != nil:
+		mu.Unlock()
 		return false, fmt.Errorf("check-and-set %s %x: %w", t.name, key, err)
 	case expected == nil || !bytes.Equal(cur, expected):
+		mu.Unlock()
 		return false, nil
 	}
+	b := t.s.db.NewBatch()
 	if value == nil {
-		err = t.s.db.Delete(t.key(key), t.s.wo)
+		err = b.Delete(t.key(key), nil)
 	} else {
-		err = t.s.db.Set(t.key(key), value, t.s.wo)
+		err = b.Set(t.key(key), value, nil)
+	}
+	var wait func() error
+	if err == nil {
+		wait, err = t.s.applyVisible(b)
+	} else {
+		_ = b.Close()
+	}
+	mu.Unlock()
+	if err == nil {
+		err = wait()
 	}
 	if err != nil {
 		return false, fmt.Errorf("check-and-set %s %x: %w", t.name, key, err)
@@ -404,7 +453,12 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 	}
 	mu := &t.s.locks[t.stripe(key)]
 	mu.Lock()
-	defer mu.Unlock()
+	locked := true
+	defer func() {
+		if locked {
+			mu.Unlock()
+		}
+	}()
 	var n int64
 	cur, err := t.get(key)
 	if t.s.afterRead != nil {
@@ -422,7 +476,18 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 	n += delta
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(n))
-	if err := t.s.db.Set(t.key(key), b[:], t.s.wo); err != nil {
+	batch := t.s.db.NewBatch()
+	if err := batch.Set(t.key(key), b[:], nil); err != nil {
+		_ = batch.Close()
+		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
+	}
+	wait, err := t.s.applyVisible(batch)
+	mu.Unlock()
+	locked = false
+	if err == nil {
+		err = wait()
+	}
+	if err != nil {
 		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
 	}
 	return n, nil
@@ -470,7 +535,7 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 var _ zen.CondBatcher = (*Table)(nil)
 
 // CheckAndSetMany evaluates every condition under the stripe locks of all its keys (taken in
-// ascending stripe order, as Apply takes them, and held until the commit), and writes those that
+// ascending stripe order, as Apply takes them, and held until the batch is visible), and writes those that
 // hold as one Pebble batch: one commit, so one fsync, for the whole call. Conditions on the same
 // key are evaluated in order, each against the value the earlier ones of the call left (their
 // pending writes), exactly as successive CheckAndSets would. A bad key fails the call before any
@@ -493,6 +558,20 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 	}
 	slices.Sort(st)
 	st = slices.Compact(st)
+	wait, err := t.casManyLocked(conds, st, out)
+	if err != nil {
+		return nil, err
+	}
+	if err := wait(); err != nil {
+		return nil, fmt.Errorf("check-and-set many %s: %w", t.name, err)
+	}
+	return out, nil
+}
+
+// casManyLocked is CheckAndSetMany's evaluation and apply, under the stripe locks st (released
+// when the batch is visible, before the fsync: see applyVisible). It fills out and returns the
+// wait for durability.
+func (t *Table) casManyLocked(conds []zen.Cond, st []int, out []bool) (func() error, error) {
 	for _, i := range st {
 		t.s.locks[i].Lock()
 	}
@@ -504,7 +583,6 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 	// cur holds, per key already seen, its value as the earlier conditions left it (nil = absent).
 	cur := make(map[string][]byte, len(conds))
 	b := t.s.db.NewBatch()
-	defer b.Close()
 	for i, c := range conds {
 		v, seen := cur[string(c.Key)]
 		if !seen {
@@ -512,6 +590,7 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 			switch {
 			case errors.Is(err, zen.ErrNotFound):
 			case err != nil:
+				_ = b.Close()
 				return nil, fmt.Errorf("check-and-set many %s %x: %w", t.name, c.Key, err)
 			default:
 				v = got
@@ -528,6 +607,7 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 			err = b.Set(t.key(c.Key), c.Value, nil)
 		}
 		if err != nil {
+			_ = b.Close()
 			return nil, fmt.Errorf("check-and-set many %s %x: %w", t.name, c.Key, err)
 		}
 		cur[string(c.Key)] = bytes.Clone(c.Value) // nil stays nil (absent), empty stays non-nil
@@ -537,12 +617,15 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 		t.s.afterRead()
 	}
 	if b.Empty() {
-		return out, nil
+		_ = b.Close()
+		return func() error { return nil }, nil
 	}
-	if err := b.Commit(t.s.wo); err != nil {
+	wait, err := t.s.applyVisible(b)
+	if err != nil {
+		clear(out)
 		return nil, fmt.Errorf("check-and-set many %s: %w", t.name, err)
 	}
-	return out, nil
+	return wait, nil
 }
 
 // condHolds reports whether a row whose value is cur (nil = absent) satisfies expected (nil =
