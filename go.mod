@@ -13,6 +13,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sirupsen/logrus v1.9.0
 	github.com/tsuna/gohbase v0.0.0-20220517082425-cb1f77f08e4f
+	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/sync v0.23.0
 	gonum.org/v1/plot v0.17.0

@@ -219,6 +219,13 @@ func TestConcurrentGenerate(t *testing.T) {
 				for w := range 8 {
 					wg.Go(func() {
 						for i, empty := 0, 0; empty < 3; i++ {
+							// Bounded: a generator that hands pins out again must fail, not spin.
+							if i > 10*total {
+								mu.Lock()
+								errs = append(errs, fmt.Errorf("worker %d: still generating after %d chunks", w, i))
+								mu.Unlock()
+								return
+							}
 							c, err := e.gen.GenerateChunk(ctx, e.user, Options{Max: 7})
 							if err != nil {
 								mu.Lock()

@@ -20,7 +20,7 @@ func TestModelRandomized(t *testing.T) {
 	if testing.Short() {
 		n = 500
 	}
-	for seed := range uint64(3) {
+	for _, seed := range zentest.Seeds(t, 3) {
 		zentest.RunModelRandomized(t, zenmem.New(), zenmem.New(), seed, n)
 	}
 }

@@ -250,7 +250,12 @@ func TestPoolTakeConcurrent(t *testing.T) {
 	)
 	for w := range 12 {
 		wg.Go(func() {
-			for {
+			// Bounded: a Take that stopped removing pins must fail the test, not spin forever.
+			for round := 0; ; round++ {
+				if round > 10*pins {
+					t.Errorf("taker %d: still taking after %d rounds: Take is not draining the pool", w, round)
+					return
+				}
 				// Half the takers take what Top shows them, half take fixed slices.
 				var want []zen.PoolEntry
 				if w%2 == 0 {

@@ -158,7 +158,10 @@ func TestLoserIsCancelled(t *testing.T) {
 		close(cancelled)
 		return "", ctx.Err()
 	}
-	got, _, err := Do(t.Context(), h, primary, answer("s", 0, nil))
+	// Bounded: a Do that waits for its loser must fail the test, not hang it.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	got, _, err := Do(ctx, h, primary, answer("s", 0, nil))
 	if err != nil || got != "s" {
 		t.Fatalf("Do = %q, %v; want s, nil", got, err)
 	}
@@ -177,7 +180,11 @@ func TestLoserIsCancelled(t *testing.T) {
 
 func TestContextBoundsStuckReads(t *testing.T) {
 	h, _ := newHedger(t, func(p *Policy) { p.Mode = ModeFixed; p.Delay = time.Millisecond })
-	stuck := func(context.Context) (string, error) { select {} }
+	// Reads that ignore their context (a broken store client); they end with the test, so
+	// goleak sees no goroutine left behind.
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	stuck := func(context.Context) (string, error) { <-release; return "", errors.New("released") }
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
 	start := time.Now()

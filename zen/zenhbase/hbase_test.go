@@ -68,7 +68,7 @@ func TestTable(t *testing.T) {
 
 func TestRandomizedVsModel(t *testing.T) {
 	s := openStore(t, Options{})
-	for seed := range uint64(3) {
+	for _, seed := range zentest.Seeds(t, 3) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			model, _ := zenmem.New().Table(t.Context(), "r")
 			zentest.RunRandomized(t, model, freshTable(t, s), seed, 600)

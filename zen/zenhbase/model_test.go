@@ -54,7 +54,7 @@ func TestModel(t *testing.T) {
 // TestModelRandomizedVsModel replays random zen operations on zenmem and on HBase and compares
 // every result.
 func TestModelRandomizedVsModel(t *testing.T) {
-	for seed := range uint64(2) {
+	for _, seed := range zentest.Seeds(t, 2) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			zentest.RunModelRandomized(t, zenmem.New(), freshStore(t), seed, 400)
 		})

@@ -22,7 +22,7 @@ func TestModel(t *testing.T) {
 // TestModelRandomizedVsModel replays random zen operations on zenmem and on Pebble and compares
 // every result.
 func TestModelRandomizedVsModel(t *testing.T) {
-	for seed := range uint64(6) {
+	for _, seed := range zentest.Seeds(t, 6) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			zentest.RunModelRandomized(t, zenmem.New(), openStore(t, t.TempDir(), WithNoSync()), seed, 2000)
 		})

@@ -66,7 +66,7 @@ func TestTableDisk(t *testing.T) {
 }
 
 func TestRandomizedVsModel(t *testing.T) {
-	for seed := range uint64(8) {
+	for _, seed := range zentest.Seeds(t, 8) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			s := openStore(t, "")
 			// A neighbouring table with keys on both sides must never leak in.
