@@ -4,7 +4,7 @@ GO ?= go
 FUZZTIME ?= 10s
 SERVICES := scripts/with-services.sh
 
-.PHONY: help build test test-failover test-short lint proto check-generated bench bench-full bench-docs bench-micro fuzz demo helm-lint services-up services-down
+.PHONY: help build test test-long test-failover test-short lint proto check-generated bench bench-full bench-docs bench-micro fuzz demo helm-lint services-up services-down
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
@@ -14,6 +14,9 @@ build: ## build the smartfeed binary into bin/
 test: ## all tests, -race, on a real Redis + HBase (started and stopped unless SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK are set), then the chart's
 	$(SERVICES) $(GO) test -race -count=1 -timeout 40m ./...
 	$(MAKE) --no-print-directory helm-lint
+
+test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout (SMARTFEED_LONG=1)
+	SMARTFEED_LONG=1 SMARTFEED_FANOUT_1M=1 $(SERVICES) $(GO) test -count=1 -timeout 90m ./zen/... ./worker/
 
 test-failover: ## kill -9 the primary feed HBase under read and write load, restart it, compare with the standby (starts two HBases of its own)
 	SMARTFEED_HBASE_FAILOVER=1 SMARTFEED_NO_HBASE_STANDBY=1 $(SERVICES) $(GO) test -count=1 -timeout 20m -run TestHBasePrimaryKill -v ./cmd/smartfeed/
