@@ -13,13 +13,16 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/zen/zenpebble"
 )
 
@@ -85,10 +88,18 @@ func TestServeLifecycle(t *testing.T) {
 	if !strings.Contains(strings.Join(names, " "), "smartfeed.feed.v1.FeedService") {
 		t.Errorf("reflection lists %v, want FeedService among them", names)
 	}
-	// An empty feed of a valid user is served (nothing fanned out yet); a bad ID is refused.
+	// An empty feed of a user that exists is served (nothing fanned out yet); a user that was
+	// never created is NotFound; a bad ID is refused.
 	fc := feedv1.NewFeedServiceClient(conn)
-	if _, err := fc.GetFeed(t.Context(), &feedv1.GetFeedRequest{UserIdStr: "241294629943640797"}); err != nil {
-		t.Errorf("GetFeed of a valid user: %v", err)
+	u, err := graphv1.NewGraphServiceClient(conn).CreateUser(t.Context(), &graphv1.CreateUserRequest{Username: "lifecycle", Email: "lifecycle@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fc.GetFeed(t.Context(), &feedv1.GetFeedRequest{UserId: u.GetId()}); err != nil {
+		t.Errorf("GetFeed of a user that exists: %v", err)
+	}
+	if _, err := fc.GetFeed(t.Context(), &feedv1.GetFeedRequest{UserIdStr: "241294629943640797"}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetFeed of a user never created: %v, want NotFound", err)
 	}
 	if _, err := fc.GetFeed(t.Context(), &feedv1.GetFeedRequest{UserIdStr: "nope"}); err == nil {
 		t.Error("GetFeed of a bad ID: no error")
