@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/smartfeed/smartfeed/zen/seq"
 )
@@ -97,8 +99,20 @@ type OrderOptions struct {
 // Respacing runs on a row with no override (it folds first, and its commit fails if a move added
 // one meanwhile). Its plan is recorded on the order row as an intent and carried out; pins moving
 // down go in ascending order, then pins moving up in descending order, so every prefix of the
-// plan is still in the visible order: a reader during a respace, or after a crash in one, sees
-// the same order, and whoever next reads the order row (a move, a respace, a fold) finishes it.
+// plan is still in the visible order, and whoever next reads the order row (a move, a respace, a
+// fold) finishes it. A reader during a respace, or after a crash in one, sees the same order: it
+// shows the plan's pins at their new seqs (like overrides) and skips their index rows.
+//
+// Reads are checked. A page is read from the order row, then index rows, then point rows: a
+// respace or fold committed after the order row was read could move a pin between the two
+// later reads. Every such change is committed on the order row first, so a read re-reads the
+// order row last and starts over when it changed; a page is the order at one moment, and a move
+// is refused as not adjacent only against an order that held when it was read.
+//
+// Paging. A cursor is the (seq, pin) of the last pin shown; when that pin has another seq by the
+// next page (a respace spread its window, or it was moved), the page starts after the pin where
+// it now is. Pins moved between two pages by users may still be shown twice or not at all in
+// that listing, as in any paged list; one page (up to MaxEdgePage pins) is always exact.
 // Order is safe for concurrent use.
 type Order struct {
 	g         *Graph
@@ -318,6 +332,7 @@ type view struct {
 	raw   []byte
 	st    orderState
 	ovrOf map[ID]override
+	step  map[ID]bool  // pins of an unsettled respace intent, shown at their new seq
 	cand  []Edge       // the overrides as edges, ascending by (seq, pin)
 	known map[ID]point // checked and valid: the pin's point row
 	void  map[ID]bool  // checked and void: the pin was removed (and maybe re-added) since
@@ -344,6 +359,20 @@ func (o *Order) load(ctx context.Context, board ID, settleRespace bool) (*view, 
 		for _, x := range st.ovr {
 			v.ovrOf[x.pin] = x
 			v.cand = append(v.cand, Edge{From: board, Type: EdgeBoardPins, To: x.pin, Seq: x.seq})
+		}
+		if st.kind == intentRespace {
+			// A reader that leaves the respace to the writers shows each pin of the plan at
+			// its new seq and skips its index rows, which the plan is moving: the plan keeps the
+			// visible order, so the view is the order before, during and after it.
+			v.step = make(map[ID]bool, len(st.steps))
+			for _, x := range st.steps {
+				if _, ok := v.ovrOf[x.pin]; ok {
+					continue
+				}
+				v.step[x.pin] = true
+				v.ovrOf[x.pin] = override{pin: x.pin, seq: x.new}
+				v.cand = append(v.cand, Edge{From: board, Type: EdgeBoardPins, To: x.pin, Seq: x.new})
+			}
 		}
 		slices.SortFunc(v.cand, cmpEdge)
 		return v, nil
@@ -385,7 +414,7 @@ func (v *view) note(pin ID, raw []byte) {
 		return
 	}
 	p, live, err := livePoint(raw)
-	if err != nil || !live || p.nonce != x.nonce {
+	if err != nil || !live || (!v.step[pin] && p.nonce != x.nonce) {
 		v.void[pin] = true
 		delete(v.known, pin)
 		return
@@ -467,6 +496,14 @@ func (o *Order) list(ctx context.Context, board ID, v *view, cur string, limit i
 			return nil, "", fmt.Errorf("list board %d: %w: cursor is for another list or direction", board, ErrBadCursor)
 		}
 		pos = &Edge{Seq: c.Seq, To: c.To}
+		if at, ok, err := o.visibleSeq(ctx, board, v, c.To); err != nil {
+			return nil, "", fmt.Errorf("list board %d: %w", board, err)
+		} else if ok && at != c.Seq {
+			// The last pin shown has another seq now (a respace spread its window, or it was
+			// moved): the next page starts after it, wherever it is.
+			pos.Seq = at
+			cur = encodeCursor(cursor{From: board, Type: EdgeBoardPins, Seq: at, To: c.To})
+		}
 	}
 	var rows []Edge
 	exhausted := false
@@ -479,6 +516,17 @@ func (o *Order) list(ctx context.Context, board ID, v *view, cur string, limit i
 					return nil, "", fmt.Errorf("list board %d: %w", board, err)
 				}
 				continue
+			}
+			// The rows and points were read one after another: a respace or fold that began
+			// meanwhile may have moved a pin between the reads (the pin read at neither place).
+			// Every such change commits on the order row first, so an unchanged order row
+			// proves the page is the order at one moment.
+			now, err := o.g.edges.Get(ctx, orderKey(board))
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return nil, "", fmt.Errorf("list board %d: read order row: %w", board, err)
+			}
+			if !bytes.Equal(now, v.raw) {
+				return nil, "", errViewChanged
 			}
 			out = dedupEdges(out)
 			if len(out) <= limit {
@@ -500,6 +548,31 @@ func (o *Order) list(ctx context.Context, board ID, v *view, cur string, limit i
 	}
 }
 
+// errViewChanged is returned by list when the order row changed while it read: the caller loads
+// the view again.
+var errViewChanged = errors.New("zen: order row changed during the read")
+
+// visibleSeq returns the seq pin is shown at in v: its valid override's, else its point row's;
+// ok is false when the pin is not on the board.
+func (o *Order) visibleSeq(ctx context.Context, board ID, v *view, pin ID) (seq.Seq, bool, error) {
+	raw, err := o.g.edges.Get(ctx, pointKey(board, EdgeBoardPins, pin))
+	if errors.Is(err, ErrNotFound) {
+		return seq.Seq{}, false, nil
+	}
+	if err != nil {
+		return seq.Seq{}, false, fmt.Errorf("read point of %d: %w", pin, err)
+	}
+	p, live, err := livePoint(raw)
+	if err != nil || !live {
+		return seq.Seq{}, false, err
+	}
+	v.note(pin, raw)
+	if _, ok := v.known[pin]; ok {
+		return v.ovrOf[pin].seq, true, nil
+	}
+	return p.seq, true, nil
+}
+
 // settle makes sure the intent of the order row is carried out: a respace intent is run to the
 // end and cleared (the overrides kept), a move intent of an earlier version is finished. It
 // reports whether it changed the order row (the caller reads it again).
@@ -508,8 +581,9 @@ func (o *Order) settle(ctx context.Context, board ID, raw []byte, st orderState)
 	case intentMove:
 		return false, o.settleMove(ctx, board, st.steps[0])
 	case intentRespace:
+		still := o.stillRow(board, raw)
 		for _, s := range st.steps {
-			if err := o.apply(ctx, board, s); err != nil {
+			if err := o.apply(ctx, board, s, still); err != nil {
 				return false, err
 			}
 		}
@@ -538,7 +612,7 @@ func (o *Order) settleMove(ctx context.Context, board ID, s step) error {
 	}
 	switch p.seq {
 	case s.old:
-		return o.apply(ctx, board, s)
+		return o.apply(ctx, board, s, nil)
 	case s.new:
 		return o.ensureRow(ctx, board, s, p.data)
 	}
@@ -558,56 +632,21 @@ func (o *Order) ensureRow(ctx context.Context, board ID, s step, data []byte) er
 	return nil
 }
 
-// apply carries out one step, idempotently: (1) put the new edge row, (2) compare-and-set the
-// point row from the old seq to the new, (3) delete the old edge row. A step whose pin was
-// removed, or already moved on, changes nothing. After (2) the new row matches the point row,
-// so no reader deletes it as stale; if one did so between (1) and (2), (3) puts it back.
-func (o *Order) apply(ctx context.Context, board ID, s step) error {
+// apply carries out one step of a respace, idempotently: it moves the pin's index as a fold does
+// (moveIndex: point row first, then the new edge row, then the old one deleted). A step whose
+// pin was removed, or already moved on, changes nothing. Point first matters: a reader finds an
+// edge row and then reads its point row, and deletes the row as stale when the point names
+// another seq; were the new row put before the point moved, a reader could delete it just
+// after this step checked it, losing the pin from the index. Readers never see the pin
+// missing meanwhile: those that loaded the order row with the intent skip its index rows and
+// show it at its new seq, and those that loaded it before the intent find the order row
+// changed when they check it after reading, and read again. still (see moveIndex) stops a
+// settler that comes late, after the intent was finished and cleared.
+func (o *Order) apply(ctx context.Context, board ID, s step, still func(context.Context) (bool, error)) error {
 	if s.old == s.new {
 		return nil
 	}
-	pk := pointKey(board, EdgeBoardPins, s.pin)
-	newRow := edgeRowKey(board, EdgeBoardPins, s.new, s.pin)
-	putDone := false
-	for range maxCASAttempts {
-		cur, err := o.g.edges.Get(ctx, pk)
-		if errors.Is(err, ErrNotFound) {
-			return nil // removed meanwhile: nothing to move
-		}
-		if err != nil {
-			return fmt.Errorf("move %d: %w", s.pin, err)
-		}
-		p, err := decodePoint(cur)
-		if err != nil {
-			return fmt.Errorf("move %d: %w", s.pin, err)
-		}
-		if p.state == pointRemoving {
-			return nil
-		}
-		switch p.seq {
-		case s.old:
-			if !putDone {
-				if err := o.g.edges.Apply(ctx, []Mutation{{Key: newRow, Value: nonEmpty(p.data)}}); err != nil {
-					return fmt.Errorf("move %d: put edge row: %w", s.pin, err)
-				}
-				putDone = true
-			}
-			moved := point{state: p.state, nonce: p.nonce, seq: s.new, data: p.data}.encode()
-			won, err := o.g.casPoint(ctx, pk, cur, moved)
-			if err != nil {
-				return fmt.Errorf("move %d: point row: %w", s.pin, err)
-			}
-			if !won {
-				continue // an add finished or a remove started: look again
-			}
-			return o.finish(ctx, board, s, p.data)
-		case s.new:
-			return o.finish(ctx, board, s, p.data)
-		default:
-			return nil // moved on since: this step is history
-		}
-	}
-	return fmt.Errorf("move %d: still conflicting after %d attempts", s.pin, maxCASAttempts)
+	return o.moveIndex(ctx, board, s.pin, &s.old, s.new, still)
 }
 
 // finish deletes the old edge row of a step whose point row holds the new seq, putting the new
@@ -682,7 +721,10 @@ func (o *Order) Reorder(ctx context.Context, board, pin, before, after ID) (Move
 
 func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (MoveResult, error) {
 	var res MoveResult
-	for range maxCASAttempts {
+	for attempt := range maxCASAttempts {
+		if err := contend(ctx, attempt); err != nil {
+			return res, err
+		}
 		v, err := o.load(ctx, board, true)
 		if err != nil {
 			return res, err
@@ -720,6 +762,9 @@ func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (Move
 			cur = encodeCursor(cursor{From: board, Type: EdgeBoardPins, Seq: seqs[1], To: before})
 		}
 		next, _, err := o.list(ctx, board, v, cur, 3)
+		if errors.Is(err, errViewChanged) {
+			continue // a respace, fold or move committed since the load: look again
+		}
 		if err != nil {
 			return res, err
 		}
@@ -878,11 +923,10 @@ func (o *Order) fold(ctx context.Context, board ID) (int, error) {
 		return 0, err
 	}
 	for _, x := range v.st.ovr {
-		p, ok := v.known[x.pin]
-		if !ok {
+		if _, ok := v.known[x.pin]; !ok {
 			continue // void: dropped below
 		}
-		if err := o.foldStep(ctx, board, step{pin: x.pin, old: p.seq, new: x.seq}); err != nil {
+		if err := o.foldStep(ctx, board, x); err != nil {
 			return 0, err
 		}
 	}
@@ -918,59 +962,102 @@ func (o *Order) fold(ctx context.Context, board ID) (int, error) {
 	return 0, fmt.Errorf("drop folded overrides: still conflicting after %d attempts", maxCASAttempts)
 }
 
-// foldStep moves the index of a pin with an override to the override's seq, idempotently:
-// (1) compare-and-set the point row from the old seq to the new, (2) put the new edge row,
-// (3) delete the old one. The override keeps the pin visible throughout, so the point row goes
-// first: a reader that finds the new edge row then also finds the point row naming it (it scans
-// rows before it reads points), and never deletes it as stale. A pin removed or moved on since
-// is left alone.
-func (o *Order) foldStep(ctx context.Context, board ID, s step) error {
-	pk := pointKey(board, EdgeBoardPins, s.pin)
+// foldStep moves the index of a pin to its override's seq (moveIndex), while the override is
+// still the pin's on the order row: a folder whose read of the order row is old must not move
+// the index back under a newer move that another folder has already folded.
+func (o *Order) foldStep(ctx context.Context, board ID, x override) error {
+	return o.moveIndex(ctx, board, x.pin, nil, x.seq, func(ctx context.Context) (bool, error) {
+		_, st, err := o.readOrder(ctx, board)
+		if err != nil {
+			return false, err
+		}
+		i, found := slices.BinarySearchFunc(st.ovr, x.pin, func(a override, p ID) int { return cmp.Compare(a.pin, p) })
+		return found && st.ovr[i] == x, nil
+	})
+}
+
+// stillRow returns a check that the board's order row still holds exactly raw.
+func (o *Order) stillRow(board ID, raw []byte) func(context.Context) (bool, error) {
+	return func(ctx context.Context) (bool, error) {
+		now, err := o.g.edges.Get(ctx, orderKey(board))
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return false, fmt.Errorf("read order row: %w", err)
+		}
+		return bytes.Equal(now, raw), nil
+	}
+}
+
+// moveIndex moves the index of a pin to seq to, idempotently: (1) compare-and-set the point
+// row to the new seq, (2) put the new edge row, (3) delete the old one. With from set, only a
+// pin whose point row holds from (or already to) is moved. still, when set, is asked after the
+// point row is read and before its compare-and-set whether the move is still wanted (the
+// override or the respace intent that asked for it is still on the order row); a point row
+// that changes after that answer makes the compare-and-set fail, and the next round asks
+// again. So no stale folder or respace settler ever moves a pin's index backwards.
+//
+// The point row goes first: an edge row is never ahead of its point row, so a reader that
+// finds an edge row whose point row names another seq (it scans rows, then reads points) may
+// delete it as stale without ever deleting a row about to become valid. Readers never see the
+// pin missing meanwhile: an override or the respace intent shows it (see Order). A pin removed,
+// or moved on since, is left alone.
+func (o *Order) moveIndex(ctx context.Context, board ID, pin ID, from *seq.Seq, to seq.Seq, still func(context.Context) (bool, error)) error {
+	pk := pointKey(board, EdgeBoardPins, pin)
 	for range maxCASAttempts {
 		cur, err := o.g.edges.Get(ctx, pk)
 		if errors.Is(err, ErrNotFound) {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("fold %d: %w", s.pin, err)
+			return fmt.Errorf("move index of %d: %w", pin, err)
 		}
 		p, err := decodePoint(cur)
 		if err != nil {
-			return fmt.Errorf("fold %d: %w", s.pin, err)
+			return fmt.Errorf("move index of %d: %w", pin, err)
 		}
 		if p.state == pointRemoving {
 			return nil
 		}
-		switch p.seq {
-		case s.new:
-		case s.old:
-			moved := point{state: p.state, nonce: p.nonce, seq: s.new, data: p.data}.encode()
+		old := p.seq
+		if old != to {
+			if from != nil && old != *from {
+				return nil // moved on since
+			}
+			if still != nil {
+				ok, err := still(ctx)
+				if err != nil {
+					return fmt.Errorf("move index of %d: %w", pin, err)
+				}
+				if !ok {
+					return nil // superseded: whoever superseded it moves the index
+				}
+			}
+			moved := point{state: p.state, nonce: p.nonce, seq: to, data: p.data}.encode()
 			won, err := o.g.casPoint(ctx, pk, cur, moved)
 			if err != nil {
-				return fmt.Errorf("fold %d: point row: %w", s.pin, err)
+				return fmt.Errorf("move index of %d: point row: %w", pin, err)
 			}
 			if !won {
-				continue // an add finished or a remove started: look again
+				continue // an add finished, a remove started or another move landed: look again
 			}
-		default:
-			return nil // moved on since
+		} else if from != nil {
+			old = *from // finishing a step already half done: its old row may be left
 		}
-		newRow := edgeRowKey(board, EdgeBoardPins, s.new, s.pin)
+		newRow := edgeRowKey(board, EdgeBoardPins, to, pin)
 		if _, err := o.g.edges.Get(ctx, newRow); errors.Is(err, ErrNotFound) {
 			if err := o.g.edges.Apply(ctx, []Mutation{{Key: newRow, Value: nonEmpty(p.data)}}); err != nil {
-				return fmt.Errorf("fold %d: put edge row: %w", s.pin, err)
+				return fmt.Errorf("move index of %d: put edge row: %w", pin, err)
 			}
 		} else if err != nil {
-			return fmt.Errorf("fold %d: %w", s.pin, err)
+			return fmt.Errorf("move index of %d: %w", pin, err)
 		}
-		if s.old != s.new {
-			if err := o.g.edges.Apply(ctx, []Mutation{{Key: edgeRowKey(board, EdgeBoardPins, s.old, s.pin), Delete: true}}); err != nil {
-				return fmt.Errorf("fold %d: delete old edge row: %w", s.pin, err)
+		if old != to {
+			if err := o.g.edges.Apply(ctx, []Mutation{{Key: edgeRowKey(board, EdgeBoardPins, old, pin), Delete: true}}); err != nil {
+				return fmt.Errorf("move index of %d: delete old edge row: %w", pin, err)
 			}
 		}
 		return nil
 	}
-	return fmt.Errorf("fold %d: still conflicting after %d attempts", s.pin, maxCASAttempts)
+	return fmt.Errorf("move index of %d: still conflicting after %d attempts", pin, maxCASAttempts)
 }
 
 // RespaceBoard restores room in the board's order: it folds the overrides first, then widens
@@ -996,7 +1083,14 @@ func (o *Order) RespaceBoard(ctx context.Context, board ID) (RespaceResult, erro
 // overrides: it folds them first, and a move adding one meanwhile makes the commit fail.
 func (o *Order) respace(ctx context.Context, board ID, once bool) (RespaceResult, error) {
 	var res RespaceResult
-	for range maxCASAttempts {
+	// Folding is progress, not a conflict: only lost commits and changed reads count against
+	// the attempts (a board whose owner keeps moving pins would otherwise fold its way past
+	// them), and the rounds are bounded all the same.
+	lost := 0
+	for round := 0; lost < maxCASAttempts && round < 16*maxCASAttempts; round++ {
+		if err := contend(ctx, lost); err != nil {
+			return res, err
+		}
 		v, err := o.load(ctx, board, true)
 		if err != nil {
 			return res, err
@@ -1010,6 +1104,10 @@ func (o *Order) respace(ctx context.Context, board ID, once bool) (RespaceResult
 			continue
 		}
 		list, err := o.all(ctx, board, v)
+		if errors.Is(err, errViewChanged) {
+			lost++
+			continue
+		}
 		if err != nil {
 			return res, err
 		}
@@ -1027,6 +1125,7 @@ func (o *Order) respace(ctx context.Context, board ID, once bool) (RespaceResult
 			return res, err
 		}
 		if !won {
+			lost++
 			continue
 		}
 		if _, err := o.settle(ctx, board, enc, committed); err != nil {
@@ -1038,7 +1137,7 @@ func (o *Order) respace(ctx context.Context, board ID, once bool) (RespaceResult
 			return res, nil
 		}
 	}
-	return res, fmt.Errorf("still conflicting after %d attempts", maxCASAttempts)
+	return res, fmt.Errorf("still conflicting after %d lost commits", lost)
 }
 
 // all reads the whole visible list in order.
@@ -1175,23 +1274,40 @@ func (o *Order) List(ctx context.Context, board ID, cur string, limit int) ([]Ed
 	if err := board.Check(TypeBoard); err != nil {
 		return nil, "", fmt.Errorf("list board: %w", err)
 	}
-	v, err := o.load(ctx, board, false)
-	if err != nil {
-		return nil, "", fmt.Errorf("list board %d: %w", board, err)
+	for attempt := range maxCASAttempts {
+		if err := contend(ctx, attempt); err != nil {
+			return nil, "", err
+		}
+		v, err := o.load(ctx, board, false)
+		if err != nil {
+			return nil, "", fmt.Errorf("list board %d: %w", board, err)
+		}
+		out, next, err := o.list(ctx, board, v, cur, limit)
+		if errors.Is(err, errViewChanged) {
+			continue
+		}
+		return out, next, err
 	}
-	return o.list(ctx, board, v, cur, limit)
+	return nil, "", fmt.Errorf("list board %d: the order changed under %d reads in a row", board, maxCASAttempts)
 }
 
 // Gaps returns the smallest gap between neighbours of the board's order (seq.Max for fewer than
 // two pins): a measure for tests and operators.
 func (o *Order) Gaps(ctx context.Context, board ID) (seq.Seq, error) {
-	v, err := o.load(ctx, board, false)
-	if err != nil {
-		return seq.Seq{}, fmt.Errorf("gaps of board %d: %w", board, err)
-	}
-	list, err := o.all(ctx, board, v)
-	if err != nil {
-		return seq.Seq{}, fmt.Errorf("gaps of board %d: %w", board, err)
+	var list []Edge
+	for attempt := 0; ; attempt++ {
+		v, err := o.load(ctx, board, false)
+		if err != nil {
+			return seq.Seq{}, fmt.Errorf("gaps of board %d: %w", board, err)
+		}
+		list, err = o.all(ctx, board, v)
+		if errors.Is(err, errViewChanged) && attempt < maxCASAttempts {
+			continue
+		}
+		if err != nil {
+			return seq.Seq{}, fmt.Errorf("gaps of board %d: %w", board, err)
+		}
+		break
 	}
 	minGap := seq.Max
 	for i := 0; i+1 < len(list); i++ {
@@ -1200,4 +1316,22 @@ func (o *Order) Gaps(ctx context.Context, board ID) (seq.Seq, error) {
 		}
 	}
 	return minGap, nil
+}
+
+// contend waits before an attempt (0-based) of an optimistic loop on a board's order row: not
+// at all for the first two, then a little longer each time, with jitter, so that the writers
+// of one hot board take turns instead of failing together.
+func contend(ctx context.Context, attempt int) error {
+	if attempt < 2 {
+		return nil
+	}
+	d := time.Duration(min(attempt, 16)) * 100 * time.Microsecond
+	t := time.NewTimer(d/2 + rand.N(d))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
