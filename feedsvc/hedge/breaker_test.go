@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -112,79 +113,81 @@ func TestBreakerStateMachine(t *testing.T) {
 // on calls go to the standby at once without spending budget; when the primary heals, probes
 // close the breaker and reads return to it.
 func TestHangingPrimary(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	p := DefaultPolicy()
-	p.Warmup, p.Budget, p.BudgetBurst = 0, 0, 1
-	p.PrimaryTimeout, p.BreakerOpenFor = 200*time.Millisecond, 300*time.Millisecond
-	h, err := New(p, Options{Registerer: reg, WindowSize: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	hang := true
-	primary := func(ctx context.Context) (string, error) {
-		mu.Lock()
-		d := time.Duration(0)
-		if hang {
-			d = 2 * time.Second
-		}
-		mu.Unlock()
-		return answer("p", d, nil)(ctx)
-	}
-	standby := answer("s", time.Millisecond, nil)
-	var took []time.Duration
-	var outs []Outcome
-	for range 60 {
-		t0 := time.Now()
-		v, out, err := Do(t.Context(), h, primary, standby)
-		took = append(took, time.Since(t0))
-		outs = append(outs, out)
-		if err != nil || v != "s" {
-			t.Fatalf("Do = %q, %v; want the standby's answer", v, err)
-		}
-	}
-	if h.BreakerState() == BreakerClosed {
-		t.Fatalf("breaker closed with a hanging primary")
-	}
-	slowCalls := 0
-	for _, d := range took {
-		if d > 50*time.Millisecond {
-			slowCalls++
-		}
-	}
-	// Only the calls before the breaker opened, plus a probe per open period, wait.
-	if slowCalls > p.BreakerFailures+4 {
-		t.Errorf("%d of 60 calls took over 50 ms (want at most %d): %v", slowCalls, p.BreakerFailures+4, took)
-	}
-	sorted := slices.Clone(took)
-	slices.Sort(sorted)
-	if p99 := sorted[len(sorted)*99/100]; p99 > p.PrimaryTimeout+100*time.Millisecond {
-		t.Errorf("p99 %v over the primary timeout %v + 100ms", p99, p.PrimaryTimeout)
-	}
-	if n := counter(t, reg, "smartfeed_hedge_routed_total", "route", "standby"); n < 40 {
-		t.Errorf("failover routes = %v, want most calls", n)
-	}
-	if !outs[len(outs)-1].Failover && !outs[len(outs)-1].Hedged {
-		t.Errorf("last outcome %+v: neither failover nor hedged", outs[len(outs)-1])
-	}
-	// Healed: within a few open periods the probes close the breaker.
-	mu.Lock()
-	hang = false
-	mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for h.BreakerState() != BreakerClosed {
-		if time.Now().After(deadline) {
-			t.Fatal("breaker did not close after the primary healed")
-		}
-		if _, _, err := Do(t.Context(), h, primary, standby); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		p := DefaultPolicy()
+		p.Warmup, p.Budget, p.BudgetBurst = 0, 0, 1
+		p.PrimaryTimeout, p.BreakerOpenFor = 200*time.Millisecond, 300*time.Millisecond
+		h, err := New(p, Options{Registerer: reg, WindowSize: 64})
+		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	_, out, err := Do(t.Context(), h, primary, standby)
-	if err != nil || out.From != Primary || out.Failover {
-		t.Errorf("after recovery: %+v, %v; want the primary", out, err)
-	}
+		var mu sync.Mutex
+		hang := true
+		primary := func(ctx context.Context) (string, error) {
+			mu.Lock()
+			d := time.Duration(0)
+			if hang {
+				d = 2 * time.Second
+			}
+			mu.Unlock()
+			return answer("p", d, nil)(ctx)
+		}
+		standby := answer("s", time.Millisecond, nil)
+		var took []time.Duration
+		var outs []Outcome
+		for range 60 {
+			t0 := time.Now()
+			v, out, err := Do(t.Context(), h, primary, standby)
+			took = append(took, time.Since(t0))
+			outs = append(outs, out)
+			if err != nil || v != "s" {
+				t.Fatalf("Do = %q, %v; want the standby's answer", v, err)
+			}
+		}
+		if h.BreakerState() == BreakerClosed {
+			t.Fatalf("breaker closed with a hanging primary")
+		}
+		slowCalls := 0
+		for _, d := range took {
+			if d > 50*time.Millisecond {
+				slowCalls++
+			}
+		}
+		// Only the calls before the breaker opened, plus a probe per open period, wait.
+		if slowCalls > p.BreakerFailures+4 {
+			t.Errorf("%d of 60 calls took over 50 ms (want at most %d): %v", slowCalls, p.BreakerFailures+4, took)
+		}
+		sorted := slices.Clone(took)
+		slices.Sort(sorted)
+		if p99 := sorted[len(sorted)*99/100]; p99 > p.PrimaryTimeout+100*time.Millisecond {
+			t.Errorf("p99 %v over the primary timeout %v + 100ms", p99, p.PrimaryTimeout)
+		}
+		if n := counter(t, reg, "smartfeed_hedge_routed_total", "route", "standby"); n < 40 {
+			t.Errorf("failover routes = %v, want most calls", n)
+		}
+		if !outs[len(outs)-1].Failover && !outs[len(outs)-1].Hedged {
+			t.Errorf("last outcome %+v: neither failover nor hedged", outs[len(outs)-1])
+		}
+		// Healed: within a few open periods the probes close the breaker.
+		mu.Lock()
+		hang = false
+		mu.Unlock()
+		deadline := time.Now().Add(5 * time.Second)
+		for h.BreakerState() != BreakerClosed {
+			if time.Now().After(deadline) {
+				t.Fatal("breaker did not close after the primary healed")
+			}
+			if _, _, err := Do(t.Context(), h, primary, standby); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		_, out, err := Do(t.Context(), h, primary, standby)
+		if err != nil || out.From != Primary || out.Failover {
+			t.Errorf("after recovery: %+v, %v; want the primary", out, err)
+		}
+	})
 }
 
 // Both down while the breaker is open: the call fails with both errors, it does not hang.

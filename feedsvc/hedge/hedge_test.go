@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -80,14 +81,14 @@ func answer(v string, d time.Duration, err error) ReadFunc[string] {
 func TestDo(t *testing.T) {
 	boom := errors.New("boom")
 	tests := []struct {
-		name     string
-		mod      func(*Policy)
-		primary  ReadFunc[string]
-		standby  ReadFunc[string]
-		want     string
-		wantOut  Outcome
-		wantErr  error
-		maxTaken time.Duration
+		name    string
+		mod     func(*Policy)
+		primary ReadFunc[string]
+		standby ReadFunc[string]
+		want    string
+		wantOut Outcome
+		wantErr error
+		taken   time.Duration // on the bubble's fake clock, so exact
 	}{
 		{
 			name:    "primary fast",
@@ -100,26 +101,27 @@ func TestDo(t *testing.T) {
 			mod:     func(p *Policy) { p.Mode = ModeOff; p.Budget = 0; p.BudgetBurst = 1 },
 			primary: answer("", 0, boom), standby: answer("s", 0, nil),
 			want: "s", wantOut: Outcome{From: Standby, Hedged: true, Reason: "error", PrimaryErr: boom},
-			maxTaken: 200 * time.Millisecond,
 		},
 		{
 			name:    "slow primary loses to the standby after the fixed cutoff",
 			mod:     func(p *Policy) { p.Mode = ModeFixed; p.Delay = 5 * time.Millisecond },
 			primary: answer("p", 5*time.Second, nil), standby: answer("s", 0, nil),
 			want: "s", wantOut: Outcome{From: Standby, Hedged: true, Reason: "cutoff"},
-			maxTaken: time.Second,
+			taken: 5 * time.Millisecond,
 		},
 		{
 			name:    "hedging off waits for the slow primary",
 			mod:     func(p *Policy) { p.Mode = ModeOff },
 			primary: answer("p", 30*time.Millisecond, nil), standby: answer("s", 0, nil),
 			want: "p", wantOut: Outcome{From: Primary},
+			taken: 30 * time.Millisecond,
 		},
 		{
 			name:    "standby error after cutoff: the primary still answers",
 			mod:     func(p *Policy) { p.Mode = ModeFixed; p.Delay = time.Millisecond },
 			primary: answer("p", 30*time.Millisecond, nil), standby: answer("", 0, boom),
 			want: "p", wantOut: Outcome{From: Primary, Hedged: true, Reason: "cutoff"},
+			taken: 30 * time.Millisecond,
 		},
 		{
 			name:    "both fail",
@@ -131,97 +133,105 @@ func TestDo(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h, _ := newHedger(t, tt.mod)
-			start := time.Now()
-			got, out, err := Do(t.Context(), h, tt.primary, tt.standby)
-			if !errors.Is(err, tt.wantErr) {
-				t.Fatalf("err = %v, want %v", err, tt.wantErr)
-			}
-			if got != tt.want {
-				t.Errorf("value = %q, want %q", got, tt.want)
-			}
-			if diff := cmp.Diff(tt.wantOut, out, cmp.Comparer(func(a, b error) bool { return errors.Is(a, b) })); diff != "" {
-				t.Errorf("outcome (-want +got):\n%s", diff)
-			}
-			if took := time.Since(start); tt.maxTaken > 0 && took > tt.maxTaken {
-				t.Errorf("took %v, want at most %v", took, tt.maxTaken)
-			}
+			synctest.Test(t, func(t *testing.T) {
+				h, _ := newHedger(t, tt.mod)
+				start := time.Now()
+				got, out, err := Do(t.Context(), h, tt.primary, tt.standby)
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tt.wantErr)
+				}
+				if got != tt.want {
+					t.Errorf("value = %q, want %q", got, tt.want)
+				}
+				if diff := cmp.Diff(tt.wantOut, out, cmp.Comparer(func(a, b error) bool { return errors.Is(a, b) })); diff != "" {
+					t.Errorf("outcome (-want +got):\n%s", diff)
+				}
+				if took := time.Since(start); took != tt.taken {
+					t.Errorf("took %v, want %v", took, tt.taken)
+				}
+			})
 		})
 	}
 }
 
 func TestLoserIsCancelled(t *testing.T) {
-	h, reg := newHedger(t, func(p *Policy) { p.Mode = ModeFixed; p.Delay = 2 * time.Millisecond })
-	cancelled := make(chan struct{})
-	primary := func(ctx context.Context) (string, error) {
-		<-ctx.Done()
-		close(cancelled)
-		return "", ctx.Err()
-	}
-	// Bounded: a Do that waits for its loser must fail the test, not hang it.
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	got, _, err := Do(ctx, h, primary, answer("s", 0, nil))
-	if err != nil || got != "s" {
-		t.Fatalf("Do = %q, %v; want s, nil", got, err)
-	}
-	select {
-	case <-cancelled:
-	case <-time.After(2 * time.Second):
-		t.Fatal("the losing primary read was not cancelled")
-	}
-	if got := counter(t, reg, "smartfeed_hedge_won_total"); got != 1 {
-		t.Errorf("hedges won = %v, want 1", got)
-	}
-	if got := counter(t, reg, "smartfeed_hedge_issued_total", "reason", "cutoff"); got != 1 {
-		t.Errorf("hedges issued on cutoff = %v, want 1", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h, reg := newHedger(t, func(p *Policy) { p.Mode = ModeFixed; p.Delay = 2 * time.Millisecond })
+		cancelled := make(chan struct{})
+		primary := func(ctx context.Context) (string, error) {
+			<-ctx.Done()
+			close(cancelled)
+			return "", ctx.Err()
+		}
+		// Bounded: a Do that waits for its loser must fail the test, not hang it.
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		got, _, err := Do(ctx, h, primary, answer("s", 0, nil))
+		if err != nil || got != "s" {
+			t.Fatalf("Do = %q, %v; want s, nil", got, err)
+		}
+		select {
+		case <-cancelled:
+		case <-time.After(2 * time.Second):
+			t.Fatal("the losing primary read was not cancelled")
+		}
+		if got := counter(t, reg, "smartfeed_hedge_won_total"); got != 1 {
+			t.Errorf("hedges won = %v, want 1", got)
+		}
+		if got := counter(t, reg, "smartfeed_hedge_issued_total", "reason", "cutoff"); got != 1 {
+			t.Errorf("hedges issued on cutoff = %v, want 1", got)
+		}
+	})
 }
 
 func TestContextBoundsStuckReads(t *testing.T) {
-	h, _ := newHedger(t, func(p *Policy) { p.Mode = ModeFixed; p.Delay = time.Millisecond })
-	// Reads that ignore their context (a broken store client); they end with the test, so
-	// goleak sees no goroutine left behind.
-	release := make(chan struct{})
-	t.Cleanup(func() { close(release) })
-	stuck := func(context.Context) (string, error) { <-release; return "", errors.New("released") }
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, _, err := Do(ctx, h, stuck, stuck)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v, want deadline exceeded", err)
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("stuck reads held the call for %v", took)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := newHedger(t, func(p *Policy) { p.Mode = ModeFixed; p.Delay = time.Millisecond })
+		// Reads that ignore their context (a broken store client); they end with the test, so
+		// goleak sees no goroutine left behind.
+		release := make(chan struct{})
+		t.Cleanup(func() { close(release) })
+		stuck := func(context.Context) (string, error) { <-release; return "", errors.New("released") }
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, _, err := Do(ctx, h, stuck, stuck)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("err = %v, want deadline exceeded", err)
+		}
+		if took := time.Since(start); took != 20*time.Millisecond {
+			t.Errorf("stuck reads held the call for %v, want the 20ms deadline", took)
+		}
+	})
 }
 
 func TestBudgetCapsCutoffHedges(t *testing.T) {
-	// Every primary read is slow: a global slowdown. With a 10% budget and a burst of 1, about
-	// one call in ten may hedge; the rest wait for the primary.
-	h, reg := newHedger(t, func(p *Policy) {
-		p.Mode = ModeFixed
-		p.Delay = 0
-		p.Budget = 0.1
-		p.BudgetBurst = 1
-	})
-	var standbyReads atomic.Int64
-	standby := func(context.Context) (string, error) { standbyReads.Add(1); return "s", nil }
-	primary := answer("p", 2*time.Millisecond, nil)
-	const calls = 100
-	for range calls {
-		if _, _, err := Do(t.Context(), h, primary, standby); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		// Every primary read is slow: a global slowdown. With a 10% budget and a burst of 1, about
+		// one call in ten may hedge; the rest wait for the primary.
+		h, reg := newHedger(t, func(p *Policy) {
+			p.Mode = ModeFixed
+			p.Delay = 0
+			p.Budget = 0.1
+			p.BudgetBurst = 1
+		})
+		var standbyReads atomic.Int64
+		standby := func(context.Context) (string, error) { standbyReads.Add(1); return "s", nil }
+		primary := answer("p", 2*time.Millisecond, nil)
+		const calls = 100
+		for range calls {
+			if _, _, err := Do(t.Context(), h, primary, standby); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	// One token at start, then 0.1 per call: 1 + 100*0.1 = 11 at most.
-	if got := standbyReads.Load(); got < 9 || got > 11 {
-		t.Errorf("standby reads = %d of %d calls, want 9..11 (10%% budget)", got, calls)
-	}
-	if got := counter(t, reg, "smartfeed_hedge_budget_exhausted_total"); got < calls-11 {
-		t.Errorf("budget exhausted = %v, want >= %d", got, calls-11)
-	}
+		// One token at start, then 0.1 per call: 1 + 100*0.1 = 11 at most.
+		if got := standbyReads.Load(); got < 9 || got > 11 {
+			t.Errorf("standby reads = %d of %d calls, want 9..11 (10%% budget)", got, calls)
+		}
+		if got := counter(t, reg, "smartfeed_hedge_budget_exhausted_total"); got < calls-11 {
+			t.Errorf("budget exhausted = %v, want >= %d", got, calls-11)
+		}
+	})
 }
 
 func TestErrorsFailOverWithoutBudget(t *testing.T) {
@@ -356,42 +366,44 @@ func TestPolicyExported(t *testing.T) {
 // Under a global slowdown the cutoff hedges drain the budget down to the reserve; a call stuck
 // past Max still gets the reserve.
 func TestReserveForStuckCalls(t *testing.T) {
-	h, reg := newHedger(t, func(p *Policy) {
-		p.Mode = ModeFixed
-		p.Delay = time.Millisecond
-		p.Max = 30 * time.Millisecond
-		p.Budget = 0
-		p.BudgetBurst = 4
-	})
-	var standbyReads atomic.Int64
-	standby := func(context.Context) (string, error) { standbyReads.Add(1); return "s", nil }
-	// Moderately slow calls: hedged at the cutoff until 2 tokens (half the burst) remain.
-	for range 10 {
-		if _, _, err := Do(t.Context(), h, answer("p", 5*time.Millisecond, nil), standby); err != nil {
-			t.Fatal(err)
+	synctest.Test(t, func(t *testing.T) {
+		h, reg := newHedger(t, func(p *Policy) {
+			p.Mode = ModeFixed
+			p.Delay = time.Millisecond
+			p.Max = 30 * time.Millisecond
+			p.Budget = 0
+			p.BudgetBurst = 4
+		})
+		var standbyReads atomic.Int64
+		standby := func(context.Context) (string, error) { standbyReads.Add(1); return "s", nil }
+		// Moderately slow calls: hedged at the cutoff until 2 tokens (half the burst) remain.
+		for range 10 {
+			if _, _, err := Do(t.Context(), h, answer("p", 5*time.Millisecond, nil), standby); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	if got := standbyReads.Load(); got != 2 {
-		t.Errorf("cutoff hedges = %d, want 2 (4 tokens, half kept in reserve)", got)
-	}
-	// A stuck call is hedged at Max from the reserve.
-	start := time.Now()
-	got, out, err := Do(t.Context(), h, answer("p", 5*time.Second, nil), standby)
-	if err != nil || got != "s" || out.From != Standby {
-		t.Fatalf("stuck call = %q, %+v, %v; want the standby", got, out, err)
-	}
-	if took := time.Since(start); took < 30*time.Millisecond || took > time.Second {
-		t.Errorf("stuck call took %v, want just past Max (30ms)", took)
-	}
-	// Two more stuck calls: the second finds the bucket empty and waits for the primary.
-	if _, out, _ := Do(t.Context(), h, answer("p", 5*time.Second, nil), standby); out.From != Standby {
-		t.Errorf("second stuck call from %v, want the standby (last token)", out.From)
-	}
-	_, out, _ = Do(t.Context(), h, answer("p", 40*time.Millisecond, nil), standby)
-	if out.From != Primary || !out.BudgetExhausted {
-		t.Errorf("third call: %+v, want the primary with the budget exhausted", out)
-	}
-	if got := counter(t, reg, "smartfeed_hedge_budget_exhausted_total"); got < 1 {
-		t.Errorf("budget exhausted = %v", got)
-	}
+		if got := standbyReads.Load(); got != 2 {
+			t.Errorf("cutoff hedges = %d, want 2 (4 tokens, half kept in reserve)", got)
+		}
+		// A stuck call is hedged at Max from the reserve.
+		start := time.Now()
+		got, out, err := Do(t.Context(), h, answer("p", 5*time.Second, nil), standby)
+		if err != nil || got != "s" || out.From != Standby {
+			t.Fatalf("stuck call = %q, %+v, %v; want the standby", got, out, err)
+		}
+		if took := time.Since(start); took != 30*time.Millisecond {
+			t.Errorf("stuck call took %v, want Max (30ms) on the bubble's clock", took)
+		}
+		// Two more stuck calls: the second finds the bucket empty and waits for the primary.
+		if _, out, _ := Do(t.Context(), h, answer("p", 5*time.Second, nil), standby); out.From != Standby {
+			t.Errorf("second stuck call from %v, want the standby (last token)", out.From)
+		}
+		_, out, _ = Do(t.Context(), h, answer("p", 40*time.Millisecond, nil), standby)
+		if out.From != Primary || !out.BudgetExhausted {
+			t.Errorf("third call: %+v, want the primary with the budget exhausted", out)
+		}
+		if got := counter(t, reg, "smartfeed_hedge_budget_exhausted_total"); got < 1 {
+			t.Errorf("budget exhausted = %v", got)
+		}
+	})
 }
