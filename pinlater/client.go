@@ -58,6 +58,7 @@ type Info struct {
 	Type      string
 	Queue     string // logical queue name
 	Duplicate bool   // a task with the same ID already existed: nothing was enqueued
+	Deferred  bool   // DurableClient: recorded in the outbox, Redis did not take it yet (the relay will)
 }
 
 // Client enqueues tasks. It is safe for concurrent use; make one per process and Close it.
@@ -138,6 +139,9 @@ func (c *Client) Enqueue(ctx context.Context, t *Task, opts ...Option) (*Info, e
 		hdrMaxAttempts: strconv.Itoa(o.maxAttempts),
 		hdrDueMs:       strconv.FormatInt(due.UnixMilli(), 10),
 		hdrTimeoutMs:   strconv.FormatInt(o.timeout.Milliseconds(), 10),
+	}
+	if o.outbox != "" {
+		headers[hdrOutbox] = o.outbox
 	}
 	aopts := []asynq.Option{
 		asynq.Queue(c.keys.queue(o.queue)),

@@ -97,6 +97,9 @@ type Config struct {
 	RateCheckInterval time.Duration
 	// Clock, if set, is the rate limiter's clock (tests). Default: Redis server time.
 	Clock func() time.Time
+	// Outbox, if set, is the outbox of the DurableClients enqueuing to these queues: the server
+	// deletes a task's row when the task is done (or dead), before asynq forgets the task.
+	Outbox OutboxStore
 }
 
 // Server runs handlers for the tasks of its queues.
@@ -324,11 +327,14 @@ func (s *Server) process(ctx context.Context, at *asynq.Task, chain map[string]H
 	s.m.duration.WithLabelValues(q, typ).Observe(time.Since(start).Seconds())
 	if err == nil {
 		s.m.processed.WithLabelValues(q, typ).Inc()
+		s.clearOutbox(ctx, at, id)
 		return nil
 	}
 	s.m.failed.WithLabelValues(q, typ).Inc()
 	if errors.Is(err, ErrInvalidPayload) || errors.Is(err, asynq.SkipRetry) || retried+1 >= maxAttempts {
 		s.m.archived.WithLabelValues(q, typ).Inc()
+		// Dead: the archived task in Redis is the record now (Admin.RetryDead runs it again).
+		s.clearOutbox(ctx, at, id)
 		if errors.Is(err, asynq.SkipRetry) {
 			return err
 		}
@@ -336,6 +342,21 @@ func (s *Server) process(ctx context.Context, at *asynq.Task, chain map[string]H
 	}
 	s.m.retried.WithLabelValues(q, typ).Inc()
 	return err
+}
+
+// clearOutbox deletes the outbox row of a finished task. A failure only costs a second run: the
+// relay finds the row, no task in Redis, and enqueues it again (handlers are idempotent).
+func (s *Server) clearOutbox(ctx context.Context, at *asynq.Task, id string) {
+	key := at.Headers()[hdrOutbox]
+	if s.cfg.Outbox == nil || key == "" {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := s.cfg.Outbox.Delete(dctx, []byte(key)); err != nil {
+		s.log.Warn("outbox row of a finished task not deleted (the task may run again)",
+			zap.String("type", at.Type()), zap.String("id", id), zap.Error(err))
+	}
 }
 
 // retryDelay is asynq's RetryDelayFunc: deferrals come back at their slot, RetryAfter errors after

@@ -215,6 +215,7 @@ type enqueueOptions struct {
 	timeout     time.Duration
 	deadline    time.Time
 	id          *string
+	outbox      string // the outbox row key (DurableClient), "" when none
 }
 
 // InQueue puts the task in the named queue instead of its type's default.
