@@ -202,7 +202,7 @@ func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tm
 		return nil, nil, err
 	}
 	s := &benchSystem{a: a, feed: feedv1.NewFeedServiceClient(conn), boards: map[uint64]zen.ID{},
-		pub: worker.NewPublisher(a.pinClient, a.graph, a.worker.Config().HotFollowers)}
+		pub: worker.NewPublisher(a.durable, a.graph, a.worker.Config().HotFollowers)}
 	closeFn := func() {
 		conn.Close()
 		stop()

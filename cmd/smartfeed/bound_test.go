@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/smartfeed/smartfeed/internal/config"
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -101,7 +102,16 @@ func TestGeneratorRefusesNonUserIDs(t *testing.T) {
 // startAll runs the `all` role for the test and returns it with a client connection.
 func startAll(t *testing.T) (*app, *grpc.ClientConn) {
 	t.Helper()
+	return startAllWith(t, nil)
+}
+
+// startAllWith is startAll with the test config changed by mod (nil: unchanged).
+func startAllWith(t *testing.T, mod func(*config.Config)) (*app, *grpc.ClientConn) {
+	t.Helper()
 	cfg := testConfig(t)
+	if mod != nil {
+		mod(&cfg)
+	}
 	a, err := newApp(t.Context(), roleAll, cfg, zap.NewNop(), newRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -162,7 +162,7 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 	if !a.workerWired {
 		return errors.New("demo: the worker's handlers are not registered")
 	}
-	var pub publisher = queuePublisher{a.pinClient}
+	var pub publisher = queuePublisher{a.durable}
 	fmt.Fprintf(stdout, "events: %s at %.0f/s; reads: GetFeed at %.0f/s on loopback gRPC %s\n", pub.Name(), df.eventsPerSec, df.readsPerSec, a.grpcAddr())
 	fmt.Fprintf(stdout, "\nfetch a feed (reflection, no proto files):\n  go -C charts tool grpcurl -plaintext -d '{\"user_id_str\":\"%s\"}' %s smartfeed.feed.v1.FeedService/GetFeed\n", g.Showcase, a.grpcAddr())
 	if ad := a.adminAddr(); ad != "" {

@@ -149,6 +149,8 @@ type app struct {
 	pinClient *pinlater.Client
 	pinServer *pinlater.Server
 	pinAdmin  *pinlater.Admin
+	outbox    *zen.Outbox             // the worker role's (main store)
+	durable   *pinlater.DurableClient // enqueues through outbox
 
 	grpc    *grpc.Server
 	health  *health.Server
@@ -405,7 +407,7 @@ func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 	var err error
 	a.pinServer, err = pinlater.NewServer(pinlater.Config{Redis: redis, Namespace: a.cfg.Redis.Namespace,
 		Queues: queues, StrictPriority: a.cfg.Worker.StrictPriority, Concurrency: a.cfg.Worker.Concurrency,
-		ShutdownTimeout: a.cfg.Worker.ShutdownTimeout.D()}, a.log.Named("pinlater"), a.reg)
+		ShutdownTimeout: a.cfg.Worker.ShutdownTimeout.D(), Outbox: a.outboxStore()}, a.log.Named("pinlater"), a.reg)
 	if err != nil {
 		return fmt.Errorf("pinlater server: %w", err)
 	}
@@ -418,6 +420,15 @@ func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 		}
 	}
 	return nil
+}
+
+// outboxStore is the outbox the pinlater server clears finished tasks from (nil without one: a
+// nil *zen.Outbox must not become a non-nil interface).
+func (a *app) outboxStore() pinlater.OutboxStore {
+	if a.outbox == nil {
+		return nil
+	}
+	return a.outbox
 }
 
 func (a *app) buildGRPC() {
@@ -507,6 +518,9 @@ func (a *app) run(ctx context.Context) error {
 			}
 			return nil
 		})
+	}
+	if a.durable != nil {
+		g.Go(func() error { a.durable.Relay(gctx); return nil })
 	}
 	if a.shardWatch != nil {
 		sm := a.cfg.Storage.ShardMap

@@ -30,7 +30,19 @@ func (a *app) buildWorker(ctx context.Context) error {
 		// store open; there the feed of a deleted user is left (docs/operations.md).
 		opts.Feeds = feedRemover{a}
 	}
-	a.worker, err = worker.New(a.graph, poolsT, stateT, a.pinClient, worker.Config{}, opts)
+	// The write path's events go through the outbox: recorded in the main store before a call
+	// answers OK, enqueued in Redis, and relayed again if Redis does not have them.
+	outboxT, err := a.stores.table(ctx, storeMain, zen.OutboxTable)
+	if err != nil {
+		return err
+	}
+	a.outbox = zen.NewOutbox(outboxT)
+	if a.durable, err = pinlater.NewDurableClient(a.pinClient, a.outbox, pinlater.DurableOptions{
+		Grace: a.cfg.Worker.OutboxGrace.D(), RelayInterval: a.cfg.Worker.OutboxRelayInterval.D(),
+		Logger: a.log.Named("outbox"), Registerer: a.reg}); err != nil {
+		return fmt.Errorf("outbox: %w", err)
+	}
+	a.worker, err = worker.New(a.graph, poolsT, stateT, a.durable, worker.Config{}, opts)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
@@ -43,7 +55,7 @@ func (a *app) registerWorker() error {
 		return fmt.Errorf("worker handlers: worker not built")
 	}
 	a.worker.Register(a.pinServer)
-	a.boards = graphsvc.NewBoardService(a.graph, zen.NewOrder(a.graph, zen.OrderOptions{}), a.pinClient, a.log.Named("boards"))
+	a.boards = graphsvc.NewBoardService(a.graph, zen.NewOrder(a.graph, zen.OrderOptions{}), a.durable, a.log.Named("boards"))
 	a.pinServer.Handle(pinlater.TypeRespace, pinlater.Typed(a.boards.HandleRespace))
 	a.workerWired = true
 	return nil
@@ -56,11 +68,11 @@ func (a *app) registerGraphService() {
 	if a.worker == nil {
 		return
 	}
-	graphsvc.NewGraphService(a.graph, a.pinClient, a.log.Named("graphsvc"), nil).Register(a.grpc)
+	graphsvc.NewGraphService(a.graph, a.durable, a.log.Named("graphsvc"), nil).Register(a.grpc)
 	if a.boards != nil {
 		a.boards.Register(a.grpc)
 	}
-	pub := worker.NewPublisher(a.pinClient, a.graph, a.worker.Config().HotFollowers)
+	pub := worker.NewPublisher(a.durable, a.graph, a.worker.Config().HotFollowers)
 	ingestv1.RegisterIngestServiceServer(a.grpc, worker.NewIngestServer(pub, a.worker))
 	a.log.Debug("graph, board and ingest services registered", zap.String("role", a.role))
 }

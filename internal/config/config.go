@@ -166,6 +166,11 @@ type Worker struct {
 	StrictPriority bool `json:"strict_priority"`
 	// ShutdownTimeout is how long running tasks may finish before they are handed back. Default 10s.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// OutboxGrace is how long an event recorded in the outbox may stay unknown to Redis before
+	// the relay enqueues it again. Default 30s.
+	OutboxGrace Duration `json:"outbox_grace"`
+	// OutboxRelayInterval is how often the relay walks the outbox. Default 10s.
+	OutboxRelayInterval Duration `json:"outbox_relay_interval"`
 }
 
 // Generator configures the generator and feedsvc's access to it.
@@ -221,12 +226,13 @@ func DefaultConfig() Config {
 			HBase:         HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto},
 			ShardMap:      ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
-		Redis:     Redis{Addr: "127.0.0.1:6379"},
-		Cache:     Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
-		GRPC:      GRPC{Addr: ":9090"},
-		Admin:     Admin{Addr: "127.0.0.1:9091"},
-		Log:       Log{Level: "info", Format: "json"},
-		Worker:    Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second)},
+		Redis: Redis{Addr: "127.0.0.1:6379"},
+		Cache: Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
+		GRPC:  GRPC{Addr: ":9090"},
+		Admin: Admin{Addr: "127.0.0.1:9091"},
+		Log:   Log{Level: "info", Format: "json"},
+		Worker: Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second),
+			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second)},
 		Generator: Generator{},
 		Feed: Feed{
 			GeneratorDeadline:   Duration(150 * time.Millisecond),
@@ -309,6 +315,9 @@ func (c Config) Validate() error {
 	}
 	if c.Worker.Concurrency < 1 || c.Worker.Concurrency > 10000 {
 		bad("worker.concurrency: %d out of [1, 10000]", c.Worker.Concurrency)
+	}
+	if c.Worker.OutboxGrace <= 0 || c.Worker.OutboxRelayInterval <= 0 {
+		bad("worker.outbox_grace and worker.outbox_relay_interval must be positive")
 	}
 	if c.Worker.ShutdownTimeout < 0 {
 		bad("worker.shutdown_timeout: negative")

@@ -50,6 +50,8 @@ func Bind(fs *flag.FlagSet, c *Config) {
 	i(&c.Worker.Concurrency, "worker-concurrency", c.Worker.Concurrency, "pinlater tasks run at once")
 	b(&c.Worker.StrictPriority, "worker-strict-priority", c.Worker.StrictPriority, "drain higher-priority queues first")
 	d(&c.Worker.ShutdownTimeout, "worker-shutdown-timeout", c.Worker.ShutdownTimeout, "how long running tasks may finish at shutdown")
+	d(&c.Worker.OutboxGrace, "outbox-grace", c.Worker.OutboxGrace, "how long an outbox event may be unknown to Redis before the relay enqueues it again")
+	d(&c.Worker.OutboxRelayInterval, "outbox-relay-interval", c.Worker.OutboxRelayInterval, "how often the relay walks the outbox")
 	s(&c.Generator.ConfigFile, "generator-config", c.Generator.ConfigFile, "generator JSON config file (empty: defaults)")
 	s(&c.Generator.Addr, "generator-addr", c.Generator.Addr, "gRPC target of the generator for feedsvc (empty: in process)")
 	d(&c.Feed.GeneratorDeadline, "feed-generator-deadline", c.Feed.GeneratorDeadline, "deadline of the generator call of a first page")
