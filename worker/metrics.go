@@ -13,6 +13,7 @@ type metrics struct {
 	skipped  *prometheus.CounterVec
 	tasks    *prometheus.CounterVec
 	removed  *prometheus.CounterVec
+	unknown  *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -29,11 +30,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Worker tasks completed, by task type."}, []string{"type"}),
 		removed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_pool_removed_total",
 			Help: "Pool entries removed by upkeep, by cause (unfollow, pin_delete)."}, []string{"cause"}),
+		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_unknown_objects_total",
+			Help: "Task runs that named an object this store never had (failed, then dead-lettered), by task type."}, []string{"type"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.rebuilds, m.skipped, m.tasks, m.removed} {
+	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
 		}

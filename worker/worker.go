@@ -193,17 +193,31 @@ func seqMillis(s seq.Seq) int64 {
 	return new(big.Int).Quo(s.Big(), seq.Unit.Big()).Int64()
 }
 
-// pinDeleted reports whether pin is gone (absent or soft-deleted): such a pin is never fanned out.
-func (w *Worker) pinDeleted(ctx context.Context, pin zen.ID) (bool, error) {
-	_, gone, err := w.getPin(ctx, pin)
+// ErrUnknownObject is wrapped by the error of a task that names an object this store never had:
+// a task from another deployment sharing the Redis, or a producer publishing objects it did not
+// create. The run fails (so the task is retried, then dead-lettered) and is logged and counted;
+// it is never completed as if the object had been deleted.
+var ErrUnknownObject = errors.New("object unknown to this store")
+
+// pinDeleted reports whether pin is soft-deleted: such a pin is never fanned out. A pin this
+// store does not have is an error (ErrUnknownObject).
+func (w *Worker) pinDeleted(ctx context.Context, typ string, pin zen.ID) (bool, error) {
+	_, gone, err := w.getPin(ctx, typ, pin)
 	return gone, err
 }
 
-// getPin reads the pin object; gone is true when it is absent or soft-deleted.
-func (w *Worker) getPin(ctx context.Context, pin zen.ID) (o zen.Object, gone bool, err error) {
+// getPin reads the pin object; gone is true when it is soft-deleted, an ErrUnknownObject error
+// when it is absent.
+func (w *Worker) getPin(ctx context.Context, typ string, pin zen.ID) (o zen.Object, gone bool, err error) {
 	o, err = w.g.Get(ctx, pin)
-	if errors.Is(err, zen.ErrNotFound) {
+	if errors.Is(err, zen.ErrDeleted) {
 		return o, true, nil
+	}
+	if errors.Is(err, zen.ErrNotFound) {
+		w.m.unknown.WithLabelValues(typ).Inc()
+		w.log.Warn("task names a pin this store does not have (another deployment's task, or a producer's mistake); failing it",
+			zap.String("type", typ), zap.Stringer("pin", pin))
+		return o, false, fmt.Errorf("%s: pin %d: %w", typ, pin, ErrUnknownObject)
 	}
 	if err != nil {
 		return o, false, fmt.Errorf("get pin %d: %w", pin, err)
@@ -270,7 +284,7 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 			return err
 		}
 	}
-	if gone, err := w.pinDeleted(ctx, pin); err != nil || gone {
+	if gone, err := w.pinDeleted(ctx, pinlater.TypeFanout, pin); err != nil || gone {
 		return err
 	}
 	if relatedFor != 0 {
@@ -488,7 +502,7 @@ func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPa
 	if !ok || to != zen.TypeUser {
 		return invalid("chunk edge type %d does not list users", p.EdgeType)
 	}
-	obj, gone, err := w.getPin(ctx, pin)
+	obj, gone, err := w.getPin(ctx, pinlater.TypeFanoutChunk, pin)
 	if err != nil || gone {
 		return err
 	}

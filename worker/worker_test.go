@@ -469,3 +469,42 @@ func TestLateFanoutRespectsTakenAndSaved(t *testing.T) {
 		t.Error("f0 did not get p2")
 	}
 }
+
+// TestUnknownPinFails: a fanout (or chunk) naming a pin this store never had fails with
+// ErrUnknownObject, so pinlater retries and then dead-letters it, and writes nothing; a
+// soft-deleted pin completes quietly (its fanout is moot).
+func TestUnknownPinFails(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, zenmem.New(), Config{}, 2, nil)
+	before := snapshot(t, w.pools)
+	ghost, err := zen.NewID(w.pins[0].Shard(), zen.TypePin, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user, board := uint64(w.alice), uint64(w.travel)
+	for name, p := range map[string]pinlater.Payload{
+		"fanout": pinlater.FanoutPayload{V: 1, Pin: uint64(ghost), Author: user, Board: board, CreatedMs: 1},
+		"chunk": pinlater.FanoutChunkPayload{V: 1, Pin: uint64(ghost), Author: user, Board: board, CreatedMs: 1, Source: 1,
+			ListFrom: user, EdgeType: uint16(zen.EdgeFollowedByUser), Limit: 10},
+	} {
+		task, err := pinlater.NewTask(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := handler(t, w.q, task.Type()).ProcessTask(ctx, task); !errors.Is(err, ErrUnknownObject) {
+			t.Errorf("%s of an unknown pin: %v, want ErrUnknownObject", name, err)
+		}
+	}
+	if d := cmp.Diff(before, snapshot(t, w.pools)); d != "" {
+		t.Errorf("tasks of an unknown pin wrote to the pools:\n%s", d)
+	}
+	if w.q.len() != 0 {
+		t.Errorf("tasks of an unknown pin enqueued %d tasks", w.q.len())
+	}
+	if err := w.g.Delete(ctx, w.pins[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := handler(t, w.q, pinlater.TypeFanout).ProcessTask(ctx, w.fanoutTask(t, 1)); err != nil {
+		t.Errorf("fanout of a deleted pin: %v, want it to complete", err)
+	}
+}

@@ -273,7 +273,8 @@ func (g *Graph) getRaw(ctx context.Context, id ID) ([]byte, error) {
 	return v, nil
 }
 
-// Get returns the object, or ErrNotFound when it is absent or soft-deleted.
+// Get returns the object, or ErrNotFound when it is absent or soft-deleted (ErrDeleted, which
+// wraps ErrNotFound, when soft-deleted).
 func (g *Graph) Get(ctx context.Context, id ID) (Object, error) {
 	v, err := g.getRaw(ctx, id)
 	if err != nil {
@@ -284,7 +285,7 @@ func (g *Graph) Get(ctx context.Context, id ID) (Object, error) {
 		return Object{}, fmt.Errorf("get: %w", err)
 	}
 	if !isActive(o.Data) {
-		return Object{}, fmt.Errorf("get %d: deleted: %w", id, ErrNotFound)
+		return Object{}, fmt.Errorf("get %d: %w", id, ErrDeleted)
 	}
 	return o, nil
 }

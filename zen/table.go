@@ -3,10 +3,16 @@ package zen
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // ErrNotFound is returned when a row, object or edge does not exist (or is soft-deleted).
 var ErrNotFound = errors.New("zen: not found")
+
+// ErrDeleted is returned by Graph.Get for an object that exists but is soft-deleted. It wraps
+// ErrNotFound (errors.Is(err, ErrNotFound) holds too), so callers that treat both alike need
+// not care; callers that must tell a deleted object from one this store never had test it.
+var ErrDeleted = fmt.Errorf("deleted: %w", ErrNotFound)
 
 // KV is one row of a Table: its key and its value.
 type KV struct {
