@@ -3,8 +3,12 @@ package worker
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/pinlater"
@@ -84,6 +88,122 @@ func TestPinlaterRedis(t *testing.T) {
 	for _, q := range []string{pinlater.QueueBulk, pinlater.QueueFanout} {
 		if st, _ := admin.Queue(ctx, q); st.Dead != 0 {
 			t.Errorf("%s: %d dead tasks", q, st.Dead)
+		}
+	}
+}
+
+// TestFanoutSurvivesRedisLoss: Redis is killed in the middle of a 10,000-follower fanout
+// (100,000 with SMARTFEED_LONG=1) and comes back empty (its data gone, the worst case): the
+// outbox relay re-enqueues the fanout chunks that were not done, and every follower gets the
+// pin exactly once. Without the outbox, the followers of the lost chunks never get it.
+func TestFanoutSurvivesRedisLoss(t *testing.T) {
+	rp := testenv.StartRedis(t)
+	n := 10_000
+	if os.Getenv("SMARTFEED_LONG") == "1" {
+		n = 100_000
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	opt := pinlater.RedisAddr(rp.Addr())
+	client, err := pinlater.NewClient(opt, nil, nil, pinlater.WithNamespace("loss"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	store := zenmem.New()
+	outboxT, err := store.Table(ctx, zen.OutboxTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := zen.NewOutbox(outboxT)
+	reg := prometheus.NewRegistry()
+	durable, err := pinlater.NewDurableClient(client, box, pinlater.DurableOptions{Registerer: reg,
+		Grace: time.Second, RelayInterval: 200 * time.Millisecond, EnqueueTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{ChunkSize: 100, HotFollowers: int64(n) * 10}
+	wd := newWorld(t, store, cfg, n, nil)
+	w, err := New(wd.g, wd.pools, wd.state, durable, cfg, Options{Now: wd.clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := pinlater.NewServer(pinlater.Config{Redis: opt, Namespace: "loss", Concurrency: 4, Outbox: box,
+		PollInterval: 20 * time.Millisecond, DelayedCheckInterval: 100 * time.Millisecond, ShutdownTimeout: time.Second}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Register(srv)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	rctx, stopRelay := context.WithCancel(ctx)
+	relayDone := make(chan struct{})
+	go func() { durable.Relay(rctx); close(relayDone) }()
+	defer func() { stopRelay(); <-relayDone }()
+
+	pin := wd.pins[1]
+	pub := NewPublisher(durable, wd.g, cfg.HotFollowers)
+	if _, err := pub.PinSaved(ctx, PinSaved{Pin: pin, User: wd.alice, Board: wd.travel, CreatedMs: wd.clk.now().UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	// Kill Redis once about a fifth of the followers have the pin.
+	for testutil.ToFloat64(w.m.inserts) < float64(n/5) {
+		if ctx.Err() != nil {
+			t.Fatal("fanout never got going")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rp.Kill()
+	at := testutil.ToFloat64(w.m.inserts)
+	rp.Wipe()
+	time.Sleep(time.Second)
+	rp.Start()
+	t.Logf("Redis killed and wiped after %.0f of %d pool inserts", at, n)
+	if at >= float64(n) {
+		t.Fatalf("the fanout finished before Redis was killed: make it longer")
+	}
+
+	// Everything done: the outbox empties, then every follower holds the pin exactly once.
+	empty := func() bool {
+		rows := 0
+		_ = box.Range(ctx, nil, nil, 0, func(_, _ []byte) error { rows++; return nil })
+		return rows == 0
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for !empty() {
+		if time.Now().After(deadline) {
+			t.Fatal("the outbox never emptied")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	missing, dup := 0, 0
+	for _, u := range wd.followers[:n] {
+		es, err := w.Pools().Top(ctx, u, zen.SourceFollowing, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for _, e := range es {
+			if e.Pin == pin {
+				got++
+			}
+		}
+		switch {
+		case got == 0:
+			missing++
+		case got > 1:
+			dup++
+		}
+	}
+	if missing > 0 || dup > 0 {
+		t.Fatalf("after Redis lost the fanout: %d of %d followers never got the pin, %d got it more than once", missing, n, dup)
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "pinlater_outbox_relayed_total" {
+			t.Logf("the relay re-enqueued %.0f tasks Redis had lost", mf.GetMetric()[0].GetCounter().GetValue())
 		}
 	}
 }

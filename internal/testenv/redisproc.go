@@ -79,5 +79,26 @@ func (r *RedisProc) Kill() {
 	r.cmd = nil
 }
 
+// Wipe deletes the server's data (call it while the server is stopped): the next Start comes up
+// empty, as a Redis replaced or restored from nothing would.
+func (r *RedisProc) Wipe() {
+	r.t.Helper()
+	if r.cmd != nil {
+		r.t.Fatal("testenv: Wipe of a running redis-server")
+	}
+	ents, err := os.ReadDir(r.dir)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == "redis.log" {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(r.dir, e.Name())); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
 // String describes the server for failure messages.
 func (r *RedisProc) String() string { return fmt.Sprintf("redis-server %s (data %s)", r.Addr(), r.dir) }
