@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,9 +97,14 @@ type fakeQueue struct {
 	mu    sync.Mutex
 	tasks []MaterializeTask
 	err   error
+	hang  atomic.Bool // every enqueue waits for its context to end (a hung Redis)
 }
 
-func (q *fakeQueue) EnqueueMaterialize(_ context.Context, t MaterializeTask) error {
+func (q *fakeQueue) EnqueueMaterialize(ctx context.Context, t MaterializeTask) error {
+	if q.hang.Load() {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.err != nil {

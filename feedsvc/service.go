@@ -547,7 +547,10 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 		return nil, fmt.Errorf("pending chunk: %w", err)
 	}
 	task := MaterializeTask{User: user, ChunkID: c.ID, Seq: seq}
-	if err := s.enq.EnqueueMaterialize(ctx, task); err != nil {
+	ectx, ecancel := context.WithTimeout(ctx, materializeEnqueueBound)
+	err := s.enq.EnqueueMaterialize(ectx, task)
+	ecancel()
+	if err != nil {
 		// The pending row is written: a later read or the recovery pass re-enqueues it.
 		s.m.enqueueFailed.Inc()
 		s.log.Warn("enqueue materialize", zap.Stringer("user", user), zap.String("chunk", c.ID), zap.Error(err))
@@ -680,6 +683,12 @@ func getMany(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) 
 	}
 	return out, nil
 }
+
+// materializeEnqueueBound bounds the materialize enqueue of a first page (a Redis call that
+// takes well under a millisecond when Redis is healthy): a hung or unreachable Redis costs a
+// reader at most this, and the chunk's pending row, already written, is enqueued again by a
+// later read or the recovery pass.
+const materializeEnqueueBound = 50 * time.Millisecond
 
 // timedEnqueuer times the materialize enqueue (smartfeed_feed_stage_seconds{stage="enqueue"}).
 type timedEnqueuer struct {

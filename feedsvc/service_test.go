@@ -604,3 +604,32 @@ func TestMaterializeRefusesBadTasks(t *testing.T) {
 		t.Errorf("chunk settled = %v, %v; want delivered", d, ok)
 	}
 }
+
+// A hung Redis (the materialize enqueue never answers) costs a first page at most
+// materializeEnqueueBound, and the chunk is still served and re-enqueued by a later read.
+func TestHungQueueDoesNotHoldReads(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e := newEnv(t, nil)
+	e.svc.now = clock
+	e.queue.hang.Store(true)
+	t0 := time.Now()
+	p := e.get(t, "", 100)
+	if took := time.Since(t0); took > materializeEnqueueBound+100*time.Millisecond {
+		t.Errorf("first page took %v with the queue hung; want about %v", took, materializeEnqueueBound)
+	}
+	if p.FreshStatus != FreshIncluded || len(p.Items) != 5 {
+		t.Fatalf("status %q, %d items: a hung enqueue must not hide the recorded chunk", p.FreshStatus, len(p.Items))
+	}
+	e.queue.hang.Store(false)
+	mu.Lock()
+	now = now.Add(time.Minute)
+	mu.Unlock()
+	e.gen.err = errGen
+	e.get(t, "", 100)
+	e.svc.Wait()
+	if tasks := e.queue.take(); len(tasks) != 1 || tasks[0].ChunkID != "c1" {
+		t.Fatalf("re-enqueued %+v, want c1", tasks)
+	}
+}
