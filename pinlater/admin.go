@@ -430,3 +430,47 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, q.Rate, q.Name)
 	}
 }
+
+// ErrNamespaceOwned is returned by ClaimNamespace when another deployment owns the namespace.
+var ErrNamespaceOwned = errors.New("the Redis namespace belongs to another deployment")
+
+// ClaimNamespace marks this admin's namespace as owned by deployment (an ID the deployment keeps
+// in its own store), or checks that it already is. Two deployments sharing a namespace by
+// mistake would run each other's tasks against the wrong store; the second one to start gets
+// ErrNamespaceOwned, naming the owner. With takeover, a namespace owned by another deployment
+// (one that is gone) is purged of its queues and keys and claimed; previous is the owner it had.
+func (a *Admin) ClaimNamespace(ctx context.Context, deployment string, takeover bool) (previous string, err error) {
+	if deployment == "" {
+		return "", errors.New("claim namespace: empty deployment ID")
+	}
+	key := a.keys.prefix() + "owner"
+	ok, err := a.rdb.SetNX(ctx, key, deployment, 0).Result()
+	if err != nil {
+		return "", fmt.Errorf("claim namespace: %w", err)
+	}
+	if ok {
+		return "", nil
+	}
+	cur, err := a.rdb.Get(ctx, key).Result()
+	if errors.Is(err, redis.Nil) {
+		return a.ClaimNamespace(ctx, deployment, takeover) // released meanwhile
+	}
+	if err != nil {
+		return "", fmt.Errorf("claim namespace: %w", err)
+	}
+	if cur == deployment {
+		return "", nil
+	}
+	if !takeover {
+		return cur, fmt.Errorf("namespace %q: %w (owner %s; this deployment is %s)", a.keys.ns, ErrNamespaceOwned, cur, deployment)
+	}
+	if a.keys.ns != "" {
+		if err := a.Purge(ctx); err != nil {
+			return cur, fmt.Errorf("claim namespace: take over: %w", err)
+		}
+	}
+	if err := a.rdb.Set(ctx, key, deployment, 0).Err(); err != nil {
+		return cur, fmt.Errorf("claim namespace: %w", err)
+	}
+	return cur, nil
+}

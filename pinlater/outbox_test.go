@@ -238,3 +238,32 @@ func TestDurableDeadTaskClearsRow(t *testing.T) {
 		t.Fatalf("relay after the task died = %d, %v; want 0", n, err)
 	}
 }
+
+// TestClaimNamespace: the first deployment owns the namespace, a second one is refused (its
+// tasks would run against the wrong store), and a takeover purges the old owner's queues.
+func TestClaimNamespace(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	if prev, err := e.admin.ClaimNamespace(ctx, "dep-a", false); err != nil || prev != "" {
+		t.Fatalf("first claim = %q, %v", prev, err)
+	}
+	if _, err := e.admin.ClaimNamespace(ctx, "dep-a", false); err != nil {
+		t.Fatalf("the owner's restart: %v", err)
+	}
+	if _, err := e.client.Enqueue(ctx, pinTask(1)); err != nil {
+		t.Fatal(err)
+	}
+	prev, err := e.admin.ClaimNamespace(ctx, "dep-b", false)
+	if !errors.Is(err, ErrNamespaceOwned) || prev != "dep-a" {
+		t.Fatalf("second deployment: %q, %v; want ErrNamespaceOwned naming dep-a", prev, err)
+	}
+	if prev, err := e.admin.ClaimNamespace(ctx, "dep-b", true); err != nil || prev != "dep-a" {
+		t.Fatalf("takeover = %q, %v", prev, err)
+	}
+	if qs, err := e.admin.Queue(ctx, QueueDefault); err == nil && qs.Pending != 0 {
+		t.Errorf("takeover left %d of the old owner's tasks", qs.Pending)
+	}
+	if _, err := e.admin.ClaimNamespace(ctx, "dep-a", false); !errors.Is(err, ErrNamespaceOwned) {
+		t.Errorf("old owner after the takeover: %v, want ErrNamespaceOwned", err)
+	}
+}

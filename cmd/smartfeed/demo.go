@@ -72,6 +72,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return errors.New("demo: users >= 2, follows >= 1, events-per-sec > 0, and no negative sizes, rates or duration")
 	}
 	if cfg.Storage.Backend == config.BackendPebble {
+		if _, err := os.Stat(cfg.Storage.DataDir); errors.Is(err, os.ErrNotExist) {
+			// A fresh demo: the tasks an earlier demo (whose data was deleted) left in the
+			// demo namespace name objects that no longer exist; take the namespace over.
+			cfg.Redis.NamespaceTakeover = true
+		}
 		if err := os.MkdirAll(cfg.Storage.DataDir, 0o755); err != nil {
 			return fmt.Errorf("demo data dir: %w", err)
 		}

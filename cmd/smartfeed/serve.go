@@ -149,8 +149,12 @@ type app struct {
 	pinClient *pinlater.Client
 	pinServer *pinlater.Server
 	pinAdmin  *pinlater.Admin
-	outbox    *zen.Outbox             // the worker role's (main store)
-	durable   *pinlater.DurableClient // enqueues through outbox
+	outbox    *zen.Outbox // the worker role's (main store)
+	// deployment is this deployment's ID (main store); claimPending: the Redis namespace claim
+	// waits for Redis (claimLoop).
+	deployment   string
+	claimPending bool
+	durable      *pinlater.DurableClient // enqueues through outbox
 
 	grpc    *grpc.Server
 	health  *health.Server
@@ -255,6 +259,16 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 	}
 	if a.has(roleWorker, roleFeed) {
 		if err := a.buildPinlaterServer(redis); err != nil {
+			return nil, err
+		}
+	}
+	if a.graph != nil && a.pinAdmin != nil {
+		// The roles with the main store claim the Redis namespace for the deployment it
+		// belongs to, so two deployments never run each other's tasks.
+		if a.deployment, err = a.deploymentID(ctx); err != nil {
+			return nil, err
+		}
+		if a.claimPending, err = a.claimNamespace(ctx, cfg.Redis.NamespaceTakeover); err != nil {
 			return nil, err
 		}
 	}
@@ -521,6 +535,9 @@ func (a *app) run(ctx context.Context) error {
 	}
 	if a.durable != nil {
 		g.Go(func() error { a.durable.Relay(gctx); return nil })
+	}
+	if a.claimPending {
+		g.Go(func() error { return a.claimLoop(gctx) })
 	}
 	if a.shardWatch != nil {
 		sm := a.cfg.Storage.ShardMap

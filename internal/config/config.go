@@ -123,8 +123,13 @@ type Redis struct {
 	Password string `json:"password" secret:"true"`
 	// DB is the Redis database number. Default 0.
 	DB int `json:"db"`
-	// Namespace prefixes every pinlater key and queue. Default empty.
+	// Namespace prefixes every pinlater key and queue. Default empty. A deployment claims its
+	// namespace at start (a marker in Redis naming the deployment ID kept in its main store) and
+	// refuses to start on a namespace another deployment owns.
 	Namespace string `json:"namespace"`
+	// NamespaceTakeover purges a namespace owned by another deployment (one that is gone) and
+	// claims it. Default false.
+	NamespaceTakeover bool `json:"namespace_takeover"`
 }
 
 // Cache configures the graph's read-through join cache (zen/zencache) on the pinlater Redis.

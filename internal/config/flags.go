@@ -40,6 +40,7 @@ func Bind(fs *flag.FlagSet, c *Config) {
 	s(&c.Redis.Password, "redis-password", c.Redis.Password, "pinlater Redis password (masked when printed)")
 	i(&c.Redis.DB, "redis-db", c.Redis.DB, "pinlater Redis database")
 	s(&c.Redis.Namespace, "redis-namespace", c.Redis.Namespace, "prefix of pinlater keys and queues")
+	b(&c.Redis.NamespaceTakeover, "redis-namespace-takeover", c.Redis.NamespaceTakeover, "purge and claim a namespace another (gone) deployment owns")
 	b(&c.Cache.Enabled, "cache", c.Cache.Enabled, "cache graph objects, edge pages and counts in Redis (read-through, invalidated on write)")
 	d(&c.Cache.TTL, "cache-ttl", c.Cache.TTL, "lifetime of a cached object, edge page or count")
 	d(&c.Cache.NegativeTTL, "cache-negative-ttl", c.Cache.NegativeTTL, "lifetime of a cached miss")
