@@ -154,6 +154,7 @@ type app struct {
 	// waits for Redis (claimLoop).
 	deployment   string
 	claimPending bool
+	hedger       *hedge.Hedger           // the feed role's
 	durable      *pinlater.DurableClient // enqueues through outbox
 
 	grpc    *grpc.Server
@@ -371,6 +372,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	pol.Mode, pol.Delay, pol.Percentile = hedge.Mode(h.Mode), h.Delay.D(), h.Percentile
 	pol.Min, pol.Max, pol.Budget, pol.Warmup = h.Min.D(), h.Max.D(), h.Budget, h.Warmup
 	hedger, err := hedge.New(pol, hedge.Options{Registerer: a.reg, Logger: a.log.Named("hedge")})
+	a.hedger = hedger
 	if err != nil {
 		return fmt.Errorf("hedge policy: %w", err)
 	}

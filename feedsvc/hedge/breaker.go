@@ -34,7 +34,8 @@ const (
 )
 
 // breaker is outlier detection on the primary (Envoy's consecutive-errors and
-// success-rate ejection, in one process): it opens on BreakerFailures consecutive failures or
+// success-rate ejection, in one process): it opens on BreakerFailures consecutive failed or slow
+// reads (a read that lost to the standby counts as slow) or
 // when at least BreakerSlowRate of the last BreakerWindow primary reads were slow or failed;
 // after BreakerOpenFor it lets one probe through at a time and closes after BreakerProbes good
 // probes in a row (a bad probe opens it again).
@@ -116,7 +117,9 @@ func (b *breaker) record(p Policy, r route, v verdict, now time.Time) {
 		b.ring[b.next] = v
 		b.next = (b.next + 1) % len(b.ring)
 		b.n = min(b.n+1, len(b.ring))
-		if v == failed {
+		if v != good {
+			// A hanging primary never fails: its reads are cut at the cutoff and lose to the
+			// standby. Consecutive slow reads open the breaker as consecutive errors do.
 			b.consec++
 		} else {
 			b.consec = 0
@@ -129,7 +132,7 @@ func (b *breaker) record(p Policy, r route, v verdict, now time.Time) {
 		}
 		switch {
 		case b.consec >= p.BreakerFailures:
-			b.set(BreakerOpen, "consecutive failures", now)
+			b.set(BreakerOpen, "consecutive failed or slow reads", now)
 		case b.n >= p.BreakerWindow && float64(bad) >= p.BreakerSlowRate*float64(b.n):
 			b.set(BreakerOpen, "slow or failed reads over the window", now)
 		}

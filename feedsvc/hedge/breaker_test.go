@@ -43,6 +43,12 @@ func TestBreakerStateMachine(t *testing.T) {
 			wantStates: []string{BreakerClosed, BreakerClosed, BreakerClosed, BreakerOpen},
 		},
 		{
+			name:       "consecutive slow reads open it (a primary that hangs instead of failing)",
+			steps:      []step{{record: slow}, {record: slow}, {record: slow}, {skip: true}},
+			wantRoutes: []route{routePrimary, routePrimary, routePrimary, routeStandby},
+			wantStates: []string{BreakerClosed, BreakerClosed, BreakerOpen, BreakerOpen},
+		},
+		{
 			name:       "slow reads over the window open it",
 			steps:      []step{{record: slow}, {record: good}, {record: slow}, {record: good}},
 			wantRoutes: []route{routePrimary, routePrimary, routePrimary, routePrimary},

@@ -63,8 +63,8 @@ type Policy struct {
 	// PrimaryTimeout is each primary read's own deadline: a primary that hangs costs a call at
 	// most this long (then the read fails over to the standby). 0 means none. Default 1s.
 	PrimaryTimeout time.Duration `json:"primary_timeout"`
-	// BreakerFailures opens the circuit breaker after this many consecutive failed primary
-	// reads (0 turns the breaker off). While it is open, reads go to the standby first; they
+	// BreakerFailures opens the circuit breaker after this many consecutive failed or slow
+	// primary reads (slow: over Max, or beaten by the standby; 0 turns the breaker off). While it is open, reads go to the standby first; they
 	// are failover, not hedges, and spend no budget. Default 5.
 	BreakerFailures int `json:"breaker_failures"`
 	// BreakerSlowRate opens the breaker when at least this fraction of the last BreakerWindow
