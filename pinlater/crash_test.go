@@ -104,7 +104,7 @@ func TestKill9MidTask(t *testing.T) {
 		return nil
 	})
 	// Two fresh servers, as after a restart of a worker fleet: still exactly one run.
-	e.start(e.config(), map[string]Handler{TypeRespace: h})
+	s1 := e.start(e.config(), map[string]Handler{TypeRespace: h})
 	e.start(e.config(), map[string]Handler{TypeRespace: h})
 	waitFor(t, 60*time.Second, "the task to complete after the kill", func() bool { return runs.Load() >= 1 })
 	time.Sleep(300 * time.Millisecond)
@@ -113,6 +113,9 @@ func TestKill9MidTask(t *testing.T) {
 	}
 	if got := attempt.Load(); got != 2 {
 		t.Errorf("attempt of the recovered run = %d, want 2 (the killed run counts)", got)
+	}
+	if got := value(t, s1.m.orphaned.WithLabelValues("unknown", TypeRespace)); got != 1 {
+		t.Errorf("orphaned runs counted = %v, want 1 (the killed worker's run, logged)", got)
 	}
 	if n, _ := e.rdb.Get(ctx, crashStartedKey(e.ns)).Int(); n != 1 {
 		t.Errorf("child runs = %d, want 1", n)

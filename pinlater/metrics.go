@@ -18,6 +18,7 @@ type metrics struct {
 	archived   *prometheus.CounterVec
 	deferred   *prometheus.CounterVec
 	panics     *prometheus.CounterVec
+	orphaned   *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	wait       *prometheus.HistogramVec
 }
@@ -43,6 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		{&m.archived, "tasks_archived_total", "Failed runs that sent the task to the dead (archived) set."},
 		{&m.deferred, "tasks_rate_limited_total", "Runs put off by the queue's rate limit."},
 		{&m.panics, "tasks_panics_total", "Handler panics recovered."},
+		{&m.orphaned, "tasks_orphaned_total", "Runs whose worker died mid-task (lease expired); the task runs again."},
 	} {
 		if *c.dst, err = counter(c.name, c.help); err != nil {
 			return nil, err

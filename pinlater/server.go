@@ -378,6 +378,11 @@ func (s *Server) retryDelay(n int, err error, at *asynq.Task) time.Duration {
 		return ra.d
 	}
 	if errors.Is(err, asynq.ErrLeaseExpired) {
+		// The worker running the task died (kill -9, OOM, a lost node) and its lease ran out;
+		// asynq counts the run as a failed attempt.
+		s.m.orphaned.WithLabelValues("unknown", at.Type()).Inc() // asynq does not say the queue here
+		s.log.Warn("task's worker died mid-run (lease expired): running it again",
+			zap.String("type", at.Type()), zap.Int("failed_attempt", n+1), zap.Error(err))
 		return time.Second
 	}
 	pol, ok := DefaultPolicy(at.Type())
