@@ -15,8 +15,9 @@ test: ## all tests, -race, on a real Redis + HBase (started and stopped unless S
 	$(SERVICES) $(GO) test -race -count=1 -timeout 40m ./...
 	$(MAKE) --no-print-directory helm-lint
 
-test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout (SMARTFEED_LONG=1)
+test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout, Redis lost mid 100k-follower fanout, a 20 s Redis outage (SMARTFEED_LONG=1)
 	SMARTFEED_LONG=1 SMARTFEED_FANOUT_1M=1 $(SERVICES) $(GO) test -count=1 -timeout 90m ./zen/... ./worker/
+	SMARTFEED_LONG=1 $(SERVICES) $(GO) test -count=1 -timeout 10m -run TestRedisOutageLosesNothing -v ./cmd/smartfeed/
 
 test-failover: ## kill -9 the primary feed HBase under read and write load, restart it, compare with the standby (starts two HBases of its own)
 	SMARTFEED_HBASE_FAILOVER=1 SMARTFEED_NO_HBASE_STANDBY=1 $(SERVICES) $(GO) test -count=1 -timeout 20m -run TestHBasePrimaryKill -v ./cmd/smartfeed/
