@@ -1,0 +1,250 @@
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	boardv1 "github.com/smartfeed/smartfeed/proto/board/v1"
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+func userID(t *testing.T, local uint64) zen.ID {
+	t.Helper()
+	id, err := zen.NewID(3, zen.TypeUser, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// keyFile writes a JWKS file and returns its path and the private key.
+func keyFile(t testing.TB) (string, jose.JSONWebKey) {
+	t.Helper()
+	priv, jwks, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "jwks.json")
+	if err := os.WriteFile(path, jwks, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, priv
+}
+
+func TestVerify(t *testing.T) {
+	path, key := keyFile(t)
+	_, other := keyFile(t)
+	now := time.Unix(1_800_000_000, 0)
+	v, err := NewVerifier(path, "idp", "smartfeed", func() time.Time { return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := userID(t, 7)
+	board, _ := zen.NewID(3, zen.TypeBoard, 9)
+	mint := func(k jose.JSONWebKey, mod func(*Token)) string {
+		tok := Token{Subject: UserSubject(alice), Issuer: "idp", Audience: "smartfeed", Now: now, Scopes: []string{"feed:read"}}
+		if mod != nil {
+			mod(&tok)
+		}
+		raw, err := Mint(k, tok)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	// HS256 signed with the public key's bytes (the classic algorithm confusion).
+	hsKey := jose.JSONWebKey{Key: []byte(strings.Repeat("k", 32)), KeyID: key.KeyID, Algorithm: string(jose.HS256)}
+	tests := []struct {
+		name    string
+		raw     string
+		want    Principal
+		wantErr string
+	}{
+		{"user token", mint(key, nil), Principal{Subject: UserSubject(alice), User: alice, Scopes: map[string]bool{"feed:read": true}}, ""},
+		{"service token", mint(key, func(t *Token) { t.Subject = "frontend"; t.Scopes = []string{"graph:write", "feed:read"} }),
+			Principal{Subject: "frontend", Scopes: map[string]bool{"graph:write": true, "feed:read": true}}, ""},
+		{"empty", "", Principal{}, "no bearer token"},
+		{"garbage", "not.a.jwt", Principal{}, "malformed"},
+		{"huge", strings.Repeat("a", 9000), Principal{}, "bytes"},
+		{"forged (another key)", mint(other, nil), Principal{}, "not verified"},
+		{"HS256 with a made-up secret", mint(hsKey, nil), Principal{}, "not verified"},
+		{"expired", mint(key, func(t *Token) { t.Now = now.Add(-2 * time.Hour) }), Principal{}, "expired"},
+		{"not yet valid", mint(key, func(t *Token) { t.Now = now.Add(time.Hour) }), Principal{}, "not valid yet"},
+		{"wrong issuer", mint(key, func(t *Token) { t.Issuer = "evil" }), Principal{}, "issuer"},
+		{"wrong audience", mint(key, func(t *Token) { t.Audience = "other" }), Principal{}, "audience"},
+		{"no subject", mint(key, func(t *Token) { t.Subject = "" }), Principal{}, "subject"},
+		{"user subject not a user ID", mint(key, func(t *Token) { t.Subject = "user:" + board.String() }), Principal{}, "subject"},
+		{"user subject not a number", mint(key, func(t *Token) { t.Subject = "user:alice" }), Principal{}, "subject"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := v.Verify(tc.raw)
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrUnauthenticated) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want unauthenticated: %q", err, tc.wantErr)
+				}
+				if len(tc.raw) > 20 && strings.Contains(err.Error(), tc.raw[:20]) {
+					t.Errorf("error echoes the token: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("principal (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestKeyRotation: a key added to the JWKS file is used without a restart.
+func TestKeyRotation(t *testing.T) {
+	path, key := keyFile(t)
+	v, err := NewVerifier(path, "", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, nextSet, err := NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := Mint(next, Token{Subject: "svc"})
+	if _, err := v.Verify(raw); err == nil {
+		t.Fatal("a token of an unknown key verified")
+	}
+	var old, add jose.JSONWebKeySet
+	b, _ := os.ReadFile(path)
+	_ = json.Unmarshal(b, &old)
+	_ = json.Unmarshal(nextSet, &add)
+	old.Keys = append(old.Keys, add.Keys...)
+	b, _ = json.Marshal(old)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(time.Minute)
+	_ = os.Chtimes(path, later, later)
+	v.mu.Lock()
+	v.checked = time.Time{}
+	v.mu.Unlock()
+	if _, err := v.Verify(raw); err != nil {
+		t.Fatalf("after rotation: %v", err)
+	}
+	oldRaw, _ := Mint(key, Token{Subject: "svc"})
+	if _, err := v.Verify(oldRaw); err != nil {
+		t.Fatalf("the old key after rotation: %v", err)
+	}
+}
+
+type owners map[zen.ID]zen.ID
+
+func (o owners) Owner(_ context.Context, id zen.ID) (zen.ID, error) {
+	if u, ok := o[id]; ok {
+		return u, nil
+	}
+	return 0, zen.ErrNotFound
+}
+
+// TestAuthorize: the rules of a few methods, for each kind of caller.
+func TestAuthorize(t *testing.T) {
+	path, key := keyFile(t)
+	v, err := NewVerifier(path, "", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, bob := userID(t, 1), userID(t, 2)
+	board, _ := zen.NewID(3, zen.TypeBoard, 9)
+	a, err := NewAuthorizer(v, owners{board: alice}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := func(sub string, scopes ...string) string {
+		raw, err := Mint(key, Token{Subject: sub, Scopes: scopes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	call := func(method, token string, req any) codes.Code {
+		ctx := context.Background()
+		if token != "" {
+			ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer "+token))
+		}
+		_, err := a.Unary()(ctx, req, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) { return nil, nil })
+		return status.Code(err)
+	}
+	getFeed := &feedv1.GetFeedRequest{UserId: uint64(alice)}
+	getFeedStr := &feedv1.GetFeedRequest{UserIdStr: alice.String()}
+	follow := &graphv1.FollowRequest{UserId: uint64(alice), TargetId: uint64(bob)}
+	for _, tc := range []struct {
+		name   string
+		method string
+		token  string
+		req    any
+		want   codes.Code
+	}{
+		{"feed: no token", feedSvc + "GetFeed", "", getFeed, codes.Unauthenticated},
+		{"feed: own", feedSvc + "GetFeed", tok(UserSubject(alice)), getFeed, codes.OK},
+		{"feed: own, by string", feedSvc + "GetFeed", tok(UserSubject(alice)), getFeedStr, codes.OK},
+		{"feed: another user's", feedSvc + "GetFeed", tok(UserSubject(bob)), getFeed, codes.PermissionDenied},
+		{"feed: service with feed:read", feedSvc + "GetFeed", tok("frontend", ScopeFeedRead), getFeed, codes.OK},
+		{"feed: service without", feedSvc + "GetFeed", tok("frontend", ScopeIngest), getFeed, codes.PermissionDenied},
+		{"follow on someone's behalf", graphSvc + "Follow", tok(UserSubject(bob)), follow, codes.PermissionDenied},
+		{"follow as oneself", graphSvc + "Follow", tok(UserSubject(alice)), follow, codes.OK},
+		{"board move by its owner", boardSvc + "ReorderPin", tok(UserSubject(alice)), &boardv1.ReorderPinRequest{BoardId: uint64(board)}, codes.OK},
+		{"board move by another user", boardSvc + "ReorderPin", tok(UserSubject(bob)), &boardv1.ReorderPinRequest{BoardId: uint64(board)}, codes.PermissionDenied},
+		{"board move, board by string", boardSvc + "ReorderPin", tok(UserSubject(bob)), &boardv1.ReorderPinRequest{BoardIdStr: board.String()}, codes.PermissionDenied},
+		{"board move of an unknown board (the service says NotFound)", boardSvc + "ReorderPin", tok(UserSubject(bob)), &boardv1.ReorderPinRequest{BoardId: uint64(board) + 1}, codes.OK},
+		{"public read", graphSvc + "GetObjects", tok(UserSubject(bob)), &graphv1.GetObjectsRequest{}, codes.OK},
+		{"public read without a token", graphSvc + "GetObjects", "", &graphv1.GetObjectsRequest{}, codes.Unauthenticated},
+		{"health without a token", "/grpc.health.v1.Health/Check", "", nil, codes.OK},
+		{"a method with no rule", "/smartfeed.feed.v1.FeedAdmin/SetServiceConfig", tok("ops", ScopeGraphWrite, ScopeFeedRead), nil, codes.PermissionDenied},
+		{"ingest by a producer", ingestSvc + "Publish", tok("producer", ScopeIngest), nil, codes.OK},
+		{"ingest by a user", ingestSvc + "Publish", tok(UserSubject(alice)), nil, codes.PermissionDenied},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := call(tc.method, tc.token, tc.req); got != tc.want {
+				t.Errorf("code %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzVerify: no input makes the token parser panic, and random bytes never verify.
+func FuzzVerify(f *testing.F) {
+	path, key := keyFile(f)
+	v, err := NewVerifier(path, "", "", nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, _ := Mint(key, Token{Subject: "svc"})
+	f.Add(good)
+	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.")
+	f.Add("a.b.c")
+	f.Add(strings.Repeat(".", 100))
+	b := make([]byte, 64)
+	_, _ = rand.Read(b)
+	f.Add(string(b))
+	f.Fuzz(func(t *testing.T, raw string) {
+		p, err := v.Verify(raw)
+		if err == nil && raw != good {
+			t.Fatalf("input %q verified as %+v", raw, p)
+		}
+	})
+}
