@@ -37,8 +37,14 @@ type AdminServer struct {
 func Register(s grpc.ServiceRegistrar, svc *Service, admin bool, primary, standby *faults.Table) {
 	feedv1.RegisterFeedServiceServer(s, &GRPCServer{svc: svc})
 	if admin {
-		feedv1.RegisterFeedAdminServer(s, NewAdminServer(svc, primary, standby))
+		RegisterAdmin(s, svc, primary, standby)
 	}
+}
+
+// RegisterAdmin registers FeedAdmin alone, for the admin port: it never belongs on the port
+// the frontends reach.
+func RegisterAdmin(s grpc.ServiceRegistrar, svc *Service, primary, standby *faults.Table) {
+	feedv1.RegisterFeedAdminServer(s, NewAdminServer(svc, primary, standby))
 }
 
 // NewAdminServer returns the admin service; nil fault tables disable fault injection.
@@ -227,6 +233,10 @@ func (a *AdminServer) GetServiceConfig(context.Context, *feedv1.GetServiceConfig
 }
 
 // SetServiceConfig implements FeedAdmin.
+// MinLiveMaxItems is the lowest max_items SetServiceConfig accepts (or the current value, when
+// the config file set a lower one).
+const MinLiveMaxItems = 100
+
 func (a *AdminServer) SetServiceConfig(_ context.Context, in *feedv1.ServiceConfig) (*feedv1.ServiceConfig, error) {
 	c := Config{MaxItems: int(in.GetMaxItems()), DefaultPageSize: int(in.GetDefaultPageSize()),
 		MaxPageSize: int(in.GetMaxPageSize())}
@@ -241,6 +251,13 @@ func (a *AdminServer) SetServiceConfig(_ context.Context, in *feedv1.ServiceConf
 		if *f.dst, err = fromMS(f.name, f.v); err != nil {
 			return nil, err
 		}
+	}
+	// Lowering max_items trims every user's feed at their next update, for good: at run time
+	// it may not go below a safe floor (a deploy-time config may, deliberately).
+	if cur := a.svc.Config().MaxItems; c.MaxItems < min(MinLiveMaxItems, cur) {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"max_items %d is below the floor %d for live changes (each feed would be trimmed to it, permanently); set it in the config file if you mean it",
+			c.MaxItems, min(MinLiveMaxItems, cur))
 	}
 	if err := a.svc.SetConfig(c); err != nil {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprint(err))

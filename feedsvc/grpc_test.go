@@ -149,4 +149,16 @@ func TestGRPCAdminPolicy(t *testing.T) {
 	if _, err := admin.SetServiceConfig(ctx, c); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("max items 0: %v, want InvalidArgument", err)
 	}
+	// max_items 1 would trim every feed to one item at its next update: refused live.
+	c.MaxItems = 1
+	if _, err := admin.SetServiceConfig(ctx, c); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("max items 1: %v, want InvalidArgument", err)
+	}
+	if got := e.svc.Config().MaxItems; got != DefaultConfig().MaxItems {
+		t.Errorf("max items after refused changes = %d", got)
+	}
+	c.MaxItems = MinLiveMaxItems
+	if _, err := admin.SetServiceConfig(ctx, c); err != nil {
+		t.Errorf("max items at the floor: %v", err)
+	}
 }

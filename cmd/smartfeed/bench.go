@@ -47,7 +47,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.PrintDefaults()
 	}
 	base := config.DefaultConfig()
-	base.GRPC.Addr, base.Admin.Addr, base.Feed.Faults = "127.0.0.1:0", "", true
+	base.GRPC.Addr, base.Admin.Addr, base.Admin.GRPCAddr, base.Feed.Faults = "127.0.0.1:0", "", "", true
 	cfg, err := config.FromArgsOver(base, fs, args, os.Getenv)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

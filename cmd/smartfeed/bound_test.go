@@ -26,41 +26,53 @@ import (
 // and none may be Unknown or Internal.
 func TestNoErrorEchoesUnboundedInput(t *testing.T) {
 	a, conn := startAll(t)
+	adminConn, err := grpc.NewClient(a.adminGRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adminConn.Close()
 	big := strings.Repeat("7", 1<<20)
 	calls := 0
-	for svc, info := range a.grpc.GetServiceInfo() {
-		if strings.HasPrefix(svc, "grpc.") {
-			continue // health, reflection
-		}
-		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
-		if err != nil {
-			t.Fatalf("%s: %v", svc, err)
-		}
-		sd := d.(protoreflect.ServiceDescriptor)
-		for _, m := range info.Methods {
-			if m.IsClientStream || m.IsServerStream {
-				continue
+	type server struct {
+		info map[string]grpc.ServiceInfo
+		conn *grpc.ClientConn
+	}
+	for _, s := range []server{{a.grpc.GetServiceInfo(), conn}, {a.adminGRPC.GetServiceInfo(), adminConn}} {
+		for svc, info := range s.info {
+			if strings.HasPrefix(svc, "grpc.") {
+				continue // health, reflection
 			}
-			md := sd.Methods().ByName(protoreflect.Name(m.Name))
-			in := dynamicpb.NewMessage(md.Input())
-			fields := md.Input().Fields()
-			for i := range fields.Len() {
-				f := fields.Get(i)
-				if f.Kind() == protoreflect.StringKind && !f.IsList() && !f.IsMap() {
-					in.Set(f, protoreflect.ValueOfString(big))
+			d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+			if err != nil {
+				t.Fatalf("%s: %v", svc, err)
+			}
+			sd := d.(protoreflect.ServiceDescriptor)
+			for _, m := range info.Methods {
+				if m.IsClientStream || m.IsServerStream {
+					continue
 				}
-			}
-			out := dynamicpb.NewMessage(md.Output())
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			err := conn.Invoke(ctx, "/"+svc+"/"+m.Name, in, out)
-			cancel()
-			calls++
-			st := status.Convert(err)
-			if n := len(st.Message()); n > 1100 {
-				t.Errorf("%s/%s: status message of %d bytes (code %v)", svc, m.Name, n, st.Code())
-			}
-			if st.Code() == codes.Unknown || st.Code() == codes.Internal {
-				t.Errorf("%s/%s: code %v: %.200s", svc, m.Name, st.Code(), st.Message())
+				md := sd.Methods().ByName(protoreflect.Name(m.Name))
+				in := dynamicpb.NewMessage(md.Input())
+				fields := md.Input().Fields()
+				for i := range fields.Len() {
+					f := fields.Get(i)
+					if f.Kind() == protoreflect.StringKind && !f.IsList() && !f.IsMap() {
+						in.Set(f, protoreflect.ValueOfString(big))
+					}
+				}
+				out := dynamicpb.NewMessage(md.Output())
+				ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+				err := s.conn.Invoke(ctx, "/"+svc+"/"+m.Name, in, out)
+				cancel()
+				calls++
+				st := status.Convert(err)
+				if n := len(st.Message()); n > 1100 {
+					t.Errorf("%s/%s: status message of %d bytes (code %v)", svc, m.Name, n, st.Code())
+				}
+				if st.Code() == codes.Unknown || st.Code() == codes.Internal {
+					t.Errorf("%s/%s: code %v: %.200s", svc, m.Name, st.Code(), st.Message())
+				}
 			}
 		}
 	}

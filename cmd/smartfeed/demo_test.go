@@ -25,7 +25,7 @@ func TestDemoBounded(t *testing.T) {
 	args := func(d string) []string {
 		return []string{"demo", "--duration", d, "--data-dir", dir, "--redis-addr", redis,
 			"--redis-namespace", fmt.Sprintf("demotest_%d", time.Now().UnixNano()),
-			"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--demo-users", "60",
+			"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--admin-grpc-addr", "127.0.0.1:0", "--demo-users", "60",
 			"--demo-follows", "10", "--demo-events-per-sec", "40", "--demo-reads-per-sec", "40"}
 	}
 	var out bytes.Buffer

@@ -197,6 +197,7 @@ func newE2E(t *testing.T, twice bool, opts ...func(*config.Config)) *e2e {
 	cfg.Storage.PebbleNoSync = true
 	cfg.GRPC.Addr = "127.0.0.1:0"
 	cfg.Admin.Addr = ""
+	cfg.Admin.GRPCAddr = ""
 	cfg.ShutdownTimeout = config.Duration(10 * time.Second)
 	for _, o := range opts {
 		o(&cfg)

@@ -33,12 +33,13 @@ Every flag has a SMARTFEED_* twin (--grpc-addr is SMARTFEED_GRPC_ADDR).
 
 // hedgeFlags are the connection flags every hedge subcommand takes.
 type hedgeFlags struct {
-	grpcAddr, adminAddr string
-	timeout             time.Duration
+	grpcAddr, adminAddr, tokenFile string
+	timeout                        time.Duration
 }
 
 func (h *hedgeFlags) bind(fs *flag.FlagSet) {
-	fs.StringVar(&h.grpcAddr, "grpc-addr", "127.0.0.1:9090", "gRPC address of the feed service (FeedAdmin)")
+	fs.StringVar(&h.grpcAddr, "admin-grpc-addr", "127.0.0.1:9092", "admin gRPC address of the feed service (FeedAdmin)")
+	fs.StringVar(&h.tokenFile, "admin-token-file", "", "file holding the admin credential, when the admin port requires one")
 	fs.StringVar(&h.adminAddr, "admin-addr", "127.0.0.1:9091", "admin HTTP address of the same process (/metrics)")
 	fs.DurationVar(&h.timeout, "timeout", 5*time.Second, "bound of each call")
 }
@@ -153,7 +154,15 @@ func parseCutoffs(s string) ([]time.Duration, error) {
 }
 
 func adminClient(hf hedgeFlags) (feedv1.FeedAdminClient, func(), error) {
-	conn, err := grpc.NewClient(hf.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if hf.tokenFile != "" {
+		b, err := os.ReadFile(hf.tokenFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("admin token: %w", err)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(bearerCreds(strings.TrimSpace(string(b)))))
+	}
+	conn, err := grpc.NewClient(hf.grpcAddr, opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial %s: %w", hf.grpcAddr, err)
 	}
@@ -284,3 +293,13 @@ func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby latencyH
 	}
 	return parseReadLatency(resp.Body)
 }
+
+// bearerCreds sends a bearer token with every call (over plaintext too: the admin port is on
+// loopback unless TLS fronts it).
+type bearerCreds string
+
+func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (b bearerCreds) RequireTransportSecurity() bool { return false }

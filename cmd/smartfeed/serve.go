@@ -160,12 +160,15 @@ type app struct {
 	grpc    *grpc.Server
 	health  *health.Server
 	grpcLis net.Listener
-	admin   *http.Server
-	admLis  net.Listener
-	ready   atomic.Bool
-	readyMu sync.Mutex
-	serving bool   // lifecycle: between start and the first shutdown step
-	depsErr string // why a dependency is unreachable ("" when all answer)
+	// adminGRPC serves FeedAdmin on the admin gRPC listener (nil when off or no feed role).
+	adminGRPC  *grpc.Server
+	admGRPCLis net.Listener
+	admin      *http.Server
+	admLis     net.Listener
+	ready      atomic.Bool
+	readyMu    sync.Mutex
+	serving    bool   // lifecycle: between start and the first shutdown step
+	depsErr    string // why a dependency is unreachable ("" when all answer)
 
 	// workerWired is set once the worker's handlers are registered (the demo then fans out
 	// through pinlater).
@@ -273,7 +276,12 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 			return nil, err
 		}
 	}
-	a.buildGRPC()
+	if err := a.buildGRPC(); err != nil {
+		return nil, err
+	}
+	if err := a.buildAdminGRPC(); err != nil {
+		return nil, err
+	}
 	if a.grpcLis, err = net.Listen("tcp", cfg.GRPC.Addr); err != nil {
 		return nil, fmt.Errorf("grpc listen: %w", err)
 	}
@@ -447,8 +455,14 @@ func (a *app) outboxStore() pinlater.OutboxStore {
 	return a.outbox
 }
 
-func (a *app) buildGRPC() {
-	a.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(boundUnary), grpc.ChainStreamInterceptor(boundStream))
+func (a *app) buildGRPC() error {
+	units, streams, err := a.publicInterceptors()
+	if err != nil {
+		return err
+	}
+	// Authentication first: nothing of an unauthenticated call is looked at.
+	a.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(append(units, boundUnary)...),
+		grpc.ChainStreamInterceptor(append(streams, boundStream)...))
 	a.health = health.NewServer()
 	healthpb.RegisterHealthServer(a.grpc, a.health)
 	reflection.Register(a.grpc)
@@ -456,7 +470,8 @@ func (a *app) buildGRPC() {
 		generatorv1.RegisterGeneratorServiceServer(a.grpc, generator.NewServer(a.gen))
 	}
 	if a.feed != nil {
-		feedsvc.Register(a.grpc, a.feed, true, a.faultsIfEnabled(0), a.faultsIfEnabled(1))
+		// FeedAdmin is on the admin port only (buildAdminGRPC).
+		feedsvc.Register(a.grpc, a.feed, false, nil, nil)
 	}
 	if a.has(roleWorker) {
 		a.registerGraphService()
@@ -466,6 +481,7 @@ func (a *app) buildGRPC() {
 	}
 	a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	a.health.SetServingStatus(livenessService, healthpb.HealthCheckResponse_SERVING)
+	return nil
 }
 
 func (a *app) faultsIfEnabled(i int) *faults.Table {
@@ -478,11 +494,14 @@ func (a *app) faultsIfEnabled(i int) *faults.Table {
 func (a *app) buildAdmin() {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if a.cfg.Admin.Pprof {
+		// Opt-in, and only on the admin listener (loopback by default). cmdline is left out:
+		// it would show the process's arguments to whoever reaches the port.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.ready.Load() {
@@ -503,6 +522,14 @@ func (a *app) adminAddr() string {
 		return ""
 	}
 	return a.admLis.Addr().String()
+}
+
+// adminGRPCAddr is the admin gRPC listener's address ("" when off).
+func (a *app) adminGRPCAddr() string {
+	if a.admGRPCLis == nil {
+		return ""
+	}
+	return a.admGRPCLis.Addr().String()
 }
 
 // run serves until ctx is done, then shuts down in order.
@@ -586,6 +613,14 @@ func (a *app) run(ctx context.Context) error {
 		}
 		return nil
 	})
+	if a.adminGRPC != nil {
+		g.Go(func() error {
+			if err := a.adminGRPC.Serve(a.admGRPCLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				return fmt.Errorf("admin grpc serve: %w", err)
+			}
+			return nil
+		})
+	}
 	if a.admin != nil {
 		g.Go(func() error {
 			if err := a.admin.Serve(a.admLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -686,6 +721,9 @@ func (a *app) shutdown(ctx context.Context, stopBG context.CancelFunc) error {
 		})
 	}
 	stopBG()
+	if a.adminGRPC != nil {
+		step("admin grpc", func() error { a.adminGRPC.Stop(); return nil })
+	}
 	if a.admin != nil {
 		step("admin", func() error { return a.admin.Shutdown(ctx) })
 		a.admLis = nil

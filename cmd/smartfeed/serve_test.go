@@ -36,6 +36,7 @@ func testConfig(t *testing.T) config.Config {
 	c.Storage.PebbleNoSync = true
 	c.GRPC.Addr = "127.0.0.1:0"
 	c.Admin.Addr = "127.0.0.1:0"
+	c.Admin.GRPCAddr = "127.0.0.1:0"
 	// The lifecycle test leaves a reflection stream open: shutdown must cut it after a third
 	// of this bound and still finish its other steps.
 	c.ShutdownTimeout = config.Duration(6 * time.Second)
@@ -46,6 +47,7 @@ func testConfig(t *testing.T) config.Config {
 // stops it and checks that it went not-ready, returned cleanly and released its stores.
 func TestServeLifecycle(t *testing.T) {
 	cfg := testConfig(t)
+	cfg.Admin.Pprof = true
 	a, err := newApp(t.Context(), roleAll, cfg, zap.NewNop(), newRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +66,7 @@ func TestServeLifecycle(t *testing.T) {
 	defer conn.Close()
 	hc := healthpb.NewHealthClient(conn)
 	waitStatus(t, hc, "", healthpb.HealthCheckResponse_SERVING)
-	for _, svc := range []string{"smartfeed.feed.v1.FeedService", "smartfeed.feed.v1.FeedAdmin", "smartfeed.generator.v1.GeneratorService", livenessService} {
+	for _, svc := range []string{"smartfeed.feed.v1.FeedService", "smartfeed.generator.v1.GeneratorService", livenessService} {
 		if r, err := hc.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 			t.Errorf("health %s = %v, %v; want SERVING", svc, r.GetStatus(), err)
 		}
@@ -88,6 +90,13 @@ func TestServeLifecycle(t *testing.T) {
 	if !strings.Contains(strings.Join(names, " "), "smartfeed.feed.v1.FeedService") {
 		t.Errorf("reflection lists %v, want FeedService among them", names)
 	}
+	// The admin plane is not on the public port at all.
+	if strings.Contains(strings.Join(names, " "), "FeedAdmin") {
+		t.Errorf("the public port serves FeedAdmin: %v", names)
+	}
+	if _, err := feedv1.NewFeedAdminClient(conn).GetHedgePolicy(t.Context(), &feedv1.GetHedgePolicyRequest{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("FeedAdmin on the public port: %v, want Unimplemented", err)
+	}
 	// An empty feed of a user that exists is served (nothing fanned out yet); a user that was
 	// never created is NotFound; a bad ID is refused.
 	fc := feedv1.NewFeedServiceClient(conn)
@@ -110,9 +119,16 @@ func TestServeLifecycle(t *testing.T) {
 			t.Errorf("GET %s: %.200q does not contain %q", path, body, want)
 		}
 	}
+	// pprof has no cmdline page: it would show the process's arguments.
+	if resp, err := http.Get("http://" + a.adminAddr() + "/debug/pprof/cmdline"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("/debug/pprof/cmdline is served")
+		}
+	}
 	// The hedge command reads and changes the live policy.
 	var out bytes.Buffer
-	args := []string{"hedge", "set", "--cutoff", "7ms", "--budget", "0.05", "--grpc-addr", a.grpcAddr(), "--admin-addr", a.adminAddr()}
+	args := []string{"hedge", "set", "--cutoff", "7ms", "--budget", "0.05", "--admin-grpc-addr", a.adminGRPCAddr(), "--admin-addr", a.adminAddr()}
 	if err := run(t.Context(), args, &out, io.Discard); err != nil {
 		t.Fatalf("hedge set: %v", err)
 	}
@@ -120,13 +136,13 @@ func TestServeLifecycle(t *testing.T) {
 		t.Errorf("policy after hedge set = %+v, want fixed 7ms budget 0.05", p)
 	}
 	out.Reset()
-	if err := run(t.Context(), []string{"hedge", "--grpc-addr", a.grpcAddr(), "--admin-addr", a.adminAddr()}, &out, io.Discard); err != nil {
+	if err := run(t.Context(), []string{"hedge", "--admin-grpc-addr", a.adminGRPCAddr(), "--admin-addr", a.adminAddr()}, &out, io.Discard); err != nil {
 		t.Fatalf("hedge show: %v", err)
 	}
 	if s := out.String(); !strings.Contains(s, "mode           fixed") || !strings.Contains(s, "primary") {
 		t.Errorf("hedge show output:\n%s", s)
 	}
-	if err := run(t.Context(), []string{"hedge", "set", "--budget", "2", "--grpc-addr", a.grpcAddr()}, io.Discard, io.Discard); err == nil {
+	if err := run(t.Context(), []string{"hedge", "set", "--budget", "2", "--admin-grpc-addr", a.adminGRPCAddr()}, io.Discard, io.Discard); err == nil {
 		t.Error("hedge set --budget 2: no error")
 	}
 
@@ -182,7 +198,9 @@ func httpGet(t *testing.T, url string) string {
 // overall and per-service health NOT_SERVING while liveness stays SERVING.
 func TestSetReadyFlipsHealth(t *testing.T) {
 	a := &app{role: roleGenerator, cfg: config.DefaultConfig(), log: zap.NewNop()}
-	a.buildGRPC()
+	if err := a.buildGRPC(); err != nil {
+		t.Fatal(err)
+	}
 	check := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
 		r, err := a.health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil {

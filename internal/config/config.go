@@ -31,8 +31,11 @@ type Config struct {
 	Cache Cache `json:"cache"`
 	// GRPC is the public gRPC listener: every service of the role, health and reflection.
 	GRPC GRPC `json:"grpc"`
-	// Admin is the HTTP listener of /metrics, /debug/pprof, /healthz and /readyz.
+	// Admin is the operator's plane: the HTTP listener of /metrics, /healthz, /readyz (and
+	// /debug/pprof when enabled) and the admin gRPC listener (FeedAdmin).
 	Admin Admin `json:"admin"`
+	// Auth is the authentication of the public gRPC port.
+	Auth Auth `json:"auth"`
 	// Log configures the zap logger.
 	Log Log `json:"log"`
 	// Worker configures the pinlater server of the worker role.
@@ -119,8 +122,11 @@ func (h HBase) NativeReplication() bool {
 type Redis struct {
 	// Addr is host:port. Default "127.0.0.1:6379".
 	Addr string `json:"addr"`
-	// Password is the Redis AUTH password (masked when printed). Default empty.
+	// Password is the Redis AUTH password (masked when printed); from the config file, the
+	// SMARTFEED_REDIS_PASSWORD environment variable or PasswordFile, never a flag. Default empty.
 	Password string `json:"password" secret:"true"`
+	// PasswordFile holds the Redis password (a Kubernetes Secret mounted as a file).
+	PasswordFile string `json:"password_file"`
 	// DB is the Redis database number. Default 0.
 	DB int `json:"db"`
 	// Namespace prefixes every pinlater key and queue. Default empty. A deployment claims its
@@ -144,15 +150,38 @@ type Cache struct {
 
 // GRPC is the public gRPC listener.
 type GRPC struct {
-	// Addr is the listen address. Default ":9090".
+	// Addr is the listen address. Default "127.0.0.1:9090": another address needs
+	// authentication (Auth) or Auth.Insecure.
 	Addr string `json:"addr"`
 }
 
-// Admin is the operator's HTTP listener.
+// Admin is the operator's plane.
 type Admin struct {
-	// Addr is the listen address; loopback by default so pprof is not exposed. Default
-	// "127.0.0.1:9091".
+	// Addr is the HTTP listen address (metrics, health, pprof when enabled); loopback by
+	// default. Default "127.0.0.1:9091".
 	Addr string `json:"addr"`
+	// GRPCAddr is the admin gRPC listen address (FeedAdmin: hedging, faults, service config),
+	// never the public port; loopback by default. Empty turns it off. Default "127.0.0.1:9092".
+	GRPCAddr string `json:"grpc_addr"`
+	// TokenFile holds the admin credential (a bearer token) the admin gRPC port requires.
+	// Empty: the admin gRPC port must be on loopback and takes calls without one.
+	TokenFile string `json:"token_file"`
+	// Pprof serves /debug/pprof on the admin HTTP listener. Default false.
+	Pprof bool `json:"pprof"`
+}
+
+// Auth configures the public port's authentication (package auth).
+type Auth struct {
+	// JWKSFile is the JSON Web Key Set of the identity provider whose tokens callers present
+	// (reloaded when it changes). Empty turns authentication off, which is allowed only on a
+	// loopback gRPC address or with Insecure.
+	JWKSFile string `json:"jwks_file"`
+	// Issuer and Audience, when set, must match the tokens' iss and aud.
+	Issuer   string `json:"issuer"`
+	Audience string `json:"audience"`
+	// Insecure serves the public port without authentication on a non-loopback address (a
+	// warning is logged at start). Default false.
+	Insecure bool `json:"insecure"`
 }
 
 // Log configures the logger.
@@ -233,8 +262,8 @@ func DefaultConfig() Config {
 		},
 		Redis: Redis{Addr: "127.0.0.1:6379"},
 		Cache: Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
-		GRPC:  GRPC{Addr: ":9090"},
-		Admin: Admin{Addr: "127.0.0.1:9091"},
+		GRPC:  GRPC{Addr: "127.0.0.1:9090"},
+		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092"},
 		Log:   Log{Level: "info", Format: "json"},
 		Worker: Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second),
 			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second)},

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 )
@@ -37,7 +38,7 @@ func Bind(fs *flag.FlagSet, c *Config) {
 	s(&c.Storage.ShardMap.ZK, "shard-map-zk", c.Storage.ShardMap.ZK, "ZooKeeper quorum holding the live shard map (empty: none)")
 	s(&c.Storage.ShardMap.ZKPath, "shard-map-zk-path", c.Storage.ShardMap.ZKPath, "znode of the live shard map")
 	s(&c.Redis.Addr, "redis-addr", c.Redis.Addr, "pinlater Redis host:port")
-	s(&c.Redis.Password, "redis-password", c.Redis.Password, "pinlater Redis password (masked when printed)")
+	s(&c.Redis.PasswordFile, "redis-password-file", c.Redis.PasswordFile, "file holding the pinlater Redis password (or set SMARTFEED_REDIS_PASSWORD; never a flag)")
 	i(&c.Redis.DB, "redis-db", c.Redis.DB, "pinlater Redis database")
 	s(&c.Redis.Namespace, "redis-namespace", c.Redis.Namespace, "prefix of pinlater keys and queues")
 	b(&c.Redis.NamespaceTakeover, "redis-namespace-takeover", c.Redis.NamespaceTakeover, "purge and claim a namespace another (gone) deployment owns")
@@ -45,7 +46,14 @@ func Bind(fs *flag.FlagSet, c *Config) {
 	d(&c.Cache.TTL, "cache-ttl", c.Cache.TTL, "lifetime of a cached object, edge page or count")
 	d(&c.Cache.NegativeTTL, "cache-negative-ttl", c.Cache.NegativeTTL, "lifetime of a cached miss")
 	s(&c.GRPC.Addr, "grpc-addr", c.GRPC.Addr, "gRPC listen address (services, health, reflection)")
-	s(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "admin HTTP listen address (/metrics, /debug/pprof); empty disables it")
+	s(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "admin HTTP listen address (/metrics, /healthz, /readyz, /debug/pprof if enabled); empty disables it")
+	s(&c.Admin.GRPCAddr, "admin-grpc-addr", c.Admin.GRPCAddr, "admin gRPC listen address (FeedAdmin); empty disables it")
+	s(&c.Admin.TokenFile, "admin-token-file", c.Admin.TokenFile, "file holding the admin credential the admin gRPC port requires")
+	b(&c.Admin.Pprof, "pprof", c.Admin.Pprof, "serve /debug/pprof on the admin HTTP listener")
+	s(&c.Auth.JWKSFile, "auth-jwks-file", c.Auth.JWKSFile, "JWKS of the identity provider: callers of the public port present its tokens")
+	s(&c.Auth.Issuer, "auth-issuer", c.Auth.Issuer, "required iss of the tokens (empty: any)")
+	s(&c.Auth.Audience, "auth-audience", c.Auth.Audience, "required aud of the tokens (empty: any)")
+	b(&c.Auth.Insecure, "insecure", c.Auth.Insecure, "serve the public port without authentication on a non-loopback address")
 	s(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
 	s(&c.Log.Format, "log-format", c.Log.Format, "log format: json or console")
 	i(&c.Worker.Concurrency, "worker-concurrency", c.Worker.Concurrency, "pinlater tasks run at once")
@@ -117,8 +125,20 @@ func FromArgsOver(base Config, fs *flag.FlagSet, args []string, getenv func(stri
 	if err := ApplyEnv(fs, getenv, ConfigFlag); err != nil {
 		return c, err
 	}
+	// Secrets come from the config file, files or the environment, never from flags (a flag
+	// shows in ps and in /debug/pprof/cmdline).
+	if v := getenv(EnvPrefix + "REDIS_PASSWORD"); v != "" {
+		c.Redis.Password = v
+	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.Redis.PasswordFile != "" {
+		b, err := os.ReadFile(c.Redis.PasswordFile)
+		if err != nil {
+			return c, fmt.Errorf("redis password file: %w", err)
+		}
+		c.Redis.Password = strings.TrimRight(string(b), "\r\n")
 	}
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("invalid config:\n%w", err)

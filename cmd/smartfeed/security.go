@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+
+	"github.com/smartfeed/smartfeed/auth"
+	"github.com/smartfeed/smartfeed/feedsvc"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// loopback reports whether a listen address binds only the loopback interface ("" and
+// ":port" bind every interface).
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// publicInterceptors returns the authentication and authorization interceptors of the public
+// port (none when authentication is off, which newApp allows only on loopback or --insecure).
+func (a *app) publicInterceptors() ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor, error) {
+	ac := a.cfg.Auth
+	if ac.JWKSFile == "" {
+		if !loopback(a.cfg.GRPC.Addr) {
+			if !ac.Insecure {
+				return nil, nil, fmt.Errorf("the public gRPC port %s is open to the network without authentication: set --auth-jwks-file (docs/security.md), listen on loopback, or pass --insecure", a.cfg.GRPC.Addr)
+			}
+			a.log.Warn("INSECURE: the public gRPC port takes calls from anyone on the network, as anyone (--insecure)",
+				zap.String("grpc", a.cfg.GRPC.Addr))
+		}
+		return nil, nil, nil
+	}
+	v, err := auth.NewVerifier(ac.JWKSFile, ac.Issuer, ac.Audience, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	var owners auth.Owners
+	if a.graph != nil {
+		owners = graphOwners{a.graph}
+	}
+	authz, err := auth.NewAuthorizer(v, owners, a.log.Named("auth"), a.reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return []grpc.UnaryServerInterceptor{authz.Unary()}, []grpc.StreamServerInterceptor{authz.Stream()}, nil
+}
+
+// graphOwners resolves a board's owner from the graph.
+type graphOwners struct{ g *zen.Graph }
+
+func (o graphOwners) Owner(ctx context.Context, id zen.ID) (zen.ID, error) {
+	obj, err := o.g.Get(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	owner, ok := zen.DataID(obj.Data, "owner")
+	if !ok {
+		return 0, fmt.Errorf("object %d has no owner: %w", id, zen.ErrNotFound)
+	}
+	return owner, nil
+}
+
+// buildAdminGRPC builds the admin gRPC server (FeedAdmin) on its own listener. Without an admin
+// token it must listen on loopback.
+func (a *app) buildAdminGRPC() error {
+	addr := a.cfg.Admin.GRPCAddr
+	if addr == "" || a.feed == nil {
+		return nil
+	}
+	token := ""
+	if f := a.cfg.Admin.TokenFile; f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("admin token file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+		if len(token) < 16 {
+			return errors.New("admin token file: the token must be at least 16 characters")
+		}
+	} else if !loopback(addr) {
+		return fmt.Errorf("the admin gRPC port %s is not on loopback and has no --admin-token-file", addr)
+	}
+	var opts []grpc.ServerOption
+	if token != "" {
+		u, s := auth.AdminToken(token, a.log.Named("admin"))
+		opts = append(opts, grpc.ChainUnaryInterceptor(u, auditUnary(a.log.Named("audit"))), grpc.ChainStreamInterceptor(s))
+	} else {
+		opts = append(opts, grpc.ChainUnaryInterceptor(auditUnary(a.log.Named("audit"))))
+	}
+	a.adminGRPC = grpc.NewServer(opts...)
+	feedsvc.RegisterAdmin(a.adminGRPC, a.feed, a.faultsIfEnabled(0), a.faultsIfEnabled(1))
+	healthpb.RegisterHealthServer(a.adminGRPC, a.health)
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("admin grpc listen: %w", err)
+	}
+	a.admGRPCLis = lis
+	a.conns = append(a.conns, lis)
+	return nil
+}
+
+// auditUnary logs every admin call that changes something (Set*): the method, the caller's
+// address, the request and the answer (the state after the change).
+func auditUnary(log *zap.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		if strings.Contains(info.FullMethod, "/Set") {
+			log.Info("admin change", zap.String("method", info.FullMethod), zap.String("peer", peerAddr(ctx)),
+				zap.Any("request", req), zap.Any("after", resp), zap.Error(err))
+		}
+		return resp, err
+	}
+}
+
+// peerAddr is the caller's address, for the audit log.
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}
