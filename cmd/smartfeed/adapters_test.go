@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,14 +11,49 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/smartfeed/smartfeed/auth"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
 // TestSplitRoles runs a generator process and a feedsvc process that reaches it over gRPC
-// (the shape of the Helm chart): pins put in the user's pools come back fresh from GetFeed.
+// (the shape of the Helm chart): pins put in the user's pools come back fresh from GetFeed;
+// with authentication on, the feed process presents its generator token.
 func TestSplitRoles(t *testing.T) {
+	t.Run("plain", func(t *testing.T) { splitRoles(t, false) })
+	t.Run("authenticated", func(t *testing.T) { splitRoles(t, true) })
+}
+
+func splitRoles(t *testing.T, authOn bool) {
 	base := testConfig(t)
+	var userToken string
+	mintFor := func(zen.ID) string { return "" }
+	if authOn {
+		key, jwks, err := auth.NewKey()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		base.Auth.JWKSFile = filepath.Join(dir, "jwks.json")
+		base.Generator.TokenFile = filepath.Join(dir, "generator-token")
+		if err := os.WriteFile(base.Auth.JWKSFile, jwks, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		genTok, err := auth.Mint(key, auth.Token{Subject: "feedsvc", Scopes: []string{auth.ScopeGenerator}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(base.Generator.TokenFile, []byte(genTok), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		mintFor = func(u zen.ID) string {
+			raw, err := auth.Mint(key, auth.Token{Subject: auth.UserSubject(u)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return raw
+		}
+	}
 	gen, err := newApp(t.Context(), roleGenerator, base, zap.NewNop(), newRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -69,6 +106,15 @@ func TestSplitRoles(t *testing.T) {
 	}
 	defer conn.Close()
 	var resp *feedv1.GetFeedResponse
+	if userToken = mintFor(user); userToken != "" {
+		conn.Close()
+		conn, err = grpc.NewClient(feed.grpcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithPerRPCCredentials(bearerCreds(userToken)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		resp, err = feedv1.NewFeedServiceClient(conn).GetFeed(t.Context(), &feedv1.GetFeedRequest{UserId: uint64(user)})
 		if err == nil && resp.GetFreshStatus() == feedv1.FreshStatus_FRESH_STATUS_INCLUDED {

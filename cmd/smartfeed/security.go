@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -135,3 +137,31 @@ func peerAddr(ctx context.Context) string {
 	}
 	return ""
 }
+
+// fileToken sends the bearer token kept in a file with every call, re-reading the file when it
+// changes (tokens are short-lived; whoever issues them rewrites the file).
+type fileToken struct {
+	path string
+	mu   sync.Mutex
+	mod  time.Time
+	tok  string
+}
+
+func (f *fileToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st, err := os.Stat(f.path)
+	if err != nil {
+		return nil, fmt.Errorf("token file: %w", err)
+	}
+	if !st.ModTime().Equal(f.mod) || f.tok == "" {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			return nil, fmt.Errorf("token file: %w", err)
+		}
+		f.tok, f.mod = strings.TrimSpace(string(b)), st.ModTime()
+	}
+	return map[string]string{"authorization": "Bearer " + f.tok}, nil
+}
+
+func (f *fileToken) RequireTransportSecurity() bool { return false }

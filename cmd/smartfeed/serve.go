@@ -388,7 +388,11 @@ func (a *app) buildFeed(ctx context.Context) error {
 	if a.gen != nil {
 		gen = localGenerator{a.gen}
 	} else {
-		conn, err := grpc.NewClient(a.cfg.Generator.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if f := a.cfg.Generator.TokenFile; f != "" {
+			opts = append(opts, grpc.WithPerRPCCredentials(&fileToken{path: f}))
+		}
+		conn, err := grpc.NewClient(a.cfg.Generator.Addr, opts...)
 		if err != nil {
 			return fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
 		}

@@ -214,6 +214,9 @@ type Generator struct {
 	// Addr is the gRPC target of the generator, for a feedsvc process. Empty = in process
 	// (the "all" role). Default empty.
 	Addr string `json:"addr"`
+	// TokenFile holds the bearer token (a JWT with scope "generator") a feedsvc process sends
+	// to a generator whose port requires authentication; re-read when it changes.
+	TokenFile string `json:"token_file"`
 }
 
 // Feed configures the feed service.

@@ -63,6 +63,7 @@ func Bind(fs *flag.FlagSet, c *Config) {
 	d(&c.Worker.OutboxRelayInterval, "outbox-relay-interval", c.Worker.OutboxRelayInterval, "how often the relay walks the outbox")
 	s(&c.Generator.ConfigFile, "generator-config", c.Generator.ConfigFile, "generator JSON config file (empty: defaults)")
 	s(&c.Generator.Addr, "generator-addr", c.Generator.Addr, "gRPC target of the generator for feedsvc (empty: in process)")
+	s(&c.Generator.TokenFile, "generator-token-file", c.Generator.TokenFile, "file holding the token (scope generator) sent to an authenticating generator")
 	d(&c.Feed.GeneratorDeadline, "feed-generator-deadline", c.Feed.GeneratorDeadline, "deadline of the generator call of a first page")
 	i(&c.Feed.MaxItems, "feed-max-items", c.Feed.MaxItems, "maximum length of a materialized feed")
 	s(&c.Feed.KnobsFile, "feed-knobs", c.Feed.KnobsFile, "feedsvc knobs file, watched for live changes")
