@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
 )
@@ -26,6 +27,7 @@ type manifests struct {
 	configMaps  map[string]corev1.ConfigMap
 	hpas        map[string]autoscalingv2.HorizontalPodAutoscaler
 	pdbs        map[string]policyv1.PodDisruptionBudget
+	netpols     map[string]networkingv1.NetworkPolicy
 }
 
 // render runs helm template on the chart with extra args and decodes the output strictly.
@@ -36,7 +38,8 @@ func render(t *testing.T, args ...string) manifests {
 		t.Fatalf("helm template: %v\n%s", err, out)
 	}
 	m := manifests{map[string]appsv1.Deployment{}, map[string]corev1.Service{}, map[string]corev1.ConfigMap{},
-		map[string]autoscalingv2.HorizontalPodAutoscaler{}, map[string]policyv1.PodDisruptionBudget{}}
+		map[string]autoscalingv2.HorizontalPodAutoscaler{}, map[string]policyv1.PodDisruptionBudget{},
+		map[string]networkingv1.NetworkPolicy{}}
 	for i, doc := range strings.Split(string(out), "\n---") {
 		if strings.TrimSpace(stripComments(doc)) == "" {
 			continue
@@ -71,6 +74,10 @@ func render(t *testing.T, args ...string) manifests {
 			var p policyv1.PodDisruptionBudget
 			decode(t, doc, &p)
 			m.pdbs[head.Metadata.Name] = p
+		case "NetworkPolicy":
+			var n networkingv1.NetworkPolicy
+			decode(t, doc, &n)
+			m.netpols[head.Metadata.Name] = n
 		default:
 			t.Fatalf("document %d: unexpected kind %q", i, head.Kind)
 		}
@@ -308,5 +315,74 @@ func TestRefusesBadValues(t *testing.T) {
 		if err == nil || !strings.Contains(string(out), tt.want) {
 			t.Errorf("--set %s: err %v, output %s; want a failure naming %q", tt.set, err, out, tt.want)
 		}
+	}
+}
+
+// TestSecurity: the config turns authentication on with the Secret's files, FeedAdmin listens
+// on the pod's loopback, pprof is off, the Secret is mounted, and each component admits only
+// its callers: frontends to feedsvc, frontends and producers to the worker, feedsvc alone to
+// the generator, the monitoring namespace to the admin port. Without a Secret (and without
+// auth.insecure) the chart refuses to render.
+func TestSecurity(t *testing.T) {
+	m := render(t)
+	var cfg struct {
+		Auth struct {
+			JWKSFile string `json:"jwks_file"`
+			Insecure bool   `json:"insecure"`
+		} `json:"auth"`
+		Admin struct {
+			GRPCAddr  string `json:"grpc_addr"`
+			TokenFile string `json:"token_file"`
+			Pprof     bool   `json:"pprof"`
+		} `json:"admin"`
+		Generator struct {
+			TokenFile string `json:"token_file"`
+		} `json:"generator"`
+	}
+	raw := m.configMaps["rel-smartfeed"].Data["config.json"]
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Auth.JWKSFile != "/etc/smartfeed-auth/jwks.json" || cfg.Auth.Insecure || cfg.Admin.GRPCAddr != "127.0.0.1:9092" ||
+		cfg.Admin.TokenFile != "/etc/smartfeed-auth/admin-token" || cfg.Admin.Pprof || cfg.Generator.TokenFile != "/etc/smartfeed-auth/generator-token" {
+		t.Errorf("security config: %+v", cfg)
+	}
+	for _, c := range components {
+		d := m.deployments["rel-smartfeed-"+c]
+		mounted := false
+		for _, vm := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+			mounted = mounted || (vm.Name == "auth" && vm.MountPath == "/etc/smartfeed-auth")
+		}
+		secret := false
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			secret = secret || (v.Name == "auth" && v.Secret != nil && v.Secret.SecretName == "smartfeed-auth")
+		}
+		if !mounted || !secret {
+			t.Errorf("%s: the auth Secret is not mounted", c)
+		}
+		np, ok := m.netpols["rel-smartfeed-"+c]
+		if !ok {
+			t.Fatalf("%s: no NetworkPolicy", c)
+		}
+		if np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"] != c || len(np.Spec.Ingress) != 2 {
+			t.Fatalf("%s: NetworkPolicy %+v", c, np.Spec)
+		}
+		var from []string
+		for _, p := range np.Spec.Ingress[0].From {
+			if p.PodSelector != nil {
+				for k, v := range p.PodSelector.MatchLabels {
+					if k == "app.kubernetes.io/part-of" || k == "app.kubernetes.io/component" {
+						from = append(from, v)
+					}
+				}
+			}
+		}
+		want := map[string]string{"feedsvc": "frontend", "worker": "frontend producer", "generator": "feedsvc"}[c]
+		if strings.Join(from, " ") != want {
+			t.Errorf("%s: gRPC port open to %v, want %s", c, from, want)
+		}
+	}
+	if out, err := helm("template", "rel", "smartfeed", "--set", "auth.existingSecret="); err == nil || !strings.Contains(string(out), "auth.existingSecret is required") {
+		t.Errorf("no auth Secret: rendered anyway (%v)\n%.300s", err, out)
 	}
 }

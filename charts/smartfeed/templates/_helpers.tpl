@@ -50,7 +50,9 @@ app.kubernetes.io/component: {{ .component }}
   "storage" (dict "backend" "hbase" "hbase" (dict "pools_zk" $h.poolsZK "primary_zk" $h.primaryZK "standby_zk" $h.standbyZK "table_prefix" $h.tablePrefix "zookeeper_root" $h.zookeeperRoot))
   "redis" (dict "addr" .Values.redis.addr "db" (int .Values.redis.db) "namespace" .Values.redis.namespace)
   "grpc" (dict "addr" (printf ":%d" (int .Values.ports.grpc)))
-  "admin" (dict "addr" (printf "%s:%d" .Values.adminBind (int .Values.ports.admin)))
+  "admin" (include "smartfeed.adminConfig" . | fromJson)
+  "auth" (include "smartfeed.authConfig" . | fromJson)
+  "generator" (dict "token_file" (ternary "/etc/smartfeed-auth/generator-token" "" (ne .Values.auth.existingSecret "")))
   "log" (dict "level" .Values.log.level "format" .Values.log.format)
   "worker" (dict "concurrency" (int .Values.worker.concurrency) "shutdown_timeout" .Values.worker.shutdownTimeout)
   "feed" (dict "generator_deadline" .Values.feed.generatorDeadline "max_items" (int .Values.feed.maxItems) "faults" .Values.feed.faults
@@ -58,4 +60,25 @@ app.kubernetes.io/component: {{ .component }}
   "shutdown_timeout" .Values.shutdownTimeout
 -}}
 {{- toPrettyJson $cfg -}}
+{{- end -}}
+
+
+{{/* The admin plane: metrics on the pod network for Prometheus, FeedAdmin on loopback. */}}
+{{- define "smartfeed.adminConfig" -}}
+{{- $a := dict "addr" (printf "%s:%d" .Values.adminBind (int .Values.ports.admin)) "grpc_addr" "127.0.0.1:9092" -}}
+{{- if .Values.auth.existingSecret -}}
+{{- $_ := set $a "token_file" "/etc/smartfeed-auth/admin-token" -}}
+{{- end -}}
+{{- toJson $a -}}
+{{- end -}}
+
+{{- define "smartfeed.authConfig" -}}
+{{- if and (not .Values.auth.existingSecret) (not .Values.auth.insecure) -}}
+{{- fail "auth.existingSecret is required (a Secret with jwks.json, admin-token and generator-token), or set auth.insecure=true to serve without authentication on a private network" -}}
+{{- end -}}
+{{- $a := dict "issuer" .Values.auth.issuer "audience" .Values.auth.audience "insecure" .Values.auth.insecure -}}
+{{- if .Values.auth.existingSecret -}}
+{{- $_ := set $a "jwks_file" "/etc/smartfeed-auth/jwks.json" -}}
+{{- end -}}
+{{- toJson $a -}}
 {{- end -}}
