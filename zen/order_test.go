@@ -23,6 +23,26 @@ import (
 // orderCounts counts the calls a table receives.
 type orderCounts struct {
 	gets, scans, applies, puts, deletes, cas, incs atomic.Int64
+	// beforeDelete, when set, runs before every row delete (an Apply delete or a
+	// compare-and-delete) made under a context carrying it (pauseDeletes).
+	beforeDelete atomic.Pointer[func()]
+}
+
+type pauseKey struct{}
+
+// pauseDeletes returns ctx marked so that the row deletes made under it wait for release.
+func pauseDeletes(ctx context.Context, release <-chan struct{}, paused chan<- struct{}) context.Context {
+	var once sync.Once
+	return context.WithValue(ctx, pauseKey{}, func() {
+		once.Do(func() { close(paused) })
+		<-release
+	})
+}
+
+func maybePause(ctx context.Context) {
+	if f, ok := ctx.Value(pauseKey{}).(func()); ok {
+		f()
+	}
 }
 
 // writes is the number of row writes: puts, deletes, compare-and-sets and increments.
@@ -63,6 +83,11 @@ func (t orderCountTable) Apply(ctx context.Context, muts []zen.Mutation) error {
 	t.c.applies.Add(1)
 	for _, m := range muts {
 		if m.Delete {
+			maybePause(ctx)
+		}
+	}
+	for _, m := range muts {
+		if m.Delete {
 			t.c.deletes.Add(1)
 		} else {
 			t.c.puts.Add(1)
@@ -73,6 +98,9 @@ func (t orderCountTable) Apply(ctx context.Context, muts []zen.Mutation) error {
 
 func (t orderCountTable) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
 	t.c.cas.Add(1)
+	if value == nil {
+		maybePause(ctx)
+	}
 	return t.Table.CheckAndSet(ctx, key, expected, value)
 }
 
@@ -1209,5 +1237,59 @@ func TestOrderMoveKeptUnderRespace(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestOrderSlowFolderAfterPinReturns: a folder moving a pin away from seq m is slow to delete
+// the pin's old row at m; meanwhile the pin is moved back between the same two neighbours,
+// which gives it seq m again, and that move is folded. When the slow folder's delete lands it
+// must not take the pin's row at m, which is valid again (it did: the pin vanished from the
+// board, with nothing on the order row to show it).
+func TestOrderSlowFolderAfterPinReturns(t *testing.T) {
+	e := newOrderEnv(t, zenmem.New(), zen.OrderOptions{})
+	ctx := t.Context()
+	var pins []zen.ID
+	for range 4 {
+		pins = append(pins, e.add(t, time.Millisecond))
+	}
+	p := pins[3]
+	move := func(ctx context.Context, before, after zen.ID) {
+		t.Helper()
+		if _, err := e.o.Reorder(ctx, e.board, p, before, after); err != nil {
+			t.Fatal(err)
+		}
+	}
+	move(ctx, pins[0], pins[1]) // p at m = between(pins[0], pins[1])
+	if _, err := e.o.Fold(ctx, e.board); err != nil {
+		t.Fatal(err)
+	}
+	move(ctx, pins[2], 0) // p to the end
+	release, paused := make(chan struct{}), make(chan struct{})
+	slow := make(chan error, 1)
+	go func() {
+		_, err := e.o.Fold(pauseDeletes(ctx, release, paused), e.board)
+		slow <- err
+	}()
+	select {
+	case <-paused: // the slow folder moved the point and put the new row; its delete of m waits
+	case err := <-slow:
+		t.Fatalf("the slow folder finished without deleting: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the slow folder never reached its delete")
+	}
+	move(ctx, pins[0], pins[1]) // back between the same neighbours: seq m again
+	if _, err := e.o.Fold(ctx, e.board); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	want := []zen.ID{pins[0], p, pins[1], pins[2]}
+	if diff := cmp.Diff(want, e.list(t)); diff != "" {
+		t.Fatalf("board after the slow fold (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, e.rawList(t)); diff != "" {
+		t.Fatalf("edge list after the slow fold (-want +got):\n%s", diff)
 	}
 }
