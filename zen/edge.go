@@ -567,7 +567,7 @@ func (g *Graph) ListEdges(ctx context.Context, from ID, t EdgeType, cur string, 
 		if err != nil {
 			return nil, "", fmt.Errorf("list edges %d-%d: %w", from, t, err)
 		}
-		var stale []Mutation
+		var stale []KV
 		for i, r := range rows {
 			s := seq.FromKey(r.Key[edgeListPrefixLen:])
 			to := ID(binary.BigEndian.Uint64(r.Key[edgeRowLen-8:]))
@@ -584,14 +584,16 @@ func (g *Graph) ListEdges(ctx context.Context, from ID, t EdgeType, cur string, 
 				continue // its remover deletes the row
 			}
 			if p.seq != s {
-				stale = append(stale, Mutation{Key: r.Key, Delete: true})
+				stale = append(stale, r)
 				continue
 			}
 			out = append(out, Edge{From: from, Type: t, To: to, Seq: s, Data: p.data})
 		}
-		if len(stale) > 0 {
-			// Best effort: a stale row is skipped whether or not this delete lands.
-			_ = g.edges.Apply(ctx, stale)
+		// Best effort: a stale row is skipped whether or not this delete lands. The delete
+		// takes only the value read: if a move brought the pin back to this seq meanwhile and
+		// rewrote the row (Order's moves write a fresh value), the row is valid again and stays.
+		for _, r := range stale {
+			_, _ = g.edges.CheckAndSet(ctx, r.Key, nonEmpty(r.Value), nil)
 		}
 		if len(rows) < want {
 			break // the list is exhausted

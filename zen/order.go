@@ -1018,9 +1018,13 @@ func (o *Order) moveIndex(ctx context.Context, board ID, pin ID, from *seq.Seq, 
 			return nil
 		}
 		old := p.seq
+		var oldRow []byte // the old edge row's value as this move found it
 		if old != to {
 			if from != nil && old != *from {
 				return nil // moved on since
+			}
+			if oldRow, err = o.rowValue(ctx, board, old, pin); err != nil {
+				return fmt.Errorf("move index of %d: %w", pin, err)
 			}
 			if still != nil {
 				ok, err := still(ctx)
@@ -1041,23 +1045,49 @@ func (o *Order) moveIndex(ctx context.Context, board ID, pin ID, from *seq.Seq, 
 			}
 		} else if from != nil {
 			old = *from // finishing a step already half done: its old row may be left
-		}
-		newRow := edgeRowKey(board, EdgeBoardPins, to, pin)
-		if _, err := o.g.edges.Get(ctx, newRow); errors.Is(err, ErrNotFound) {
-			if err := o.g.edges.Apply(ctx, []Mutation{{Key: newRow, Value: nonEmpty(p.data)}}); err != nil {
-				return fmt.Errorf("move index of %d: put edge row: %w", pin, err)
+			if oldRow, err = o.rowValue(ctx, board, old, pin); err != nil {
+				return fmt.Errorf("move index of %d: %w", pin, err)
 			}
-		} else if err != nil {
-			return fmt.Errorf("move index of %d: %w", pin, err)
 		}
-		if old != to {
-			if err := o.g.edges.Apply(ctx, []Mutation{{Key: edgeRowKey(board, EdgeBoardPins, old, pin), Delete: true}}); err != nil {
+		// The new row is written even when one is there: it may be a leftover of an earlier
+		// visit of the pin to the same seq that a slower mover or reader is about to delete
+		// (below, that delete only takes the value it read, so it misses the rewritten row).
+		newRow := edgeRowKey(board, EdgeBoardPins, to, pin)
+		if err := o.g.edges.Apply(ctx, []Mutation{{Key: newRow, Value: rowToken(p.data)}}); err != nil {
+			return fmt.Errorf("move index of %d: put edge row: %w", pin, err)
+		}
+		if old != to && oldRow != nil {
+			// Only the row this move found: if the pin came back to old since (a later move to
+			// the same seq rewrote the row), the row is valid again and stays.
+			if _, err := o.g.edges.CheckAndSet(ctx, edgeRowKey(board, EdgeBoardPins, old, pin), oldRow, nil); err != nil {
 				return fmt.Errorf("move index of %d: delete old edge row: %w", pin, err)
 			}
 		}
 		return nil
 	}
 	return fmt.Errorf("move index of %d: still conflicting after %d attempts", pin, maxCASAttempts)
+}
+
+// rowValue returns the value of the pin's edge row at s, nil when there is none.
+func (o *Order) rowValue(ctx context.Context, board ID, s seq.Seq, pin ID) ([]byte, error) {
+	v, err := o.g.edges.Get(ctx, edgeRowKey(board, EdgeBoardPins, s, pin))
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read edge row: %w", err)
+	}
+	return v, nil
+}
+
+// rowToken is the value of an edge row written by a move: the pin's data and 8 random bytes, so
+// that two visits of a pin to the same seq write different values and a compare-and-delete of
+// the first visit's row leaves the second's alone. Readers take a pin's data from its point row,
+// never from the edge row.
+func rowToken(data []byte) []byte {
+	v := make([]byte, 0, len(data)+8)
+	v = append(v, data...)
+	return binary.BigEndian.AppendUint64(v, rand.Uint64())
 }
 
 // RespaceBoard restores room in the board's order: it folds the overrides first, then widens
