@@ -217,11 +217,11 @@ func TestHBaseValues(t *testing.T) {
 			t.Errorf("%s: the config map is not mounted at /etc/smartfeed", name)
 		}
 		rp, lp := ctr.ReadinessProbe, ctr.LivenessProbe
-		if rp == nil || rp.GRPC == nil || rp.GRPC.Port != 9090 || (rp.GRPC.Service != nil && *rp.GRPC.Service != "") {
-			t.Errorf("%s: readiness is not a gRPC health probe of the overall service: %+v", name, rp)
+		if rp == nil || rp.HTTPGet == nil || rp.HTTPGet.Path != "/readyz" || rp.HTTPGet.Port.IntValue() != 9091 || rp.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("%s: readiness is not an HTTPS probe of /readyz on the admin port: %+v", name, rp)
 		}
-		if lp == nil || lp.GRPC == nil || lp.GRPC.Service == nil || *lp.GRPC.Service != "smartfeed.liveness" {
-			t.Errorf("%s: liveness is not a gRPC probe of smartfeed.liveness: %+v", name, lp)
+		if lp == nil || lp.HTTPGet == nil || lp.HTTPGet.Path != "/healthz" || lp.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("%s: liveness is not an HTTPS probe of /healthz: %+v", name, lp)
 		}
 		if ctr.Resources.Requests.Cpu().IsZero() || ctr.Resources.Limits.Memory().IsZero() {
 			t.Errorf("%s: resources missing: %+v", name, ctr.Resources)
@@ -337,7 +337,13 @@ func TestSecurity(t *testing.T) {
 		} `json:"admin"`
 		Generator struct {
 			TokenFile string `json:"token_file"`
+			CAFile    string `json:"ca_file"`
 		} `json:"generator"`
+		TLS struct {
+			CertFile     string `json:"cert_file"`
+			KeyFile      string `json:"key_file"`
+			ClientCAFile string `json:"client_ca_file"`
+		} `json:"tls"`
 	}
 	raw := m.configMaps["rel-smartfeed"].Data["config.json"]
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
@@ -347,11 +353,19 @@ func TestSecurity(t *testing.T) {
 		cfg.Admin.TokenFile != "/etc/smartfeed-auth/admin-token" || cfg.Admin.Pprof || cfg.Generator.TokenFile != "/etc/smartfeed-auth/generator-token" {
 		t.Errorf("security config: %+v", cfg)
 	}
+	if cfg.TLS.CertFile != "/etc/smartfeed-tls/tls.crt" || cfg.TLS.KeyFile != "/etc/smartfeed-tls/tls.key" || cfg.TLS.ClientCAFile != "" ||
+		cfg.Generator.CAFile != "/etc/smartfeed-tls/ca.crt" {
+		t.Errorf("tls config: %+v, generator CA %q", cfg.TLS, cfg.Generator.CAFile)
+	}
 	for _, c := range components {
 		d := m.deployments["rel-smartfeed-"+c]
-		mounted := false
+		mounted, tlsMounted := false, false
 		for _, vm := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
 			mounted = mounted || (vm.Name == "auth" && vm.MountPath == "/etc/smartfeed-auth")
+			tlsMounted = tlsMounted || (vm.Name == "tls" && vm.MountPath == "/etc/smartfeed-tls")
+		}
+		if !tlsMounted {
+			t.Errorf("%s: the TLS Secret is not mounted", c)
 		}
 		secret := false
 		for _, v := range d.Spec.Template.Spec.Volumes {
@@ -384,5 +398,13 @@ func TestSecurity(t *testing.T) {
 	}
 	if out, err := helm("template", "rel", "smartfeed", "--set", "auth.existingSecret="); err == nil || !strings.Contains(string(out), "auth.existingSecret is required") {
 		t.Errorf("no auth Secret: rendered anyway (%v)\n%.300s", err, out)
+	}
+	if out, err := helm("template", "rel", "smartfeed", "--set", "tls.existingSecret="); err == nil || !strings.Contains(string(out), "tls.existingSecret is required") {
+		t.Errorf("no TLS Secret: rendered anyway (%v)\n%.300s", err, out)
+	}
+	// mTLS between roles.
+	mt := render(t, "--set", "tls.mutual=true")
+	if raw := mt.configMaps["rel-smartfeed"].Data["config.json"]; !strings.Contains(raw, `"client_ca_file": "/etc/smartfeed-tls/ca.crt"`) {
+		t.Errorf("tls.mutual: no client CA in the config:\n%s", raw)
 	}
 }

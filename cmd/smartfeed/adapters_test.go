@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/smartfeed/smartfeed/auth"
@@ -20,12 +23,33 @@ import (
 // (the shape of the Helm chart): pins put in the user's pools come back fresh from GetFeed;
 // with authentication on, the feed process presents its generator token.
 func TestSplitRoles(t *testing.T) {
-	t.Run("plain", func(t *testing.T) { splitRoles(t, false) })
-	t.Run("authenticated", func(t *testing.T) { splitRoles(t, true) })
+	t.Run("plain", func(t *testing.T) { splitRoles(t, false, false) })
+	t.Run("authenticated", func(t *testing.T) { splitRoles(t, true, false) })
+	t.Run("authenticated over mTLS", func(t *testing.T) { splitRoles(t, true, true) })
 }
 
-func splitRoles(t *testing.T, authOn bool) {
+func splitRoles(t *testing.T, authOn, tlsOn bool) {
 	base := testConfig(t)
+	dialCreds := insecure.NewCredentials()
+	var caFile string
+	if tlsOn {
+		dir := t.TempDir()
+		ca := newTestCA(t)
+		caFile = filepath.Join(dir, "ca.pem")
+		if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		base.TLS.CertFile, base.TLS.KeyFile = ca.issue(t, dir, "role", 7)
+		base.TLS.ClientCAFile = caFile
+		cf, kf := ca.issue(t, dir, "frontend", 8)
+		cc, err := tls.LoadX509KeyPair(cf, kf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(ca.pem)
+		dialCreds = credentials.NewTLS(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cc}})
+	}
 	var userToken string
 	mintFor := func(zen.ID) string { return "" }
 	if authOn {
@@ -80,6 +104,7 @@ func splitRoles(t *testing.T, authOn bool) {
 	}
 	fcfg := base
 	fcfg.Generator.Addr = "passthrough:///" + gen.grpcAddr()
+	fcfg.Generator.CAFile = caFile
 	feed, err := newApp(t.Context(), roleFeed, fcfg, zap.NewNop(), newRegistry())
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +125,7 @@ func splitRoles(t *testing.T, authOn bool) {
 		}
 	}()
 
-	conn, err := grpc.NewClient(feed.grpcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(feed.grpcAddr(), grpc.WithTransportCredentials(dialCreds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +133,7 @@ func splitRoles(t *testing.T, authOn bool) {
 	var resp *feedv1.GetFeedResponse
 	if userToken = mintFor(user); userToken != "" {
 		conn.Close()
-		conn, err = grpc.NewClient(feed.grpcAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		conn, err = grpc.NewClient(feed.grpcAddr(), grpc.WithTransportCredentials(dialCreds),
 			grpc.WithPerRPCCredentials(bearerCreds(userToken)))
 		if err != nil {
 			t.Fatal(err)

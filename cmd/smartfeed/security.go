@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 
@@ -38,14 +39,24 @@ func loopback(addr string) bool {
 // port (none when authentication is off, which newApp allows only on loopback or --insecure).
 func (a *app) publicInterceptors() ([]grpc.UnaryServerInterceptor, []grpc.StreamServerInterceptor, error) {
 	ac := a.cfg.Auth
-	if ac.JWKSFile == "" {
-		if !loopback(a.cfg.GRPC.Addr) {
+	if !loopback(a.cfg.GRPC.Addr) {
+		var missing []string
+		if ac.JWKSFile == "" {
+			missing = append(missing, "authentication (--auth-jwks-file)")
+		}
+		if a.cfg.TLS.CertFile == "" {
+			missing = append(missing, "TLS (--tls-cert-file, --tls-key-file)")
+		}
+		if len(missing) > 0 {
 			if !ac.Insecure {
-				return nil, nil, fmt.Errorf("the public gRPC port %s is open to the network without authentication: set --auth-jwks-file (docs/security.md), listen on loopback, or pass --insecure", a.cfg.GRPC.Addr)
+				return nil, nil, fmt.Errorf("the public gRPC port %s is open to the network without %s: configure it (docs/security.md), listen on loopback, or pass --insecure",
+					a.cfg.GRPC.Addr, strings.Join(missing, " and "))
 			}
-			a.log.Warn("INSECURE: the public gRPC port takes calls from anyone on the network, as anyone (--insecure)",
+			a.log.Warn("INSECURE: the public gRPC port is open to the network without "+strings.Join(missing, " and ")+" (--insecure)",
 				zap.String("grpc", a.cfg.GRPC.Addr))
 		}
+	}
+	if ac.JWKSFile == "" {
 		return nil, nil, nil
 	}
 	v, err := auth.NewVerifier(ac.JWKSFile, ac.Issuer, ac.Audience, nil)
@@ -98,12 +109,22 @@ func (a *app) buildAdminGRPC() error {
 	} else if !loopback(addr) {
 		return fmt.Errorf("the admin gRPC port %s is not on loopback and has no --admin-token-file", addr)
 	}
+	if !loopback(addr) && a.cfg.TLS.CertFile == "" && !a.cfg.Auth.Insecure {
+		return fmt.Errorf("the admin gRPC port %s is not on loopback and has no TLS (--tls-cert-file): its credential would travel in clear", addr)
+	}
 	var opts []grpc.ServerOption
 	if token != "" {
 		u, s := auth.AdminToken(token, a.log.Named("admin"))
 		opts = append(opts, grpc.ChainUnaryInterceptor(u, auditUnary(a.log.Named("audit"))), grpc.ChainStreamInterceptor(s))
 	} else {
 		opts = append(opts, grpc.ChainUnaryInterceptor(auditUnary(a.log.Named("audit"))))
+	}
+	tlsCfg, err := a.serverTLS()
+	if err != nil {
+		return err
+	}
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
 	a.adminGRPC = grpc.NewServer(opts...)
 	feedsvc.RegisterAdmin(a.adminGRPC, a.feed, a.faultsIfEnabled(0), a.faultsIfEnabled(1))

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -155,6 +156,7 @@ type app struct {
 	deployment   string
 	claimPending bool
 	hedger       *hedge.Hedger           // the feed role's
+	certs        *certReloader           // the listeners' certificate (nil: plaintext)
 	durable      *pinlater.DurableClient // enqueues through outbox
 
 	grpc    *grpc.Server
@@ -388,7 +390,14 @@ func (a *app) buildFeed(ctx context.Context) error {
 	if a.gen != nil {
 		gen = localGenerator{a.gen}
 	} else {
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		creds, err := a.generatorCreds()
+		if err != nil {
+			return fmt.Errorf("generator client: %w", err)
+		}
+		if creds == nil {
+			creds = insecure.NewCredentials()
+		}
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 		if f := a.cfg.Generator.TokenFile; f != "" {
 			opts = append(opts, grpc.WithPerRPCCredentials(&fileToken{path: f}))
 		}
@@ -464,9 +473,17 @@ func (a *app) buildGRPC() error {
 	if err != nil {
 		return err
 	}
+	tlsCfg, err := a.serverTLS()
+	if err != nil {
+		return err
+	}
 	// Authentication first: nothing of an unauthenticated call is looked at.
-	a.grpc = grpc.NewServer(grpc.ChainUnaryInterceptor(append(units, boundUnary)...),
-		grpc.ChainStreamInterceptor(append(streams, boundStream)...))
+	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(append(units, boundUnary)...),
+		grpc.ChainStreamInterceptor(append(streams, boundStream)...)}
+	if tlsCfg != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	a.grpc = grpc.NewServer(opts...)
 	a.health = health.NewServer()
 	healthpb.RegisterHealthServer(a.grpc, a.health)
 	reflection.Register(a.grpc)
@@ -515,6 +532,11 @@ func (a *app) buildAdmin() {
 		fmt.Fprintln(w, "ready")
 	})
 	a.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// The certificate was loaded with the gRPC listeners (serverTLS); an error there stopped
+	// newApp already.
+	if tlsCfg, err := a.serverTLS(); err == nil && tlsCfg != nil {
+		a.admin.TLSConfig = tlsCfg
+	}
 }
 
 // grpcAddr is the bound gRPC address (useful with port 0).
@@ -627,7 +649,11 @@ func (a *app) run(ctx context.Context) error {
 	}
 	if a.admin != nil {
 		g.Go(func() error {
-			if err := a.admin.Serve(a.admLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serve := func() error { return a.admin.Serve(a.admLis) }
+			if a.admin.TLSConfig != nil {
+				serve = func() error { return a.admin.ServeTLS(a.admLis, "", "") }
+			}
+			if err := serve(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				return fmt.Errorf("admin serve: %w", err)
 			}
 			return nil

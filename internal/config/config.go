@@ -36,6 +36,8 @@ type Config struct {
 	Admin Admin `json:"admin"`
 	// Auth is the authentication of the public gRPC port.
 	Auth Auth `json:"auth"`
+	// TLS is the certificate of every listener (public gRPC, admin gRPC, admin HTTP).
+	TLS TLS `json:"tls"`
 	// Log configures the zap logger.
 	Log Log `json:"log"`
 	// Worker configures the pinlater server of the worker role.
@@ -170,6 +172,17 @@ type Admin struct {
 	Pprof bool `json:"pprof"`
 }
 
+// TLS configures the listeners' certificate.
+type TLS struct {
+	// CertFile and KeyFile are the PEM certificate (chain) and key, reloaded when they change.
+	// Empty: plaintext, allowed only on loopback addresses or with Auth.Insecure.
+	CertFile string `json:"cert_file"`
+	KeyFile  string `json:"key_file"`
+	// ClientCAFile, when set, makes every listener require a client certificate signed by one
+	// of its CAs (mTLS between roles).
+	ClientCAFile string `json:"client_ca_file"`
+}
+
 // Auth configures the public port's authentication (package auth).
 type Auth struct {
 	// JWKSFile is the JSON Web Key Set of the identity provider whose tokens callers present
@@ -179,7 +192,7 @@ type Auth struct {
 	// Issuer and Audience, when set, must match the tokens' iss and aud.
 	Issuer   string `json:"issuer"`
 	Audience string `json:"audience"`
-	// Insecure serves the public port without authentication on a non-loopback address (a
+	// Insecure serves without authentication, or without TLS, on a non-loopback address (a
 	// warning is logged at start). Default false.
 	Insecure bool `json:"insecure"`
 }
@@ -217,6 +230,9 @@ type Generator struct {
 	// TokenFile holds the bearer token (a JWT with scope "generator") a feedsvc process sends
 	// to a generator whose port requires authentication; re-read when it changes.
 	TokenFile string `json:"token_file"`
+	// CAFile, when set, makes a feedsvc process reach the generator over TLS verified against
+	// these CAs (presenting its own --tls-cert-file, for a generator that requires mTLS).
+	CAFile string `json:"ca_file"`
 }
 
 // Feed configures the feed service.

@@ -52,7 +52,8 @@ app.kubernetes.io/component: {{ .component }}
   "grpc" (dict "addr" (printf ":%d" (int .Values.ports.grpc)))
   "admin" (include "smartfeed.adminConfig" . | fromJson)
   "auth" (include "smartfeed.authConfig" . | fromJson)
-  "generator" (dict "token_file" (ternary "/etc/smartfeed-auth/generator-token" "" (ne .Values.auth.existingSecret "")))
+  "generator" (dict "token_file" (ternary "/etc/smartfeed-auth/generator-token" "" (ne .Values.auth.existingSecret "")) "ca_file" (ternary "/etc/smartfeed-tls/ca.crt" "" (ne .Values.tls.existingSecret "")))
+  "tls" (include "smartfeed.tlsConfig" . | fromJson)
   "log" (dict "level" .Values.log.level "format" .Values.log.format)
   "worker" (dict "concurrency" (int .Values.worker.concurrency) "shutdown_timeout" .Values.worker.shutdownTimeout)
   "feed" (dict "generator_deadline" .Values.feed.generatorDeadline "max_items" (int .Values.feed.maxItems) "faults" .Values.feed.faults
@@ -81,4 +82,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- $_ := set $a "jwks_file" "/etc/smartfeed-auth/jwks.json" -}}
 {{- end -}}
 {{- toJson $a -}}
+{{- end -}}
+
+{{- define "smartfeed.tlsConfig" -}}
+{{- if and (not .Values.tls.existingSecret) (not .Values.auth.insecure) -}}
+{{- fail "tls.existingSecret is required (a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt), or set auth.insecure=true to serve in clear on a private network" -}}
+{{- end -}}
+{{- $t := dict -}}
+{{- if .Values.tls.existingSecret -}}
+{{- $_ := set $t "cert_file" "/etc/smartfeed-tls/tls.crt" -}}
+{{- $_ := set $t "key_file" "/etc/smartfeed-tls/tls.key" -}}
+{{- if .Values.tls.mutual -}}
+{{- $_ := set $t "client_ca_file" "/etc/smartfeed-tls/ca.crt" -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $t -}}
 {{- end -}}
