@@ -23,9 +23,6 @@ import (
 // orderCounts counts the calls a table receives.
 type orderCounts struct {
 	gets, scans, applies, puts, deletes, cas, incs atomic.Int64
-	// beforeDelete, when set, runs before every row delete (an Apply delete or a
-	// compare-and-delete) made under a context carrying it (pauseDeletes).
-	beforeDelete atomic.Pointer[func()]
 }
 
 type pauseKey struct{}
