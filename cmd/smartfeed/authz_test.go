@@ -255,3 +255,50 @@ func TestAuthMatrix(t *testing.T) {
 	}
 	t.Logf("%d calls over %d public and %d admin methods", calls, len(methods), len(admin))
 }
+
+// TestRateLimitWired: with authentication on, a user's calls past its burst get
+// RESOURCE_EXHAUSTED from the running server; another user still gets through.
+func TestRateLimitWired(t *testing.T) {
+	dir := t.TempDir()
+	key, jwks, err := auth.NewKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "jwks.json")
+	if err := os.WriteFile(path, jwks, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, conn := startAllWith(t, func(c *config.Config) {
+		c.Auth.JWKSFile = path
+		c.Auth.UserRate, c.Auth.UserBurst = 0.5, 3
+	})
+	sign := func(sub string, scopes ...string) context.Context {
+		raw, err := auth.Mint(key, auth.Token{Subject: sub, Scopes: scopes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return metadata.AppendToOutgoingContext(t.Context(), "authorization", "Bearer "+raw)
+	}
+	g := graphv1.NewGraphServiceClient(conn)
+	svc := sign("signup", auth.ScopeGraphWrite)
+	var users []uint64
+	for _, n := range []string{"rl_a", "rl_b"} {
+		u, err := g.CreateUser(svc, &graphv1.CreateUserRequest{Username: n, Email: n + "@example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, u.GetId())
+	}
+	a := sign("user:" + fmt.Sprint(users[0]))
+	codesSeen := []codes.Code{}
+	for range 4 {
+		_, err := g.GetUser(a, &graphv1.GetUserRequest{UserId: users[0]})
+		codesSeen = append(codesSeen, status.Code(err))
+	}
+	if want := []codes.Code{codes.OK, codes.OK, codes.OK, codes.ResourceExhausted}; !slices.Equal(codesSeen, want) {
+		t.Errorf("a user's 4 calls: %v, want %v", codesSeen, want)
+	}
+	if _, err := g.GetUser(sign("user:"+fmt.Sprint(users[1])), &graphv1.GetUserRequest{UserId: users[1]}); err != nil {
+		t.Errorf("another user: %v", err)
+	}
+}

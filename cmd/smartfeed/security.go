@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -71,7 +72,20 @@ func (a *app) publicInterceptors() ([]grpc.UnaryServerInterceptor, []grpc.Stream
 	if err != nil {
 		return nil, nil, err
 	}
-	return []grpc.UnaryServerInterceptor{authz.Unary()}, []grpc.StreamServerInterceptor{authz.Stream()}, nil
+	units := []grpc.UnaryServerInterceptor{authz.Unary()}
+	if ac.UserRate > 0 || ac.ProducerRate > 0 {
+		rdb := goredis.NewClient(&goredis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB})
+		a.conns = append(a.conns, rdb)
+		rl, err := auth.NewRateLimiter(rdb, "smartfeed:rl:"+a.cfg.Redis.Namespace+":", auth.Limits{
+			User:     auth.Limit{PerSecond: ac.UserRate, Burst: ac.UserBurst},
+			Producer: auth.Limit{PerSecond: ac.ProducerRate, Burst: ac.ProducerBurst},
+		}, a.log.Named("ratelimit"), a.reg)
+		if err != nil {
+			return nil, nil, err
+		}
+		units = append(units, rl.Unary())
+	}
+	return units, []grpc.StreamServerInterceptor{authz.Stream()}, nil
 }
 
 // graphOwners resolves a board's owner from the graph.

@@ -195,6 +195,14 @@ type Auth struct {
 	// Insecure serves without authentication, or without TLS, on a non-loopback address (a
 	// warning is logged at start). Default false.
 	Insecure bool `json:"insecure"`
+	// UserRate and UserBurst limit each user's calls on the public port (counted in Redis,
+	// shared by the replicas); 0 turns the limit off. Default 50/s, burst 100.
+	UserRate  float64 `json:"user_rate"`
+	UserBurst int     `json:"user_burst"`
+	// ProducerRate and ProducerBurst limit each producer (scope ingest:publish). Default
+	// 1000/s, burst 2000.
+	ProducerRate  float64 `json:"producer_rate"`
+	ProducerBurst int     `json:"producer_burst"`
 }
 
 // Log configures the logger.
@@ -283,6 +291,7 @@ func DefaultConfig() Config {
 		Cache: Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
 		GRPC:  GRPC{Addr: "127.0.0.1:9090"},
 		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092"},
+		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000},
 		Log:   Log{Level: "info", Format: "json"},
 		Worker: Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second),
 			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second)},
