@@ -19,6 +19,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/auth"
 	"github.com/smartfeed/smartfeed/feedsvc"
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -126,12 +127,14 @@ func (a *app) buildAdminGRPC() error {
 	if !loopback(addr) && a.cfg.TLS.CertFile == "" && !a.cfg.Auth.Insecure {
 		return fmt.Errorf("the admin gRPC port %s is not on loopback and has no TLS (--tls-cert-file): its credential would travel in clear", addr)
 	}
+	adm := feedsvc.NewAdminServer(a.feed, a.faultsIfEnabled(0), a.faultsIfEnabled(1))
+	audit := auditUnary(a.log.Named("audit"), adminBefore(adm))
 	var opts []grpc.ServerOption
 	if token != "" {
 		u, s := auth.AdminToken(token, a.log.Named("admin"))
-		opts = append(opts, grpc.ChainUnaryInterceptor(u, auditUnary(a.log.Named("audit"))), grpc.ChainStreamInterceptor(s))
+		opts = append(opts, grpc.ChainUnaryInterceptor(u, audit), grpc.ChainStreamInterceptor(s))
 	} else {
-		opts = append(opts, grpc.ChainUnaryInterceptor(auditUnary(a.log.Named("audit"))))
+		opts = append(opts, grpc.ChainUnaryInterceptor(audit))
 	}
 	tlsCfg, err := a.serverTLS()
 	if err != nil {
@@ -141,7 +144,7 @@ func (a *app) buildAdminGRPC() error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
 	a.adminGRPC = grpc.NewServer(opts...)
-	feedsvc.RegisterAdmin(a.adminGRPC, a.feed, a.faultsIfEnabled(0), a.faultsIfEnabled(1))
+	feedv1.RegisterFeedAdminServer(a.adminGRPC, adm)
 	healthpb.RegisterHealthServer(a.adminGRPC, a.health)
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -152,15 +155,38 @@ func (a *app) buildAdminGRPC() error {
 	return nil
 }
 
-// auditUnary logs every admin call that changes something (Set*): the method, the caller's
-// address, the request and the answer (the state after the change).
-func auditUnary(log *zap.Logger) grpc.UnaryServerInterceptor {
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		resp, err := h(ctx, req)
-		if strings.Contains(info.FullMethod, "/Set") {
-			log.Info("admin change", zap.String("method", info.FullMethod), zap.String("peer", peerAddr(ctx)),
-				zap.Any("request", req), zap.Any("after", resp), zap.Error(err))
+// adminBefore reads the state a FeedAdmin Set* call is about to change.
+func adminBefore(adm *feedsvc.AdminServer) func(ctx context.Context, method string, req any) any {
+	return func(ctx context.Context, method string, req any) any {
+		var v any
+		var err error
+		switch m := req.(type) {
+		case *feedv1.HedgePolicy:
+			v, err = adm.GetHedgePolicy(ctx, &feedv1.GetHedgePolicyRequest{})
+		case *feedv1.ServiceConfig:
+			v, err = adm.GetServiceConfig(ctx, &feedv1.GetServiceConfigRequest{})
+		case *feedv1.Faults:
+			v, err = adm.GetFaults(ctx, &feedv1.GetFaultsRequest{Store: m.GetStore()})
 		}
+		if err != nil {
+			return err.Error()
+		}
+		return v
+	}
+}
+
+// auditUnary logs every admin call that changes something (Set*): who (the caller's
+// address; the admin credential is one), what (method and request), the state before and the
+// state after.
+func auditUnary(log *zap.Logger, before func(context.Context, string, any) any) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		if !strings.Contains(info.FullMethod, "/Set") {
+			return h(ctx, req)
+		}
+		was := before(ctx, info.FullMethod, req)
+		resp, err := h(ctx, req)
+		log.Info("admin change", zap.String("method", info.FullMethod), zap.String("peer", peerAddr(ctx)),
+			zap.Any("request", req), zap.Any("before", was), zap.Any("after", resp), zap.Error(err))
 		return resp, err
 	}
 }
