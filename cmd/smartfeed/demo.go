@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -96,7 +97,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	fmt.Fprintf(logFile, "effective config (secrets masked):\n%s\n", cfg.Masked())
+	log.Info("effective config", zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
 	fmt.Fprintf(stdout, "smartfeed demo %s: storage %s at %s, Redis %s; logs in %s\n", version, cfg.Storage.Backend, cfg.Storage.DataDir, cfg.Redis.Addr, logPath)
 
 	reg := newRegistry()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -87,8 +88,9 @@ func serveCommand(role string) func(ctx context.Context, args []string, stdout, 
 			return err
 		}
 		defer func() { _ = log.Sync() }()
-		log.Info("starting", zap.String("role", role), zap.String("version", version))
-		fmt.Fprintf(stderr, "effective config (secrets masked):\n%s\n", cfg.Masked())
+		// One structured line: the effective config, secrets masked.
+		log.Info("starting", zap.String("role", role), zap.String("version", version),
+			zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
 		a, err := newApp(ctx, role, cfg, log, newRegistry())
 		if err != nil {
 			return err
@@ -119,7 +121,9 @@ func newLogger(cfg config.Log, w io.Writer) (*zap.Logger, error) {
 	} else {
 		enc = zapcore.NewJSONEncoder(ec)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl))
+	bridge.use(log) // the libraries' own logs join this stream (main installs the bridge)
+	return log, nil
 }
 
 // app is one process: the services of its role over shared stores, a gRPC listener and an

@@ -453,6 +453,17 @@ func (c Config) Masked() string {
 	return string(b)
 }
 
+// MaskedCompact is Masked on one line (a log field).
+func (c Config) MaskedCompact() string {
+	m := c
+	maskSecrets(reflect.ValueOf(&m).Elem())
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "null"
+	}
+	return string(b)
+}
+
 func maskSecrets(v reflect.Value) {
 	t := v.Type()
 	for i := range t.NumField() {
