@@ -9,7 +9,7 @@ help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
 build: ## build the smartfeed binary into bin/
-	$(GO) build -o bin/smartfeed ./cmd/smartfeed
+	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 
 test: ## all tests, -race, on a real Redis + HBase (started and stopped unless SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK are set), then the chart's
 	$(SERVICES) $(GO) test -race -count=1 -timeout 40m ./...
@@ -40,15 +40,15 @@ check-generated: proto ## fail when the committed generated code under proto/ is
 
 BENCH_OUT ?= bench/out
 bench: ## the end-to-end benchmark, quick profile (≤ 5 min): results.json, report.md, plots in BENCH_OUT (default bench/out)
-	$(GO) build -o bin/smartfeed ./cmd/smartfeed
+	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile quick --out $(BENCH_OUT)
 
 bench-full: ## the end-to-end benchmark, full profile (users ×10 and ×100; long)
-	$(GO) build -o bin/smartfeed ./cmd/smartfeed
+	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile full --out $(BENCH_OUT)
 
 bench-docs: ## run the quick profile and regenerate docs/benchmarks.md and docs/bench/*.png from it
-	$(GO) build -o bin/smartfeed ./cmd/smartfeed
+	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile quick --out $(BENCH_OUT) --docs docs
 
 bench-micro: ## the Go microbenchmarks (-benchtime 1x each), with Redis and HBase up
@@ -59,7 +59,7 @@ fuzz: ## run each Fuzz target for FUZZTIME (default 10s)
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 demo: ## start Redis and run the smartfeed demo (Pebble under run/demo; DEMO_ARGS="--duration 1m" to bound it)
-	$(GO) build -o bin/smartfeed ./cmd/smartfeed
+	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed demo $(DEMO_ARGS)
 
 helm-lint: ## helm lint + helm template of charts/smartfeed, decoded strictly into Kubernetes types (helm pinned in charts/go.mod)

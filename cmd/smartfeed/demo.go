@@ -98,7 +98,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer func() { _ = log.Sync() }()
 	log.Info("effective config", zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
-	fmt.Fprintf(stdout, "smartfeed demo %s: storage %s at %s, Redis %s; logs in %s\n", version, cfg.Storage.Backend, cfg.Storage.DataDir, cfg.Redis.Addr, logPath)
+	fmt.Fprintf(stdout, "smartfeed demo %s: storage %s at %s, Redis %s; logs in %s\n", buildVersion(), cfg.Storage.Backend, cfg.Storage.DataDir, cfg.Redis.Addr, logPath)
 
 	reg := newRegistry()
 	a, err := newApp(ctx, roleAll, cfg, log, reg)

@@ -81,7 +81,7 @@ func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "id\t%s\nqueue\t%s\ntype\t%s\nstate\t%s\nattempts\t%d\n", ts.ID, ts.Queue, ts.Type, ts.State, ts.Attempts)
 		if ts.LastErr != "" {
-			fmt.Fprintf(tw, "last error\t%s\nlast failed\t%s\n", ts.LastErr, ts.LastFailedAt.UTC().Format(time.RFC3339))
+			fmt.Fprintf(tw, "last error\t%s\nlast failed\t%s\n", ts.LastErr, failedAt(ts.LastFailedAt))
 		}
 		if !ts.NextProcessAt.IsZero() {
 			fmt.Fprintf(tw, "next run\t%s\n", ts.NextProcessAt.UTC().Format(time.RFC3339))
@@ -271,7 +271,15 @@ func jobsDead(ctx context.Context, admin *pinlater.Admin, args []string, stdout 
 		if len(msg) > 80 {
 			msg = msg[:77] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.ID, d.Type, d.Attempts, d.LastFailedAt.UTC().Format(time.RFC3339), msg)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.ID, d.Type, d.Attempts, failedAt(d.LastFailedAt), msg)
 	}
 	return tw.Flush()
+}
+
+// failedAt formats when a task last failed; a task moved to the dead set by hand never failed.
+func failedAt(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
 }

@@ -152,3 +152,15 @@ func TestJobsHelpNeedsNoRedis(t *testing.T) {
 		t.Errorf("help output:\n%s", out.String())
 	}
 }
+
+// TestFailedAt: a task archived by hand never failed; it shows "-", not the year 1.
+func TestFailedAt(t *testing.T) {
+	for _, tc := range []struct {
+		in   time.Time
+		want string
+	}{{time.Time{}, "-"}, {time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), "2026-11-25T10:00:00Z"}} {
+		if got := failedAt(tc.in); got != tc.want {
+			t.Errorf("failedAt(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

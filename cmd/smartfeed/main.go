@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"syscall"
 )
@@ -71,10 +72,52 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return c.run(ctx, args[1:], stdout, stderr)
 }
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..."; otherwise runVersion
+// reads the module version and VCS revision the Go toolchain stamped into the binary.
 var version = "dev"
 
 func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
-	fmt.Fprintln(stdout, "smartfeed", version)
+	fmt.Fprintln(stdout, "smartfeed", buildVersion())
 	return nil
+}
+
+// buildVersion is version, or what debug.ReadBuildInfo knows: the module version and the VCS
+// revision and time ("+dirty" when the tree had changes).
+func buildVersion() string {
+	if version != "dev" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version
+	}
+	// Go stamps the main module with a pseudo-version made of the VCS revision and time
+	// (v0.0.0-20261125175402-4cbd39b6818c+dirty), or a tag's version.
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return version
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	out := rev + dirty
+	if at != "" {
+		out += " (" + at + ")"
+	}
+	return out
 }

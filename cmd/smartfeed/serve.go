@@ -89,7 +89,7 @@ func serveCommand(role string) func(ctx context.Context, args []string, stdout, 
 		}
 		defer func() { _ = log.Sync() }()
 		// One structured line: the effective config, secrets masked.
-		log.Info("starting", zap.String("role", role), zap.String("version", version),
+		log.Info("starting", zap.String("role", role), zap.String("version", buildVersion()),
 			zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
 		a, err := newApp(ctx, role, cfg, log, newRegistry())
 		if err != nil {
