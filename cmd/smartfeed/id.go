@@ -13,7 +13,17 @@ import (
 )
 
 // runID is "smartfeed id decode ID" and "smartfeed id encode --shard S --type T --local L".
+// idUsage is the help of the id command.
+const idUsage = `usage: smartfeed id decode ID
+       smartfeed id encode --shard S --type T --local L
+
+decode prints an ID's shard, type and local ID; encode builds one.`
+
 func runID(_ context.Context, args []string, stdout, _ io.Writer) error {
+	if wantsHelp(args) {
+		fmt.Fprintln(stdout, idUsage)
+		return nil
+	}
 	if len(args) == 0 {
 		return errors.New("id: want 'id decode ID' or 'id encode --shard S --type T --local L'")
 	}
@@ -71,6 +81,10 @@ func runModShard(_ context.Context, args []string, stdout, _ io.Writer) error {
 	fs.SetOutput(io.Discard)
 	n := fs.Int("n", 4096, "number of shards")
 	rest, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(stdout, "usage: smartfeed modshard [--n SHARDS] KEY\n\nprints the mod shard of KEY (md5 as a 128-bit integer mod SHARDS, default 4096)")
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("modshard: %w", err)
 	}
@@ -123,4 +137,17 @@ func typeName(t zen.Type) string {
 		return " (" + t.String() + ")"
 	}
 	return ""
+}
+
+// wantsHelp reports whether args ask for help (-h, -help or --help before any "--").
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help", "help":
+			return true
+		}
+	}
+	return false
 }

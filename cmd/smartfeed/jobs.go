@@ -44,11 +44,14 @@ func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	addr := fs.String("redis", defAddr, "Redis address")
 	db := fs.Int("db", 0, "Redis database")
 	ns := fs.String("namespace", "", "pinlater namespace")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(stdout, jobsUsage)
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("jobs: %w\n%s", err, jobsUsage)
 	}
 	rest := fs.Args()
-	if len(rest) == 0 || rest[0] == "help" {
+	if len(rest) == 0 || rest[0] == "help" || wantsHelp(rest[1:]) {
 		fmt.Fprintln(stdout, jobsUsage)
 		return nil
 	}
