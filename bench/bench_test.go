@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +63,8 @@ func TestWriteHasEveryRatio(t *testing.T) {
 		getfeed: []time.Duration{time.Millisecond, 2 * time.Millisecond}, redis: []time.Duration{time.Millisecond},
 		Hedging:   []HedgeResult{{Hedging: false}, {Hedging: true, ExtraLoad: 0.02}},
 		Scale:     []ScaleResult{{Users: 10, CPUSecPerEvent: 1}, {Users: 100, CPUSecPerEvent: 2}},
-		lagSeries: []lagPoint{{time.Second, time.Millisecond}}}
+		lagSeries: []lagPoint{{time.Second, time.Millisecond}},
+		Reads:     ReadResult{GeneratorCalls: 40, GeneratorMeanMs: 3.25}}
 	if err := Write(dir, r); err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +82,17 @@ func TestWriteHasEveryRatio(t *testing.T) {
 		if _, ok := got.Ratios[k]; !ok {
 			t.Errorf("ratios lacks %s", k)
 		}
+	}
+	var res struct {
+		Reads struct {
+			GeneratorMeanMs float64 `json:"generator_mean_ms"`
+		} `json:"reads"`
+	}
+	if err := json.Unmarshal(b, &res); err != nil || res.Reads.GeneratorMeanMs != 3.25 {
+		t.Errorf("results.json generator time = %v, %v", res.Reads.GeneratorMeanMs, err)
+	}
+	if rep, _ := os.ReadFile(filepath.Join(dir, "report.md")); !strings.Contains(string(rep), "generator (first pages) took 3.25 ms on average over 40 calls") {
+		t.Errorf("report.md does not give the generator's time")
 	}
 	for _, f := range []string{"report.md", "getfeed_cdf.png", "fanout_lag.png", "hedging.png", "scale.png"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {

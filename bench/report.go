@@ -119,7 +119,8 @@ func Markdown(r *Results, plotDir string) string {
 	p("| GetFeed (gRPC, loopback) | %.2f ms | %.2f ms | %.2f ms | %.0f | %d |", rd.GetFeed.P50, rd.GetFeed.P99, rd.GetFeed.P999, rd.GetFeedRate, rd.Errors)
 	p("| Redis ZREVRANGE 0..%d | %.2f ms | %.2f ms | %.2f ms | %.0f | |", 49, rd.Redis.P50, rd.Redis.P99, rd.Redis.P999, rd.RedisRate)
 	p("")
-	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms.", rd.FirstP99Ms, rd.LastP99Ms)
+	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
+		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
 	p("")
 	p("![GetFeed CDF](%s)", img("getfeed_cdf.png"))
 	p("")

@@ -42,6 +42,9 @@ type System interface {
 	Cutoff(ctx context.Context) (time.Duration, error)
 	// StandbyP999 is the standby's p99.9 read latency as the service measured it.
 	StandbyP999() time.Duration
+	// GeneratorTime is the cumulative count and time of the feed service's generator calls
+	// (first pages), as the service measured them.
+	GeneratorTime() (calls float64, total time.Duration)
 	// RawWrite writes rows of keyLen/valueLen bytes to the store in sorted batches of batch
 	// (the store's limit for the same rows), returning rows per second.
 	RawWrite(ctx context.Context, rows, keyLen, valueLen, batch int) (float64, error)
@@ -155,6 +158,10 @@ type ReadResult struct {
 	RedisRate   float64 `json:"redis_achieved_per_sec"`
 	FirstP99Ms  float64 `json:"getfeed_first_third_p99_ms"`
 	LastP99Ms   float64 `json:"getfeed_last_third_p99_ms"`
+	// GeneratorCalls and GeneratorMeanMs: the generator calls made by those GetFeeds (first
+	// pages) and their mean time, from the service's own histogram.
+	GeneratorCalls  float64 `json:"generator_calls"`
+	GeneratorMeanMs float64 `json:"generator_mean_ms"`
 }
 
 // HedgeResult is GetFeed with the primary's tail slowed, hedging on or off.
@@ -469,9 +476,11 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		_, _, _ = fanout(bg, sys, w, opts.EventRate, opts.ReadFor+opts.ReadFor, 4, nil, t0)
 	}()
 	say("reads: GetFeed at %.0f/s, %d concurrent, for %v, fanout running", opts.ReadRate, opts.Concurrency, opts.ReadFor)
+	genCalls0, genTime0 := sys.GeneratorTime()
 	gl, order, gerrs, grate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
 		return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 	})
+	genCalls1, genTime1 := sys.GeneratorTime()
 	rl, _, _, rrate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
 		_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 		return err
@@ -480,13 +489,18 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	bgw.Wait()
 	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: gl.Summary(), GetFeedRate: grate,
 		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate}
+	if n := genCalls1 - genCalls0; n > 0 {
+		res.Reads.GeneratorCalls = n
+		res.Reads.GeneratorMeanMs = float64((genTime1-genTime0).Microseconds()) / 1000 / n
+	}
 	if third := len(order) / 3; third > 0 {
 		res.Reads.FirstP99Ms = Summarize(order[:third]).P99
 		res.Reads.LastP99Ms = Summarize(order[len(order)-third:]).P99
 	}
 	res.getfeed, res.redis = gl.Sorted(), rl.Sorted()
-	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms",
-		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, grate, gerrs, res.Reads.Redis.P50, res.Reads.Redis.P99)
+	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms; generator %.2f ms mean over %.0f calls",
+		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, grate, gerrs, res.Reads.Redis.P50, res.Reads.Redis.P99,
+		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
 
 	// 4. Tail under trouble: a slice of the primary's reads slowed, hedging off then on.
 	if err := sys.SlowPrimary(ctx, opts.SlowFraction, opts.SlowBy); err != nil {

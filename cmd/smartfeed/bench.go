@@ -350,6 +350,28 @@ func (s *benchSystem) StandbyP999() time.Duration {
 	return 0
 }
 
+// GeneratorTime reads the generator stage of smartfeed_feed_stage_seconds.
+func (s *benchSystem) GeneratorTime() (float64, time.Duration) {
+	mfs, err := s.a.reg.Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "smartfeed_feed_stage_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "stage" && l.GetValue() == "generator" {
+					h := m.GetHistogram()
+					return float64(h.GetSampleCount()), time.Duration(h.GetSampleSum() * float64(time.Second))
+				}
+			}
+		}
+	}
+	return 0, 0
+}
+
 // RawWrite writes rows of random sorted keys in batches from 4 writers into a table of the
 // main store: the store's limit for rows like a pool's.
 func (s *benchSystem) RawWrite(ctx context.Context, rows, keyLen, valueLen, batch int) (float64, error) {
