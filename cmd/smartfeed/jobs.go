@@ -17,7 +17,10 @@ import (
 	"github.com/smartfeed/smartfeed/pinlater"
 )
 
-const jobsUsage = `usage: smartfeed jobs [--redis ADDR] [--db N] [--namespace NS] COMMAND
+const jobsUsage = `usage: smartfeed jobs [--redis-addr ADDR] [--redis-db N] [--redis-namespace NS] COMMAND
+
+The connection flags are the servers' (--redis-addr, --redis-db, --redis-namespace, with their
+SMARTFEED_* twins); --redis, --db and --namespace are kept as their old spellings.
 
   queues                        list queues: sizes, latency, paused, draining, rate
   dead QUEUE [--page N] [--size N]
@@ -41,9 +44,13 @@ func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if defAddr == "" {
 		defAddr = "127.0.0.1:6379"
 	}
-	addr := fs.String("redis", defAddr, "Redis address")
-	db := fs.Int("db", 0, "Redis database")
-	ns := fs.String("namespace", "", "pinlater namespace")
+	addr := fs.String("redis-addr", defAddr, "Redis address [$SMARTFEED_REDIS_ADDR]")
+	fs.StringVar(addr, "redis", defAddr, "old spelling of --redis-addr")
+	defDB, _ := strconv.Atoi(os.Getenv("SMARTFEED_REDIS_DB"))
+	db := fs.Int("redis-db", defDB, "Redis database [$SMARTFEED_REDIS_DB]")
+	fs.IntVar(db, "db", defDB, "old spelling of --redis-db")
+	ns := fs.String("redis-namespace", os.Getenv("SMARTFEED_REDIS_NAMESPACE"), "pinlater namespace [$SMARTFEED_REDIS_NAMESPACE]")
+	fs.StringVar(ns, "namespace", *ns, "old spelling of --redis-namespace")
 	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(stdout, jobsUsage)
 		return nil

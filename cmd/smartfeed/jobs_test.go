@@ -22,7 +22,7 @@ const jobsTestDB = 11
 func jobs(t *testing.T, addr, ns string, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	full := append([]string{"jobs", "--redis", addr, "--db", "11", "--namespace", ns}, args...)
+	full := append([]string{"jobs", "--redis-addr", addr, "--redis-db", "11", "--redis-namespace", ns}, args...)
 	err := run(t.Context(), full, &out, &out)
 	return out.String(), err
 }

@@ -151,3 +151,21 @@ func TestMasked(t *testing.T) {
 		t.Fatalf("round trip (-want +got):\n%s", diff)
 	}
 }
+
+// TestHelpNamesEnvTwins: every flag's help names its SMARTFEED_* twin.
+func TestHelpNamesEnvTwins(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	if _, err := FromArgs(fs, nil, func(string) string { return "" }); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		n++
+		if !strings.Contains(f.Usage, "$"+EnvName(f.Name)) {
+			t.Errorf("--%s: help %q does not name $%s", f.Name, f.Usage, EnvName(f.Name))
+		}
+	})
+	if n < 40 {
+		t.Errorf("only %d flags", n)
+	}
+}

@@ -131,6 +131,12 @@ func FromArgsOver(base Config, fs *flag.FlagSet, args []string, getenv func(stri
 	var ignored string
 	fs.StringVar(&ignored, ConfigFlag, path, "JSON config file (applied over the defaults, under the environment and the flags)")
 	Bind(fs, &c)
+	// Help names each flag's environment twin.
+	fs.VisitAll(func(f *flag.Flag) {
+		if tw := EnvName(f.Name); !strings.Contains(f.Usage, tw) {
+			f.Usage += " [$" + tw + "]"
+		}
+	})
 	if err := ApplyEnv(fs, getenv, ConfigFlag); err != nil {
 		return c, err
 	}
