@@ -663,8 +663,8 @@ func (a *app) run(ctx context.Context) error {
 			return nil
 		})
 	}
-	if a.pinClient != nil {
-		g.Go(func() error { a.watchDeps(gctx, time.Second); return nil })
+	if deps := a.deps(); len(deps) > 0 {
+		g.Go(func() error { a.watchDeps(gctx, time.Second, deps); return nil })
 	}
 	a.setReady(true)
 	a.log.Info("serving", zap.String("role", a.role), zap.String("grpc", a.grpcAddr()), zap.String("admin", a.adminAddr()))
@@ -769,36 +769,67 @@ func (a *app) shutdown(ctx context.Context, stopBG context.CancelFunc) error {
 
 // watchDeps pings Redis every interval until ctx is done: while it does not answer, health
 // and /readyz say not ready, and each change of state is logged once.
-func (a *app) watchDeps(ctx context.Context, every time.Duration) {
+func (a *app) watchDeps(ctx context.Context, every time.Duration, deps []dep) {
 	t := time.NewTicker(every)
 	defer t.Stop()
+	last := "" // the dependency that was down at the last check
 	for {
-		pctx, cancel := context.WithTimeout(ctx, every)
-		err := a.pinClient.Ping(pctx)
-		cancel()
+		down, why := "", ""
+		for _, d := range deps {
+			pctx, cancel := context.WithTimeout(ctx, every)
+			err := d.check(pctx)
+			cancel()
+			if err != nil {
+				down, why = d.name, err.Error()
+				break
+			}
+		}
 		if ctx.Err() != nil {
 			return
 		}
-		why := ""
-		if err != nil {
-			why = err.Error()
-		}
 		a.readyMu.Lock()
-		changed := (why == "") != (a.depsErr == "")
 		a.depsErr = why
 		a.publishReady()
 		a.readyMu.Unlock()
-		if changed && why != "" {
-			a.log.Warn("not ready: a dependency is unreachable", zap.String("dependency", "redis"), zap.String("error", why))
-		} else if changed {
-			a.log.Info("ready again: dependencies answer", zap.String("dependency", "redis"))
+		switch {
+		case down != "" && down != last:
+			a.log.Warn("not ready: a dependency is unreachable", zap.String("dependency", down), zap.String("error", why))
+		case down == "" && last != "":
+			a.log.Info("ready again: dependencies answer", zap.String("was_down", last))
 		}
+		last = down
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// dep is a dependency readiness waits for.
+type dep struct {
+	name  string
+	check func(context.Context) error
+}
+
+// deps are the dependencies of this process's role: Redis (pinlater) and, on HBase, the main
+// store (the graph and the pools; the feed stores fail over to each other instead).
+func (a *app) deps() []dep {
+	var out []dep
+	if a.pinClient != nil {
+		out = append(out, dep{"redis", a.pinClient.Ping})
+	}
+	if a.graph != nil && a.cfg.Storage.Backend == config.BackendHBase {
+		if t, err := a.stores.table(context.Background(), storeMain, tableMeta); err == nil {
+			out = append(out, dep{"hbase main store", func(ctx context.Context) error {
+				if _, err := t.Get(ctx, deploymentKey); err != nil && !errors.Is(err, zen.ErrNotFound) {
+					return err
+				}
+				return nil
+			}})
+		}
+	}
+	return out
 }
 
 // waitCtx runs fn and waits for it until ctx is done.
