@@ -12,7 +12,9 @@ build: ## build the smartfeed binary into bin/
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 
 test: ## all tests, -race, on a real Redis + HBase (started and stopped unless SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK are set), then the chart's
-	$(SERVICES) $(GO) test -race -count=1 -timeout 40m ./...
+	@mkdir -p run
+	$(SERVICES) $(GO) tool gotestsum --format pkgname-and-test-fails --jsonfile run/test.json -- -race -count=1 -timeout 40m ./...
+	@echo "== tests over 20 s:"; $(GO) tool gotestsum tool slowest --jsonfile run/test.json --threshold 20s
 	$(MAKE) --no-print-directory helm-lint
 
 test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout, Redis lost mid 100k-follower fanout, a 20 s Redis outage (SMARTFEED_LONG=1)
