@@ -24,6 +24,13 @@ func TestEndToEndOnReplicatedHBase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("e2e on HBase: needs Redis and two HBase clusters; skipped with -short")
 	}
+	if raceEnabled {
+		// gohbase (the pinned version) has a data race of its own on a region client's
+		// re-establishment (region/multi.go:350 against :46); this scenario, with its many
+		// fresh regions, hits it now and then, and -race fails the test for it. Our side of
+		// the same scenario runs under -race on Pebble (TestEndToEndInvariants).
+		t.Skip("run without -race: make test runs it in a second, race-free step")
+	}
 	primary, standby := testenv.HBaseStandby(t)
 	prefix := fmt.Sprintf("e2e%d_", time.Now().UnixNano())
 	e := newE2E(t, false, func(c *config.Config) {
