@@ -491,7 +491,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate}
 	if n := genCalls1 - genCalls0; n > 0 {
 		res.Reads.GeneratorCalls = n
-		res.Reads.GeneratorMeanMs = float64((genTime1-genTime0).Microseconds()) / 1000 / n
+		res.Reads.GeneratorMeanMs = float64((genTime1 - genTime0).Microseconds()) / 1000 / n
 	}
 	if third := len(order) / 3; third > 0 {
 		res.Reads.FirstP99Ms = Summarize(order[:third]).P99
