@@ -87,11 +87,11 @@ type DurableClient struct {
 	o   DurableOptions
 	log *zap.Logger
 
-	written, deferred, relayed, cleared prometheus.Counter
-	backlog                             prometheus.Gauge
-	down                                atomic.Bool  // Redis failed an enqueue; no ping has answered since
-	probing                             atomic.Bool  // a background ping is out
-	lastProbe                           atomic.Int64 // unix ns of the last ping sent
+	written, deferred, relayed prometheus.Counter
+	backlog                    prometheus.Gauge
+	down                       atomic.Bool  // Redis failed an enqueue; no ping has answered since
+	probing                    atomic.Bool  // a background ping is out
+	lastProbe                  atomic.Int64 // unix ns of the last ping sent
 }
 
 // NewDurableClient returns a client that records its tasks in box before enqueuing them with c.
@@ -128,7 +128,6 @@ func NewDurableClient(c *Client, box OutboxStore, o DurableOptions) (*DurableCli
 		{&d.written, "outbox_written_total", "Tasks recorded in the outbox."},
 		{&d.deferred, "outbox_deferred_total", "Tasks left to the relay because Redis did not take them inline."},
 		{&d.relayed, "outbox_relayed_total", "Tasks the relay enqueued (Redis had not taken or had lost them)."},
-		{&d.cleared, "outbox_cleared_total", "Outbox rows dropped because their task was deduplicated or dead."},
 	} {
 		c, err := register(o.Registerer, prometheus.NewCounter(prometheus.CounterOpts{Namespace: "pinlater", Name: m.name, Help: m.help}))
 		if err != nil {
@@ -360,6 +359,3 @@ func (d *DurableClient) reenqueue(ctx context.Context, key []byte, r outboxRecor
 	}
 	return nil
 }
-
-// Ping checks Redis (readiness).
-func (d *DurableClient) Ping(ctx context.Context) error { return d.c.Ping(ctx) }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -161,6 +162,7 @@ type app struct {
 	claimPending bool
 	hedger       *hedge.Hedger           // the feed role's
 	certs        *certReloader           // the listeners' certificate (nil: plaintext)
+	tlsCfg       *tls.Config             // the listeners' TLS config, once built (serverTLS)
 	durable      *pinlater.DurableClient // enqueues through outbox
 
 	grpc    *grpc.Server

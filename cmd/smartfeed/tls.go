@@ -78,6 +78,9 @@ func (r *certReloader) getClient(*tls.CertificateRequestInfo) (*tls.Certificate,
 // TLS 1.2 at least; with a client CA file, clients must present a certificate it signed (mTLS
 // between roles).
 func (a *app) serverTLS() (*tls.Config, error) {
+	if a.tlsCfg != nil {
+		return a.tlsCfg, nil // built once, shared by the three listeners
+	}
 	c := a.cfg.TLS
 	if c.CertFile == "" && c.KeyFile == "" {
 		if c.ClientCAFile != "" {
@@ -103,6 +106,7 @@ func (a *app) serverTLS() (*tls.Config, error) {
 		}
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
+	a.tlsCfg = cfg
 	return cfg, nil
 }
 
