@@ -263,6 +263,9 @@ func (k keys) logical(phys string) (string, bool) {
 
 func (k keys) rates() string    { return k.prefix() + "rates" }
 func (k keys) draining() string { return k.prefix() + "draining" }
+func (k keys) orphan(h string) string {
+	return k.prefix() + "orphan:" + h
+}
 func (k keys) bucket(q string) string {
 	return k.prefix() + "bucket:" + q
 }

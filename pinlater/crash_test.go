@@ -126,3 +126,33 @@ func TestKill9MidTask(t *testing.T) {
 	}
 	t.Logf("recovered and completed %v after the kill", time.Since(killed).Round(time.Second))
 }
+
+// TestOrphanReportedOnce: every server's recoverer can find the same expired lease at once (two
+// did in a CI run of TestKill9MidTask); the orphaned run is counted and logged once for the fleet,
+// and a later orphaned run of the same task is counted again.
+func TestOrphanReportedOnce(t *testing.T) {
+	e := newEnv(t)
+	s1, err := NewServer(e.config(), e.log, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := NewServer(e.config(), e.log, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := asynq.NewTask(TypeRespace, []byte(`{"board":4242}`))
+	other := asynq.NewTask(TypeRespace, []byte(`{"board":4243}`))
+	for _, s := range []*Server{s1, s2, s1} {
+		if d := s.retryDelay(0, asynq.ErrLeaseExpired, at); d != time.Second {
+			t.Fatalf("retry delay of an orphaned run = %v, want 1s", d)
+		}
+	}
+	if got := value(t, s1.m.orphaned.WithLabelValues("unknown", TypeRespace)); got != 1 {
+		t.Errorf("orphaned runs counted after three reports of one run = %v, want 1", got)
+	}
+	s2.retryDelay(1, asynq.ErrLeaseExpired, at)    // the next run died too
+	s1.retryDelay(0, asynq.ErrLeaseExpired, other) // another task
+	if got := value(t, s1.m.orphaned.WithLabelValues("unknown", TypeRespace)); got != 3 {
+		t.Errorf("orphaned runs counted = %v, want 3 (two runs of one task, one of another)", got)
+	}
+}

@@ -2,6 +2,8 @@ package pinlater
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -379,10 +381,13 @@ func (s *Server) retryDelay(n int, err error, at *asynq.Task) time.Duration {
 	}
 	if errors.Is(err, asynq.ErrLeaseExpired) {
 		// The worker running the task died (kill -9, OOM, a lost node) and its lease ran out;
-		// asynq counts the run as a failed attempt.
-		s.m.orphaned.WithLabelValues("unknown", at.Type()).Inc() // asynq does not say the queue here
-		s.log.Warn("task's worker died mid-run (lease expired): running it again",
-			zap.String("type", at.Type()), zap.Int("failed_attempt", n+1), zap.Error(err))
+		// asynq counts the run as a failed attempt. Every server's recoverer may find the same
+		// expired lease at once (a fleet restarting); only the first to claim it counts and logs.
+		if s.firstToReport(at, n) {
+			s.m.orphaned.WithLabelValues("unknown", at.Type()).Inc() // asynq does not say the queue here
+			s.log.Warn("task's worker died mid-run (lease expired): running it again",
+				zap.String("type", at.Type()), zap.Int("failed_attempt", n+1), zap.Error(err))
+		}
 		return time.Second
 	}
 	pol, ok := DefaultPolicy(at.Type())
@@ -390,6 +395,21 @@ func (s *Server) retryDelay(n int, err error, at *asynq.Task) time.Duration {
 		pol = Policy{BackoffBase: time.Second, BackoffMax: 10 * time.Minute}
 	}
 	return Backoff(pol, n)
+}
+
+// firstToReport claims the report of run n of at having been orphaned, for the whole fleet: asynq
+// hands the recoverer the task's type and payload but not its ID, so the claim is keyed by those
+// and the attempt number, and kept for ten minutes. When Redis cannot answer, it reports: a
+// duplicate count is better than a lost one.
+func (s *Server) firstToReport(at *asynq.Task, n int) bool {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00", at.Type(), n)
+	h.Write(at.Payload())
+	key := s.keys.orphan(hex.EncodeToString(h.Sum(nil)[:16]))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	ok, err := s.rdb.SetNX(ctx, key, 1, 10*time.Minute).Result()
+	return ok || err != nil
 }
 
 // Backoff is the delay before retry n+1 (n = runs failed so far minus one): BackoffBase doubled n
