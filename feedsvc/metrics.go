@@ -24,6 +24,7 @@ type metrics struct {
 	liveErrors         prometheus.Counter
 	activityErrors     prometheus.Counter
 	activityLate       prometheus.Counter
+	unsureRecordings   *prometheus.CounterVec
 	// stage times the parts of GetFeed: the generator call, the materialized read (liveness
 	// filter included), recording the served chunk, and the materialize enqueue.
 	stage *prometheus.HistogramVec
@@ -81,6 +82,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smartfeed_feed_activity_errors_total", Help: "Activity (Touch) calls that failed."}),
 		activityLate: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_feed_activity_late_total", Help: "Pages answered before the Activity hook did (rebuilding reported false)."}),
+		unsureRecordings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_feed_unsure_recordings_total",
+			Help: "Chunk recordings whose write failed without an answer, by what a later look found (recorded: materialized; not_recorded: returned to the pools)."},
+			[]string{"found"}),
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "smartfeed_feed_stage_seconds", Help: "Time spent in each stage of GetFeed (generator, read, persist, enqueue).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
@@ -88,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
-			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate, m.stage} {
+			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate, m.unsureRecordings, m.stage} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register feed metrics: %w", err)
 			}

@@ -121,7 +121,15 @@ type Deps struct {
 	// RecoverAll walks; it must cover every shard that holds users. 0 means
 	// DefaultIndexShards (4096, the default shard map); at most 65536.
 	IndexShards int
+	// UnsureGrace is how long the service waits before it looks whether a chunk recording
+	// whose write failed with no answer (a timeout: it may still land) did land, and settles
+	// the chunk by what it finds. Longer than any store write stays in flight; 0 means
+	// DefaultUnsureGrace.
+	UnsureGrace time.Duration
 }
+
+// DefaultUnsureGrace is Deps.UnsureGrace's default: beyond the HBase client's RPC timeouts.
+const DefaultUnsureGrace = 30 * time.Second
 
 // Service serves home feeds. It is safe for concurrent use.
 type Service struct {
@@ -145,6 +153,10 @@ type Service struct {
 	reenqueued map[string]time.Time
 	// bg tracks background work (settling late chunks, enqueues) so tests can wait for it.
 	bg sync.WaitGroup
+	// unsureGrace: see Deps.UnsureGrace. closing ends the waits of settleWhenSure.
+	unsureGrace time.Duration
+	closing     chan struct{}
+	closeOnce   sync.Once
 }
 
 // New returns a Service.
@@ -182,13 +194,16 @@ func New(d Deps, c Config) (*Service, error) {
 	if d.IndexShards == 0 {
 		d.IndexShards = DefaultIndexShards
 	}
+	if d.UnsureGrace <= 0 {
+		d.UnsureGrace = DefaultUnsureGrace
+	}
 	if d.IndexShards < 0 || d.IndexShards > maxIndexShards {
 		return nil, fmt.Errorf("feedsvc: index shards %d is not in [1, %d]", d.IndexShards, maxIndexShards)
 	}
 	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
-		indexShards: d.IndexShards, gate: d.StandbyGate}
+		indexShards: d.IndexShards, gate: d.StandbyGate, unsureGrace: d.UnsureGrace, closing: make(chan struct{})}
 	s.cfg.Store(&c)
 	return s, nil
 }
@@ -213,6 +228,14 @@ func (s *Service) Hedger() *hedge.Hedger { return s.hedger }
 func (s *Service) Wait() {
 	s.bg.Wait()
 	s.hedger.Wait()
+}
+
+// Close stops the background work that waits (the look at a chunk recording whose outcome was
+// unknown: the recovery pass settles that chunk instead) and waits for the rest. The service
+// still serves; Close is for shutdown. It is idempotent.
+func (s *Service) Close() {
+	s.closeOnce.Do(func() { close(s.closing) })
+	s.Wait()
 }
 
 // FreshStatus says whether a page includes a fresh chunk, and if not, why.
@@ -388,12 +411,21 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		pstart := time.Now()
 		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res.entries)
 		s.m.observeStage(stagePersist, time.Since(pstart))
-		if err != nil {
+		var unsure *unsureRecording
+		switch {
+		case errors.As(err, &unsure):
+			// The recording may still land: giving the chunk back now could serve its pins
+			// twice (from the pending row and again from the pools). Look once it cannot.
+			page.FreshStatus, page.FreshDetail = FreshPersistFailed, err.Error()
+			s.m.persistFailed.Inc()
+			s.log.Warn("record served chunk: outcome unknown", zap.Stringer("user", user), zap.String("chunk", gen.c.ID), zap.Error(err))
+			s.settleWhenSure(user, gen.c.ID, unsure.seq)
+		case err != nil:
 			page.FreshStatus, page.FreshDetail = FreshPersistFailed, err.Error()
 			s.m.persistFailed.Inc()
 			s.log.Warn("record served chunk", zap.Stringer("user", user), zap.String("chunk", gen.c.ID), zap.Error(err))
 			s.settleLater(user, gen.c.ID, false)
-		} else {
+		default:
 			page.FreshStatus = FreshIncluded
 		}
 	}
@@ -462,6 +494,55 @@ func (s *Service) settleLater(user zen.ID, chunkID string, delivered bool) {
 	go func() {
 		defer s.bg.Done()
 		s.settle(user, chunkID, delivered)
+	}()
+}
+
+// unsureRecording is persist's error when the write of the chunk's pending rows failed without
+// an answer: the rows may or may not be in the store.
+type unsureRecording struct {
+	seq uint64
+	err error
+}
+
+func (e *unsureRecording) Error() string { return fmt.Sprintf("pending chunk: %v", e.err) }
+func (e *unsureRecording) Unwrap() error { return e.err }
+
+// settleWhenSure settles a chunk whose recording's outcome is unknown, once the write can no
+// longer land: recorded (a pending row, or already materialized) means the user has it, and
+// its materialization is enqueued; not recorded means it goes back to the pools. When the
+// store cannot say, or the service closes first, the recovery pass settles it.
+func (s *Service) settleWhenSure(user zen.ID, chunkID string, seq uint64) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		t := time.NewTimer(s.unsureGrace)
+		defer t.Stop()
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st, err := s.ChunkStatus(ctx, user, chunkID)
+		switch {
+		case err != nil:
+			s.log.Warn("chunk of an unknown recording: left to recovery", zap.Stringer("user", user),
+				zap.String("chunk", chunkID), zap.Error(err))
+		case st == ChunkPending:
+			s.m.unsureRecordings.WithLabelValues("recorded").Inc()
+			if err := s.enq.EnqueueMaterialize(ctx, MaterializeTask{User: user, ChunkID: chunkID, Seq: seq}); err != nil {
+				// The pending row is there: a later read or the recovery pass re-enqueues it.
+				s.m.enqueueFailed.Inc()
+				s.log.Warn("enqueue materialize", zap.Stringer("user", user), zap.String("chunk", chunkID), zap.Error(err))
+			}
+		case st == ChunkDone:
+			s.m.unsureRecordings.WithLabelValues("recorded").Inc()
+			s.settle(user, chunkID, true)
+		default:
+			s.m.unsureRecordings.WithLabelValues("not_recorded").Inc()
+			s.settle(user, chunkID, false)
+		}
 	}()
 }
 
@@ -544,7 +625,7 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 		{Key: pendingIndexKey(user, seq), Value: []byte{}},
 		{Key: pendingKey(user, seq), Value: encodePending(pc)},
 	}); err != nil {
-		return nil, fmt.Errorf("pending chunk: %w", err)
+		return nil, &unsureRecording{seq: seq, err: err}
 	}
 	task := MaterializeTask{User: user, ChunkID: c.ID, Seq: seq}
 	ectx, ecancel := context.WithTimeout(ctx, materializeEnqueueBound)

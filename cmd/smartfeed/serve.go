@@ -742,7 +742,7 @@ func (a *app) shutdown(ctx context.Context, stopBG context.CancelFunc) error {
 		return nil
 	})
 	if a.feed != nil {
-		step("feedsvc", func() error { return waitCtx(ctx, a.feed.Wait) })
+		step("feedsvc", func() error { return waitCtx(ctx, a.feed.Close) })
 	}
 	if a.pinServer != nil {
 		step("pinlater server", func() error { return waitCtx(ctx, a.pinServer.Shutdown) })
