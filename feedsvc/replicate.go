@@ -43,11 +43,23 @@ type Replicator struct {
 	m                replMetrics
 
 	lastSeq atomic.Uint64 // last log sequence handed out (unix ns, made unique)
-	oldest  atomic.Int64  // log time (unix ns) of the oldest entry not yet applied, 0 if none
-	wake    chan struct{}
-	mu      sync.Mutex
-	cond    *sync.Cond
-	passes  uint64 // applier passes completed, under mu
+	// inflight holds the sequences handed out whose entry's write has not returned; a pass
+	// cannot have seen them. Under seqMu, with the handing out, so a pass's low-water mark
+	// never passes a sequence about to be written.
+	seqMu    sync.Mutex
+	inflight map[uint64]struct{}
+	// floor is where a pass starts reading the log: every entry below it was applied and
+	// deleted. Acknowledged entries leave tombstones in an LSM store until compaction, and a
+	// scan from the log's start walks them all, on every pass; starting at the floor does not.
+	// Every fullScanEvery a pass starts at the log's start all the same (an entry a pass
+	// acknowledged pending past PendingTimeout and committed after, another process's ResyncAll).
+	floor    atomic.Uint64
+	lastFull time.Time
+	oldest   atomic.Int64 // log time (unix ns) of the oldest entry not yet applied, 0 if none
+	wake     chan struct{}
+	mu       sync.Mutex
+	cond     *sync.Cond
+	passes   uint64 // applier passes completed, under mu
 }
 
 var _ zen.Table = (*Replicator)(nil)
@@ -133,6 +145,40 @@ func (r *Replicator) Staleness() time.Duration {
 		return 0
 	}
 	return max(0, time.Since(time.Unix(0, h)))
+}
+
+// fullScanEvery is how often a pass reads the change log from its start instead of its floor.
+const fullScanEvery = 10 * time.Second
+
+// begin hands out a log sequence for an entry about to be written; end it once the write
+// returned.
+func (r *Replicator) begin() uint64 {
+	r.seqMu.Lock()
+	defer r.seqMu.Unlock()
+	s := r.nextSeq()
+	if r.inflight == nil {
+		r.inflight = map[uint64]struct{}{}
+	}
+	r.inflight[s] = struct{}{}
+	return s
+}
+
+func (r *Replicator) end(s uint64) {
+	r.seqMu.Lock()
+	delete(r.inflight, s)
+	r.seqMu.Unlock()
+}
+
+// lowWater is the smallest sequence whose entry may not be readable yet: every entry below it
+// was written (or failed) before the call.
+func (r *Replicator) lowWater() uint64 {
+	r.seqMu.Lock()
+	defer r.seqMu.Unlock()
+	low := r.lastSeq.Load() + 1
+	for s := range r.inflight {
+		low = min(low, s)
+	}
+	return low
 }
 
 // nextSeq returns a log sequence: the current time in ns, bumped past the last one handed out.
@@ -242,13 +288,29 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 		r.cond.Broadcast()
 		r.mu.Unlock()
 	}()
-	rows, err := r.primary.Scan(ctx, zen.ScanOptions{Start: logPrefix, Stop: prefixEnd(logPrefix), Limit: r.maxBatch})
+	low := r.lowWater()
+	start := logKey(r.floor.Load())
+	if now := time.Now(); now.Sub(r.lastFull) >= fullScanEvery {
+		start, r.lastFull = logPrefix, now
+	}
+	rows, err := r.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: prefixEnd(logPrefix), Limit: r.maxBatch})
 	if err != nil {
 		return 0, false, fmt.Errorf("read change log: %w", err)
 	}
 	if len(rows) == 0 {
 		r.oldest.Store(0)
+		r.floor.Store(max(r.floor.Load(), low))
 		return 0, false, nil
+	}
+	// The next floor: below the first entry left in place, the next page, and what may still
+	// be written.
+	floor := low
+	if len(rows) == r.maxBatch {
+		if k := rows[len(rows)-1].Key; len(k) == len(logPrefix)+8 {
+			floor = min(floor, binary.BigEndian.Uint64(k[len(logPrefix):])+1)
+		} else {
+			floor = r.floor.Load()
+		}
 	}
 	r.oldest.Store(int64(binary.BigEndian.Uint64(rows[0].Key[len(logPrefix):])))
 	seen := map[string]bool{}
@@ -277,6 +339,7 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 		}
 		if state == entryPending && now.Sub(time.Unix(0, at)) < r.pendingTimeout {
 			left++
+			floor = min(floor, uint64(at))
 			continue
 		}
 		acks = append(acks, zen.Mutation{Key: kv.Key, Delete: true})
@@ -300,6 +363,7 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 			return left, false, fmt.Errorf("acknowledge %d change-log entries: %w", len(acks), err)
 		}
 	}
+	r.floor.Store(floor)
 	done := time.Now()
 	for _, at := range ackTimes {
 		r.m.lag.Observe(done.Sub(time.Unix(0, at)).Seconds())
@@ -322,7 +386,7 @@ func (r *Replicator) Flush(ctx context.Context) error {
 	})
 	defer stop()
 	for {
-		rows, err := r.primary.Scan(ctx, zen.ScanOptions{Start: logPrefix, Stop: logKey(target + 1), Limit: 1})
+		rows, err := r.primary.Scan(ctx, zen.ScanOptions{Start: logKey(r.floor.Load()), Stop: logKey(target + 1), Limit: 1})
 		if err != nil {
 			return fmt.Errorf("flush: read change log: %w", err)
 		}
@@ -392,8 +456,11 @@ func (r *Replicator) Apply(ctx context.Context, muts []zen.Mutation) error {
 		return err
 	}
 	all := make([]zen.Mutation, 0, len(muts)+1)
-	all = append(append(all, muts...), zen.Mutation{Key: logKey(r.nextSeq()), Value: encodeEntry(entryCommitted, keys)})
-	if err := r.primary.Apply(ctx, all); err != nil {
+	seq := r.begin()
+	all = append(append(all, muts...), zen.Mutation{Key: logKey(seq), Value: encodeEntry(entryCommitted, keys)})
+	err := r.primary.Apply(ctx, all)
+	r.end(seq)
+	if err != nil {
 		return err
 	}
 	r.poke()
@@ -405,9 +472,12 @@ func (r *Replicator) single(ctx context.Context, key []byte, op func() error) er
 	if err := checkNotLog(key); err != nil {
 		return err
 	}
-	lk := logKey(r.nextSeq())
+	seq := r.begin()
+	lk := logKey(seq)
 	keys := [][]byte{key}
-	if err := r.primary.Apply(ctx, []zen.Mutation{{Key: lk, Value: encodeEntry(entryPending, keys)}}); err != nil {
+	err := r.primary.Apply(ctx, []zen.Mutation{{Key: lk, Value: encodeEntry(entryPending, keys)}})
+	r.end(seq)
+	if err != nil {
 		return err
 	}
 	opErr := op()

@@ -287,3 +287,99 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 	})
 }
+
+// scanStarts records the start key of every Scan of the change log; slowKey, when set, makes
+// an Apply that writes it wait for release (a writer holding its sequence across a slow write).
+type scanStarts struct {
+	zen.Table
+	mu      sync.Mutex
+	starts  [][]byte
+	slowKey []byte
+	release chan struct{}
+	entered chan struct{}
+}
+
+func (s *scanStarts) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
+	if isLogKey(o.Start) || bytes.Equal(o.Start, logPrefix) {
+		s.mu.Lock()
+		s.starts = append(s.starts, bytes.Clone(o.Start))
+		s.mu.Unlock()
+	}
+	return s.Table.Scan(ctx, o)
+}
+
+func (s *scanStarts) Apply(ctx context.Context, m []zen.Mutation) error {
+	for _, mu := range m {
+		if s.slowKey != nil && bytes.Equal(mu.Key, s.slowKey) {
+			close(s.entered)
+			<-s.release
+		}
+	}
+	return s.Table.Apply(ctx, m)
+}
+
+func (s *scanStarts) last() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.starts[len(s.starts)-1]
+}
+
+// TestReplicatorScansFromItsFloor: a pass reads the change log from past what it already
+// applied (an LSM store keeps the deleted entries as tombstones; a scan from the start walks
+// them all), yet an entry whose write was slow, with a smaller sequence than entries applied
+// before it landed, is still applied, without waiting for a full scan.
+func TestReplicatorScansFromItsFloor(t *testing.T) {
+	p, _ := zenmem.New().Table(t.Context(), "feed")
+	s, _ := zenmem.New().Table(t.Context(), "feed")
+	ss := &scanStarts{Table: p, slowKey: []byte("\x01slow"), release: make(chan struct{}), entered: make(chan struct{})}
+	r, err := NewReplicator(ss, s, ReplicatorOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	put := func(k string) {
+		t.Helper()
+		if err := r.Apply(ctx, []zen.Mutation{{Key: []byte(k), Value: []byte("v")}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass := func() {
+		t.Helper()
+		if _, _, err := r.pass(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pass() // the first pass of a process reads from the start
+	if got := ss.last(); !bytes.Equal(got, logPrefix) {
+		t.Fatalf("first pass started at %x, want the log's start", got)
+	}
+	put("\x01a")
+	pass()
+	first := r.floor.Load()
+	put("\x01b")
+	pass()
+	if got := ss.last(); !bytes.Equal(got, logKey(first)) || bytes.Compare(got, logPrefix) <= 0 {
+		t.Errorf("pass started at %x, want its floor %x", got, logKey(first))
+	}
+	if r.floor.Load() <= first {
+		t.Errorf("floor %d did not move past %d after applying an entry", r.floor.Load(), first)
+	}
+
+	// A slow writer takes its sequence, then a fast one writes and is applied past it.
+	slow := make(chan error, 1)
+	go func() { slow <- r.Apply(ctx, []zen.Mutation{{Key: []byte("\x01slow"), Value: []byte("v")}}) }()
+	<-ss.entered
+	put("\x01fast")
+	pass()
+	if _, err := s.Get(ctx, []byte("\x01fast")); err != nil {
+		t.Fatalf("fast write not on the standby: %v", err)
+	}
+	close(ss.release)
+	if err := <-slow; err != nil {
+		t.Fatal(err)
+	}
+	pass()
+	if _, err := s.Get(ctx, []byte("\x01slow")); err != nil {
+		t.Errorf("slow write (smaller sequence, landed later) not on the standby after a pass: %v", err)
+	}
+}
