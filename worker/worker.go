@@ -46,8 +46,9 @@ type Config struct {
 	// (default 800, Mastodon's MAX_ITEMS).
 	PoolCap int
 	// TrimEvery: a receiver's pools are trimmed and expired after 1 in TrimEvery inserts, chosen by
-	// a hash of (user, pin) so a retry trims the same receivers (default 16; 1 = every insert).
-	// A pool may exceed PoolCap by about TrimEvery entries between trims.
+	// a hash of (user, pin) so a retry trims the same receivers (default 64; 1 = every insert).
+	// A pool may exceed PoolCap by about TrimEvery entries between trims; each trim reads the
+	// receiver's whole pool index (up to PoolCap entries per source, and its tombstones).
 	TrimEvery int
 	// TTL: pool entries whose pin was created longer ago than this expire (default 14 days).
 	TTL time.Duration
@@ -94,7 +95,7 @@ func (c Config) withDefaults() Config {
 		c.HotFollowers = 50_000
 	}
 	def(&c.PoolCap, 800)
-	def(&c.TrimEvery, 16)
+	def(&c.TrimEvery, 64)
 	defDur(&c.TTL, 14*24*time.Hour)
 	defDur(&c.InactiveAfter, 14*24*time.Hour)
 	defDur(&c.TouchEvery, time.Minute)
@@ -568,7 +569,7 @@ func (w *Worker) insert(ctx context.Context, es []zen.PoolEntry) error {
 		if !w.trimPick(e.User, e.Pin) {
 			continue
 		}
-		if err := w.upkeep(ctx, e.User, e.Source); err != nil {
+		if err := w.upkeep(ctx, e.User); err != nil {
 			return err
 		}
 	}
@@ -590,13 +591,11 @@ func (w *Worker) trimPick(user, pin zen.ID) bool {
 	return h.Sum64()%uint64(w.cfg.TrimEvery) == 0
 }
 
-// upkeep caps (user, src) at PoolCap and expires user's entries older than the TTL.
-func (w *Worker) upkeep(ctx context.Context, user zen.ID, src zen.Source) error {
-	if _, err := w.pools.Trim(ctx, user, src, w.cfg.PoolCap); err != nil {
-		return fmt.Errorf("upkeep %d: %w", user, err)
-	}
-	if _, err := w.pools.Expire(ctx, user, w.now().Add(-w.cfg.TTL).UnixMilli()); err != nil {
-		return fmt.Errorf("upkeep %d: %w", user, err)
+// upkeep expires user's entries older than the TTL and caps each of user's sources at PoolCap,
+// in one read of user's pool index.
+func (w *Worker) upkeep(ctx context.Context, user zen.ID) error {
+	if _, _, err := w.pools.Upkeep(ctx, user, w.cfg.PoolCap, w.now().Add(-w.cfg.TTL).UnixMilli()); err != nil {
+		return err
 	}
 	return nil
 }

@@ -975,6 +975,64 @@ func (p *Pools) Expire(ctx context.Context, user ID, olderThanMs int64) (int, er
 	if err != nil {
 		return n, fmt.Errorf("expire %d: %w", user, err)
 	}
+	if err := p.expireTombs(ctx, user, tombs, olderThanMs); err != nil {
+		return n, fmt.Errorf("expire %d: %w", user, err)
+	}
+	return n, nil
+}
+
+// Upkeep does in one read of user's index what Expire and then Trim of every source do:
+// it drops the entries created before olderThanMs, then each source's lowest-scored entries
+// beyond keep (ties: the larger pin goes first), then the tombstones Expire would delete. It
+// returns the entries expired and trimmed.
+func (p *Pools) Upkeep(ctx context.Context, user ID, keep int, olderThanMs int64) (expired, trimmed int, err error) {
+	if err := user.Check(TypeUser); err != nil {
+		return 0, 0, fmt.Errorf("upkeep: %w", err)
+	}
+	if keep < 0 {
+		return 0, 0, fmt.Errorf("upkeep %d: keep %d: want keep ≥ 0", user, keep)
+	}
+	es, tombs, err := p.index(ctx, user, 0)
+	if err != nil {
+		return 0, 0, fmt.Errorf("upkeep %d: %w", user, err)
+	}
+	var old []PoolEntry
+	bySrc := map[Source][]PoolEntry{}
+	for _, e := range es {
+		if e.CreatedMs < olderThanMs {
+			old = append(old, e)
+			continue
+		}
+		bySrc[e.Source] = append(bySrc[e.Source], e)
+	}
+	if expired, err = p.removeEntries(ctx, user, old); err != nil {
+		return expired, 0, fmt.Errorf("upkeep %d: expire: %w", user, err)
+	}
+	var over []PoolEntry
+	for _, ses := range bySrc {
+		if len(ses) <= keep {
+			continue
+		}
+		sort.Slice(ses, func(i, j int) bool {
+			if ses[i].Score != ses[j].Score {
+				return ses[i].Score > ses[j].Score
+			}
+			return ses[i].Pin < ses[j].Pin
+		})
+		over = append(over, ses[keep:]...)
+	}
+	if trimmed, err = p.removeEntries(ctx, user, over); err != nil {
+		return expired, trimmed, fmt.Errorf("upkeep %d: trim: %w", user, err)
+	}
+	if err := p.expireTombs(ctx, user, tombs, olderThanMs); err != nil {
+		return expired, trimmed, fmt.Errorf("upkeep %d: %w", user, err)
+	}
+	return expired, trimmed, nil
+}
+
+// expireTombs deletes the tombstones of tombs written before olderThanMs (before now minus the
+// tombstone TTL when one is set), each only if unchanged since read.
+func (p *Pools) expireTombs(ctx context.Context, user ID, tombs []KV, olderThanMs int64) error {
 	tombBefore := olderThanMs
 	if p.tombTTL > 0 {
 		tombBefore = p.now().Add(-p.tombTTL).UnixMilli()
@@ -985,10 +1043,10 @@ func (p *Pools) Expire(ctx context.Context, user ID, olderThanMs int64) (int, er
 		}
 		// Only if unchanged: a Restore or a new Take may have replaced it meanwhile.
 		if _, err := p.t.CheckAndSet(ctx, r.Key, r.Value, nil); err != nil {
-			return n, fmt.Errorf("expire %d: tombstone: %w", user, err)
+			return fmt.Errorf("tombstone: %w", err)
 		}
 	}
-	return n, nil
+	return nil
 }
 
 // DeleteUser removes all of user's pool and index rows (index rows first, so a crash part-way

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -720,6 +721,72 @@ func TestPoolTombstoneExpiry(t *testing.T) {
 		}
 		if got := rowCount(); got != 0 {
 			t.Errorf("ttl %v: %d rows left after DeleteUser, want 0", ttl, got)
+		}
+	}
+}
+
+// TestPoolUpkeepIsExpireThenTrim: Upkeep leaves exactly the rows that Expire and then Trim of
+// every source leave, and counts the same, on random pools with tombstones.
+func TestPoolUpkeepIsExpireThenTrim(t *testing.T) {
+	ctx := context.Background()
+	u := mustID(t, 3429, zen.TypeUser, 733)
+	pin := func(l uint64) zen.ID { return mustID(t, 3429, zen.TypePin, l) }
+	for seed := range uint64(40) {
+		r := rand.New(rand.NewPCG(seed, 1))
+		var in []zen.PoolEntry
+		for range 5 + r.IntN(40) {
+			in = append(in, zen.PoolEntry{User: u, Source: zen.Source(1 + r.IntN(3)), Score: float64(r.IntN(10)) / 4,
+				Pin: pin(uint64(1 + r.IntN(30))), CreatedMs: int64(r.IntN(20))})
+		}
+		var take []zen.PoolEntry
+		for range r.IntN(5) {
+			take = append(take, zen.PoolEntry{Pin: pin(uint64(1 + r.IntN(30)))})
+		}
+		keep, cut := r.IntN(8), int64(r.IntN(20))
+		var pools [2]*zen.Pools
+		var tables [2]zen.Table
+		for i := range 2 {
+			p, _, tb := memPools(t)
+			pools[i], tables[i] = p, tb
+			if _, err := p.Insert(ctx, in); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Take(ctx, u, take); err != nil {
+				t.Fatal(err)
+			}
+		}
+		expired, trimmed, err := pools[0].Upkeep(ctx, u, keep, cut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantExpired, err := pools[1].Expire(ctx, u, cut)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantTrimmed := 0
+		for src := zen.Source(1); src <= 3; src++ {
+			n, err := pools[1].Trim(ctx, u, src, keep)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantTrimmed += n
+		}
+		if expired != wantExpired || trimmed != wantTrimmed {
+			t.Errorf("seed %d: Upkeep = %d expired, %d trimmed; Expire, Trim = %d, %d", seed, expired, trimmed, wantExpired, wantTrimmed)
+		}
+		var rows [2][]zen.KV
+		for i, tb := range tables {
+			if rows[i], err = tb.Scan(ctx, zen.ScanOptions{Limit: 10000}); err != nil {
+				t.Fatal(err)
+			}
+			for _, kv := range rows[i] {
+				if len(kv.Value) == 18 && kv.Value[0] == 0 { // a tombstone: its nonce is random
+					clear(kv.Value[10:])
+				}
+			}
+		}
+		if diff := cmp.Diff(rows[1], rows[0]); diff != "" {
+			t.Errorf("seed %d (keep %d, cut %d): rows after Upkeep (-Expire+Trim +Upkeep):\n%s", seed, keep, cut, diff)
 		}
 	}
 }

@@ -811,7 +811,7 @@ func RunModelRandomized(t *testing.T, a, b zen.Store, seed uint64, n int) {
 			what = fmt.Sprintf("Take(%d)", u)
 			run = func(s side) outcome { got, err := s.p.Take(ctx, u, es); return outcome{got, errKind(err)} }
 		case 19:
-			u, src, sub := pick(users), zen.Source(1+r.IntN(3)), r.IntN(4)
+			u, src, sub := pick(users), zen.Source(1+r.IntN(3)), r.IntN(5)
 			k, cut := r.IntN(3), int64(r.IntN(10))
 			what = fmt.Sprintf("pool upkeep %d (%d %d)", sub, u, src)
 			run = func(s side) outcome {
@@ -826,6 +826,10 @@ func RunModelRandomized(t *testing.T, a, b zen.Store, seed uint64, n int) {
 					n, err = s.p.RemoveWhere(ctx, u, src, func(e zen.PoolEntry) bool { return e.Score < 0.5 })
 				case 3:
 					n, err = s.p.Size(ctx, u, src)
+				case 4:
+					var m int
+					n, m, err = s.p.Upkeep(ctx, u, k, cut)
+					n = 100*n + m
 				}
 				return outcome{n, errKind(err)}
 			}
