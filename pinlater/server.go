@@ -87,7 +87,10 @@ type Config struct {
 	// ShutdownTimeout is how long Shutdown waits for running tasks before handing them back to
 	// Redis for another worker. Default 10 s.
 	ShutdownTimeout time.Duration
-	// PollInterval is how often empty queues are polled. Default 1 s.
+	// PollInterval is how often empty queues are polled: a task enqueued on an idle server waits
+	// on average this long before it starts (asynq sleeps half of it plus up to all of it), and
+	// a fanout is two hops (the event, then its receiver pages). Default 100 ms; each idle
+	// worker slot then costs Redis about 10 dequeue scripts a second.
 	PollInterval time.Duration
 	// DelayedCheckInterval is how often scheduled and retrying tasks (including rate-limited ones)
 	// are moved back to their queues. Default 1 s.
@@ -146,7 +149,7 @@ func NewServer(cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Serv
 		cfg.ShutdownTimeout = 10 * time.Second
 	}
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = time.Second
+		cfg.PollInterval = 100 * time.Millisecond
 	}
 	if cfg.DelayedCheckInterval <= 0 {
 		cfg.DelayedCheckInterval = time.Second
