@@ -95,5 +95,5 @@ func (g *StalenessGate) GetMany(ctx context.Context, keys [][]byte) ([][]byte, e
 	if err := g.check(); err != nil {
 		return nil, err
 	}
-	return getMany(ctx, g.Table, keys)
+	return zen.GetMany(ctx, g.Table, keys)
 }

@@ -62,7 +62,10 @@ type Replicator struct {
 	passes   uint64 // applier passes completed, under mu
 }
 
-var _ zen.Table = (*Replicator)(nil)
+var (
+	_ zen.Table       = (*Replicator)(nil)
+	_ zen.MultiGetter = (*Replicator)(nil)
+)
 
 // ReplicatorOptions configures a Replicator.
 type ReplicatorOptions struct {
@@ -346,7 +349,7 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 		ackTimes = append(ackTimes, at)
 	}
 	if len(keys) > 0 {
-		vals, err := getMany(ctx, r.primary, keys)
+		vals, err := zen.GetMany(ctx, r.primary, keys)
 		if err != nil {
 			return left, false, fmt.Errorf("read primary: %w", err)
 		}
@@ -408,6 +411,11 @@ func (r *Replicator) Flush(ctx context.Context) error {
 // Get reads from the primary.
 func (r *Replicator) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return r.primary.Get(ctx, key)
+}
+
+// GetMany reads from the primary, in one call where it can.
+func (r *Replicator) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
+	return zen.GetMany(ctx, r.primary, keys)
 }
 
 // Scan reads from the primary; change-log rows are not part of the table.

@@ -592,7 +592,7 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 		keys = append(keys, pinKey(user, it.Pin))
 		at = append(at, i)
 	}
-	vals, idxErr := getMany(ctx, s.primary, keys)
+	vals, idxErr := zen.GetMany(ctx, s.primary, keys)
 	wg.Wait()
 	if seqErr != nil {
 		return nil, fmt.Errorf("chunk sequence: %w", seqErr)
@@ -740,29 +740,6 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 		}
 		startKey = append(bytes.Clone(rows[len(rows)-1].Key), 0)
 	}
-}
-
-// getMany reads keys from t: in one GetMany when t is a zen.MultiGetter, else one after the
-// other (a handful of point reads costs less than a goroutine each). Absent rows give nil.
-func getMany(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
-	if mg, ok := t.(zen.MultiGetter); ok {
-		return mg.GetMany(ctx, keys)
-	}
-	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		v, err := t.Get(ctx, k)
-		switch {
-		case errors.Is(err, zen.ErrNotFound):
-		case err != nil:
-			return nil, err
-		default:
-			if v == nil {
-				v = []byte{}
-			}
-			out[i] = v
-		}
-	}
-	return out, nil
 }
 
 // materializeEnqueueBound bounds the materialize enqueue of a first page (a Redis call that

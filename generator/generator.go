@@ -556,7 +556,7 @@ func (g *Generator) owned(ctx context.Context, user zen.ID, rec *record) ([]recE
 	for i, re := range rec.Entries {
 		keys[i] = userKey2(user, tagClaim, uint64(re.Entry.Pin))
 	}
-	vals, err := getMany(ctx, g.state, keys)
+	vals, err := zen.GetMany(ctx, g.state, keys)
 	if err != nil {
 		return nil, fmt.Errorf("read claims of chunk %s: %w", rec.ID, err)
 	}

@@ -208,26 +208,3 @@ func casMany(ctx context.Context, t zen.Table, conds []zen.Cond) ([]bool, error)
 	}
 	return out, nil
 }
-
-// getMany reads keys from t: in one GetMany when t is a zen.MultiGetter, else one after the
-// other. Absent rows give nil entries.
-func getMany(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
-	if mg, ok := t.(zen.MultiGetter); ok {
-		return mg.GetMany(ctx, keys)
-	}
-	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		v, err := t.Get(ctx, k)
-		switch {
-		case errors.Is(err, zen.ErrNotFound):
-		case err != nil:
-			return nil, fmt.Errorf("get %x: %w", k, err)
-		default:
-			if v == nil {
-				v = []byte{}
-			}
-			out[i] = v
-		}
-	}
-	return out, nil
-}

@@ -49,58 +49,6 @@ func i64Bytes(n int64) []byte { return binary.BigEndian.AppendUint64(make([]byte
 // maxParallelGets bounds the concurrent point reads of one batch (HBase round trips overlap).
 const maxParallelGets = 16
 
-// getAll reads keys concurrently; absent rows come back nil.
-func getAll(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
-	out := make([][]byte, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		next  = make(chan int)
-	)
-	for range min(maxParallelGets, len(keys)) {
-		wg.Go(func() {
-			for i := range next {
-				v, err := t.Get(ctx, keys[i])
-				if err != nil && !errors.Is(err, zen.ErrNotFound) {
-					mu.Lock()
-					if first == nil {
-						first = err
-						cancel()
-					}
-					mu.Unlock()
-					continue
-				}
-				if err == nil {
-					out[i] = v
-				}
-			}
-		})
-	}
-feed:
-	for i := range keys {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if first != nil {
-		return nil, first
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // parallel runs fn(i) for i in [0, n) on at most maxParallelGets goroutines and returns the
 // first error.
 func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {

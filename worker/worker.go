@@ -410,7 +410,7 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 			keys = append(keys, stateKey(u, rowAffinity, pi.author))
 		}
 	}
-	vals, err := getAll(ctx, w.state, keys)
+	vals, err := zen.GetMany(ctx, w.state, keys)
 	if err != nil {
 		return nil, fmt.Errorf("read receivers: %w", err)
 	}

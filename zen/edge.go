@@ -563,7 +563,7 @@ func (g *Graph) ListEdges(ctx context.Context, from ID, t EdgeType, cur string, 
 			}
 			keys = append(keys, pointKey(from, t, ID(binary.BigEndian.Uint64(r.Key[edgeRowLen-8:]))))
 		}
-		points, err := getAll(ctx, g.edges, keys)
+		points, err := GetMany(ctx, g.edges, keys)
 		if err != nil {
 			return nil, "", fmt.Errorf("list edges %d-%d: %w", from, t, err)
 		}

@@ -303,7 +303,7 @@ func (g *Graph) GetMany(ctx context.Context, ids []ID) (map[ID]Object, error) {
 		want = append(want, id)
 		keys = append(keys, objectKey(id))
 	}
-	vals, err := getAll(ctx, g.objects, keys)
+	vals, err := GetMany(ctx, g.objects, keys)
 	if err != nil {
 		return nil, fmt.Errorf("get %d objects: %w", len(keys), err)
 	}
@@ -362,7 +362,7 @@ func (g *Graph) LiveMany(ctx context.Context, ids []ID) (map[ID]bool, error) {
 	if len(keys) == 0 {
 		return out, nil
 	}
-	vals, err := getAll(ctx, g.objects, keys)
+	vals, err := GetMany(ctx, g.objects, keys)
 	if err != nil {
 		return nil, fmt.Errorf("live: get %d objects: %w", len(keys), err)
 	}

@@ -396,7 +396,7 @@ func (o *Order) check(ctx context.Context, board ID, v *view, pins []ID) error {
 	for i, p := range todo {
 		keys[i] = pointKey(board, EdgeBoardPins, p)
 	}
-	pts, err := getAll(ctx, o.g.edges, keys)
+	pts, err := GetMany(ctx, o.g.edges, keys)
 	if err != nil {
 		return fmt.Errorf("check overrides: %w", err)
 	}
@@ -729,7 +729,7 @@ func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (Move
 		if err != nil {
 			return res, err
 		}
-		pts, err := getAll(ctx, o.g.edges, [][]byte{pointKey(board, EdgeBoardPins, pin), pointKey(board, EdgeBoardPins, before), pointKey(board, EdgeBoardPins, after)})
+		pts, err := GetMany(ctx, o.g.edges, [][]byte{pointKey(board, EdgeBoardPins, pin), pointKey(board, EdgeBoardPins, before), pointKey(board, EdgeBoardPins, after)})
 		if err != nil {
 			return res, err
 		}

@@ -342,7 +342,7 @@ func (p *Pools) insert(ctx context.Context, es []PoolEntry, restore bool) (int, 
 	for i, e := range batch {
 		keys[i] = indexKey(e.User, e.Pin)
 	}
-	olds, err := getAll(ctx, p.t, keys)
+	olds, err := GetMany(ctx, p.t, keys)
 	if err != nil {
 		return 0, fmt.Errorf("read index: %w", err)
 	}
@@ -436,7 +436,7 @@ func (p *Pools) claimIndexes(ctx context.Context, cands []indexClaim, restore bo
 		for j, i := range lost {
 			keys[j] = cands[i].key
 		}
-		curs, err := getAll(ctx, p.t, keys)
+		curs, err := GetMany(ctx, p.t, keys)
 		if err != nil {
 			return won, nil, fmt.Errorf("re-read index: %w", err)
 		}
@@ -518,7 +518,7 @@ func (p *Pools) Top(ctx context.Context, user ID, src Source, n int) ([]PoolEntr
 			}
 			keys[i] = indexKey(user, ID(binary.BigEndian.Uint64(r.Key[17:])))
 		}
-		idx, err := getAll(ctx, p.t, keys)
+		idx, err := GetMany(ctx, p.t, keys)
 		if err != nil {
 			return nil, fmt.Errorf("top %d/%d: %w", user, src, err)
 		}
@@ -656,7 +656,7 @@ func (p *Pools) claimAll(ctx context.Context, user ID, pins []ID, kind tombKind)
 	for i, pin := range pins {
 		keys[i] = indexKey(user, pin)
 	}
-	curs, err := getAll(ctx, p.t, keys)
+	curs, err := GetMany(ctx, p.t, keys)
 	if err != nil {
 		return nil, fmt.Errorf("take %d: read index: %w", user, err)
 	}
@@ -680,7 +680,7 @@ func (p *Pools) claimAll(ctx context.Context, user ID, pins []ID, kind tombKind)
 	ok, err := casAll(ctx, p.t, conds)
 	if err != nil {
 		// Some may have landed: ours are the rows that now hold this call's tombstone.
-		now, gerr := getAll(ctx, p.t, keys)
+		now, gerr := GetMany(ctx, p.t, keys)
 		if gerr != nil {
 			return nil, fmt.Errorf("take %d: %w", user, err)
 		}

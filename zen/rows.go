@@ -54,9 +54,10 @@ feed:
 	return ctx.Err()
 }
 
-// getAll reads keys from t with bounded parallelism. A nil entry in the result means the row is
-// absent. The first error other than ErrNotFound is returned.
-func getAll(ctx context.Context, t Table, keys [][]byte) ([][]byte, error) {
+// GetMany reads keys from t: in one call when t is a MultiGetter, else by point reads with
+// bounded parallelism. The result has one entry per key: nil when the row is absent, the value
+// (possibly empty, never nil) when present. The first error other than ErrNotFound is returned.
+func GetMany(ctx context.Context, t Table, keys [][]byte) ([][]byte, error) {
 	if mg, ok := t.(MultiGetter); ok {
 		return mg.GetMany(ctx, keys)
 	}

@@ -78,7 +78,10 @@ type Table struct {
 	calls, slowed, errs, outages atomic.Int64
 }
 
-var _ zen.Table = (*Table)(nil)
+var (
+	_ zen.Table       = (*Table)(nil)
+	_ zen.MultiGetter = (*Table)(nil)
+)
 
 // Wrap returns inner wrapped with no faults, drawing from an RNG seeded with seed.
 func Wrap(inner zen.Table, seed uint64) *Table {
@@ -146,6 +149,14 @@ func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
 		return nil, err
 	}
 	return t.inner.Get(ctx, key)
+}
+
+// GetMany injects faults once for the call, then reads the keys from the wrapped table.
+func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
+	if err := t.inject(ctx); err != nil {
+		return nil, err
+	}
+	return zen.GetMany(ctx, t.inner, keys)
 }
 
 // Apply injects faults, then writes to the wrapped table.

@@ -32,6 +32,10 @@ func TestNoFaultsPassesThrough(t *testing.T) {
 	if _, err := tb.Get(t.Context(), []byte("x")); !errors.Is(err, zen.ErrNotFound) {
 		t.Errorf("Get missing = %v, want ErrNotFound", err)
 	}
+	vs, err := tb.GetMany(t.Context(), [][]byte{[]byte("x"), []byte("k")})
+	if err != nil || len(vs) != 2 || vs[0] != nil || string(vs[1]) != "v" {
+		t.Errorf("GetMany = %q, %v; want [nil v]", vs, err)
+	}
 }
 
 func TestOutageSwitchesAtRunTime(t *testing.T) {
@@ -41,6 +45,7 @@ func TestOutageSwitchesAtRunTime(t *testing.T) {
 	}
 	ops := map[string]func() error{
 		"get":   func() error { _, err := tb.Get(t.Context(), []byte("k")); return err },
+		"many":  func() error { _, err := tb.GetMany(t.Context(), [][]byte{[]byte("k")}); return err },
 		"scan":  func() error { _, err := tb.Scan(t.Context(), zen.ScanOptions{}); return err },
 		"apply": func() error { return tb.Apply(t.Context(), []zen.Mutation{{Key: []byte("a"), Value: []byte("b")}}) },
 		"cas":   func() error { _, err := tb.CheckAndSet(t.Context(), []byte("c"), nil, []byte("d")); return err },

@@ -242,7 +242,7 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 		vers, vals, found, ok = t.cached(ctx, groups, ids)
 		if !ok {
 			t.count("get", "bypass")
-			return getMany(ctx, t.inner, keys)
+			return zen.GetMany(ctx, t.inner, keys)
 		}
 		for j, i := range idx {
 			switch {
@@ -266,7 +266,7 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	if len(missing) == 0 {
 		return out, nil
 	}
-	got, err := getMany(ctx, t.inner, missing)
+	got, err := zen.GetMany(ctx, t.inner, missing)
 	if err != nil {
 		return nil, err
 	}
@@ -289,28 +289,6 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	}
 	if pipe.Len() > 0 {
 		_, _ = pipe.Exec(ctx) // a failed fill costs a later miss, nothing else
-	}
-	return out, nil
-}
-
-// getMany reads keys from t (nil for an absent row), in one call where t supports it.
-func getMany(ctx context.Context, t zen.Table, keys [][]byte) ([][]byte, error) {
-	if mg, ok := t.(zen.MultiGetter); ok {
-		return mg.GetMany(ctx, keys)
-	}
-	out := make([][]byte, len(keys))
-	for i, k := range keys {
-		v, err := t.Get(ctx, k)
-		switch {
-		case errors.Is(err, zen.ErrNotFound):
-		case err != nil:
-			return nil, err
-		default:
-			if v == nil {
-				v = []byte{}
-			}
-			out[i] = v
-		}
 	}
 	return out, nil
 }
