@@ -35,7 +35,8 @@ func TestPinlaterRedis(t *testing.T) {
 	}
 	defer func() { admin.Purge(context.Background()); admin.Close() }()
 
-	cfg := Config{ChunkSize: 4, HotFollowers: 5}
+	// Every list as chunk tasks (no inline delivery): this test is about where they go.
+	cfg := Config{ChunkSize: 4, HotFollowers: 5, InlineReceivers: -1}
 	wd := newWorld(t, zenmem.New(), cfg, 10, nil)
 	w, err := New(wd.g, wd.pools, wd.state, client, cfg, Options{Now: wd.clk.now})
 	if err != nil {

@@ -42,6 +42,11 @@ type Config struct {
 	// HotFollowers: a receiver list longer than this is fanned out on the bulk queue, so a hot
 	// author never holds up the others (default 50,000).
 	HotFollowers int64
+	// InlineReceivers: a receiver list of at most this many (by its count) is delivered inside
+	// the fanout task, not by a chunk task of its own: one task and one listing of the list
+	// fewer for the common author (default ChunkSize; negative: always chunk tasks). Should
+	// the list have grown past its first page meanwhile, the rest goes out as chunk tasks.
+	InlineReceivers int
 	// PoolCap is the number of entries kept per (user, source); the lowest scores are trimmed
 	// (default 800, Mastodon's MAX_ITEMS).
 	PoolCap int
@@ -93,6 +98,9 @@ func (c Config) withDefaults() Config {
 	c.ChunkSize = min(c.ChunkSize, pinlater.MaxChunkLimit, zen.MaxEdgePage)
 	if c.HotFollowers <= 0 {
 		c.HotFollowers = 50_000
+	}
+	if c.InlineReceivers == 0 {
+		c.InlineReceivers = c.ChunkSize
 	}
 	def(&c.PoolCap, 800)
 	def(&c.TrimEvery, 64)
@@ -335,6 +343,21 @@ func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l 
 		opts = append(opts, pinlater.Bulk())
 	}
 	cur := ""
+	if n <= int64(w.cfg.InlineReceivers) {
+		next, err := w.deliverChunk(ctx, pinlater.FanoutChunkPayload{
+			Pin: p.Pin, Author: p.Author, Board: p.Board, Interest: uint64(l.interest),
+			CreatedMs: p.CreatedMs, Source: uint8(l.src), ListFrom: uint64(l.from),
+			EdgeType: uint16(l.typ), Limit: w.cfg.ChunkSize,
+		})
+		if err != nil {
+			return fmt.Errorf("fanout %d: inline: %w", p.Pin, err)
+		}
+		w.m.inline.Inc()
+		if next == "" {
+			return nil
+		}
+		cur = next // the list grew past a page since it was counted
+	}
 	for {
 		edges, next, err := w.g.ListEdges(ctx, l.from, l.typ, cur, w.cfg.ChunkSize, false)
 		if err != nil {
@@ -476,43 +499,53 @@ func (w *Worker) entry(r receiver, pi *pinInfo, src zen.Source, ageMs int64, co 
 // Config.TrimEvery receivers. Running it twice writes the same rows (Pools.Insert keeps one row
 // per (user, pin), the better score).
 func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPayload) error {
+	if _, err := w.deliverChunk(ctx, p); err != nil {
+		return err
+	}
+	w.m.tasks.WithLabelValues(pinlater.TypeFanoutChunk).Inc()
+	return nil
+}
+
+// deliverChunk is HandleFanoutChunk's work; it also returns the cursor after the page ("" at
+// the end of the list).
+func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload) (string, error) {
 	pin, err := checkID("chunk pin", p.Pin, zen.TypePin)
 	if err != nil {
-		return err
+		return "", err
 	}
 	author, err := checkID("chunk author", p.Author, zen.TypeUser)
 	if err != nil {
-		return err
+		return "", err
 	}
 	board, err := checkID("chunk board", p.Board, zen.TypeBoard)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var interest zen.ID
 	if p.Interest != 0 {
 		if interest, err = checkID("chunk interest", p.Interest, zen.TypeInterest); err != nil {
-			return err
+			return "", err
 		}
 	}
 	src := zen.Source(p.Source)
 	if src != zen.SourceFollowing && src != zen.SourceInterest && src != zen.SourceRelated {
-		return invalid("chunk source %d", p.Source)
+		return "", invalid("chunk source %d", p.Source)
 	}
 	et := zen.EdgeType(p.EdgeType)
 	_, to, ok := et.Endpoints()
 	if !ok || to != zen.TypeUser {
-		return invalid("chunk edge type %d does not list users", p.EdgeType)
+		return "", invalid("chunk edge type %d does not list users", p.EdgeType)
 	}
 	obj, gone, err := w.getPin(ctx, pinlater.TypeFanoutChunk, pin)
 	if err != nil || gone {
-		return err
+		return "", err
 	}
-	edges, _, err := w.g.ListEdges(ctx, zen.ID(p.ListFrom), et, p.Cursor, p.Limit, false)
+	edges, next, err := w.g.ListEdges(ctx, zen.ID(p.ListFrom), et, p.Cursor, p.Limit, false)
 	if errors.Is(err, zen.ErrBadCursor) {
-		return invalid("chunk cursor: %v", err)
+		return "", invalid("chunk cursor: %v", err)
 	}
 	if err != nil {
-		return fmt.Errorf("chunk %d: list %d/%d: %w", pin, p.ListFrom, et, err)
+		return "", fmt.Errorf("chunk %d: list %d/%d: %w", pin, p.ListFrom, et, err)
 	}
 	users := make([]zen.ID, 0, len(edges))
 	for _, e := range edges {
@@ -526,11 +559,11 @@ func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPa
 		pi.repin = true
 	}
 	if err := w.loadPinInfo(ctx, pi); err != nil {
-		return fmt.Errorf("chunk %d: %w", pin, err)
+		return "", fmt.Errorf("chunk %d: %w", pin, err)
 	}
 	rs, err := w.loadReceivers(ctx, users, pi, interest)
 	if err != nil {
-		return fmt.Errorf("chunk %d: %w", pin, err)
+		return "", fmt.Errorf("chunk %d: %w", pin, err)
 	}
 	reason := "followed user"
 	switch {
@@ -548,10 +581,9 @@ func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPa
 		es = append(es, w.entry(r, pi, src, 0, 0, reason))
 	}
 	if err := w.insert(ctx, es); err != nil {
-		return fmt.Errorf("chunk %d: %w", pin, err)
+		return "", fmt.Errorf("chunk %d: %w", pin, err)
 	}
-	w.m.tasks.WithLabelValues(pinlater.TypeFanoutChunk).Inc()
-	return nil
+	return next, nil
 }
 
 // insert writes entries in one batch and then trims the pools of the receivers picked by

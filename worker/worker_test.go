@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/zen"
@@ -326,22 +327,41 @@ func TestRebuildSignal(t *testing.T) {
 }
 
 // TestHotAuthorChunks: a follower list above HotFollowers is split into ceil(n/ChunkSize) chunk
-// tasks (enqueued with the bulk option; TestPinlaterRedis checks the queue on a real Redis).
+// tasks (enqueued with the bulk option; TestPinlaterRedis checks the queue on a real Redis); a
+// list of at most InlineReceivers is delivered in the fanout task itself; and a list counted
+// small enough for that but longer than a page gets its first page inline, the rest as chunks.
 func TestHotAuthorChunks(t *testing.T) {
-	ctx := context.Background()
-	w := newWorld(t, zenmem.New(), Config{ChunkSize: 4, HotFollowers: 5}, 10, nil)
-	w.q.Enqueue(ctx, w.fanoutTask(t, 1))
-	if err := w.q.run(ctx); err != nil {
-		t.Fatal(err)
-	}
-	// alice: 10 followers → 3 chunks; travel: 1 follower → 1 chunk.
-	if got := w.q.counts[pinlater.TypeFanoutChunk]; got != 4 {
-		t.Errorf("chunks enqueued %d, want 4", got)
-	}
-	for _, u := range w.followers[:11] {
-		if n, _ := w.w.Pools().Size(ctx, u, zen.SourceFollowing); n != 1 {
-			t.Errorf("receiver %d has %d entries, want 1", u, n)
-		}
+	for _, tc := range []struct {
+		name            string
+		inline          int
+		chunks, inlined float64
+	}{
+		// alice: 10 followers → 3 chunks; travel: 1 follower → inline.
+		{"default", 0, 3, 1},
+		// Every list as chunk tasks: 3 + 1.
+		{"never inline", -1, 4, 0},
+		// alice inline too: her first page in the task, then 2 chunks (the list is 3 pages).
+		{"past a page", 100, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, zenmem.New(), Config{ChunkSize: 4, HotFollowers: 5, InlineReceivers: tc.inline}, 10, nil)
+			w.q.Enqueue(ctx, w.fanoutTask(t, 1))
+			if err := w.q.run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := float64(w.q.counts[pinlater.TypeFanoutChunk]); got != tc.chunks {
+				t.Errorf("chunks enqueued %v, want %v", got, tc.chunks)
+			}
+			if got := testutil.ToFloat64(w.w.m.inline); got != tc.inlined {
+				t.Errorf("lists delivered inline %v, want %v", got, tc.inlined)
+			}
+			for _, u := range w.followers[:11] {
+				if n, _ := w.w.Pools().Size(ctx, u, zen.SourceFollowing); n != 1 {
+					t.Errorf("receiver %d has %d entries, want 1", u, n)
+				}
+			}
+		})
 	}
 }
 
@@ -350,7 +370,7 @@ func TestHotAuthorChunks(t *testing.T) {
 // run's.
 func TestConcurrentDuplicateChunks(t *testing.T) {
 	ctx := context.Background()
-	cfg := Config{ChunkSize: 2, TrimEvery: 1, PoolCap: 3}
+	cfg := Config{ChunkSize: 2, TrimEvery: 1, PoolCap: 3, InlineReceivers: -1}
 	seq := newWorld(t, zenmem.New(), cfg, 9, nil)
 	for i := range 4 {
 		seq.q.Enqueue(ctx, seq.fanoutTask(t, i))
