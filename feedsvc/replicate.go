@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -498,9 +499,39 @@ func (r *Replicator) single(ctx context.Context, key []byte, op func() error) er
 	return opErr
 }
 
-// CheckAndSet runs on the primary between a pending change-log entry and its commit.
+// carried runs a single-row operation that writes its committed change-log entry in the same
+// atomic commit (a primary that is a zen.Carrier): one write instead of single's three. It
+// reports false when the primary cannot, having written nothing.
+func (r *Replicator) carried(ctx context.Context, key []byte, op func(c zen.Carrier, extra []zen.Mutation) error) (bool, error) {
+	c, ok := r.primary.(zen.Carrier)
+	if !ok {
+		return false, nil
+	}
+	if err := checkNotLog(key); err != nil {
+		return true, err
+	}
+	seq := r.begin()
+	err := op(c, []zen.Mutation{{Key: logKey(seq), Value: encodeEntry(entryCommitted, [][]byte{key})}})
+	r.end(seq)
+	if errors.Is(err, errors.ErrUnsupported) {
+		return false, nil
+	}
+	if err == nil {
+		r.poke()
+	}
+	return true, err
+}
+
+// CheckAndSet runs on the primary with its change-log entry in the same commit where the
+// primary allows, else between a pending change-log entry and its commit.
 func (r *Replicator) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
 	var ok bool
+	if done, err := r.carried(ctx, key, func(c zen.Carrier, extra []zen.Mutation) (err error) {
+		ok, err = c.CheckAndSetWith(ctx, key, expected, value, extra)
+		return err
+	}); done {
+		return ok, err
+	}
 	err := r.single(ctx, key, func() (err error) {
 		ok, err = r.primary.CheckAndSet(ctx, key, expected, value)
 		return err
@@ -508,9 +539,16 @@ func (r *Replicator) CheckAndSet(ctx context.Context, key, expected, value []byt
 	return ok, err
 }
 
-// Increment runs on the primary between a pending change-log entry and its commit.
+// Increment runs on the primary with its change-log entry in the same commit where the primary
+// allows, else between a pending change-log entry and its commit.
 func (r *Replicator) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
 	var n int64
+	if done, err := r.carried(ctx, key, func(c zen.Carrier, extra []zen.Mutation) (err error) {
+		n, err = c.IncrementWith(ctx, key, delta, extra)
+		return err
+	}); done {
+		return n, err
+	}
 	err := r.single(ctx, key, func() (err error) {
 		n, err = r.primary.Increment(ctx, key, delta)
 		return err

@@ -74,6 +74,16 @@ type MultiGetter interface {
 	GetMany(ctx context.Context, keys [][]byte) ([][]byte, error)
 }
 
+// Carrier is an optional extension of Table for backends that can write extra rows in the same
+// atomic commit as a compare-and-set or an increment (the embedded backend; HBase's atomic
+// operations are single-row). CheckAndSetWith writes extra only when the compare-and-set holds;
+// IncrementWith always. A wrapper whose inner table cannot may return an error wrapping
+// errors.ErrUnsupported, having written nothing; callers then fall back to separate writes.
+type Carrier interface {
+	CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []Mutation) (bool, error)
+	IncrementWith(ctx context.Context, key []byte, delta int64, extra []Mutation) (int64, error)
+}
+
 // Cond is one element of a CheckAndSetMany call: write Value at Key only if the current value
 // equals Expected. As in CheckAndSet, a nil Expected means "only if absent" and a nil Value
 // means "delete"; an empty (non-nil) Expected or Value is an empty value, which is present.

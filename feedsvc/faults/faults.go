@@ -81,6 +81,7 @@ type Table struct {
 var (
 	_ zen.Table       = (*Table)(nil)
 	_ zen.MultiGetter = (*Table)(nil)
+	_ zen.Carrier     = (*Table)(nil)
 )
 
 // Wrap returns inner wrapped with no faults, drawing from an RNG seeded with seed.
@@ -157,6 +158,32 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 		return nil, err
 	}
 	return zen.GetMany(ctx, t.inner, keys)
+}
+
+// CheckAndSetWith injects faults, then compares-and-sets with extra on the wrapped table; it
+// fails with errors.ErrUnsupported, writing nothing, when that table is not a zen.Carrier.
+func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
+	c, ok := t.inner.(zen.Carrier)
+	if !ok {
+		return false, fmt.Errorf("faults: check-and-set with extra rows: %w", errors.ErrUnsupported)
+	}
+	if err := t.inject(ctx); err != nil {
+		return false, err
+	}
+	return c.CheckAndSetWith(ctx, key, expected, value, extra)
+}
+
+// IncrementWith injects faults, then increments with extra on the wrapped table; it fails with
+// errors.ErrUnsupported, writing nothing, when that table is not a zen.Carrier.
+func (t *Table) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
+	c, ok := t.inner.(zen.Carrier)
+	if !ok {
+		return 0, fmt.Errorf("faults: increment with extra rows: %w", errors.ErrUnsupported)
+	}
+	if err := t.inject(ctx); err != nil {
+		return 0, err
+	}
+	return c.IncrementWith(ctx, key, delta, extra)
 }
 
 // Apply injects faults, then writes to the wrapped table.

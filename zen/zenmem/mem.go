@@ -48,7 +48,10 @@ type Table struct {
 	Fail error
 }
 
-var _ zen.Table = (*Table)(nil)
+var (
+	_ zen.Table   = (*Table)(nil)
+	_ zen.Carrier = (*Table)(nil)
+)
 
 func (t *Table) find(key []byte) (int, bool) {
 	i := sort.Search(len(t.rows), func(i int) bool { return bytes.Compare(t.rows[i].Key, key) >= 0 })
@@ -96,13 +99,7 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, m := range muts {
-		if m.Delete {
-			t.del(m.Key)
-		} else {
-			t.set(m.Key, m.Value)
-		}
-	}
+	t.applyLocked(muts)
 	return nil
 }
 
@@ -144,8 +141,16 @@ func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 
 // CheckAndSet writes value (nil = delete) at key if the current value equals expected (nil = absent).
 func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
+	return t.CheckAndSetWith(ctx, key, expected, value, nil)
+}
+
+// CheckAndSetWith is CheckAndSet that also writes extra, atomically, when it holds.
+func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
 	if err := t.check(ctx); err != nil {
 		return false, err
+	}
+	if err := checkExtra(extra); err != nil {
+		return false, fmt.Errorf("check-and-set %x: %w", key, err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -159,13 +164,42 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 	} else {
 		t.set(key, value)
 	}
+	t.applyLocked(extra)
 	return true, nil
+}
+
+// checkExtra refuses extra rows with an empty key, as the real backends do.
+func checkExtra(extra []zen.Mutation) error {
+	for i, m := range extra {
+		if len(m.Key) == 0 {
+			return fmt.Errorf("extra mutation %d: empty row key", i)
+		}
+	}
+	return nil
+}
+
+func (t *Table) applyLocked(muts []zen.Mutation) {
+	for _, m := range muts {
+		if m.Delete {
+			t.del(m.Key)
+		} else {
+			t.set(m.Key, m.Value)
+		}
+	}
 }
 
 // Increment adds delta to the 8-byte big-endian counter at key.
 func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
+	return t.IncrementWith(ctx, key, delta, nil)
+}
+
+// IncrementWith is Increment that also writes extra, atomically.
+func (t *Table) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
 	if err := t.check(ctx); err != nil {
 		return 0, err
+	}
+	if err := checkExtra(extra); err != nil {
+		return 0, fmt.Errorf("increment %x: %w", key, err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -180,6 +214,7 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], uint64(cur))
 	t.set(key, b[:])
+	t.applyLocked(extra)
 	return cur, nil
 }
 

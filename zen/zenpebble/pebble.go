@@ -190,7 +190,10 @@ type Table struct {
 	end    []byte // name 0x01: the first key past the table
 }
 
-var _ zen.Table = (*Table)(nil)
+var (
+	_ zen.Table   = (*Table)(nil)
+	_ zen.Carrier = (*Table)(nil)
+)
 
 func (t *Table) key(k []byte) []byte {
 	out := make([]byte, 0, len(t.prefix)+len(k))
@@ -392,6 +395,12 @@ func step(it *pebble.Iterator, reverse bool) bool {
 // CheckAndSet writes value (nil = delete) at key if the current value equals expected (nil =
 // absent), under the key's stripe lock.
 func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
+	return t.CheckAndSetWith(ctx, key, expected, value, nil)
+}
+
+// CheckAndSetWith is CheckAndSet that also writes extra, in the same atomic batch, when the
+// compare-and-set holds.
+func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
 	if err := t.s.enter(ctx); err != nil {
 		return false, err
 	}
@@ -399,8 +408,10 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 	if err := checkKey(key); err != nil {
 		return false, fmt.Errorf("check-and-set %s: %w", t.name, err)
 	}
-	mu := &t.s.locks[t.stripe(key)]
-	mu.Lock()
+	unlock, err := t.lockWith(key, extra)
+	if err != nil {
+		return false, fmt.Errorf("check-and-set %s: %w", t.name, err)
+	}
 	cur, err := t.get(key)
 	if t.s.afterRead != nil {
 		t.s.afterRead()
@@ -408,14 +419,14 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 	switch {
 	case errors.Is(err, zen.ErrNotFound):
 		if expected != nil {
-			mu.Unlock()
+			unlock()
 			return false, nil
 		}
 	case err != nil:
-		mu.Unlock()
+		unlock()
 		return false, fmt.Errorf("check-and-set %s %x: %w", t.name, key, err)
 	case expected == nil || !bytes.Equal(cur, expected):
-		mu.Unlock()
+		unlock()
 		return false, nil
 	}
 	b := t.s.db.NewBatch()
@@ -424,13 +435,16 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 	} else {
 		err = b.Set(t.key(key), value, nil)
 	}
+	if err == nil {
+		err = t.batchExtra(b, extra)
+	}
 	var wait func() error
 	if err == nil {
 		wait, err = t.s.applyVisible(b)
 	} else {
 		_ = b.Close()
 	}
-	mu.Unlock()
+	unlock()
 	if err == nil {
 		err = wait()
 	}
@@ -444,6 +458,11 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 // stripe lock, and returns the new value. A value that is not 8 bytes is an error and is left
 // unchanged.
 func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
+	return t.IncrementWith(ctx, key, delta, nil)
+}
+
+// IncrementWith is Increment that also writes extra in the same atomic batch.
+func (t *Table) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
 	if err := t.s.enter(ctx); err != nil {
 		return 0, err
 	}
@@ -451,12 +470,14 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 	if err := checkKey(key); err != nil {
 		return 0, fmt.Errorf("increment %s: %w", t.name, err)
 	}
-	mu := &t.s.locks[t.stripe(key)]
-	mu.Lock()
+	unlock, err := t.lockWith(key, extra)
+	if err != nil {
+		return 0, fmt.Errorf("increment %s: %w", t.name, err)
+	}
 	locked := true
 	defer func() {
 		if locked {
-			mu.Unlock()
+			unlock()
 		}
 	}()
 	var n int64
@@ -481,8 +502,12 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 		_ = batch.Close()
 		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
 	}
+	if err := t.batchExtra(batch, extra); err != nil {
+		_ = batch.Close()
+		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
+	}
 	wait, err := t.s.applyVisible(batch)
-	mu.Unlock()
+	unlock()
 	locked = false
 	if err == nil {
 		err = wait()
@@ -491,6 +516,50 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
 	}
 	return n, nil
+}
+
+// lockWith checks extra's keys and takes the stripe locks of key and of extra's keys, in stripe
+// order; it returns their unlock.
+func (t *Table) lockWith(key []byte, extra []zen.Mutation) (func(), error) {
+	if len(extra) == 0 {
+		mu := &t.s.locks[t.stripe(key)]
+		mu.Lock()
+		return mu.Unlock, nil
+	}
+	st := make([]int, 0, len(extra)+1)
+	st = append(st, t.stripe(key))
+	for i, m := range extra {
+		if err := checkKey(m.Key); err != nil {
+			return nil, fmt.Errorf("extra mutation %d: %w", i, err)
+		}
+		st = append(st, t.stripe(m.Key))
+	}
+	slices.Sort(st)
+	st = slices.Compact(st)
+	for _, i := range st {
+		t.s.locks[i].Lock()
+	}
+	return func() {
+		for _, i := range st {
+			t.s.locks[i].Unlock()
+		}
+	}, nil
+}
+
+// batchExtra adds extra to b.
+func (t *Table) batchExtra(b *pebble.Batch, extra []zen.Mutation) error {
+	for _, m := range extra {
+		var err error
+		if m.Delete {
+			err = b.Delete(t.key(m.Key), nil)
+		} else {
+			err = b.Set(t.key(m.Key), m.Value, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // zapLogger adapts a zap logger to pebble.Logger.

@@ -40,6 +40,53 @@ func RunTable(t *testing.T, open func(t *testing.T) zen.Table) {
 	t.Run("GetMany", func(t *testing.T) { tableGetMany(t, open(t)) })
 	t.Run("CheckAndSetMany", func(t *testing.T) { tableCASMany(t, open(t), open(t)) })
 	t.Run("ConcurrentCheckAndSetMany", func(t *testing.T) { tableConcurrentCASMany(t, open(t)) })
+	t.Run("Carrier", func(t *testing.T) { tableCarrier(t, open(t)) })
+}
+
+// tableCarrier checks the optional zen.Carrier: the extra rows land with a compare-and-set that
+// holds, not with one that is refused, and always with an increment; a bad extra key fails the
+// call and writes nothing; the operation itself keeps CheckAndSet's and Increment's semantics.
+func tableCarrier(t *testing.T, tb zen.Table) {
+	c, ok := tb.(zen.Carrier)
+	if !ok {
+		t.Skip("table does not implement zen.Carrier")
+	}
+	ctx := tableCtx(t)
+	ok, err := c.CheckAndSetWith(ctx, []byte("k"), nil, []byte("v1"), []zen.Mutation{tablePut("log1", "a"), tablePut("gone", "x")})
+	if err != nil || !ok {
+		t.Fatalf("CheckAndSetWith on an absent row = %v, %v; want it to hold", ok, err)
+	}
+	tableWant(t, tb, "k", []byte("v1"))
+	tableWant(t, tb, "log1", []byte("a"))
+	ok, err = c.CheckAndSetWith(ctx, []byte("k"), nil, []byte("v2"), []zen.Mutation{tablePut("log2", "b")})
+	if err != nil || ok {
+		t.Fatalf("CheckAndSetWith expecting absent on a present row = %v, %v; want refused", ok, err)
+	}
+	tableWant(t, tb, "k", []byte("v1"))
+	tableWant(t, tb, "log2", nil)
+	ok, err = c.CheckAndSetWith(ctx, []byte("k"), []byte("v1"), nil, []zen.Mutation{tableDel("gone"), tablePut("log3", "c")})
+	if err != nil || !ok {
+		t.Fatalf("CheckAndSetWith delete = %v, %v; want it to hold", ok, err)
+	}
+	tableWant(t, tb, "k", nil)
+	tableWant(t, tb, "gone", nil)
+	tableWant(t, tb, "log3", []byte("c"))
+	for i, want := range []int64{5, 3} {
+		n, err := c.IncrementWith(ctx, []byte("n"), []int64{5, -2}[i], []zen.Mutation{tablePut(fmt.Sprintf("inc%d", i), "d")})
+		if err != nil || n != want {
+			t.Fatalf("IncrementWith %d = %d, %v; want %d", i, n, err, want)
+		}
+		tableWant(t, tb, fmt.Sprintf("inc%d", i), []byte("d"))
+	}
+	tableWant(t, tb, "n", tableCounter(3))
+	if _, err := c.CheckAndSetWith(ctx, []byte("k2"), nil, []byte("v"), []zen.Mutation{{Key: nil, Value: []byte("x")}}); err == nil {
+		t.Error("CheckAndSetWith with an empty extra key: no error")
+	}
+	if _, err := c.IncrementWith(ctx, []byte("n2"), 1, []zen.Mutation{{Key: nil, Value: []byte("x")}}); err == nil {
+		t.Error("IncrementWith with an empty extra key: no error")
+	}
+	tableWant(t, tb, "k2", nil)
+	tableWant(t, tb, "n2", nil)
 }
 
 // tableGetMany checks the optional zen.MultiGetter against Get: one entry per key, in order, nil
