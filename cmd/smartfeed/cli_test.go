@@ -86,6 +86,7 @@ func TestCompletion(t *testing.T) {
 		{[]string{"__complete", "jo"}, []string{"jobs\t"}},
 		{[]string{"__complete", "jobs", ""}, []string{"queues\t", "dead\t", "history\t", "archive\t"}},
 		{[]string{"__complete", "jobs", "dead", "--re"}, []string{"--redis-addr\t", "--redis-namespace\t"}},
+		{[]string{"__complete", "all", "--wait"}, []string{"--wait-for-deps\t"}},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(t.Context(), tc.args, &out, &errOut); err != nil {

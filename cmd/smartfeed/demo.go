@@ -116,6 +116,9 @@ func runDemo(ctx context.Context, cfg config.Config, df demoFlags, stdout io.Wri
 	log.Info("effective config", zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
 	fmt.Fprintf(stdout, "smartfeed demo %s: storage %s at %s, Redis %s; logs in %s\n", buildVersion(), cfg.Storage.Backend, cfg.Storage.DataDir, cfg.Redis.Addr, logPath)
 
+	if err := awaitDeps(ctx, startDeps(roleAll, cfg), cfg.WaitForDeps, log, depBackoff{}); err != nil || ctx.Err() != nil {
+		return err
+	}
 	reg := newRegistry()
 	a, err := newApp(ctx, roleAll, cfg, log, reg)
 	if err != nil {

@@ -86,7 +86,8 @@ func newServeCmd(role, short string, getenv func(string) string) *cobra.Command 
 	return cmd
 }
 
-// serve runs role with cfg, logging to stderr: it builds the app and runs it.
+// serve runs role with cfg, logging to stderr: it checks the dependencies (or waits for them,
+// with --wait-for-deps), builds the app and runs it.
 func serve(ctx context.Context, role string, cfg config.Config, stderr io.Writer) error {
 	log, err := newLogger(cfg.Log, stderr)
 	if err != nil {
@@ -96,6 +97,12 @@ func serve(ctx context.Context, role string, cfg config.Config, stderr io.Writer
 	// One structured line: the effective config, secrets masked.
 	log.Info("starting", zap.String("role", role), zap.String("version", buildVersion()),
 		zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
+	if err := awaitDeps(ctx, startDeps(role, cfg), cfg.WaitForDeps, log, depBackoff{}); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil // stopped while waiting for the dependencies
+	}
 	a, err := newApp(ctx, role, cfg, log, newRegistry())
 	if err != nil {
 		return err
