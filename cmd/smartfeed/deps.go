@@ -31,6 +31,10 @@ func startDeps(role string, cfg config.Config) []startDep {
 	if role != roleGenerator || cfg.Cache.Enabled {
 		r := cfg.Redis
 		out = append(out, startDep{name: "redis", addr: r.Addr, check: func(ctx context.Context) error {
+			// A connection first: go-redis would log its own failed dial besides our error.
+			if err := dialAny(ctx, r.Addr, "6379"); err != nil {
+				return err
+			}
 			c := goredis.NewClient(&goredis.Options{Addr: r.Addr, Password: r.Password, DB: r.DB,
 				DialTimeout: depCheckTimeout, DialerRetries: 1, MaxRetries: -1})
 			defer c.Close()
