@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,36 @@ func TestStartFailsFastWithoutRedis(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("the data dir was touched before the dependency check: %v", ents)
+	}
+}
+
+// TestBinaryExitsNonZeroWithoutRedis runs main itself (this test binary, re-executed) against
+// a Redis address nobody listens on: exit status 1 and the one line on stderr.
+func TestBinaryExitsNonZeroWithoutRedis(t *testing.T) {
+	if args := os.Getenv("SMARTFEED_TEST_MAIN_ARGS"); args != "" {
+		os.Args = append([]string{"smartfeed"}, strings.Fields(args)...)
+		main()
+		return
+	}
+	addr := deadAddr(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBinaryExitsNonZeroWithoutRedis$")
+	cmd.Env = append(os.Environ(), "SMARTFEED_TEST_MAIN_ARGS=all --redis-addr "+addr+" --data-dir "+t.TempDir()+
+		" --grpc-addr 127.0.0.1:0 --admin-addr= --admin-grpc-addr=")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	start := time.Now()
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want status 1\nstderr:\n%s", err, stderr.String())
+	}
+	want := "smartfeed: redis at " + addr + " is unreachable ("
+	if !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), "pass --wait-for-deps to wait for it\n") {
+		t.Errorf("stderr lacks %q...--wait-for-deps:\n%s", want, stderr.String())
+	}
+	t.Logf("stderr: %s", stderr.String())
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v", took)
 	}
 }
 
