@@ -194,6 +194,9 @@ func TestHBaseValues(t *testing.T) {
 		if env["SMARTFEED_CONFIG"].Value != "/etc/smartfeed/config.json" {
 			t.Errorf("%s: SMARTFEED_CONFIG = %q", name, env["SMARTFEED_CONFIG"].Value)
 		}
+		if env["SMARTFEED_WAIT_FOR_DEPS"].Value != "true" {
+			t.Errorf("%s: SMARTFEED_WAIT_FOR_DEPS = %q, want true (Redis may start after the pods)", name, env["SMARTFEED_WAIT_FOR_DEPS"].Value)
+		}
 		if s := env["SMARTFEED_REDIS_PASSWORD"].ValueFrom; s == nil || s.SecretKeyRef == nil || s.SecretKeyRef.Name != "redis-auth" {
 			t.Errorf("%s: SMARTFEED_REDIS_PASSWORD not from Secret redis-auth: %+v", name, env["SMARTFEED_REDIS_PASSWORD"])
 		}

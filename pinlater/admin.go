@@ -188,6 +188,78 @@ func (a *Admin) taskErr(op, q, id string, err error) error {
 	return fmt.Errorf("%s task %s in %s: %w", op, id, q, err)
 }
 
+// TaskStates are the states Tasks lists, in the order a task goes through them.
+var TaskStates = []string{"pending", "active", "scheduled", "retry", "archived", "completed"}
+
+// Tasks lists a page (from 1) of queue q's tasks in state (one of TaskStates; "dead" is
+// "archived"), at most size of them.
+func (a *Admin) Tasks(ctx context.Context, q, state string, page, size int) ([]TaskState, error) {
+	if page < 1 || size < 1 || size > 1000 {
+		return nil, fmt.Errorf("tasks of %s: page %d size %d (want page >= 1, size 1..1000)", q, page, size)
+	}
+	list := map[string]func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
+		"pending": a.insp.ListPendingTasks, "active": a.insp.ListActiveTasks, "scheduled": a.insp.ListScheduledTasks,
+		"retry": a.insp.ListRetryTasks, "archived": a.insp.ListArchivedTasks, "dead": a.insp.ListArchivedTasks,
+		"completed": a.insp.ListCompletedTasks,
+	}[state]
+	if list == nil {
+		return nil, fmt.Errorf("tasks of %s: state %q: want one of %s", q, state, strings.Join(TaskStates, ", "))
+	}
+	tis, err := list(a.keys.queue(q), asynq.Page(page), asynq.PageSize(size))
+	if errors.Is(err, asynq.ErrQueueNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s tasks of %s: %w", state, q, err)
+	}
+	out := make([]TaskState, 0, len(tis))
+	for _, ti := range tis {
+		out = append(out, TaskState{DeadTask: deadTask(q, ti), State: ti.State.String(), NextProcessAt: ti.NextProcessAt})
+	}
+	return out, nil
+}
+
+// DayStats counts one day's runs of a queue.
+type DayStats struct {
+	Date      time.Time // the day (UTC midnight)
+	Processed int       // runs that ended, failed ones included
+	Failed    int
+}
+
+// History returns queue q's counts of the last days days (1..90), today first.
+func (a *Admin) History(ctx context.Context, q string, days int) ([]DayStats, error) {
+	if days < 1 || days > 90 {
+		return nil, fmt.Errorf("history of %s: %d days (want 1..90)", q, days)
+	}
+	ds, err := a.insp.History(a.keys.queue(q), days)
+	if err != nil && !queueNotFound(err) {
+		return nil, fmt.Errorf("history of %s: %w", q, err)
+	}
+	out := make([]DayStats, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, DayStats{Date: d.Date, Processed: d.Processed, Failed: d.Failed})
+	}
+	return out, nil
+}
+
+// RunTask moves a scheduled, retrying or dead task to pending: it runs as soon as a worker is
+// free (a dead task keeps its attempt count, as with RetryDead).
+func (a *Admin) RunTask(ctx context.Context, q, id string) error {
+	if err := a.insp.RunTask(a.keys.queue(q), id); err != nil {
+		return a.taskErr("run", q, id, err)
+	}
+	return nil
+}
+
+// ArchiveTask moves a pending, scheduled or retrying task to the dead set, where it stays
+// until retried or deleted. It never failed, so it has no failure time.
+func (a *Admin) ArchiveTask(ctx context.Context, q, id string) error {
+	if err := a.insp.ArchiveTask(a.keys.queue(q), id); err != nil {
+		return a.taskErr("archive", q, id, err)
+	}
+	return nil
+}
+
 // RetryDead moves a dead task back to its queue, with its attempt count kept: it gets one more run
 // before it is dead again (asynq does not reset the count).
 func (a *Admin) RetryDead(ctx context.Context, q, id string) error {

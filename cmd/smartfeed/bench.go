@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -32,45 +32,57 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// runBench runs the end-to-end benchmark (bench.Run) on an in-process `all` over the real Redis
-// and store, with fsync on, and writes results.json, report.md and plots.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	profile := fs.String("profile", "quick", "quick (≤ 5 minutes here; what make bench runs) or full (users ×10 and ×100)")
-	out := fs.String("out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
-	docs := fs.String("docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: smartfeed bench [--profile quick|full] [--storage pebble|hbase] [--out DIR] [--docs DIR]\n\n"+
-			"Drives the real pipeline (pinlater → worker → pools; GetFeed over loopback gRPC) with a social-network\n"+
-			"workload and measures the Redis sorted-set peer and the store's raw writes in the same run.")
-		fs.PrintDefaults()
+// benchFlags are the bench command's own flags.
+type benchFlags struct{ profile, out, docs string }
+
+// newBenchCmd is "smartfeed bench": the end-to-end benchmark (bench.Run) on an in-process
+// `all` over the real Redis and store, with fsync on; it writes results.json, report.md and
+// plots.
+func newBenchCmd(getenv func(string) string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "run the end-to-end benchmark with its peers; writes results.json, report.md and plots",
+		Long: `Drives the real pipeline (pinlater → worker → pools; GetFeed over loopback gRPC) with a social-network
+workload and measures the Redis sorted-set peer and the store's raw writes in the same run.
+Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
+		Args: cobra.NoArgs,
 	}
+	var bf benchFlags
+	fs := cmd.Flags()
+	fs.StringVar(&bf.profile, "profile", "quick", "quick (≤ 5 minutes here; what make bench runs) or full (users ×10 and ×100)")
+	fs.StringVar(&bf.out, "out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
+	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
 	base := config.DefaultConfig()
 	base.GRPC.Addr, base.Admin.Addr, base.Admin.GRPCAddr, base.Feed.Faults = "127.0.0.1:0", "", "", true
-	cfg, err := config.FromArgsOver(base, fs, args, os.Getenv)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	resolve := configFlags(fs, base, getenv)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := resolve(cmd)
+		if err != nil {
+			return err
 		}
-		return err
+		return runBench(cmd.Context(), cfg, bf, cmd.OutOrStdout())
 	}
+	return cmd
+}
+
+// runBench runs the benchmark with cfg and bf, printing progress and results to stdout.
+func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.Writer) error {
 	var opts bench.Options
-	switch *profile {
+	switch bf.profile {
 	case "quick":
 		opts = bench.Quick()
 	case "full":
 		opts = bench.Full()
 	default:
-		return fmt.Errorf("bench: --profile %q: want quick or full", *profile)
+		return fmt.Errorf("bench: --profile %q: want quick or full", bf.profile)
 	}
 	opts.Storage = cfg.Storage.Backend
 	opts.MachineString = machine()
 	opts.Commit = commit()
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	if err := os.MkdirAll(bf.out, 0o755); err != nil {
 		return err
 	}
-	logFile, err := os.Create(filepath.Join(*out, "smartfeed.log"))
+	logFile, err := os.Create(filepath.Join(bf.out, "smartfeed.log"))
 	if err != nil {
 		return err
 	}
@@ -124,19 +136,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if err := bench.Write(*out, res); err != nil {
+	if err := bench.Write(bf.out, res); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nresults: %s\nreport:  %s\nratios:", filepath.Join(*out, "results.json"), filepath.Join(*out, "report.md"))
+	fmt.Fprintf(stdout, "\nresults: %s\nreport:  %s\nratios:", filepath.Join(bf.out, "results.json"), filepath.Join(bf.out, "report.md"))
 	for _, k := range bench.RatioKeys {
 		fmt.Fprintf(stdout, " %s=%.3f", k, res.Ratios[k])
 	}
 	fmt.Fprintln(stdout)
-	if *docs != "" {
-		if err := writeBenchDocs(*docs, *out, res); err != nil {
+	if bf.docs != "" {
+		if err := writeBenchDocs(bf.docs, bf.out, res); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "docs: %s\n", filepath.Join(*docs, "benchmarks.md"))
+		fmt.Fprintf(stdout, "docs: %s\n", filepath.Join(bf.docs, "benchmarks.md"))
 	}
 	return nil
 }

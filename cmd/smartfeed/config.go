@@ -1,28 +1,32 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"os"
+
+	"github.com/spf13/cobra"
 
 	"github.com/smartfeed/smartfeed/internal/config"
 )
 
-// runConfig validates the configuration the other subcommands would run with and prints it,
-// secrets masked; it exits non-zero on an invalid config.
-func runConfig(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("config", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg, err := config.FromArgs(fs, args, os.Getenv)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+// newConfigCmd is "smartfeed config": it validates the configuration the other subcommands
+// would run with and prints it, secrets masked; it fails on an invalid config.
+func newConfigCmd(getenv func(string) string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "validate and print the effective config (defaults, file, env, flags) with secrets masked",
+		Long: `Validates the configuration the servers would run with and prints it, secrets masked.
+The flags below are the servers' (worker, generator, feedsvc, all); each sets one field, over
+the environment twin named in its help, over the --config file, over the default shown.`,
+		Args: cobra.NoArgs,
 	}
-	fmt.Fprintln(stdout, cfg.Masked())
-	return nil
+	resolve := configFlags(cmd.Flags(), config.DefaultConfig(), getenv)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := resolve(cmd)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(cmd.OutOrStdout(), cfg.Masked())
+		return nil
+	}
+	return cmd
 }

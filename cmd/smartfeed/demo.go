@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -49,9 +49,19 @@ func demoDefaults() config.Config {
 	return c
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newDemoCmd is "smartfeed demo": everything on loopback over a synthetic graph, with a live
+// summary.
+func newDemoCmd(getenv func(string) string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "run everything on loopback over a synthetic graph, with a live summary",
+		Long: `Runs worker, generator and feedsvc in one process on loopback (Pebble under run/demo) over a
+synthetic power-law graph: pin events stream through pinlater into the worker, GetFeed is called
+on loopback gRPC, and a live line shows the rates. Ctrl-C (or --duration) stops it cleanly.
+Takes the servers' flags too, with the demo's defaults.`,
+		Args: cobra.NoArgs,
+	}
+	fs := cmd.Flags()
 	var df demoFlags
 	fs.IntVar(&df.spec.Users, "demo-users", 500, "users of the synthetic graph (used when the graph is built)")
 	fs.IntVar(&df.spec.BoardsPerUser, "demo-boards", 2, "boards per user")
@@ -61,13 +71,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.Float64Var(&df.readsPerSec, "demo-reads-per-sec", 50, "GetFeed calls per second")
 	fs.DurationVar(&df.duration, "duration", 0, "stop after this long (0: until Ctrl-C)")
 	df.spec.Seed = 8
-	cfg, err := config.FromArgsOver(demoDefaults(), fs, args, os.Getenv)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	resolve := configFlags(fs, demoDefaults(), getenv)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := resolve(cmd)
+		if err != nil {
+			return err
 		}
-		return err
+		return runDemo(cmd.Context(), cfg, df, cmd.OutOrStdout())
 	}
+	return cmd
+}
+
+// runDemo runs the demo with cfg and df, printing to stdout (the logs go to a file).
+func runDemo(ctx context.Context, cfg config.Config, df demoFlags, stdout io.Writer) error {
 	if df.spec.Users < 2 || df.spec.Interests < 0 || df.spec.BoardsPerUser < 0 || df.spec.FollowsPerUser < 1 ||
 		df.eventsPerSec <= 0 || df.readsPerSec < 0 || df.duration < 0 {
 		return errors.New("demo: users >= 2, follows >= 1, events-per-sec > 0, and no negative sizes, rates or duration")
@@ -100,6 +116,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	log.Info("effective config", zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
 	fmt.Fprintf(stdout, "smartfeed demo %s: storage %s at %s, Redis %s; logs in %s\n", buildVersion(), cfg.Storage.Backend, cfg.Storage.DataDir, cfg.Redis.Addr, logPath)
 
+	if err := awaitDeps(ctx, startDeps(roleAll, cfg), cfg.WaitForDeps, log, depBackoff{}); err != nil || ctx.Err() != nil {
+		return err
+	}
 	reg := newRegistry()
 	a, err := newApp(ctx, roleAll, cfg, log, reg)
 	if err != nil {

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"flag"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 
 	"github.com/smartfeed/smartfeed/internal/config"
 )
@@ -17,11 +18,11 @@ func TestOperationsDocListsEveryFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc := string(b)
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	if _, err := config.FromArgs(fs, nil, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *pflag.Flag) {
 		row := "| `--" + f.Name + "` | `" + config.EnvName(f.Name) + "` |"
 		if !strings.Contains(doc, row) {
 			t.Errorf("docs/operations.md has no row starting %s", row)

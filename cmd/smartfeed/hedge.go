@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,24 +11,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/smartfeed/smartfeed/internal/config"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 )
-
-const hedgeUsage = `usage: smartfeed hedge [show|set|suggest] [flags]
-
-  show      the hedging policy in force, the cutoff in use, and the read latency
-            percentiles of the primary and the standby (the default)
-  set       change the policy live: --mode, --cutoff (fixed mode), --percentile,
-            --min, --max, --budget, --warmup; only the flags given change
-  suggest   replay the recorded latencies for candidate cutoffs (--cutoffs) and print
-            the expected hedge rate, extra load and p99.9 of each
-
-Every flag has a SMARTFEED_* twin (--grpc-addr is SMARTFEED_GRPC_ADDR).
-`
 
 // hedgeFlags are the connection flags every hedge subcommand takes.
 type hedgeFlags struct {
@@ -37,99 +25,110 @@ type hedgeFlags struct {
 	timeout                        time.Duration
 }
 
-func (h *hedgeFlags) bind(fs *flag.FlagSet) {
+func (h *hedgeFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&h.grpcAddr, "admin-grpc-addr", "127.0.0.1:9092", "admin gRPC address of the feed service (FeedAdmin)")
 	fs.StringVar(&h.tokenFile, "admin-token-file", "", "file holding the admin credential, when the admin port requires one")
 	fs.StringVar(&h.adminAddr, "admin-addr", "127.0.0.1:9091", "admin HTTP address of the same process (/metrics)")
 	fs.DurationVar(&h.timeout, "timeout", 5*time.Second, "bound of each call")
 }
 
-func runHedge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	sub := "show"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[0], args[1:]
-	}
-	fs := flag.NewFlagSet("hedge "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, hedgeUsage, "\nflags:\n"); fs.PrintDefaults() }
+// newHedgeCmd is "smartfeed hedge [show|set|suggest]": the live hedging policy of a feed
+// service, through its admin ports.
+func newHedgeCmd() *cobra.Command {
 	var hf hedgeFlags
-	hf.bind(fs)
-	var run func() error
-	switch sub {
-	case "show":
-		run = func() error { return hedgeShow(ctx, hf, stdout) }
-	case "set":
-		var mode string
-		var cutoff, minC, maxC time.Duration
-		var pct, budget, warmup float64
-		fs.StringVar(&mode, "mode", "", "off, fixed or percentile")
-		fs.DurationVar(&cutoff, "cutoff", 0, "fixed cutoff (sets mode fixed unless --mode is given)")
-		fs.Float64Var(&pct, "percentile", 0, "percentile of the primary's latency used as the cutoff (percentile mode)")
-		fs.DurationVar(&minC, "min", 0, "lowest percentile cutoff")
-		fs.DurationVar(&maxC, "max", 0, "highest percentile cutoff")
-		fs.Float64Var(&budget, "budget", 0, "largest fraction of calls that may hedge on the cutoff, in [0, 1]")
-		fs.Float64Var(&warmup, "warmup", 0, "fraction of calls that also read the standby, in [0, 1]")
-		run = func() error {
-			set := map[string]bool{}
-			fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-			return hedgeSet(ctx, hf, stdout, func(p *feedv1.HedgePolicy) {
-				if set["cutoff"] {
-					p.DelayMs = ms(cutoff)
-					if !set["mode"] {
-						p.Mode = "fixed"
-					}
-				}
-				if set["mode"] {
-					p.Mode = mode
-				}
-				if set["percentile"] {
-					p.Percentile = pct
-				}
-				if set["min"] {
-					p.MinMs = ms(minC)
-				}
-				if set["max"] {
-					p.MaxMs = ms(maxC)
-				}
-				if set["budget"] {
-					p.Budget = budget
-				}
-				if set["warmup"] {
-					p.Warmup = warmup
-				}
-			}, len(set))
-		}
-	case "suggest":
-		var cutoffs string
-		var samples int
-		fs.StringVar(&cutoffs, "cutoffs", "1ms,2ms,5ms,10ms,20ms,50ms,100ms", "candidate cutoffs, comma-separated")
-		fs.IntVar(&samples, "samples", 200000, "calls replayed per cutoff")
-		run = func() error {
-			cs, err := parseCutoffs(cutoffs)
-			if err != nil {
-				return err
+	cmd := &cobra.Command{
+		Use:   "hedge",
+		Short: "show or set the hedging policy live; hedge suggest replays recorded latencies",
+		Long: `Shows or changes the hedging policy of a running feed service, through its admin ports.
+Alone, hedge is hedge show.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return groupRunE(cmd, args)
 			}
-			return hedgeSuggest(ctx, hf, stdout, cs, samples)
+			return hedgeShow(cmd.Context(), hf, cmd.OutOrStdout())
+		},
+	}
+	hf.bind(cmd.PersistentFlags())
+	cmd.AddCommand(&cobra.Command{
+		Use:   "show",
+		Short: "the hedging policy in force, the cutoff in use, and the read latency percentiles of the primary and the standby",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return hedgeShow(cmd.Context(), hf, cmd.OutOrStdout())
+		},
+	})
+	set := &cobra.Command{
+		Use:   "set",
+		Short: "change the policy live; only the flags given change",
+		Args:  cobra.NoArgs,
+	}
+	var mode string
+	var cutoff, minC, maxC time.Duration
+	var pct, budget, warmup float64
+	fs := set.Flags()
+	fs.StringVar(&mode, "mode", "", "off, fixed or percentile")
+	fs.DurationVar(&cutoff, "cutoff", 0, "fixed cutoff (sets mode fixed unless --mode is given)")
+	fs.Float64Var(&pct, "percentile", 0, "percentile of the primary's latency used as the cutoff (percentile mode)")
+	fs.DurationVar(&minC, "min", 0, "lowest percentile cutoff")
+	fs.DurationVar(&maxC, "max", 0, "highest percentile cutoff")
+	fs.Float64Var(&budget, "budget", 0, "largest fraction of calls that may hedge on the cutoff, in [0, 1]")
+	fs.Float64Var(&warmup, "warmup", 0, "fraction of calls that also read the standby, in [0, 1]")
+	set.RunE = func(cmd *cobra.Command, _ []string) error {
+		given := map[string]bool{}
+		nflags := 0
+		set.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
+			if f.Changed {
+				given[f.Name] = true
+				nflags++
+			}
+		})
+		return hedgeSet(cmd.Context(), hf, cmd.OutOrStdout(), func(p *feedv1.HedgePolicy) {
+			if given["cutoff"] {
+				p.DelayMs = ms(cutoff)
+				if !given["mode"] {
+					p.Mode = "fixed"
+				}
+			}
+			if given["mode"] {
+				p.Mode = mode
+			}
+			if given["percentile"] {
+				p.Percentile = pct
+			}
+			if given["min"] {
+				p.MinMs = ms(minC)
+			}
+			if given["max"] {
+				p.MaxMs = ms(maxC)
+			}
+			if given["budget"] {
+				p.Budget = budget
+			}
+			if given["warmup"] {
+				p.Warmup = warmup
+			}
+		}, nflags)
+	}
+	cmd.AddCommand(set)
+	suggest := &cobra.Command{
+		Use:   "suggest",
+		Short: "replay the recorded latencies for candidate cutoffs and print the expected hedge rate, extra load and p99.9 of each",
+		Args:  cobra.NoArgs,
+	}
+	var cutoffs string
+	var samples int
+	suggest.Flags().StringVar(&cutoffs, "cutoffs", "1ms,2ms,5ms,10ms,20ms,50ms,100ms", "candidate cutoffs, comma-separated")
+	suggest.Flags().IntVar(&samples, "samples", 200000, "calls replayed per cutoff")
+	suggest.RunE = func(cmd *cobra.Command, _ []string) error {
+		cs, err := parseCutoffs(cutoffs)
+		if err != nil {
+			return err
 		}
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, hedgeUsage)
-		return nil
-	default:
-		return fmt.Errorf("hedge: unknown subcommand %q (show, set, suggest)", sub)
+		return hedgeSuggest(cmd.Context(), hf, cmd.OutOrStdout(), cs, samples)
 	}
-	if err := config.ApplyEnv(fs, os.Getenv); err != nil {
-		return err
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("hedge %s: unexpected arguments %q", sub, fs.Args())
-	}
-	return run()
+	cmd.AddCommand(suggest)
+	return cmd
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,121 +1,114 @@
 package main
 
 import (
-	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// runID is "smartfeed id decode ID" and "smartfeed id encode --shard S --type T --local L".
-// idUsage is the help of the id command.
-const idUsage = `usage: smartfeed id decode ID
-       smartfeed id encode --shard S --type T --local L
-
-decode prints an ID's shard, type and local ID; encode builds one.`
-
-func runID(_ context.Context, args []string, stdout, _ io.Writer) error {
-	if wantsHelp(args) {
-		fmt.Fprintln(stdout, idUsage)
-		return nil
-	}
-	if len(args) == 0 {
-		return errors.New("id: want 'id decode ID' or 'id encode --shard S --type T --local L'")
-	}
-	switch args[0] {
-	case "decode":
-		if len(args) != 2 {
-			return errors.New("id decode: want exactly one ID")
-		}
-		id, err := zen.ParseID(args[1])
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "shard %d type %d%s local %d\n", id.Shard(), id.Type(), typeName(id.Type()), id.Local())
-		return nil
-	case "encode":
-		fs := flag.NewFlagSet("id encode", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		shard := fs.Uint("shard", 0, "shard, 0–65535")
-		typ := fs.String("type", "", "type: a number 1–1023 or pin, board, user, interest")
-		local := fs.Uint64("local", 0, "local ID, 0–2^36-1")
-		rest, err := parseInterleaved(fs, args[1:])
-		if err != nil {
-			return fmt.Errorf("id encode: %w", err)
-		}
-		if len(rest) != 0 {
-			return fmt.Errorf("id encode: unexpected argument %q", rest[0])
-		}
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for _, name := range []string{"shard", "type", "local"} {
-			if !set[name] {
-				return fmt.Errorf("id encode: --%s is required", name)
+// newIDCmd is "smartfeed id decode ID" and "smartfeed id encode --shard S --type T --local L".
+func newIDCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "id",
+		Short: "decode or encode a zen ID (id decode ID | id encode --shard S --type T --local L)",
+		Long:  "decode prints an ID's shard, type and local ID; encode builds one.",
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return errors.New("id: want 'id decode ID' or 'id encode --shard S --type T --local L'")
 			}
-		}
-		if *shard > zen.MaxShard {
-			return fmt.Errorf("id encode: shard %d out of range [0, %d]", *shard, zen.MaxShard)
-		}
-		t, err := parseType(*typ)
-		if err != nil {
-			return fmt.Errorf("id encode: %w", err)
-		}
-		id, err := zen.NewID(uint16(*shard), t, *local)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, id)
-		return nil
+			if args[0] == "help" {
+				return cmd.Help()
+			}
+			return fmt.Errorf("id: unknown action %q (want decode or encode)", args[0])
+		},
 	}
-	return fmt.Errorf("id: unknown action %q (want decode or encode)", args[0])
+	cmd.AddCommand(&cobra.Command{
+		Use:   "decode ID",
+		Short: "print an ID's shard, type and local ID",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return errors.New("id decode: want exactly one ID")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := zen.ParseID(args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "shard %d type %d%s local %d\n", id.Shard(), id.Type(), typeName(id.Type()), id.Local())
+			return nil
+		},
+	})
+	var shard uint
+	var typ string
+	var local uint64
+	enc := &cobra.Command{
+		Use:   "encode --shard S --type T --local L",
+		Short: "build an ID from its shard, type and local ID",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 0 {
+				return fmt.Errorf("id encode: unexpected argument %q", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, name := range []string{"shard", "type", "local"} {
+				if !cmd.Flags().Changed(name) {
+					return fmt.Errorf("id encode: --%s is required", name)
+				}
+			}
+			if shard > zen.MaxShard {
+				return fmt.Errorf("id encode: shard %d out of range [0, %d]", shard, zen.MaxShard)
+			}
+			t, err := parseType(typ)
+			if err != nil {
+				return fmt.Errorf("id encode: %w", err)
+			}
+			id, err := zen.NewID(uint16(shard), t, local)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), id)
+			return nil
+		},
+	}
+	enc.Flags().UintVar(&shard, "shard", 0, "shard, 0–65535")
+	enc.Flags().StringVar(&typ, "type", "", "type: a number 1–1023 or pin, board, user, interest")
+	enc.Flags().Uint64Var(&local, "local", 0, "local ID, 0–2^36-1")
+	cmd.AddCommand(enc)
+	return cmd
 }
 
-// runModShard is "smartfeed modshard KEY [--n 4096]".
-func runModShard(_ context.Context, args []string, stdout, _ io.Writer) error {
-	fs := flag.NewFlagSet("modshard", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	n := fs.Int("n", 4096, "number of shards")
-	rest, err := parseInterleaved(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stdout, "usage: smartfeed modshard [--n SHARDS] KEY\n\nprints the mod shard of KEY (md5 as a 128-bit integer mod SHARDS, default 4096)")
-		return nil
+// newModShardCmd is "smartfeed modshard KEY [--n 4096]".
+func newModShardCmd() *cobra.Command {
+	var n int
+	cmd := &cobra.Command{
+		Use:   "modshard KEY",
+		Short: "print the mod shard of a key (modshard KEY [--n 4096])",
+		Long:  "Prints the mod shard of KEY: md5 as a 128-bit integer mod --n. A KEY that starts with '-' goes after --.",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return errors.New("modshard: want exactly one KEY")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if n < 1 || n > zen.MaxShard+1 {
+				return fmt.Errorf("modshard: --n %d out of range [1, %d]", n, zen.MaxShard+1)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), zen.ModShard(args[0], n))
+			return nil
+		},
 	}
-	if err != nil {
-		return fmt.Errorf("modshard: %w", err)
-	}
-	if len(rest) != 1 {
-		return errors.New("modshard: want exactly one KEY")
-	}
-	if *n < 1 || *n > zen.MaxShard+1 {
-		return fmt.Errorf("modshard: --n %d out of range [1, %d]", *n, zen.MaxShard+1)
-	}
-	fmt.Fprintln(stdout, zen.ModShard(rest[0], *n))
-	return nil
-}
-
-// parseInterleaved parses flags that may come before or after positional arguments and returns
-// the positional ones. "--" ends the flags.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if len(args) > 0 && len(rest) < len(args) && args[len(args)-len(rest)-1] == "--" {
-			return append(pos, rest...), nil
-		}
-		pos = append(pos, rest[0])
-		args = rest[1:]
-	}
+	cmd.Flags().IntVar(&n, "n", 4096, "number of shards")
+	return cmd
 }
 
 func parseType(s string) (zen.Type, error) {
@@ -137,17 +130,4 @@ func typeName(t zen.Type) string {
 		return " (" + t.String() + ")"
 	}
 	return ""
-}
-
-// wantsHelp reports whether args ask for help (-h, -help or --help before any "--").
-func wantsHelp(args []string) bool {
-	for _, a := range args {
-		switch a {
-		case "--":
-			return false
-		case "-h", "-help", "--help", "help":
-			return true
-		}
-	}
-	return false
 }

@@ -3,212 +3,331 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/hibiken/asynq"
+	"github.com/spf13/cobra"
 
+	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/pinlater"
 )
 
-const jobsUsage = `usage: smartfeed jobs [--redis-addr ADDR] [--redis-db N] [--redis-namespace NS] COMMAND
+const jobsLong = `Operates the pinlater queues (Asynq on Redis) of a deployment.
 
 The connection flags are the servers' (--redis-addr, --redis-db, --redis-namespace, with their
-SMARTFEED_* twins); --redis, --db and --namespace are kept as their old spellings.
+SMARTFEED_* twins; SMARTFEED_REDIS_PASSWORD when Redis wants one) and may come anywhere after
+"jobs"; --redis, --db and --namespace are kept as their old spellings. Queue names are the
+logical ones (critical, fanout, default, bulk, ...): jobs adds the namespace prefix ("<ns>-").
 
-  queues                        list queues: sizes, latency, paused, draining, rate
+  queues                        list queues: sizes, latency, paused, draining, rate, done/failed today
+  history QUEUE [--days N]      processed and failed runs per day
+  list QUEUE [--state S]        list tasks in a state: pending, active, scheduled, retry, archived, completed
   dead QUEUE [--page N] [--size N]
-                                list dead (archived) tasks
+                                list dead (archived) tasks; "-" for one archived by hand
   inspect QUEUE ID              show one task
+  run QUEUE ID                  run a scheduled, retrying or dead task now
+  archive QUEUE ID              move a pending, scheduled or retrying task to the dead set
   retry QUEUE ID|--all          move dead task(s) back to the queue
   delete QUEUE ID|--all         delete a task / all dead tasks
   pause QUEUE                   stop every worker taking tasks of QUEUE
   resume QUEUE                  undo pause (and a rate of 0)
   rate QUEUE JOBS_PER_S|none    set the queue's rate limit, live; 0 pauses, none removes it
   drain QUEUE [--wait DURATION] refuse new enqueues while the workers empty QUEUE
-  undrain QUEUE                 accept enqueues again
+  undrain QUEUE                 accept enqueues again`
 
---redis defaults to $SMARTFEED_REDIS_ADDR, else 127.0.0.1:6379.`
+// jobsConn are the connection flags of every jobs subcommand.
+type jobsConn struct {
+	addr, ns string
+	db       int
+}
 
-// runJobs is "smartfeed jobs ...": operations on pinlater queues.
-func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
-	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	defAddr := os.Getenv("SMARTFEED_REDIS_ADDR")
-	if defAddr == "" {
-		defAddr = "127.0.0.1:6379"
+// newJobsCmd is "smartfeed jobs ...": operations on pinlater queues.
+func newJobsCmd(getenv func(string) string) *cobra.Command {
+	var jc jobsConn
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "operate pinlater queues: queues, history, list, dead, inspect, run, archive, retry, delete, pause, resume, rate, drain",
+		Long:  jobsLong,
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
 	}
-	addr := fs.String("redis-addr", defAddr, "Redis address [$SMARTFEED_REDIS_ADDR]")
-	fs.StringVar(addr, "redis", defAddr, "old spelling of --redis-addr")
-	defDB, _ := strconv.Atoi(os.Getenv("SMARTFEED_REDIS_DB"))
-	db := fs.Int("redis-db", defDB, "Redis database [$SMARTFEED_REDIS_DB]")
-	fs.IntVar(db, "db", defDB, "old spelling of --redis-db")
-	ns := fs.String("redis-namespace", os.Getenv("SMARTFEED_REDIS_NAMESPACE"), "pinlater namespace [$SMARTFEED_REDIS_NAMESPACE]")
-	fs.StringVar(ns, "namespace", *ns, "old spelling of --redis-namespace")
-	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stdout, jobsUsage)
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("jobs: %w\n%s", err, jobsUsage)
+	pf := cmd.PersistentFlags()
+	def := config.DefaultConfig().Redis
+	pf.StringVar(&jc.addr, "redis-addr", def.Addr, "pinlater Redis host:port")
+	pf.IntVar(&jc.db, "redis-db", def.DB, "pinlater Redis database")
+	pf.StringVar(&jc.ns, "redis-namespace", def.Namespace, "prefix of pinlater keys and queues")
+	for old, name := range map[string]string{"redis": "redis-addr", "db": "redis-db", "namespace": "redis-namespace"} {
+		f := *pf.Lookup(name)
+		f.Name, f.Usage, f.Hidden, f.Shorthand = old, "old spelling of --"+name, true, ""
+		pf.AddFlag(&f)
 	}
-	rest := fs.Args()
-	if len(rest) == 0 || rest[0] == "help" || wantsHelp(rest[1:]) {
-		fmt.Fprintln(stdout, jobsUsage)
-		return nil
-	}
-	if *db < 0 || *db > 1024 {
-		return fmt.Errorf("jobs: --db %d out of range", *db)
-	}
-	admin, err := pinlater.NewAdmin(asynq.RedisClientOpt{Addr: *addr, DB: *db}, pinlater.WithNamespace(*ns))
-	if err != nil {
-		return fmt.Errorf("jobs: %w", err)
-	}
-	defer admin.Close()
-	sub, subArgs := rest[0], rest[1:]
-	switch sub {
-	case "queues":
-		if len(subArgs) != 0 {
-			return errors.New("jobs queues: takes no arguments")
-		}
-		return jobsQueues(ctx, admin, stdout)
-	case "dead":
-		return jobsDead(ctx, admin, subArgs, stdout)
-	case "inspect":
-		q, id, err := queueAndID("inspect", subArgs)
-		if err != nil {
-			return err
-		}
-		ts, err := admin.Task(ctx, q, id)
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "id\t%s\nqueue\t%s\ntype\t%s\nstate\t%s\nattempts\t%d\n", ts.ID, ts.Queue, ts.Type, ts.State, ts.Attempts)
-		if ts.LastErr != "" {
-			fmt.Fprintf(tw, "last error\t%s\nlast failed\t%s\n", ts.LastErr, failedAt(ts.LastFailedAt))
-		}
-		if !ts.NextProcessAt.IsZero() {
-			fmt.Fprintf(tw, "next run\t%s\n", ts.NextProcessAt.UTC().Format(time.RFC3339))
-		}
-		fmt.Fprintf(tw, "payload\t%s\n", ts.Payload)
-		return tw.Flush()
-	case "retry", "delete":
-		if len(subArgs) == 2 && subArgs[1] == "--all" {
-			var n int
-			if sub == "retry" {
-				n, err = admin.RetryAllDead(ctx, subArgs[0])
-			} else {
-				n, err = admin.DeleteAllDead(ctx, subArgs[0])
+	// withAdmin runs fn with an admin of the flags' Redis and namespace.
+	withAdmin := func(fn func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			if jc.db < 0 || jc.db > 1024 {
+				return fmt.Errorf("jobs: --redis-db %d out of range", jc.db)
 			}
+			opt := asynq.RedisClientOpt{Addr: jc.addr, DB: jc.db, Password: getenv(config.EnvPrefix + "REDIS_PASSWORD")}
+			admin, err := pinlater.NewAdmin(opt, pinlater.WithNamespace(jc.ns))
+			if err != nil {
+				return fmt.Errorf("jobs: %w", err)
+			}
+			defer admin.Close()
+			return fn(cmd.Context(), admin, cmd.OutOrStdout(), args)
+		}
+	}
+	sub := func(use, short string, args cobra.PositionalArgs, fn func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error) *cobra.Command {
+		c := &cobra.Command{Use: use, Short: short, Args: args, RunE: withAdmin(fn)}
+		cmd.AddCommand(c)
+		return c
+	}
+	sub("queues", "list queues: sizes, latency, paused, draining, rate, done and failed today", cobra.NoArgs,
+		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, _ []string) error {
+			return jobsQueues(ctx, admin, out)
+		})
+	var days int
+	history := sub("history QUEUE", "processed and failed runs of QUEUE per day, today first", cobra.ExactArgs(1),
+		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+			return jobsHistory(ctx, admin, args[0], days, out)
+		})
+	history.Flags().IntVar(&days, "days", 7, "days back (1–90)")
+	var state string
+	var page, size int
+	list := sub("list QUEUE", "list the tasks of QUEUE in one state", cobra.ExactArgs(1),
+		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+			ts, err := admin.Tasks(ctx, args[0], state, page, size)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "%s: %d dead tasks of %s\n", pastTense(sub), n, subArgs[0])
-			return nil
-		}
-		q, id, err := queueAndID(sub, subArgs)
-		if err != nil {
-			return err
-		}
-		if sub == "retry" {
-			err = admin.RetryDead(ctx, q, id)
-		} else {
-			err = admin.DeleteTask(ctx, q, id)
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s: %s in %s\n", pastTense(sub), id, q)
-		return nil
-	case "pause", "resume", "undrain":
-		if len(subArgs) != 1 || subArgs[0] == "" {
-			return fmt.Errorf("jobs %s: want exactly one queue", sub)
-		}
-		q := subArgs[0]
-		switch sub {
-		case "pause":
-			err = admin.Pause(ctx, q)
-		case "resume":
-			err = admin.Resume(ctx, q)
-		default:
-			err = admin.SetDraining(ctx, q, false)
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "%s: %s\n", pastTense(sub), q)
-		return nil
-	case "rate":
-		if len(subArgs) != 2 || subArgs[0] == "" {
-			return errors.New("jobs rate: want QUEUE JOBS_PER_S (or none)")
-		}
-		r := -1.0
-		if subArgs[1] != "none" {
-			r, err = strconv.ParseFloat(subArgs[1], 64)
-			if err != nil || r < 0 {
-				return fmt.Errorf("jobs rate: %q is not a rate (a number >= 0, or none)", subArgs[1])
-			}
-		}
-		if err := admin.SetRate(ctx, subArgs[0], r); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "rate of %s: %s\n", subArgs[0], rateString(r))
-		return nil
-	case "drain":
-		dfs := flag.NewFlagSet("jobs drain", flag.ContinueOnError)
-		dfs.SetOutput(io.Discard)
-		wait := dfs.Duration("wait", 0, "wait up to this long for the queue to empty")
-		q, err := oneQueue(dfs, "drain", subArgs)
-		if err != nil {
-			return err
-		}
-		if err := admin.SetDraining(ctx, q, true); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "draining: %s (enqueues refused; run 'jobs undrain %s' to lift)\n", q, q)
-		if *wait > 0 {
-			wctx, cancel := context.WithTimeout(ctx, *wait)
-			defer cancel()
-			if err := admin.WaitDrained(wctx, q, 200*time.Millisecond); err != nil {
+			return printTasks(out, ts)
+		})
+	list.Flags().StringVar(&state, "state", "pending", "pending, active, scheduled, retry, archived (or dead) or completed")
+	pageFlags := func(c *cobra.Command) {
+		c.Flags().IntVar(&page, "page", 1, "page, from 1")
+		c.Flags().IntVar(&size, "size", 20, "tasks per page (max 1000)")
+	}
+	pageFlags(list)
+	dead := sub("dead QUEUE", "list dead (archived) tasks of QUEUE", cobra.ExactArgs(1),
+		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+			return jobsDead(ctx, admin, args[0], page, size, out)
+		})
+	pageFlags(dead)
+	sub("inspect QUEUE ID", "show one task", queueIDArgs("inspect"),
+		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+			return jobsInspect(ctx, admin, args[0], args[1], out)
+		})
+	sub("run QUEUE ID", "run a scheduled, retrying or dead task now", queueIDArgs("run"),
+		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+			if err := admin.RunTask(ctx, args[0], args[1]); err != nil {
 				return err
 			}
-			fmt.Fprintf(stdout, "drained: %s\n", q)
+			fmt.Fprintf(out, "queued to run now: %s in %s\n", args[1], args[0])
+			return nil
+		})
+	sub("archive QUEUE ID", "move a pending, scheduled or retrying task to the dead set", queueIDArgs("archive"),
+		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+			if err := admin.ArchiveTask(ctx, args[0], args[1]); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "archived: %s in %s\n", args[1], args[0])
+			return nil
+		})
+	for _, verb := range []string{"retry", "delete"} {
+		var all bool
+		short := "move a dead task (or --all of them) back to its queue"
+		if verb == "delete" {
+			short = "delete a task that is not running (or --all dead tasks)"
+		}
+		c := sub(verb+" QUEUE ID|--all", short, cobra.RangeArgs(1, 2),
+			func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+				return jobsRetryDelete(ctx, admin, verb, all, args, out)
+			})
+		c.Flags().BoolVar(&all, "all", false, "every dead task of QUEUE (no environment twin: a variable left set must not do this)")
+		noEnv(c.Flags(), "all")
+	}
+	for _, verb := range []string{"pause", "resume", "undrain"} {
+		short := map[string]string{"pause": "stop every worker taking tasks of QUEUE",
+			"resume": "undo pause (and a rate of 0)", "undrain": "accept enqueues of QUEUE again"}[verb]
+		sub(verb+" QUEUE", short, oneQueueArg(verb),
+			func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+				var err error
+				switch verb {
+				case "pause":
+					err = admin.Pause(ctx, args[0])
+				case "resume":
+					err = admin.Resume(ctx, args[0])
+				default:
+					err = admin.SetDraining(ctx, args[0], false)
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "%s: %s\n", pastTense(verb), args[0])
+				return nil
+			})
+	}
+	sub("rate QUEUE JOBS_PER_S|none", "set the queue's rate limit, live; 0 pauses, none removes it",
+		func(_ *cobra.Command, args []string) error {
+			if len(args) != 2 || args[0] == "" {
+				return errors.New("jobs rate: want QUEUE JOBS_PER_S (or none)")
+			}
+			return nil
+		},
+		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+			return jobsRate(ctx, admin, args[0], args[1], out)
+		})
+	var wait time.Duration
+	drain := sub("drain QUEUE", "refuse new enqueues while the workers empty QUEUE", oneQueueArg("drain"),
+		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
+			return jobsDrain(ctx, admin, args[0], wait, out)
+		})
+	drain.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the queue to empty")
+	return cmd
+}
+
+// queueIDArgs wants QUEUE ID.
+func queueIDArgs(name string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != 2 || args[0] == "" || args[1] == "" {
+			return fmt.Errorf("jobs %s: want QUEUE ID", name)
 		}
 		return nil
 	}
-	return fmt.Errorf("jobs: unknown command %q\n%s", sub, jobsUsage)
 }
 
-// oneQueue parses flags around a single queue argument.
-func oneQueue(fs *flag.FlagSet, name string, args []string) (string, error) {
-	var pos []string
-	for len(args) > 0 {
-		if err := fs.Parse(args); err != nil {
-			return "", fmt.Errorf("jobs %s: %w", name, err)
+// oneQueueArg wants exactly one queue.
+func oneQueueArg(name string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != 1 || args[0] == "" {
+			return fmt.Errorf("jobs %s: want exactly one queue", name)
 		}
-		args = fs.Args()
-		if len(args) > 0 {
-			pos = append(pos, args[0])
-			args = args[1:]
-		}
+		return nil
 	}
-	if len(pos) != 1 || pos[0] == "" {
-		return "", fmt.Errorf("jobs %s: want exactly one queue", name)
-	}
-	return pos[0], nil
 }
 
-func queueAndID(name string, args []string) (string, string, error) {
-	if len(args) != 2 || args[0] == "" || args[1] == "" {
-		return "", "", fmt.Errorf("jobs %s: want QUEUE ID", name)
+func jobsInspect(ctx context.Context, admin *pinlater.Admin, q, id string, out io.Writer) error {
+	ts, err := admin.Task(ctx, q, id)
+	if err != nil {
+		return err
 	}
-	return args[0], args[1], nil
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\nqueue\t%s\ntype\t%s\nstate\t%s\nattempts\t%d\n", ts.ID, ts.Queue, ts.Type, ts.State, ts.Attempts)
+	if ts.LastErr != "" {
+		fmt.Fprintf(tw, "last error\t%s\nlast failed\t%s\n", ts.LastErr, failedAt(ts.LastFailedAt))
+	}
+	if !ts.NextProcessAt.IsZero() {
+		fmt.Fprintf(tw, "next run\t%s\n", ts.NextProcessAt.UTC().Format(time.RFC3339))
+	}
+	fmt.Fprintf(tw, "payload\t%s\n", ts.Payload)
+	return tw.Flush()
+}
+
+func jobsRetryDelete(ctx context.Context, admin *pinlater.Admin, verb string, all bool, args []string, out io.Writer) error {
+	var err error
+	if all {
+		if len(args) != 1 {
+			return fmt.Errorf("jobs %s --all: want QUEUE only", verb)
+		}
+		var n int
+		if verb == "retry" {
+			n, err = admin.RetryAllDead(ctx, args[0])
+		} else {
+			n, err = admin.DeleteAllDead(ctx, args[0])
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "%s: %d dead tasks of %s\n", pastTense(verb), n, args[0])
+		return nil
+	}
+	if err := queueIDArgs(verb)(nil, args); err != nil {
+		return err
+	}
+	q, id := args[0], args[1]
+	if verb == "retry" {
+		err = admin.RetryDead(ctx, q, id)
+	} else {
+		err = admin.DeleteTask(ctx, q, id)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s: %s in %s\n", pastTense(verb), id, q)
+	return nil
+}
+
+func jobsRate(ctx context.Context, admin *pinlater.Admin, q, rate string, out io.Writer) error {
+	r := -1.0
+	if rate != "none" {
+		var err error
+		r, err = strconv.ParseFloat(rate, 64)
+		if err != nil || r < 0 {
+			return fmt.Errorf("jobs rate: %q is not a rate (a number >= 0, or none)", rate)
+		}
+	}
+	if err := admin.SetRate(ctx, q, r); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "rate of %s: %s\n", q, rateString(r))
+	return nil
+}
+
+func jobsDrain(ctx context.Context, admin *pinlater.Admin, q string, wait time.Duration, out io.Writer) error {
+	if err := admin.SetDraining(ctx, q, true); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "draining: %s (enqueues refused; run 'jobs undrain %s' to lift)\n", q, q)
+	if wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		if err := admin.WaitDrained(wctx, q, 200*time.Millisecond); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "drained: %s\n", q)
+	}
+	return nil
+}
+
+func jobsHistory(ctx context.Context, admin *pinlater.Admin, q string, days int, out io.Writer) error {
+	ds, err := admin.History(ctx, q, days)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DATE\tPROCESSED\tFAILED\tSUCCEEDED")
+	for _, d := range ds {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", d.Date.UTC().Format(time.DateOnly), d.Processed, d.Failed, d.Processed-d.Failed)
+	}
+	return tw.Flush()
+}
+
+func printTasks(out io.Writer, ts []pinlater.TaskState) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tTYPE\tSTATE\tATTEMPTS\tNEXT RUN\tLAST ERROR")
+	for _, t := range ts {
+		next := "-"
+		if !t.NextProcessAt.IsZero() {
+			next = t.NextProcessAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", t.ID, t.Type, t.State, t.Attempts, next, shorten(t.LastErr))
+	}
+	return tw.Flush()
+}
+
+// shorten cuts an error message for a table.
+func shorten(msg string) string {
+	if len(msg) > 80 {
+		return msg[:77] + "..."
+	}
+	if msg == "" {
+		return "-"
+	}
+	return msg
 }
 
 func pastTense(verb string) string {
@@ -261,27 +380,15 @@ func jobsQueues(ctx context.Context, admin *pinlater.Admin, stdout io.Writer) er
 	return tw.Flush()
 }
 
-func jobsDead(ctx context.Context, admin *pinlater.Admin, args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("jobs dead", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	page := fs.Int("page", 1, "page, from 1")
-	size := fs.Int("size", 20, "tasks per page (max 1000)")
-	q, err := oneQueue(fs, "dead", args)
+func jobsDead(ctx context.Context, admin *pinlater.Admin, q string, page, size int, out io.Writer) error {
+	dead, err := admin.DeadTasks(ctx, q, page, size)
 	if err != nil {
 		return err
 	}
-	dead, err := admin.DeadTasks(ctx, q, *page, *size)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tTYPE\tATTEMPTS\tFAILED AT\tLAST ERROR")
 	for _, d := range dead {
-		msg := d.LastErr
-		if len(msg) > 80 {
-			msg = msg[:77] + "..."
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.ID, d.Type, d.Attempts, failedAt(d.LastFailedAt), msg)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", d.ID, d.Type, d.Attempts, failedAt(d.LastFailedAt), shorten(d.LastErr))
 	}
 	return tw.Flush()
 }

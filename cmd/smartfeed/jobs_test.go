@@ -122,6 +122,52 @@ func TestJobsCommand(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	// A task scheduled for later: listed, archived by hand (dead, but it never failed: "-"),
+	// then run now.
+	later, _ := pinlater.NewRespace(pinlater.RespacePayload{Board: 32})
+	linfo, err := client.Enqueue(ctx, later, pinlater.ProcessIn(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"list", "default", "--state", "scheduled"}, []string{"STATE", linfo.ID, "scheduled"}},
+		{[]string{"archive", "default", linfo.ID}, []string{"archived: " + linfo.ID}},
+		{[]string{"list", "default", "--state=archived"}, []string{linfo.ID, "archived"}},
+		{[]string{"history", "default", "--days", "2"}, []string{"DATE", "PROCESSED", time.Now().UTC().Format(time.DateOnly)}},
+	} {
+		out, err := jobs(t, addr, ns, s.args...)
+		if err != nil {
+			t.Fatalf("jobs %v: %v\n%s", s.args, err, out)
+		}
+		for _, w := range s.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("jobs %v: output lacks %q:\n%s", s.args, w, out)
+			}
+		}
+	}
+	out, err := jobs(t, addr, ns, "dead", "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, linfo.ID) {
+		t.Errorf("the task archived by hand is not listed as dead:\n%s", out)
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, linfo.ID) {
+			if f := strings.Fields(l); len(f) != 5 || f[3] != "-" || f[4] != "-" {
+				t.Errorf("a task archived by hand: want '-' as its failure time and error, got %q", l)
+			}
+		}
+	}
+	if out, err := jobs(t, addr, ns, "run", "default", linfo.ID); err != nil || !strings.Contains(out, "queued to run now: "+linfo.ID) {
+		t.Errorf("run: %q, %v", out, err)
+	}
+	if st, err := admin.Task(ctx, "default", linfo.ID); err == nil && st.State == "archived" {
+		t.Errorf("after run the task is still archived")
+	}
 	// delete --all on an empty dead set, and bad input.
 	if out, err := jobs(t, addr, ns, "delete", "default", "--all"); err != nil || !strings.Contains(out, "deleted: 0 dead tasks") {
 		t.Errorf("delete --all: %q, %v", out, err)
@@ -136,6 +182,10 @@ func TestJobsCommand(t *testing.T) {
 		{"dead", "default", "--size", "0"},
 		{"pause"},
 		{"frobnicate"},
+		{"list", "default", "--state", "lost"},
+		{"history", "default", "--days", "0"},
+		{"run", "default", "no-such-id"},
+		{"archive", "default"},
 	} {
 		if out, err := jobs(t, addr, ns, bad...); err == nil {
 			t.Errorf("jobs %v: no error (output %q)", bad, out)

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"sort"
 	"syscall"
 )
 
@@ -24,62 +23,17 @@ func main() {
 	}
 }
 
-// command is one subcommand: it gets the arguments after its name.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
-
-// commands lists the subcommands. Each lives in its own file of this package.
-func commands() map[string]command {
-	return map[string]command{
-		"version":   {"print the version", runVersion},
-		"worker":    {"run the pinlater worker: fanout and upkeep handlers (flags: --help)", serveCommand(roleWorker)},
-		"generator": {"run the chunk generator's gRPC service", serveCommand(roleGenerator)},
-		"feedsvc":   {"run the feed service (GetFeed, FeedAdmin) and its materialize jobs", serveCommand(roleFeed)},
-		"all":       {"run worker, generator and feedsvc in one process", serveCommand(roleAll)},
-		"config":    {"validate and print the effective config (defaults, file, env, flags) with secrets masked", runConfig},
-		"bench":     {"run the end-to-end benchmark with its peers; writes results.json, report.md and plots", runBench},
-		"demo":      {"run everything on loopback over a synthetic graph, with a live summary", runDemo},
-		"hedge":     {"show or set the hedging policy live; hedge suggest replays recorded latencies", runHedge},
-		"jobs":      {"operate pinlater queues (jobs queues|dead|inspect|retry|delete|pause|resume|rate|drain)", runJobs},
-		"resync":    {"queue the whole materialized feed for copying to the standby (a rebuilt standby)", runResync},
-		"shards":    {"check a shard map file, or publish it to the ZooKeeper znode running processes watch", runShards},
-		"id":        {"decode or encode a zen ID (id decode ID | id encode --shard S --type T --local L)", runID},
-		"modshard":  {"print the mod shard of a key (modshard KEY [--n 4096])", runModShard},
-	}
-}
-
-// run dispatches a subcommand.
+// run builds the command tree (cli.go) and runs the command args name, with the environment
+// of the process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cmds := commands()
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stdout, "usage: smartfeed <command> [flags]\n\ncommands:")
-		names := make([]string, 0, len(cmds))
-		for n := range cmds {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			fmt.Fprintf(stdout, "  %-10s %s\n", n, cmds[n].summary)
-		}
-		return nil
-	}
-	c, ok := cmds[args[0]]
-	if !ok {
-		return fmt.Errorf("unknown command %q (run 'smartfeed help')", args[0])
-	}
-	return c.run(ctx, args[1:], stdout, stderr)
+	root := newRootCmd(os.Getenv, stdout, stderr)
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
 }
 
-// version is set at build time with -ldflags "-X main.version=..."; otherwise runVersion
+// version is set at build time with -ldflags "-X main.version=..."; otherwise buildVersion
 // reads the module version and VCS revision the Go toolchain stamped into the binary.
 var version = "dev"
-
-func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
-	fmt.Fprintln(stdout, "smartfeed", buildVersion())
-	return nil
-}
 
 // buildVersion is version, or what debug.ReadBuildInfo knows: the module version and the VCS
 // revision and time ("+dirty" when the tree had changes).

@@ -3,38 +3,41 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/internal/config"
 )
 
-// runResync queues every row of the materialized feed (primary and standby) for copying to the
-// standby, through the primary's change log: the repair for a standby that was rebuilt or lost
-// writes. The feed service applies the entries (the running one, or the next to start). With
+// newResyncCmd is "smartfeed resync": it queues every row of the materialized feed (primary
+// and standby) for copying to the standby, through the primary's change log: the repair for a
+// standby that was rebuilt or lost writes. The feed service applies the entries (the running one, or the next to start). With
 // the embedded store the feed service must be stopped (Pebble allows one process); with HBase's
 // own replication the repair is HBase's (its CopyTable or SyncTable jobs), so it refuses.
-func runResync(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("resync", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: smartfeed resync [flags]\n\n"+
-			"Queues every materialized-feed row for copying to the standby; the feed service applies them.\n"+
-			"Takes the same storage flags (and SMARTFEED_* twins) as the servers:")
-		fs.PrintDefaults()
+func newResyncCmd(getenv func(string) string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "resync",
+		Short: "queue the whole materialized feed for copying to the standby (a rebuilt standby)",
+		Long: `Queues every materialized-feed row for copying to the standby; the feed service applies them.
+Takes the same storage flags (and SMARTFEED_* twins) as the servers.`,
+		Args: cobra.NoArgs,
 	}
-	cfg, err := config.FromArgs(fs, args, os.Getenv)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	resolve := configFlags(cmd.Flags(), config.DefaultConfig(), getenv)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := resolve(cmd)
+		if err != nil {
+			return err
 		}
-		return err
+		return resync(cmd.Context(), cfg, cmd.OutOrStdout(), cmd.ErrOrStderr())
 	}
+	return cmd
+}
+
+func resync(ctx context.Context, cfg config.Config, stdout, stderr io.Writer) error {
 	if cfg.Storage.Backend == config.BackendHBase && cfg.Storage.HBase.NativeReplication() {
 		return errors.New("resync: HBase replicates this feed itself (storage.hbase.replication); " +
 			"repair a rebuilt standby with HBase's CopyTable or SyncTable")

@@ -5,13 +5,11 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
@@ -72,32 +71,43 @@ func redisOpt(r config.Redis) pinlaterRedis {
 	return asynq.RedisClientOpt{Addr: r.Addr, Password: r.Password, DB: r.DB}
 }
 
-// serveCommand returns the run function of a role's subcommand.
-func serveCommand(role string) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		fs := flag.NewFlagSet(role, flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		cfg, err := config.FromArgs(fs, args, os.Getenv)
-		if err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil
-			}
-			return err
-		}
-		log, err := newLogger(cfg.Log, stderr)
+// newServeCmd is the command of a role: it resolves the configuration and serves until the
+// context ends.
+func newServeCmd(role, short string, getenv func(string) string) *cobra.Command {
+	cmd := &cobra.Command{Use: role, Short: short, Args: cobra.NoArgs}
+	resolve := configFlags(cmd.Flags(), config.DefaultConfig(), getenv)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := resolve(cmd)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = log.Sync() }()
-		// One structured line: the effective config, secrets masked.
-		log.Info("starting", zap.String("role", role), zap.String("version", buildVersion()),
-			zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
-		a, err := newApp(ctx, role, cfg, log, newRegistry())
-		if err != nil {
-			return err
-		}
-		return a.run(ctx)
+		return serve(cmd.Context(), role, cfg, cmd.ErrOrStderr())
 	}
+	return cmd
+}
+
+// serve runs role with cfg, logging to stderr: it checks the dependencies (or waits for them,
+// with --wait-for-deps), builds the app and runs it.
+func serve(ctx context.Context, role string, cfg config.Config, stderr io.Writer) error {
+	log, err := newLogger(cfg.Log, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	// One structured line: the effective config, secrets masked.
+	log.Info("starting", zap.String("role", role), zap.String("version", buildVersion()),
+		zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
+	if err := awaitDeps(ctx, startDeps(role, cfg), cfg.WaitForDeps, log, depBackoff{}); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return nil // stopped while waiting for the dependencies
+	}
+	a, err := newApp(ctx, role, cfg, log, newRegistry())
+	if err != nil {
+		return err
+	}
+	return a.run(ctx)
 }
 
 // newRegistry returns a fresh registry with the Go and process collectors.

@@ -3,53 +3,66 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/shardwatch"
 )
 
-const shardsUsage = `usage: smartfeed shards check FILE      validate a shard map file and print it
-       smartfeed shards publish FILE    validate it and push it to the ZooKeeper znode that every
-                                        running process watches (--shard-map-zk, --shard-map-zk-path)
+const shardsLong = `check FILE validates a shard map file and prints it; publish FILE validates it and pushes it
+to the ZooKeeper znode that every running process watches (--shard-map-zk, --shard-map-zk-path).
 
 A shard map is JSON: {"ranges": [{"from": 0, "to": 2047, "store": "default", "open": false},
 {"from": 2048, "to": 4095, "store": "default", "open": true}]}. New objects go to open shards
 only. Ranges must not overlap or leave gaps, and name a store the processes know.
 Flags (each with its SMARTFEED_* twin) may come before or after FILE.`
 
-// runShards validates shard maps and pushes them to ZooKeeper.
-func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("shards", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprintln(fs.Output(), shardsUsage); fs.PrintDefaults() }
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return nil
+// newShardsCmd is "smartfeed shards check|publish FILE": it validates shard maps and pushes
+// them to ZooKeeper.
+func newShardsCmd(getenv func(string) string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "shards",
+		Short: "check a shard map file, or publish it to the ZooKeeper znode running processes watch",
+		Long:  shardsLong,
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
 	}
-	verb := args[0]
-	rest, err := parseInterleaved(fs, args[1:])
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	resolve := configFlags(cmd.PersistentFlags(), config.DefaultConfig(), getenv)
+	for _, verb := range []string{"check", "publish"} {
+		short := "validate a shard map file and print it"
+		if verb == "publish" {
+			short = "validate a shard map file and push it to the ZooKeeper znode every running process watches"
 		}
-		return err
+		cmd.AddCommand(&cobra.Command{
+			Use:   verb + " FILE",
+			Short: short,
+			Args: func(_ *cobra.Command, args []string) error {
+				if len(args) != 1 {
+					return fmt.Errorf("shards %s: want one FILE (see smartfeed shards --help)", verb)
+				}
+				return nil
+			},
+			RunE: func(cmd *cobra.Command, args []string) error {
+				cfg, err := resolve(cmd)
+				if err != nil {
+					return err
+				}
+				return shards(cmd.Context(), cfg, verb, args[0], cmd.OutOrStdout())
+			},
+		})
 	}
-	cfg, err := config.FromArgs(flag.NewFlagSet("shards", flag.ContinueOnError), nil, os.Getenv)
-	if err != nil {
-		return err
-	}
-	if len(rest) != 1 {
-		return fmt.Errorf("shards %s: want one FILE (see smartfeed shards --help)", verb)
-	}
-	m, err := zen.LoadShardMap(rest[0])
+	return cmd
+}
+
+// shards runs verb (check or publish) on the shard map in file.
+func shards(ctx context.Context, cfg config.Config, verb, file string, stdout io.Writer) error {
+	m, err := zen.LoadShardMap(file)
 	if err == nil {
 		err = m.CheckStores(shardStores...)
 	}
@@ -62,7 +75,7 @@ func runShards(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return nil
 	case "publish":
 		if cfg.Storage.ShardMap.ZK == "" {
-			return errors.New("shards publish: no ZooKeeper quorum: set SMARTFEED_SHARD_MAP_ZK (or storage.shard_map.zk in the config file)")
+			return errors.New("shards publish: no ZooKeeper quorum: pass --shard-map-zk (or set SMARTFEED_SHARD_MAP_ZK, or storage.shard_map.zk in the config file)")
 		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

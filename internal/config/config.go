@@ -48,6 +48,10 @@ type Config struct {
 	Feed Feed `json:"feed"`
 	// ShutdownTimeout bounds the whole graceful shutdown. Default 30s.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// WaitForDeps makes a server that finds Redis (or HBase, when configured) unreachable at
+	// start wait for it, with backoff, instead of exiting with an error naming it. Default
+	// false: a typo in an address fails at once.
+	WaitForDeps bool `json:"wait_for_deps"`
 }
 
 // Storage chooses the zen backend: embedded Pebble under a data directory (the default) or HBase,

@@ -1,8 +1,6 @@
 package config
 
 import (
-	"flag"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
 )
 
 func TestDefaultConfigValid(t *testing.T) {
@@ -60,8 +59,7 @@ func TestPrecedence(t *testing.T) {
 		"SMARTFEED_GRPC_ADDR":  "env:2",
 		"SMARTFEED_HEDGE_MAX":  "250ms",
 	}
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	got, err := FromArgs(fs, []string{"--grpc-addr=flag:2", "--log-level", "debug"}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -98,8 +96,7 @@ func TestFromArgsErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := flag.NewFlagSet("t", flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 			_, err := FromArgs(fs, tt.args, func(k string) string { return tt.env[k] })
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("FromArgs = %v, want an error containing %q", err, tt.want)
@@ -111,7 +108,7 @@ func TestFromArgsErrors(t *testing.T) {
 // TestEveryFlagHasEnvTwin checks that each flag, the subcommand's own included, is set by its
 // SMARTFEED_* variable.
 func TestEveryFlagHasEnvTwin(t *testing.T) {
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	var extra string
 	fs.StringVar(&extra, "demo-users", "", "a subcommand flag")
 	seen := map[string]bool{}
@@ -119,7 +116,7 @@ func TestEveryFlagHasEnvTwin(t *testing.T) {
 	if _, err := FromArgs(fs, nil, getenv); err != nil {
 		t.Fatal(err)
 	}
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *pflag.Flag) {
 		if !seen[EnvName(f.Name)] {
 			t.Errorf("flag --%s: environment %s never read", f.Name, EnvName(f.Name))
 		}
@@ -154,12 +151,12 @@ func TestMasked(t *testing.T) {
 
 // TestHelpNamesEnvTwins: every flag's help names its SMARTFEED_* twin.
 func TestHelpNamesEnvTwins(t *testing.T) {
-	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	if _, err := FromArgs(fs, nil, func(string) string { return "" }); err != nil {
 		t.Fatal(err)
 	}
 	n := 0
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *pflag.Flag) {
 		n++
 		if !strings.Contains(f.Usage, "$"+EnvName(f.Name)) {
 			t.Errorf("--%s: help %q does not name $%s", f.Name, f.Usage, EnvName(f.Name))

@@ -2,11 +2,12 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/spf13/pflag"
 )
 
 // EnvPrefix starts the environment twin of every flag: --redis-addr is SMARTFEED_REDIS_ADDR.
@@ -15,15 +16,21 @@ const EnvPrefix = "SMARTFEED_"
 // ConfigFlag names the config file flag (its twin is SMARTFEED_CONFIG).
 const ConfigFlag = "config"
 
+// NoEnvAnnotation marks a flag that has no environment twin (a destructive switch like
+// `jobs delete --all`, which a variable left set in a shell must not turn on).
+const NoEnvAnnotation = "smartfeed_no_env"
+
 // EnvName returns the environment variable twin of a flag name.
 func EnvName(flagName string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// Bind defines a flag for every field of c on fs, each defaulting to the field's current value
-// and writing into it when parsed.
-func Bind(fs *flag.FlagSet, c *Config) {
+// Bind defines --config and a flag for every field of c on fs, each defaulting to the field's
+// current value and writing into it when parsed; each flag's help names its SMARTFEED_* twin.
+// Resolve turns the parsed flags into the configuration.
+func Bind(fs *pflag.FlagSet, c *Config) {
 	s, d, i, f, b := fs.StringVar, durVar(fs), fs.IntVar, fs.Float64Var, fs.BoolVar
+	s(new(string), ConfigFlag, "", "JSON config file (applied over the defaults, under the environment and the flags)")
 	s(&c.Storage.Backend, "storage", c.Storage.Backend, "storage backend: pebble or hbase")
 	s(&c.Storage.DataDir, "data-dir", c.Storage.DataDir, "pebble data directory")
 	i(&c.Storage.PebbleCacheMB, "pebble-cache-mb", c.Storage.PebbleCacheMB, "block cache of each pebble database, in MiB (0: pebble's 8 MiB)")
@@ -85,91 +92,39 @@ func Bind(fs *flag.FlagSet, c *Config) {
 	f(&c.Feed.Hedge.Budget, "hedge-budget", c.Feed.Hedge.Budget, "largest fraction of calls that may hedge on the cutoff")
 	f(&c.Feed.Hedge.Warmup, "hedge-warmup", c.Feed.Hedge.Warmup, "fraction of calls that also read the standby")
 	d(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound of the whole graceful shutdown")
+	b(&c.WaitForDeps, "wait-for-deps", c.WaitForDeps, "at start, wait (with backoff) for an unreachable Redis or HBase instead of exiting with an error")
+	NameEnvTwins(fs)
 }
 
-func durVar(fs *flag.FlagSet) func(p *Duration, name string, v Duration, usage string) {
+func durVar(fs *pflag.FlagSet) func(p *Duration, name string, v Duration, usage string) {
 	return func(p *Duration, name string, v Duration, usage string) {
-		*p = v
-		fs.Var((*durationValue)(p), name, usage)
+		fs.DurationVar((*time.Duration)(p), name, v.D(), usage)
 	}
 }
 
-type durationValue Duration
-
-func (d *durationValue) String() string { return time.Duration(*d).String() }
-func (d *durationValue) Set(s string) error {
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = durationValue(v)
-	return nil
+// hasEnv reports whether f has an environment twin: every flag but --help, hidden aliases and
+// those marked with NoEnvAnnotation.
+func hasEnv(f *pflag.Flag) bool {
+	_, no := f.Annotations[NoEnvAnnotation]
+	return f.Name != "help" && !f.Hidden && !no
 }
 
-// FromArgs builds the configuration of one process: DefaultConfig, then the file named by
-// --config (or SMARTFEED_CONFIG), then the environment twins of the flags, then the flags.
-// fs may already hold the subcommand's own flags; they get environment twins too. getenv is
-// os.Getenv in production. The result is validated.
-func FromArgs(fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
-	return FromArgsOver(DefaultConfig(), fs, args, getenv)
-}
-
-// FromArgsOver is FromArgs starting from base instead of DefaultConfig (a subcommand with
-// defaults of its own, like the demo).
-func FromArgsOver(base Config, fs *flag.FlagSet, args []string, getenv func(string) string) (Config, error) {
-	c := base
-	path := getenv(EnvName(ConfigFlag))
-	if p, ok := scanFlag(args, ConfigFlag); ok {
-		path = p
-	}
-	if path != "" {
-		var err error
-		if c, err = Load(path, c); err != nil {
-			return c, err
-		}
-	}
-	var ignored string
-	fs.StringVar(&ignored, ConfigFlag, path, "JSON config file (applied over the defaults, under the environment and the flags)")
-	Bind(fs, &c)
-	// Help names each flag's environment twin.
-	fs.VisitAll(func(f *flag.Flag) {
-		if tw := EnvName(f.Name); !strings.Contains(f.Usage, tw) {
+// NameEnvTwins appends " [$SMARTFEED_…]" to the help of every flag of fs that has a twin, once.
+func NameEnvTwins(fs *pflag.FlagSet) {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if tw := EnvName(f.Name); hasEnv(f) && !strings.Contains(f.Usage, tw) {
 			f.Usage += " [$" + tw + "]"
 		}
 	})
-	if err := ApplyEnv(fs, getenv, ConfigFlag); err != nil {
-		return c, err
-	}
-	// Secrets come from the config file, files or the environment, never from flags (a flag
-	// shows in ps and in /debug/pprof/cmdline).
-	if v := getenv(EnvPrefix + "REDIS_PASSWORD"); v != "" {
-		c.Redis.Password = v
-	}
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if c.Redis.PasswordFile != "" {
-		b, err := os.ReadFile(c.Redis.PasswordFile)
-		if err != nil {
-			return c, fmt.Errorf("redis password file: %w", err)
-		}
-		c.Redis.Password = strings.TrimRight(string(b), "\r\n")
-	}
-	if err := c.Validate(); err != nil {
-		return c, fmt.Errorf("invalid config:\n%w", err)
-	}
-	return c, nil
 }
 
-// ApplyEnv sets every flag of fs, except those named in skip, from its SMARTFEED_* twin when
-// that is set. Call it before fs.Parse so flags win over the environment.
-func ApplyEnv(fs *flag.FlagSet, getenv func(string) string, skip ...string) error {
+// ApplyEnv sets every flag of fs that was not given on the command line from its SMARTFEED_*
+// twin, when that is set: the environment sets the default, a flag overrides it.
+func ApplyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
 	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		for _, s := range skip {
-			if f.Name == s {
-				return
-			}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed || !hasEnv(f) {
+			return
 		}
 		if v := getenv(EnvName(f.Name)); v != "" {
 			if err := fs.Set(f.Name, v); err != nil {
@@ -180,23 +135,71 @@ func ApplyEnv(fs *flag.FlagSet, getenv func(string) string, skip ...string) erro
 	return errors.Join(errs...)
 }
 
-// scanFlag finds --name=value, -name=value, --name value or -name value in args (up to "--").
-func scanFlag(args []string, name string) (string, bool) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if a == "--" {
-			break
+// Resolve builds the configuration from fs, parsed, which holds the flags Bind bound to c: base,
+// then the file named by --config (or SMARTFEED_CONFIG), then the environment twins of the
+// flags, then the flags given. Flags of fs that Bind did not define (a subcommand's own) get
+// their environment twins too. getenv is os.Getenv in production. The result, validated, is
+// left in c.
+func Resolve(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) string) error {
+	// What the command line (or an earlier ApplyEnv) set, to apply again over the file.
+	type set struct{ name, value string }
+	var given []set
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			given = append(given, set{f.Name, f.Value.String()})
 		}
-		trimmed := strings.TrimLeft(a, "-")
-		if trimmed == a || len(a)-len(trimmed) > 2 {
-			continue
+	})
+	path := getenv(EnvName(ConfigFlag))
+	if f := fs.Lookup(ConfigFlag); f != nil && f.Changed {
+		path = f.Value.String()
+	}
+	*c = base
+	if path != "" {
+		loaded, err := Load(path, base)
+		if err != nil {
+			return err
 		}
-		if v, ok := strings.CutPrefix(trimmed, name+"="); ok {
-			return v, true
-		}
-		if trimmed == name && i+1 < len(args) {
-			return args[i+1], true
+		*c = loaded
+	}
+	if err := ApplyEnv(fs, getenv); err != nil {
+		return err
+	}
+	for _, g := range given {
+		if err := fs.Set(g.name, g.value); err != nil {
+			return fmt.Errorf("--%s: %w", g.name, err)
 		}
 	}
-	return "", false
+	// Secrets come from the config file, files or the environment, never from flags (a flag
+	// shows in ps and in /debug/pprof/cmdline).
+	if v := getenv(EnvPrefix + "REDIS_PASSWORD"); v != "" {
+		c.Redis.Password = v
+	}
+	if c.Redis.PasswordFile != "" {
+		b, err := os.ReadFile(c.Redis.PasswordFile)
+		if err != nil {
+			return fmt.Errorf("redis password file: %w", err)
+		}
+		c.Redis.Password = strings.TrimRight(string(b), "\r\n")
+	}
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("invalid config:\n%w", err)
+	}
+	return nil
+}
+
+// FromArgs builds the configuration of one process from args: Bind on fs (which may already
+// hold a subcommand's own flags), parse, Resolve over DefaultConfig.
+func FromArgs(fs *pflag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+	return FromArgsOver(DefaultConfig(), fs, args, getenv)
+}
+
+// FromArgsOver is FromArgs starting from base instead of DefaultConfig.
+func FromArgsOver(base Config, fs *pflag.FlagSet, args []string, getenv func(string) string) (Config, error) {
+	c := base
+	Bind(fs, &c)
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	err := Resolve(fs, &c, base, getenv)
+	return c, err
 }

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/smartfeed/smartfeed/internal/config"
+)
+
+// The command line is cobra's (github.com/spf13/cobra): the most used Go CLI library, with
+// shell completion built in, help on every command, and pflag flags that may come anywhere on
+// the line (`smartfeed jobs --redis-addr X queues` is `smartfeed jobs queues --redis-addr X`).
+// Every flag has a SMARTFEED_* twin (config.EnvName) that sets its default: the root's
+// PersistentPreRunE applies the twins of the flags not given, and the commands with the
+// server configuration resolve it with config.Resolve (defaults < file < environment < flags).
+
+// newRootCmd builds the whole command tree, writing to stdout and stderr. getenv is os.Getenv
+// in production.
+func newRootCmd(getenv func(string) string, stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "smartfeed",
+		Short: "SmartFeed's one binary: the worker, generator and feed service, and the tools to operate them",
+		Long: `SmartFeed's one binary: the worker, generator and feed service, and the tools to operate them.
+
+Every flag may come anywhere after the command's name, and has a SMARTFEED_* environment twin
+(--redis-addr is SMARTFEED_REDIS_ADDR) that sets its default; "smartfeed config --help" lists the
+servers' flags, "smartfeed completion bash|zsh|fish" prints a completion script.`,
+		Version:       buildVersion(),
+		SilenceErrors: true, // main prints the error once, as "smartfeed: ..."
+		SilenceUsage:  true, // an error is not a reason to print the whole help
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return config.ApplyEnv(cmd.Flags(), getenv)
+		},
+	}
+	root.SetVersionTemplate("smartfeed {{.Version}}\n")
+	// Before the completion command is added: it takes the output writer when it is made.
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.AddCommand(
+		newVersionCmd(),
+		newServeCmd(roleWorker, "run the pinlater worker: fanout and upkeep handlers", getenv),
+		newServeCmd(roleGenerator, "run the chunk generator's gRPC service", getenv),
+		newServeCmd(roleFeed, "run the feed service (GetFeed, FeedAdmin) and its materialize jobs", getenv),
+		newServeCmd(roleAll, "run worker, generator and feedsvc in one process", getenv),
+		newConfigCmd(getenv),
+		newBenchCmd(getenv),
+		newDemoCmd(getenv),
+		newHedgeCmd(),
+		newJobsCmd(getenv),
+		newResyncCmd(getenv),
+		newShardsCmd(getenv),
+		newIDCmd(),
+		newModShardCmd(),
+	)
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	walkCommands(root, func(c *cobra.Command) {
+		config.NameEnvTwins(c.LocalNonPersistentFlags())
+		config.NameEnvTwins(c.PersistentFlags())
+	})
+	return root
+}
+
+// walkCommands calls fn on c and every command under it.
+func walkCommands(c *cobra.Command, fn func(*cobra.Command)) {
+	fn(c)
+	for _, sub := range c.Commands() {
+		walkCommands(sub, fn)
+	}
+}
+
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the version (module version, or VCS revision and time, from the build)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(cmd.OutOrStdout(), "smartfeed", buildVersion())
+			return nil
+		},
+	}
+}
+
+// configFlags binds the server configuration on fs over base, and returns the function that
+// resolves it from the parsed flags of the command that runs (cmd.Flags(), which holds fs's
+// flags, inherited ones included).
+func configFlags(fs *pflag.FlagSet, base config.Config, getenv func(string) string) func(*cobra.Command) (config.Config, error) {
+	cfg := base
+	config.Bind(fs, &cfg)
+	return func(cmd *cobra.Command) (config.Config, error) {
+		err := config.Resolve(cmd.Flags(), &cfg, base, getenv)
+		return cfg, err
+	}
+}
+
+// groupRunE is the run function of a command that only groups subcommands: alone (or with
+// "help") it prints its help; with anything else it fails.
+func groupRunE(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 || args[0] == "help" {
+		return cmd.Help()
+	}
+	return fmt.Errorf("%s: unknown command %q (see %s --help)", cmd.CommandPath(), args[0], cmd.CommandPath())
+}
+
+// noEnv marks flag name of fs as having no environment twin (see config.NoEnvAnnotation).
+func noEnv(fs *pflag.FlagSet, name string) {
+	_ = fs.SetAnnotation(name, config.NoEnvAnnotation, []string{"true"})
+}
