@@ -126,7 +126,7 @@ func newLogger(cfg config.Log, w io.Writer) (*zap.Logger, error) {
 	ec := zap.NewProductionEncoderConfig()
 	ec.EncodeTime = zapcore.ISO8601TimeEncoder
 	var enc zapcore.Encoder
-	if cfg.Format == "console" {
+	if cfg.Format == "console" || cfg.Format == "auto" && isTerminal(w) {
 		ec.EncodeLevel = zapcore.CapitalLevelEncoder
 		enc = zapcore.NewConsoleEncoder(ec)
 	} else {

@@ -213,7 +213,8 @@ type Auth struct {
 type Log struct {
 	// Level is debug, info, warn or error. Default "info".
 	Level string `json:"level"`
-	// Format is "json" or "console". Default "json".
+	// Format is "json", "console", or "auto": console when the log goes to a terminal, JSON
+	// otherwise (to a file, a pipe, a log collector). Default "auto".
 	Format string `json:"format"`
 }
 
@@ -296,7 +297,7 @@ func DefaultConfig() Config {
 		GRPC:  GRPC{Addr: "127.0.0.1:9090"},
 		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092"},
 		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000},
-		Log:   Log{Level: "info", Format: "json"},
+		Log:   Log{Level: "info", Format: "auto"},
 		Worker: Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second),
 			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second)},
 		Generator: Generator{},
@@ -376,8 +377,8 @@ func (c Config) Validate() error {
 	default:
 		bad("log.level: %q is not debug, info, warn or error", c.Log.Level)
 	}
-	if c.Log.Format != "json" && c.Log.Format != "console" {
-		bad("log.format: %q is not json or console", c.Log.Format)
+	if c.Log.Format != "json" && c.Log.Format != "console" && c.Log.Format != "auto" {
+		bad("log.format: %q is not json, console or auto", c.Log.Format)
 	}
 	if c.Worker.Concurrency < 1 || c.Worker.Concurrency > 10000 {
 		bad("worker.concurrency: %d out of [1, 10000]", c.Worker.Concurrency)

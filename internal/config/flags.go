@@ -70,7 +70,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.TLS.ClientCAFile, "tls-client-ca-file", c.TLS.ClientCAFile, "PEM CAs whose client certificates every listener requires (mTLS)")
 	s(&c.Generator.CAFile, "generator-ca-file", c.Generator.CAFile, "PEM CAs to verify the generator's TLS certificate with (feedsvc)")
 	s(&c.Log.Level, "log-level", c.Log.Level, "log level: debug, info, warn, error")
-	s(&c.Log.Format, "log-format", c.Log.Format, "log format: json or console")
+	s(&c.Log.Format, "log-format", c.Log.Format, "log format: json, console, or auto (console on a terminal, JSON otherwise)")
 	i(&c.Worker.Concurrency, "worker-concurrency", c.Worker.Concurrency, "pinlater tasks run at once")
 	b(&c.Worker.StrictPriority, "worker-strict-priority", c.Worker.StrictPriority, "drain higher-priority queues first")
 	d(&c.Worker.ShutdownTimeout, "worker-shutdown-timeout", c.Worker.ShutdownTimeout, "how long running tasks may finish at shutdown")
