@@ -88,7 +88,7 @@ type Options struct {
 // Quick is the profile `make bench` runs (≤ 5 minutes on a 2-core machine).
 func Quick() Options {
 	return Options{Profile: "quick", Seed: 8, Users: []int{500, 1000}, EventRate: 10, FanoutFor: 20 * time.Second,
-		StepRates: []float64{2, 5, 20, 80}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second,
+		StepRates: []float64{5, 20, 80, 320, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second,
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
 		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60}
 }
@@ -99,7 +99,7 @@ func Full() Options {
 	o.Profile, o.Users = "full", []int{1000, 10000, 100000}
 	o.EventRate = 20
 	o.FanoutFor, o.ReadFor, o.HedgeFor, o.StepFor = time.Minute, 30*time.Second, 30*time.Second, 20*time.Second
-	o.StepRates = []float64{10, 40, 160, 640}
+	o.StepRates = []float64{10, 40, 160, 640, 2560}
 	o.ScaleEvents = 200
 	return o
 }
@@ -137,6 +137,12 @@ type FanoutResult struct {
 	RedisInsertsPerSec float64 `json:"redis_inserts_per_sec"`
 	RawRowsPerSec      float64 `json:"raw_store_rows_per_sec"`
 	DrainSeconds       float64 `json:"drain_seconds"`
+	// BurstEvents were published at once after the sustained phase; BurstInsertsPerSec is the
+	// pool inserts per second from their first publish until the fanout queues drained: the
+	// capacity the ratios compare with the peers, which also write as fast as they can (the
+	// sustained figure is bounded by the offered event rate).
+	BurstEvents        int     `json:"burst_events"`
+	BurstInsertsPerSec float64 `json:"burst_pool_inserts_per_sec"`
 }
 
 // StepResult is one rate of the sustainable-rate search.
@@ -447,6 +453,18 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		return nil, fmt.Errorf("raw store writes: %w", err)
 	}
 	res.Fanout.RawRowsPerSec = raw
+
+	// Capacity: as many events as the sustained phase had, published at once; pool inserts per
+	// second until the queues drain.
+	bins0, bt0 := sys.PoolInserts(), time.Now()
+	bev, _, berr := fanout(ctx, sys, w, float64(max(events, 1)), time.Second, 2, nil, t0)
+	if berr != nil {
+		res.Notes = append(res.Notes, "burst: "+berr.Error())
+	}
+	drain(ctx, sys, 2*time.Minute)
+	res.Fanout.BurstEvents = bev
+	res.Fanout.BurstInsertsPerSec = (sys.PoolInserts() - bins0) / time.Since(bt0).Seconds()
+	say("fanout: %d events at once: %.0f pool inserts/s until drained", bev, res.Fanout.BurstInsertsPerSec)
 	say("fanout: %.0f pool inserts/s (lag p50 %.0f ms, p99 %.0f ms); Redis %.0f inserts/s; raw store %.0f rows/s",
 		res.Fanout.InsertsPerSec, res.Fanout.LagMs.P50, res.Fanout.LagMs.P99, res.Fanout.RedisInsertsPerSec, raw)
 
@@ -564,8 +582,8 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	res.RSSMiB = peakRSSMiB()
 	res.Seconds = time.Since(res.Started).Seconds()
 
-	res.Ratios["fanout_vs_redis"] = ratio(res.Fanout.InsertsPerSec, res.Fanout.RedisInsertsPerSec)
-	res.Ratios["fanout_vs_raw_store"] = ratio(res.Fanout.InsertsPerSec, res.Fanout.RawRowsPerSec)
+	res.Ratios["fanout_vs_redis"] = ratio(res.Fanout.BurstInsertsPerSec, res.Fanout.RedisInsertsPerSec)
+	res.Ratios["fanout_vs_raw_store"] = ratio(res.Fanout.BurstInsertsPerSec, res.Fanout.RawRowsPerSec)
 	res.Ratios["getfeed_p99_vs_redis"] = ratio(res.Reads.GetFeed.P99, res.Reads.Redis.P99)
 	res.Ratios["hedge_extra_load"] = 0
 	res.Ratios["hedged_p999_vs_bound"] = 0
