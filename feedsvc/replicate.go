@@ -41,6 +41,7 @@ type Replicator struct {
 	pendingTimeout   time.Duration
 	log              *zap.Logger
 	m                replMetrics
+	lags             *LagLog
 
 	lastSeq atomic.Uint64 // last log sequence handed out (unix ns, made unique)
 	oldest  atomic.Int64  // log time (unix ns) of the oldest entry not yet applied, 0 if none
@@ -96,7 +97,8 @@ func NewReplicator(primary, standby zen.Table, o ReplicatorOptions) (*Replicator
 		o.Logger = zap.NewNop()
 	}
 	r := &Replicator{primary: primary, standby: standby, maxBatch: o.MaxBatch,
-		pendingTimeout: o.PendingTimeout, log: o.Logger, wake: make(chan struct{}, 1)}
+		pendingTimeout: o.PendingTimeout, log: o.Logger, wake: make(chan struct{}, 1),
+		lags: newLagLog(replicatorLagLogSize)}
 	r.cond = sync.NewCond(&r.mu)
 	r.m = replMetrics{
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -125,6 +127,13 @@ func NewReplicator(primary, standby zen.Table, o ReplicatorOptions) (*Replicator
 	}
 	return r, nil
 }
+
+// replicatorLagLogSize is how many write-to-standby times Lags keeps (one per change-log entry).
+const replicatorLagLogSize = 1 << 16
+
+// Lags is the log of write-to-standby times, one per change-log entry applied (the samples of
+// smartfeed_feed_replication_lag_seconds, exact).
+func (r *Replicator) Lags() *LagLog { return r.lags }
 
 // Staleness is the age of the oldest write not yet applied to the standby (0 when caught up).
 func (r *Replicator) Staleness() time.Duration {
@@ -301,9 +310,12 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 		}
 	}
 	done := time.Now()
-	for _, at := range ackTimes {
-		r.m.lag.Observe(done.Sub(time.Unix(0, at)).Seconds())
+	lags := make([]time.Duration, len(ackTimes))
+	for i, at := range ackTimes {
+		lags[i] = done.Sub(time.Unix(0, at))
+		r.m.lag.Observe(lags[i].Seconds())
 	}
+	r.lags.add(lags...)
 	r.m.applied.Add(float64(len(ackTimes)))
 	if left == 0 && len(rows) < r.maxBatch {
 		r.oldest.Store(0)
