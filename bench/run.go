@@ -118,12 +118,13 @@ type Results struct {
 	Reads   ReadResult         `json:"reads"`
 	Hedging []HedgeResult      `json:"hedging"`
 	Scale   []ScaleResult      `json:"scale"`
-	// Replication is the standby's replication lag under the run's write load; absent when
-	// the System has no replicated standby.
-	Replication *ReplicationResult `json:"replication,omitempty"`
 	RSSMiB  float64            `json:"peak_rss_mib"`
 	Ratios  map[string]float64 `json:"ratios"`
 	Notes   []string           `json:"notes"`
+
+	// Replication is the standby's replication lag under the run's write load; absent when
+	// the System has no replicated standby.
+	Replication *ReplicationResult `json:"replication,omitempty"`
 
 	lagSeries []lagPoint
 	getfeed   []time.Duration
