@@ -21,8 +21,9 @@ import (
 
 const hedgeUsage = `usage: smartfeed hedge [show|set|suggest] [flags]
 
-  show      the hedging policy in force, the cutoff in use, and the read latency
-            percentiles of the primary and the standby (the default)
+  show      the hedging policy in force, the cutoff in use, the standby's replication
+            lag and staleness bound (and whether its reads are refused as stale), and
+            the read latency percentiles of the primary and the standby (the default)
   set       change the policy live: --mode, --cutoff (fixed mode), --percentile,
             --min, --max, --budget, --warmup; only the flags given change
   suggest   replay the recorded latencies for candidate cutoffs (--cutoffs) and print
@@ -194,6 +195,7 @@ func hedgeShow(ctx context.Context, hf hedgeFlags, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "hedging policy of %s\n", hf.grpcAddr)
 	printPolicy(w, p)
+	showReplication(cctx, c, w)
 	primary, standby, err := fetchLatency(cctx, hf)
 	if err != nil {
 		fmt.Fprintf(w, "\nlatency: unavailable (%v)\n", err)
