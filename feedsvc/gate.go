@@ -127,8 +127,7 @@ func (g *StalenessGate) Status() ReplicationStatus {
 		st.Mechanism = "app"
 	}
 	if l, ok := g.lag.(interface{ Lags() *LagLog }); ok {
-		_, next, _ := l.Lags().Since(0)
-		st.Recent, _, _ = l.Lags().Since(next - min(next, recentLags))
+		st.Recent = l.Lags().Latest(recentLags)
 	}
 	return st
 }

@@ -32,6 +32,10 @@ func (l *LagLog) add(ds ...time.Duration) {
 func (l *LagLog) Since(from uint64) (lags []time.Duration, next uint64, dropped uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.since(from)
+}
+
+func (l *LagLog) since(from uint64) (lags []time.Duration, next uint64, dropped uint64) {
 	capacity := uint64(len(l.buf))
 	start := from
 	if l.n > capacity && start < l.n-capacity {
@@ -45,4 +49,12 @@ func (l *LagLog) Since(from uint64) (lags []time.Duration, next uint64, dropped 
 		lags = append(lags, l.buf[i%capacity])
 	}
 	return lags, l.n, start - min(from, start)
+}
+
+// Latest returns the last n measurements still kept, oldest first.
+func (l *LagLog) Latest(n int) []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lags, _, _ := l.since(l.n - min(l.n, uint64(max(n, 0))))
+	return lags
 }

@@ -41,6 +41,14 @@ func TestLagLogSince(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(want{})); diff != "" {
 				t.Errorf("Since(%d) (-want +got):\n%s", tc.from, diff)
 			}
+			// Latest(2): the last two still kept.
+			wantLatest := tc.added[max(0, len(tc.added)-2):]
+			if wantLatest == nil {
+				wantLatest = []time.Duration{}
+			}
+			if diff := cmp.Diff(wantLatest, l.Latest(2)); diff != "" {
+				t.Errorf("Latest(2) (-want +got):\n%s", diff)
+			}
 		})
 	}
 }
