@@ -107,6 +107,10 @@ func replicationMarkdown(r *ReplicationResult) string {
 	p("| phase (write load) | seconds | measurements | lag p50 | p99 | max |")
 	p("|---|---|---|---|---|---|")
 	for _, ph := range r.Phases {
+		if ph.Lag.N == 0 {
+			p("| %s | %.0f | 0 | – | – | – |", ph.Phase, ph.Seconds)
+			continue
+		}
 		p("| %s | %.0f | %d | %s | %s | %s |", ph.Phase, ph.Seconds, ph.Lag.N, lagMs(ph.Lag.P50), lagMs(ph.Lag.P99), lagMs(ph.Lag.Max))
 	}
 	u := r.UnderLoad
