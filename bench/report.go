@@ -135,6 +135,7 @@ func Markdown(r *Results, plotDir string) string {
 	p("")
 	p("![hedging](%s)", img("hedging.png"))
 	p("")
+	b.WriteString(replicationMarkdown(r.Replication))
 	p("## Growth")
 	p("")
 	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed p99 |")

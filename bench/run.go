@@ -122,6 +122,10 @@ type Results struct {
 	Ratios  map[string]float64 `json:"ratios"`
 	Notes   []string           `json:"notes"`
 
+	// Replication is the standby's replication lag under the run's write load; absent when
+	// the System has no replicated standby.
+	Replication *ReplicationResult `json:"replication,omitempty"`
+
 	lagSeries []lagPoint
 	getfeed   []time.Duration
 	redis     []time.Duration
@@ -418,7 +422,10 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		return nil, err
 	}
 
+	repl := newReplRecorder(sys)
+
 	// 1. Sustained fanout, with the lag of sampled followers.
+	repl.begin()
 	say("fanout: %.0f events/s for %v", opts.EventRate, opts.FanoutFor)
 	ins0, cpu0, start := sys.PoolInserts(), cpuTime(), time.Now()
 	events, lags, err := fanout(ctx, sys, w, opts.EventRate, opts.FanoutFor, 1, &res.lagSeries, t0)
@@ -426,6 +433,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Notes = append(res.Notes, "fanout: "+err.Error())
 	}
 	dr := drain(ctx, sys, time.Minute)
+	repl.end("fanout")
 	el := time.Since(start).Seconds()
 	inserts := sys.PoolInserts() - ins0
 	res.Fanout = FanoutResult{Events: events, EventRate: opts.EventRate, Inserts: inserts, InsertsPerSec: inserts / el,
@@ -469,6 +477,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Fanout.InsertsPerSec, res.Fanout.LagMs.P50, res.Fanout.LagMs.P99, res.Fanout.RedisInsertsPerSec, raw)
 
 	// 2. The highest event rate whose lag p99 stays under the bound.
+	repl.begin()
 	for i, rate := range opts.StepRates {
 		n, l, _ := fanout(ctx, sys, w, rate, opts.StepFor, uint64(10+i), nil, t0)
 		drain(ctx, sys, time.Minute)
@@ -480,6 +489,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 			break
 		}
 	}
+	repl.end("rate steps")
 
 	// 3. Reads while fanout runs: GetFeed against Redis ZREVRANGE, same offered load.
 	readers := m.Readers(int(opts.ReadRate*opts.ReadFor.Seconds())+1, 3)
@@ -494,11 +504,13 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		_, _, _ = fanout(bg, sys, w, opts.EventRate, opts.ReadFor+opts.ReadFor, 4, nil, t0)
 	}()
 	say("reads: GetFeed at %.0f/s, %d concurrent, for %v, fanout running", opts.ReadRate, opts.Concurrency, opts.ReadFor)
+	repl.begin()
 	genCalls0, genTime0 := sys.GeneratorTime()
 	gl, order, gerrs, grate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
 		return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 	})
 	genCalls1, genTime1 := sys.GeneratorTime()
+	repl.end("serving")
 	rl, _, _, rrate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
 		_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 		return err
@@ -524,6 +536,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	if err := sys.SlowPrimary(ctx, opts.SlowFraction, opts.SlowBy); err != nil {
 		res.Notes = append(res.Notes, "hedging: "+err.Error())
 	} else {
+		repl.begin()
 		for _, on := range []bool{false, true} {
 			if err := sys.Hedging(ctx, on); err != nil {
 				return nil, err
@@ -540,6 +553,12 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 			say("hedging %v: GetFeed p99.9 %.1f ms, extra load %.2f%%, cutoff %.1f ms", on, hr.GetFeed.P999, 100*hr.ExtraLoad, hr.CutoffMs)
 		}
 		_ = sys.SlowPrimary(ctx, 0, 0)
+		repl.end("hedging")
+	}
+	res.Replication = repl.result()
+	if r := res.Replication; r != nil {
+		say("replication (%s): lag p50 %.0f ms, p99 %.0f ms, max %.0f ms over %d measurements under write load",
+			r.Mechanism, r.UnderLoad.P50, r.UnderLoad.P99, r.UnderLoad.Max, r.UnderLoad.N)
 	}
 
 	// 5. Scale: cost per event as users grow.

@@ -32,6 +32,7 @@ type Canary struct {
 	hist             prometheus.Histogram
 	gauge            prometheus.GaugeFunc
 	errs             *prometheus.CounterVec
+	lags             *LagLog
 
 	wake     chan struct{}
 	mu       sync.Mutex
@@ -66,7 +67,7 @@ func NewCanary(primary, standby zen.Table, o CanaryOptions) (*Canary, error) {
 		o.Logger = zap.NewNop()
 	}
 	c := &Canary{primary: primary, standby: standby, interval: o.Interval, poll: o.Poll, log: o.Logger,
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), lags: newLagLog(canaryLagLogSize)}
 	c.hist = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "smartfeed_replication_canary_seconds",
 		Help:    "Time for a canary row written on the primary to be readable on the standby.",
@@ -87,6 +88,13 @@ func NewCanary(primary, standby zen.Table, o CanaryOptions) (*Canary, error) {
 	}
 	return c, nil
 }
+
+// canaryLagLogSize is how many canary measurements Lags keeps: over an hour at one a second.
+const canaryLagLogSize = 4096
+
+// Lags is the log of the canaries' measured lags (the samples of
+// smartfeed_replication_canary_seconds, exact).
+func (c *Canary) Lags() *LagLog { return c.lags }
 
 // Staleness is how far the standby is known to be behind: the age of the outstanding canary,
 // or the last canary's lag when none is outstanding.
@@ -173,6 +181,7 @@ func (c *Canary) once(ctx context.Context) {
 			c.lastLag, c.inflight, c.seen = seenAt.Sub(pending), time.Time{}, pending
 			c.mu.Unlock()
 			c.hist.Observe(seenAt.Sub(pending).Seconds())
+			c.lags.add(seenAt.Sub(pending))
 			return
 		case err != nil && !errors.Is(err, zen.ErrNotFound):
 			c.errs.WithLabelValues("standby").Inc()

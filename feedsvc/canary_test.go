@@ -46,6 +46,10 @@ func TestCanaryMeasuresLagAndGateRefusesStaleStandby(t *testing.T) {
 	}
 	// Replication running with a 20 ms delay: the lag settles near it and the gate reads.
 	waitUntil(t, func() bool { l := c.Staleness(); return l >= 15*time.Millisecond && l < 150*time.Millisecond })
+	waitUntil(t, func() bool { _, next, _ := c.Lags().Since(0); return next > 0 })
+	if lags, next, _ := c.Lags().Since(0); uint64(len(lags)) != next || lags[0] < 20*time.Millisecond {
+		t.Errorf("canary lag log = %v (next %d), want the measurements, each at least the 20 ms delay", lags, next)
+	}
 	if _, err := gate.Get(t.Context(), []byte("k")); !errors.Is(err, zen.ErrNotFound) {
 		t.Errorf("gate read with replication healthy: %v, want the standby's own not-found", err)
 	}

@@ -31,6 +31,7 @@ type StalenessGate struct {
 	lag     Lagger
 	max     atomic.Int64 // time.Duration
 	refused prometheus.Counter
+	nrefuse atomic.Uint64 // the same count, for Status
 }
 
 // NewStalenessGate returns a gate over standby with bound maxStaleness (0: unbounded). reg, if
@@ -69,6 +70,7 @@ func (g *StalenessGate) check() error {
 	}
 	if lag := g.lag.Staleness(); lag > m {
 		g.refused.Inc()
+		g.nrefuse.Add(1)
 		return fmt.Errorf("%w: lag %v over the bound %v", ErrStandbyStale, lag.Round(time.Millisecond), m)
 	}
 	return nil
@@ -96,4 +98,36 @@ func (g *StalenessGate) GetMany(ctx context.Context, keys [][]byte) ([][]byte, e
 		return nil, err
 	}
 	return zen.GetMany(ctx, g.Table, keys)
+}
+
+// ReplicationStatus is the standby's replication as the failover view shows it.
+type ReplicationStatus struct {
+	// Mechanism is "hbase" (the Canary measures HBase's own replication), "app" (the change-log
+	// Replicator) or empty for another Lagger.
+	Mechanism    string
+	Lag          time.Duration // the Lagger's staleness now
+	MaxStaleness time.Duration // the bound, 0 unbounded
+	Refused      bool          // reads are refused now: Lag over a bound
+	Refusals     uint64        // reads refused since the gate was made
+	Recent       []time.Duration
+}
+
+// recentLags is how many of the latest lag measurements Status returns.
+const recentLags = 300
+
+// Status reports the lag, the bound and whether reads are refused now, with the latest lag
+// measurements when the Lagger keeps them (Canary, Replicator).
+func (g *StalenessGate) Status() ReplicationStatus {
+	st := ReplicationStatus{Lag: g.lag.Staleness(), MaxStaleness: g.MaxStaleness(), Refusals: g.nrefuse.Load()}
+	st.Refused = st.MaxStaleness > 0 && st.Lag > st.MaxStaleness
+	switch g.lag.(type) {
+	case *Canary:
+		st.Mechanism = "hbase"
+	case *Replicator:
+		st.Mechanism = "app"
+	}
+	if l, ok := g.lag.(interface{ Lags() *LagLog }); ok {
+		st.Recent = l.Lags().Latest(recentLags)
+	}
+	return st
 }

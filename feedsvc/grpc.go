@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -230,6 +231,27 @@ func protoConfig(c Config) *feedv1.ServiceConfig {
 // GetServiceConfig implements FeedAdmin.
 func (a *AdminServer) GetServiceConfig(context.Context, *feedv1.GetServiceConfigRequest) (*feedv1.ServiceConfig, error) {
 	return protoConfig(a.svc.Config()), nil
+}
+
+// GetReplication implements FeedAdmin.
+func (a *AdminServer) GetReplication(context.Context, *feedv1.GetReplicationRequest) (*feedv1.Replication, error) {
+	g := a.svc.gate
+	if g == nil {
+		return nil, status.Error(codes.FailedPrecondition, "this feed service has no staleness gate on its standby")
+	}
+	return protoReplication(g.Status()), nil
+}
+
+func protoReplication(st ReplicationStatus) *feedv1.Replication {
+	out := &feedv1.Replication{Mechanism: st.Mechanism, LagMs: ms(st.Lag), MaxStalenessMs: ms(st.MaxStaleness),
+		StandbyRefused: st.Refused, StaleRefusals: st.Refusals, RecentCount: int32(len(st.Recent))}
+	if len(st.Recent) > 0 {
+		s := slices.Clone(st.Recent)
+		slices.Sort(s)
+		q := func(p float64) float64 { return ms(s[min(len(s)-1, max(0, int(p*float64(len(s))+0.999999)-1))]) }
+		out.RecentP50Ms, out.RecentP99Ms, out.RecentMaxMs = q(0.5), q(0.99), ms(s[len(s)-1])
+	}
+	return out
 }
 
 // SetServiceConfig implements FeedAdmin.

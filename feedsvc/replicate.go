@@ -42,6 +42,7 @@ type Replicator struct {
 	pendingTimeout   time.Duration
 	log              *zap.Logger
 	m                replMetrics
+	lags             *LagLog
 
 	lastSeq atomic.Uint64 // last log sequence handed out (unix ns, made unique)
 	// inflight holds the sequences handed out whose entry's write has not returned; a pass
@@ -112,7 +113,8 @@ func NewReplicator(primary, standby zen.Table, o ReplicatorOptions) (*Replicator
 		o.Logger = zap.NewNop()
 	}
 	r := &Replicator{primary: primary, standby: standby, maxBatch: o.MaxBatch,
-		pendingTimeout: o.PendingTimeout, log: o.Logger, wake: make(chan struct{}, 1)}
+		pendingTimeout: o.PendingTimeout, log: o.Logger, wake: make(chan struct{}, 1),
+		lags: newLagLog(replicatorLagLogSize)}
 	r.cond = sync.NewCond(&r.mu)
 	r.m = replMetrics{
 		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -141,6 +143,13 @@ func NewReplicator(primary, standby zen.Table, o ReplicatorOptions) (*Replicator
 	}
 	return r, nil
 }
+
+// replicatorLagLogSize is how many write-to-standby times Lags keeps (one per change-log entry).
+const replicatorLagLogSize = 1 << 16
+
+// Lags is the log of write-to-standby times, one per change-log entry applied (the samples of
+// smartfeed_feed_replication_lag_seconds, exact).
+func (r *Replicator) Lags() *LagLog { return r.lags }
 
 // Staleness is the age of the oldest write not yet applied to the standby (0 when caught up).
 func (r *Replicator) Staleness() time.Duration {
@@ -369,9 +378,12 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 	}
 	r.floor.Store(floor)
 	done := time.Now()
-	for _, at := range ackTimes {
-		r.m.lag.Observe(done.Sub(time.Unix(0, at)).Seconds())
+	lags := make([]time.Duration, len(ackTimes))
+	for i, at := range ackTimes {
+		lags[i] = done.Sub(time.Unix(0, at))
+		r.m.lag.Observe(lags[i].Seconds())
 	}
+	r.lags.add(lags...)
 	r.m.applied.Add(float64(len(ackTimes)))
 	if left == 0 && len(rows) < r.maxBatch {
 		r.oldest.Store(0)

@@ -226,6 +226,24 @@ func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tm
 	return s, closeFn, nil
 }
 
+var _ bench.Replication = (*benchSystem)(nil)
+
+// ReplicationLags implements bench.Replication: the canary's measurements with HBase's own
+// replication, the change-log replicator's otherwise.
+func (s *benchSystem) ReplicationLags(from uint64) (bench.ReplicationInfo, []time.Duration, uint64) {
+	switch {
+	case s.a.canary != nil:
+		lags, next, _ := s.a.canary.Lags().Since(from)
+		return bench.ReplicationInfo{Mechanism: "hbase", Measured: "a canary row written on the primary every 1 s " +
+			"and polled on the standby every 10 ms (feedsvc.Canary), from the write to its first sight on the standby"}, lags, next
+	case s.a.repl != nil:
+		lags, next, _ := s.a.repl.Lags().Since(from)
+		return bench.ReplicationInfo{Mechanism: "app", Measured: "one change-log entry (a feed write), from the write " +
+			"on the primary to its application on the standby (feedsvc.Replicator)"}, lags, next
+	}
+	return bench.ReplicationInfo{Mechanism: "none"}, nil, 0
+}
+
 func (s *benchSystem) CreateUsers(ctx context.Context, n int) ([]uint64, error) {
 	ids := make([]uint64, n)
 	var wg sync.WaitGroup

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/smartfeed/smartfeed/bench"
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/internal/config"
@@ -67,7 +68,13 @@ func TestHBasePrimaryKill(t *testing.T) {
 		c.Storage.HBase.PoolsZK, c.Storage.HBase.PrimaryZK, c.Storage.HBase.StandbyZK = pools, primaryZK, standbyZK
 		c.Storage.HBase.TablePrefix = prefix
 		c.Feed.GeneratorDeadline = config.Duration(5 * time.Second)
+		// SMARTFEED_FAILOVER_REPLICATION=app runs the same experiment with the change-log
+		// replicator between the two clusters instead of HBase's own replication.
+		if m := os.Getenv("SMARTFEED_FAILOVER_REPLICATION"); m != "" {
+			c.Storage.HBase.Replication = m
+		}
 	})
+	t.Logf("replication: %s", map[bool]string{true: "HBase's own (canary)", false: "change log (feedsvc.Replicator)"}[e.a.canary != nil])
 
 	// Seed: B and C follow A; A pins; first pages give both a materialized feed.
 	A, B, C := e.user("alice"), e.user("bob"), e.user("carol")
@@ -150,11 +157,28 @@ func TestHBasePrimaryKill(t *testing.T) {
 			t.Fatalf("kill -9 %s: %v %s", name, err, out)
 		}
 	}
+	// catchUp measures, in the background, how long after a restart the standby holds a write
+	// made after it (the canary's or the change log's Flush): replication has caught up.
+	catchUp := func() <-chan time.Duration {
+		ch := make(chan time.Duration, 1)
+		t0 := time.Now()
+		go func() {
+			fctx, cancel := context.WithTimeout(e.ctx, 2*time.Minute)
+			defer cancel()
+			if err := e.a.standbyFlush(fctx); err != nil {
+				ch <- -1
+				return
+			}
+			ch <- time.Since(t0)
+		}()
+		return ch
+	}
 	tKill := phase("steady", 5*time.Second)
 	kill("hbase-failp")
 	tRestart := phase("primary killed", 15*time.Second)
 	hb("restart", "hbase-failp")
 	tBack := time.Since(start)
+	primaryCaughtUp := catchUp()
 	tStandbyKill := phase("primary back", 10*time.Second)
 	warmErrs := gaugeOrCounter(t, e.a.reg, "smartfeed_hedge_warmup_errors_total")
 	kill("hbase-fails")
@@ -162,6 +186,7 @@ func TestHBasePrimaryKill(t *testing.T) {
 	warmErrs = gaugeOrCounter(t, e.a.reg, "smartfeed_hedge_warmup_errors_total") - warmErrs
 	hb("restart", "hbase-fails")
 	tStandbyBack := time.Since(start)
+	standbyCaughtUp := catchUp()
 	phase("standby back", 5*time.Second)
 	stop()
 	wg.Wait()
@@ -228,6 +253,13 @@ func TestHBasePrimaryKill(t *testing.T) {
 	report("standby restart", tStandbyRestart, tStandbyBack)
 	report("standby back", tStandbyBack, time.Hour)
 	t.Logf("warm-up reads that failed while the standby was dead: %v", warmErrs)
+	t.Logf("replication caught up %v after the primary's restart returned, %v after the standby's (-1: not within 2 min)",
+		(<-primaryCaughtUp).Round(time.Millisecond), (<-standbyCaughtUp).Round(time.Millisecond))
+	if e.a.canary != nil {
+		lags, _, _ := e.a.canary.Lags().Since(0)
+		st := bench.Summarize(lags)
+		t.Logf("canary lag over the run: %d measurements, p50 %.0f ms, p99 %.0f ms, max %.0f ms", st.N, st.P50, st.P99, st.Max)
+	}
 	for _, s := range samples {
 		if s.at >= tStandbyKill && s.at < tStandbyBack && s.standby {
 			t.Errorf("a read at %v was served by the standby while it was dead", s.at)

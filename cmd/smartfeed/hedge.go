@@ -52,7 +52,7 @@ Alone, hedge is hedge show.`,
 	hf.bind(cmd.PersistentFlags())
 	cmd.AddCommand(&cobra.Command{
 		Use:   "show",
-		Short: "the hedging policy in force, the cutoff in use, and the read latency percentiles of the primary and the standby",
+		Short: "the hedging policy in force, the cutoff in use, the standby's replication lag and staleness bound (and whether its reads are refused as stale), and the read latency percentiles of the primary and the standby",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return hedgeShow(cmd.Context(), hf, cmd.OutOrStdout())
@@ -193,6 +193,7 @@ func hedgeShow(ctx context.Context, hf hedgeFlags, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "hedging policy of %s\n", hf.grpcAddr)
 	printPolicy(w, p)
+	showReplication(cctx, c, w)
 	primary, standby, err := fetchLatency(cctx, hf)
 	if err != nil {
 		fmt.Fprintf(w, "\nlatency: unavailable (%v)\n", err)

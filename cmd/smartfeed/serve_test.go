@@ -139,7 +139,9 @@ func TestServeLifecycle(t *testing.T) {
 	if err := run(t.Context(), []string{"hedge", "--admin-grpc-addr", a.adminGRPCAddr(), "--admin-addr", a.adminAddr()}, &out, io.Discard); err != nil {
 		t.Fatalf("hedge show: %v", err)
 	}
-	if s := out.String(); !strings.Contains(s, "mode           fixed") || !strings.Contains(s, "primary") {
+	if s := out.String(); !strings.Contains(s, "mode           fixed") || !strings.Contains(s, "primary") ||
+		!strings.Contains(s, "standby fed by    change-log replicator") || !strings.Contains(s, "staleness bound   30s") ||
+		!strings.Contains(s, "standby reads     served") {
 		t.Errorf("hedge show output:\n%s", s)
 	}
 	if err := run(t.Context(), []string{"hedge", "set", "--budget", "2", "--admin-grpc-addr", a.adminGRPCAddr()}, io.Discard, io.Discard); err == nil {

@@ -875,6 +875,161 @@ func (x *ServiceConfig) GetStalePendingMs() float64 {
 	return 0
 }
 
+type GetReplicationRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetReplicationRequest) Reset() {
+	*x = GetReplicationRequest{}
+	mi := &file_feed_v1_feed_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetReplicationRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetReplicationRequest) ProtoMessage() {}
+
+func (x *GetReplicationRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_feed_v1_feed_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetReplicationRequest.ProtoReflect.Descriptor instead.
+func (*GetReplicationRequest) Descriptor() ([]byte, []int) {
+	return file_feed_v1_feed_proto_rawDescGZIP(), []int{9}
+}
+
+// Replication is the standby's replication as the feed service sees it (read only).
+type Replication struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "hbase" (HBase's own replication, measured by a canary row), "app" (feedsvc's change-log
+	// replicator) or empty when unknown.
+	Mechanism string `protobuf:"bytes,1,opt,name=mechanism,proto3" json:"mechanism,omitempty"`
+	// How far the standby is behind now: the last canary's lag or the age of the canary still
+	// awaited (hbase); the age of the oldest change not yet applied (app).
+	LagMs float64 `protobuf:"fixed64,2,opt,name=lag_ms,json=lagMs,proto3" json:"lag_ms,omitempty"`
+	// The staleness bound (feed.standby_max_staleness, live as standby.max_staleness): standby
+	// reads are refused while lag_ms exceeds it; 0 means unbounded.
+	MaxStalenessMs float64 `protobuf:"fixed64,3,opt,name=max_staleness_ms,json=maxStalenessMs,proto3" json:"max_staleness_ms,omitempty"`
+	// Set while lag_ms exceeds the bound: hedges and failover cannot use the standby now.
+	StandbyRefused bool `protobuf:"varint,4,opt,name=standby_refused,json=standbyRefused,proto3" json:"standby_refused,omitempty"`
+	// Standby reads refused as stale since the process started.
+	StaleRefusals uint64 `protobuf:"varint,5,opt,name=stale_refusals,json=staleRefusals,proto3" json:"stale_refusals,omitempty"`
+	// The most recent lag measurements (at most 300: five minutes of canaries, or the last 300
+	// changes applied): how many, and their p50, p99 and max.
+	RecentCount   int32   `protobuf:"varint,6,opt,name=recent_count,json=recentCount,proto3" json:"recent_count,omitempty"`
+	RecentP50Ms   float64 `protobuf:"fixed64,7,opt,name=recent_p50_ms,json=recentP50Ms,proto3" json:"recent_p50_ms,omitempty"`
+	RecentP99Ms   float64 `protobuf:"fixed64,8,opt,name=recent_p99_ms,json=recentP99Ms,proto3" json:"recent_p99_ms,omitempty"`
+	RecentMaxMs   float64 `protobuf:"fixed64,9,opt,name=recent_max_ms,json=recentMaxMs,proto3" json:"recent_max_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Replication) Reset() {
+	*x = Replication{}
+	mi := &file_feed_v1_feed_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Replication) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Replication) ProtoMessage() {}
+
+func (x *Replication) ProtoReflect() protoreflect.Message {
+	mi := &file_feed_v1_feed_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Replication.ProtoReflect.Descriptor instead.
+func (*Replication) Descriptor() ([]byte, []int) {
+	return file_feed_v1_feed_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Replication) GetMechanism() string {
+	if x != nil {
+		return x.Mechanism
+	}
+	return ""
+}
+
+func (x *Replication) GetLagMs() float64 {
+	if x != nil {
+		return x.LagMs
+	}
+	return 0
+}
+
+func (x *Replication) GetMaxStalenessMs() float64 {
+	if x != nil {
+		return x.MaxStalenessMs
+	}
+	return 0
+}
+
+func (x *Replication) GetStandbyRefused() bool {
+	if x != nil {
+		return x.StandbyRefused
+	}
+	return false
+}
+
+func (x *Replication) GetStaleRefusals() uint64 {
+	if x != nil {
+		return x.StaleRefusals
+	}
+	return 0
+}
+
+func (x *Replication) GetRecentCount() int32 {
+	if x != nil {
+		return x.RecentCount
+	}
+	return 0
+}
+
+func (x *Replication) GetRecentP50Ms() float64 {
+	if x != nil {
+		return x.RecentP50Ms
+	}
+	return 0
+}
+
+func (x *Replication) GetRecentP99Ms() float64 {
+	if x != nil {
+		return x.RecentP99Ms
+	}
+	return 0
+}
+
+func (x *Replication) GetRecentMaxMs() float64 {
+	if x != nil {
+		return x.RecentMaxMs
+	}
+	return 0
+}
+
 var File_feed_v1_feed_proto protoreflect.FileDescriptor
 
 const file_feed_v1_feed_proto_rawDesc = "" +
@@ -942,7 +1097,18 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\tmax_items\x18\x03 \x01(\x05R\bmaxItems\x12*\n" +
 	"\x11default_page_size\x18\x04 \x01(\x05R\x0fdefaultPageSize\x12\"\n" +
 	"\rmax_page_size\x18\x05 \x01(\x05R\vmaxPageSize\x12(\n" +
-	"\x10stale_pending_ms\x18\x06 \x01(\x01R\x0estalePendingMs*_\n" +
+	"\x10stale_pending_ms\x18\x06 \x01(\x01R\x0estalePendingMs\"\x17\n" +
+	"\x15GetReplicationRequest\"\xcb\x02\n" +
+	"\vReplication\x12\x1c\n" +
+	"\tmechanism\x18\x01 \x01(\tR\tmechanism\x12\x15\n" +
+	"\x06lag_ms\x18\x02 \x01(\x01R\x05lagMs\x12(\n" +
+	"\x10max_staleness_ms\x18\x03 \x01(\x01R\x0emaxStalenessMs\x12'\n" +
+	"\x0fstandby_refused\x18\x04 \x01(\bR\x0estandbyRefused\x12%\n" +
+	"\x0estale_refusals\x18\x05 \x01(\x04R\rstaleRefusals\x12!\n" +
+	"\frecent_count\x18\x06 \x01(\x05R\vrecentCount\x12\"\n" +
+	"\rrecent_p50_ms\x18\a \x01(\x01R\vrecentP50Ms\x12\"\n" +
+	"\rrecent_p99_ms\x18\b \x01(\x01R\vrecentP99Ms\x12\"\n" +
+	"\rrecent_max_ms\x18\t \x01(\x01R\vrecentMaxMs*_\n" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SOURCE_FOLLOWING\x10\x01\x12\x13\n" +
@@ -961,14 +1127,15 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\rSTORE_PRIMARY\x10\x01\x12\x11\n" +
 	"\rSTORE_STANDBY\x10\x022_\n" +
 	"\vFeedService\x12P\n" +
-	"\aGetFeed\x12!.smartfeed.feed.v1.GetFeedRequest\x1a\".smartfeed.feed.v1.GetFeedResponse2\x83\x04\n" +
+	"\aGetFeed\x12!.smartfeed.feed.v1.GetFeedRequest\x1a\".smartfeed.feed.v1.GetFeedResponse2\xdf\x04\n" +
 	"\tFeedAdmin\x12Z\n" +
 	"\x0eGetHedgePolicy\x12(.smartfeed.feed.v1.GetHedgePolicyRequest\x1a\x1e.smartfeed.feed.v1.HedgePolicy\x12P\n" +
 	"\x0eSetHedgePolicy\x12\x1e.smartfeed.feed.v1.HedgePolicy\x1a\x1e.smartfeed.feed.v1.HedgePolicy\x12K\n" +
 	"\tGetFaults\x12#.smartfeed.feed.v1.GetFaultsRequest\x1a\x19.smartfeed.feed.v1.Faults\x12A\n" +
 	"\tSetFaults\x12\x19.smartfeed.feed.v1.Faults\x1a\x19.smartfeed.feed.v1.Faults\x12`\n" +
 	"\x10GetServiceConfig\x12*.smartfeed.feed.v1.GetServiceConfigRequest\x1a .smartfeed.feed.v1.ServiceConfig\x12V\n" +
-	"\x10SetServiceConfig\x12 .smartfeed.feed.v1.ServiceConfig\x1a .smartfeed.feed.v1.ServiceConfigB5Z3github.com/smartfeed/smartfeed/proto/feed/v1;feedv1b\x06proto3"
+	"\x10SetServiceConfig\x12 .smartfeed.feed.v1.ServiceConfig\x1a .smartfeed.feed.v1.ServiceConfig\x12Z\n" +
+	"\x0eGetReplication\x12(.smartfeed.feed.v1.GetReplicationRequest\x1a\x1e.smartfeed.feed.v1.ReplicationB5Z3github.com/smartfeed/smartfeed/proto/feed/v1;feedv1b\x06proto3"
 
 var (
 	file_feed_v1_feed_proto_rawDescOnce sync.Once
@@ -983,7 +1150,7 @@ func file_feed_v1_feed_proto_rawDescGZIP() []byte {
 }
 
 var file_feed_v1_feed_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_feed_v1_feed_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_feed_v1_feed_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_feed_v1_feed_proto_goTypes = []any{
 	(Source)(0),                     // 0: smartfeed.feed.v1.Source
 	(FreshStatus)(0),                // 1: smartfeed.feed.v1.FreshStatus
@@ -997,6 +1164,8 @@ var file_feed_v1_feed_proto_goTypes = []any{
 	(*Faults)(nil),                  // 9: smartfeed.feed.v1.Faults
 	(*GetServiceConfigRequest)(nil), // 10: smartfeed.feed.v1.GetServiceConfigRequest
 	(*ServiceConfig)(nil),           // 11: smartfeed.feed.v1.ServiceConfig
+	(*GetReplicationRequest)(nil),   // 12: smartfeed.feed.v1.GetReplicationRequest
+	(*Replication)(nil),             // 13: smartfeed.feed.v1.Replication
 }
 var file_feed_v1_feed_proto_depIdxs = []int32{
 	0,  // 0: smartfeed.feed.v1.FeedItem.source:type_name -> smartfeed.feed.v1.Source
@@ -1012,15 +1181,17 @@ var file_feed_v1_feed_proto_depIdxs = []int32{
 	9,  // 10: smartfeed.feed.v1.FeedAdmin.SetFaults:input_type -> smartfeed.feed.v1.Faults
 	10, // 11: smartfeed.feed.v1.FeedAdmin.GetServiceConfig:input_type -> smartfeed.feed.v1.GetServiceConfigRequest
 	11, // 12: smartfeed.feed.v1.FeedAdmin.SetServiceConfig:input_type -> smartfeed.feed.v1.ServiceConfig
-	5,  // 13: smartfeed.feed.v1.FeedService.GetFeed:output_type -> smartfeed.feed.v1.GetFeedResponse
-	7,  // 14: smartfeed.feed.v1.FeedAdmin.GetHedgePolicy:output_type -> smartfeed.feed.v1.HedgePolicy
-	7,  // 15: smartfeed.feed.v1.FeedAdmin.SetHedgePolicy:output_type -> smartfeed.feed.v1.HedgePolicy
-	9,  // 16: smartfeed.feed.v1.FeedAdmin.GetFaults:output_type -> smartfeed.feed.v1.Faults
-	9,  // 17: smartfeed.feed.v1.FeedAdmin.SetFaults:output_type -> smartfeed.feed.v1.Faults
-	11, // 18: smartfeed.feed.v1.FeedAdmin.GetServiceConfig:output_type -> smartfeed.feed.v1.ServiceConfig
-	11, // 19: smartfeed.feed.v1.FeedAdmin.SetServiceConfig:output_type -> smartfeed.feed.v1.ServiceConfig
-	13, // [13:20] is the sub-list for method output_type
-	6,  // [6:13] is the sub-list for method input_type
+	12, // 13: smartfeed.feed.v1.FeedAdmin.GetReplication:input_type -> smartfeed.feed.v1.GetReplicationRequest
+	5,  // 14: smartfeed.feed.v1.FeedService.GetFeed:output_type -> smartfeed.feed.v1.GetFeedResponse
+	7,  // 15: smartfeed.feed.v1.FeedAdmin.GetHedgePolicy:output_type -> smartfeed.feed.v1.HedgePolicy
+	7,  // 16: smartfeed.feed.v1.FeedAdmin.SetHedgePolicy:output_type -> smartfeed.feed.v1.HedgePolicy
+	9,  // 17: smartfeed.feed.v1.FeedAdmin.GetFaults:output_type -> smartfeed.feed.v1.Faults
+	9,  // 18: smartfeed.feed.v1.FeedAdmin.SetFaults:output_type -> smartfeed.feed.v1.Faults
+	11, // 19: smartfeed.feed.v1.FeedAdmin.GetServiceConfig:output_type -> smartfeed.feed.v1.ServiceConfig
+	11, // 20: smartfeed.feed.v1.FeedAdmin.SetServiceConfig:output_type -> smartfeed.feed.v1.ServiceConfig
+	13, // 21: smartfeed.feed.v1.FeedAdmin.GetReplication:output_type -> smartfeed.feed.v1.Replication
+	14, // [14:22] is the sub-list for method output_type
+	6,  // [6:14] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1037,7 +1208,7 @@ func file_feed_v1_feed_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_feed_v1_feed_proto_rawDesc), len(file_feed_v1_feed_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -141,6 +141,7 @@ const (
 	FeedAdmin_SetFaults_FullMethodName        = "/smartfeed.feed.v1.FeedAdmin/SetFaults"
 	FeedAdmin_GetServiceConfig_FullMethodName = "/smartfeed.feed.v1.FeedAdmin/GetServiceConfig"
 	FeedAdmin_SetServiceConfig_FullMethodName = "/smartfeed.feed.v1.FeedAdmin/SetServiceConfig"
+	FeedAdmin_GetReplication_FullMethodName   = "/smartfeed.feed.v1.FeedAdmin/GetReplication"
 )
 
 // FeedAdminClient is the client API for FeedAdmin service.
@@ -159,6 +160,9 @@ type FeedAdminClient interface {
 	SetFaults(ctx context.Context, in *Faults, opts ...grpc.CallOption) (*Faults, error)
 	GetServiceConfig(ctx context.Context, in *GetServiceConfigRequest, opts ...grpc.CallOption) (*ServiceConfig, error)
 	SetServiceConfig(ctx context.Context, in *ServiceConfig, opts ...grpc.CallOption) (*ServiceConfig, error)
+	// GetReplication reports how far the standby is behind the primary and whether its reads are
+	// refused as stale; FAILED_PRECONDITION when this server has no staleness gate.
+	GetReplication(ctx context.Context, in *GetReplicationRequest, opts ...grpc.CallOption) (*Replication, error)
 }
 
 type feedAdminClient struct {
@@ -229,6 +233,16 @@ func (c *feedAdminClient) SetServiceConfig(ctx context.Context, in *ServiceConfi
 	return out, nil
 }
 
+func (c *feedAdminClient) GetReplication(ctx context.Context, in *GetReplicationRequest, opts ...grpc.CallOption) (*Replication, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Replication)
+	err := c.cc.Invoke(ctx, FeedAdmin_GetReplication_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FeedAdminServer is the server API for FeedAdmin service.
 // All implementations must embed UnimplementedFeedAdminServer
 // for forward compatibility.
@@ -245,6 +259,9 @@ type FeedAdminServer interface {
 	SetFaults(context.Context, *Faults) (*Faults, error)
 	GetServiceConfig(context.Context, *GetServiceConfigRequest) (*ServiceConfig, error)
 	SetServiceConfig(context.Context, *ServiceConfig) (*ServiceConfig, error)
+	// GetReplication reports how far the standby is behind the primary and whether its reads are
+	// refused as stale; FAILED_PRECONDITION when this server has no staleness gate.
+	GetReplication(context.Context, *GetReplicationRequest) (*Replication, error)
 	mustEmbedUnimplementedFeedAdminServer()
 }
 
@@ -272,6 +289,9 @@ func (UnimplementedFeedAdminServer) GetServiceConfig(context.Context, *GetServic
 }
 func (UnimplementedFeedAdminServer) SetServiceConfig(context.Context, *ServiceConfig) (*ServiceConfig, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetServiceConfig not implemented")
+}
+func (UnimplementedFeedAdminServer) GetReplication(context.Context, *GetReplicationRequest) (*Replication, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetReplication not implemented")
 }
 func (UnimplementedFeedAdminServer) mustEmbedUnimplementedFeedAdminServer() {}
 func (UnimplementedFeedAdminServer) testEmbeddedByValue()                   {}
@@ -402,6 +422,24 @@ func _FeedAdmin_SetServiceConfig_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FeedAdmin_GetReplication_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetReplicationRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FeedAdminServer).GetReplication(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FeedAdmin_GetReplication_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FeedAdminServer).GetReplication(ctx, req.(*GetReplicationRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FeedAdmin_ServiceDesc is the grpc.ServiceDesc for FeedAdmin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -432,6 +470,10 @@ var FeedAdmin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetServiceConfig",
 			Handler:    _FeedAdmin_SetServiceConfig_Handler,
+		},
+		{
+			MethodName: "GetReplication",
+			Handler:    _FeedAdmin_GetReplication_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
