@@ -98,6 +98,8 @@ type Generator struct {
 	// roundNs is a moving average of one take round's duration (reads, claims, take), which
 	// short uses to decide whether another round fits before the caller's deadline.
 	roundNs atomic.Int64
+	// lastNo is the last chunk number handed out by this process (see nextNo).
+	lastNo atomic.Uint64
 }
 
 // observeRound folds one round's duration into the moving average (weight 1/8).
@@ -355,27 +357,25 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		if len(last.picks) == 0 {
 			break
 		}
-		var index []zen.Mutation
-		if rec == nil {
-			// The record's first write also indexes it for recovery (InFlightUsers).
-			c, err := g.state.Increment(ctx, userKey(user, tagCounter), 1)
-			if err != nil {
-				return Chunk{}, fmt.Errorf("number chunk of %d: %w", uint64(user), err)
-			}
-			no = uint64(c)
-			index = []zen.Mutation{{Key: inflightKey(user, no), Value: []byte{}}}
-			rec = &record{ID: chunkID(user, no), State: stateIntent, CreatedMs: nowMs}
-		}
 		// 1. Intent: the record lists every pin this chunk may hold before any is claimed.
-		rec.Entries = rec.Entries[:0]
+		var entries []recEntry
 		for _, p := range won {
-			rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
+			entries = append(entries, recEntry{Entry: p.e, Reason: p.reason})
 		}
 		for _, p := range last.picks {
-			rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
+			entries = append(entries, recEntry{Entry: p.e, Reason: p.reason})
 		}
-		if intent, err = g.putRecordBytes(ctx, user, no, rec, index...); err != nil {
-			return Chunk{}, g.abandon(ctx, user, no, rec, err)
+		if rec == nil {
+			// The record's first write numbers the chunk and indexes it for recovery
+			// (InFlightUsers).
+			if no, rec, intent, err = g.createRecord(ctx, user, nowMs, entries); err != nil {
+				return Chunk{}, err
+			}
+		} else {
+			rec.Entries = entries
+			if intent, err = g.putRecordBytes(ctx, user, no, rec); err != nil {
+				return Chunk{}, g.abandon(ctx, user, no, rec, err)
+			}
 		}
 		// 2. Claim each pin (one chunk per pin), then take the claimed ones out of the pools.
 		// All of the round's claims go in one batched compare-and-set (one synced commit).

@@ -473,3 +473,52 @@ func TestLateInsertThenGiveBack(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkNumbersUniqueAcrossProcesses: chunk numbers come from the clock, so two generator
+// processes over one state table can pick the same one in the same microsecond; the intent
+// record's compare-and-set makes the second take another number, and neither record is lost.
+func TestChunkNumbersUniqueAcrossProcesses(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t, b.make, nil)
+			e.fill(t, 40)
+			// A second process: its own generator, the same tables and the same (frozen) clock.
+			g2, err := New(Params{Pools: e.pools, State: e.state, Config: ptr(e.gen.Config()), Now: e.clk.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c1, err := e.gen.GenerateChunk(ctx, e.user, Options{Max: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c2, err := g2.GenerateChunk(ctx, e.user, Options{Max: 5})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c1.ID == "" || c1.ID == c2.ID {
+				t.Fatalf("chunk IDs %q and %q: want two different ones", c1.ID, c2.ID)
+			}
+			pend, err := e.gen.Pending(ctx, e.user)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, p := range pend {
+				ids = append(ids, p.ID)
+			}
+			if diff := cmp.Diff([]string{c1.ID, c2.ID}, ids); diff != "" {
+				t.Errorf("pending chunks (-want +got):\n%s", diff)
+			}
+			seen := map[zen.ID]bool{}
+			for _, c := range []Chunk{c1, c2} {
+				for _, it := range c.Items {
+					if seen[it.Pin] {
+						t.Errorf("pin %d in both chunks", it.Pin)
+					}
+					seen[it.Pin] = true
+				}
+			}
+		})
+	}
+}

@@ -16,7 +16,7 @@ import (
 // Rows of the "genstate" table, all keyed by the user first (so they live on the user's shard):
 //
 //	user(8) 's'                  userState, JSON: last visit, owed size, last expiry sweep
-//	user(8) 'n'                  counter: chunk numbers
+//	user(8) 'n'                  counter of chunk numbers: no longer written (numbers come from the clock, see nextNo)
 //	user(8) 'd'                  counter: pins dropped as expired by this generator's sweeps
 //	user(8) 'c' chunkNo(8)       record of an in-flight chunk, JSON
 //	user(8) 'p' pin(8)           claim of a pin by an in-flight chunk: the chunk ID
@@ -125,6 +125,62 @@ func (g *Generator) updateState(ctx context.Context, user zen.ID, fn func(*userS
 		}
 	}
 	return fmt.Errorf("write state of %d: too much contention", uint64(user))
+}
+
+// nextNo returns a chunk number: the clock in µs, bumped past the last one this process handed
+// out. Chunk numbers order a user's chunks by creation, as a counter would, without a counter's
+// synced write on every first page; createRecord's compare-and-set makes them unique across
+// processes.
+func (g *Generator) nextNo() uint64 {
+	for {
+		last := g.lastNo.Load()
+		n := max(uint64(g.now().UnixMicro()), last+1)
+		if g.lastNo.CompareAndSwap(last, n) {
+			return n
+		}
+	}
+}
+
+// createRecord numbers a new chunk of user and writes its intent record (holding entries) only
+// if no record has that number, with the in-flight index row: in one commit where the state
+// table allows (a zen.Carrier), else the index row first (an index row without its record is
+// skipped by recovery). A number taken by another process's chunk is replaced by a fresh one.
+func (g *Generator) createRecord(ctx context.Context, user zen.ID, nowMs int64, entries []recEntry) (uint64, *record, []byte, error) {
+	const attempts = 4
+	for range attempts {
+		no := g.nextNo()
+		rec := &record{ID: chunkID(user, no), State: stateIntent, CreatedMs: nowMs, Entries: entries}
+		b, err := json.Marshal(rec)
+		if err != nil {
+			return 0, nil, nil, fmt.Errorf("encode chunk %s: %w", rec.ID, err)
+		}
+		key := userKey2(user, tagChunk, no)
+		index := zen.Mutation{Key: inflightKey(user, no), Value: []byte{}}
+		var ok bool
+		if c, isCarrier := g.state.(zen.Carrier); isCarrier {
+			ok, err = c.CheckAndSetWith(ctx, key, nil, b, []zen.Mutation{index})
+		}
+		if !isCarrierOK(g.state, err) {
+			if err = g.state.Apply(ctx, []zen.Mutation{index}); err == nil {
+				ok, err = g.state.CheckAndSet(ctx, key, nil, b)
+			}
+		}
+		if err != nil {
+			return 0, nil, nil, fmt.Errorf("write chunk %s: %w", rec.ID, err)
+		}
+		if ok {
+			return no, rec, b, nil
+		}
+	}
+	return 0, nil, nil, fmt.Errorf("number chunk of %d: %d numbers taken in a row", uint64(user), attempts)
+}
+
+// isCarrierOK reports whether a Carrier call was made on t and did not fail as unsupported.
+func isCarrierOK(t zen.Table, err error) bool {
+	if _, ok := t.(zen.Carrier); !ok {
+		return false
+	}
+	return !errors.Is(err, errors.ErrUnsupported)
 }
 
 // putRecord writes the record, after the extra mutations (the in-flight index row).
