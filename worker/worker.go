@@ -457,28 +457,38 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 	if len(pi.interests) == 0 {
 		return rs, nil
 	}
-	err = parallel(ctx, len(rs), func(ctx context.Context, i int) error {
+	// One batched read of every (receiver, interest) follow edge, not a goroutine per receiver.
+	var eks []zen.EdgeKey
+	var of []int
+	hits := make([]int, len(rs))
+	for i := range rs {
 		if rs[i].skip != "" {
-			return nil
+			continue
 		}
-		hit := 0
 		for _, in := range pi.interests {
 			if in == followedInterest {
-				hit++
+				hits[i]++
 				continue
 			}
-			_, err := w.g.HasEdge(ctx, rs[i].user, zen.EdgeFollowsInterest, in)
-			if err == nil {
-				hit++
-			} else if !errors.Is(err, zen.ErrNotFound) {
-				return fmt.Errorf("interest match %d/%d: %w", rs[i].user, in, err)
+			eks = append(eks, zen.EdgeKey{From: rs[i].user, Type: zen.EdgeFollowsInterest, To: in})
+			of = append(of, i)
+		}
+	}
+	if len(eks) > 0 {
+		has, err := w.g.HasEdges(ctx, eks)
+		if err != nil {
+			return nil, fmt.Errorf("interest match: %w", err)
+		}
+		for j, ok := range has {
+			if ok {
+				hits[of[j]]++
 			}
 		}
-		rs[i].match = float64(hit) / float64(len(pi.interests))
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	}
+	for i := range rs {
+		if rs[i].skip == "" {
+			rs[i].match = float64(hits[i]) / float64(len(pi.interests))
+		}
 	}
 	return rs, nil
 }

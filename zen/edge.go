@@ -408,6 +408,41 @@ func (g *Graph) HasEdge(ctx context.Context, from ID, t EdgeType, to ID) (Edge, 
 	return Edge{From: from, Type: t, To: to, Seq: p.seq, Data: p.data}, nil
 }
 
+// EdgeKey names one edge (From, Type, To) for HasEdges.
+type EdgeKey struct {
+	From ID
+	Type EdgeType
+	To   ID
+}
+
+// HasEdges reports, for each key, whether the edge exists, as HasEdge would, from one batched
+// read of the edges' point rows. A key that names no valid edge fails the call.
+func (g *Graph) HasEdges(ctx context.Context, keys []EdgeKey) ([]bool, error) {
+	pks := make([][]byte, len(keys))
+	for i, k := range keys {
+		if err := checkEdge(k.From, k.Type, k.To); err != nil {
+			return nil, fmt.Errorf("has edges: %w", err)
+		}
+		pks[i] = pointKey(k.From, k.Type, k.To)
+	}
+	vals, err := GetMany(ctx, g.edges, pks)
+	if err != nil {
+		return nil, fmt.Errorf("has edges: %w", err)
+	}
+	out := make([]bool, len(keys))
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		p, err := decodePoint(v)
+		if err != nil {
+			return nil, fmt.Errorf("has edge %d-%d->%d: %w", keys[i].From, keys[i].Type, keys[i].To, err)
+		}
+		out[i] = p.state != pointRemoving
+	}
+	return out, nil
+}
+
 // CountEdges returns the materialised size of the list (from, t).
 func (g *Graph) CountEdges(ctx context.Context, from ID, t EdgeType) (int64, error) {
 	ft, _, _, ok := t.info()

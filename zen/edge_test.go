@@ -512,3 +512,49 @@ func TestStoreErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestHasEdgesMatchesHasEdge: HasEdges answers, key by key, what HasEdge does (present, never
+// added, removed, an interest follow), and a key naming no valid edge fails the whole call.
+func TestHasEdgesMatchesHasEdge(t *testing.T) {
+	ctx := context.Background()
+	g, _ := memGraph(t)
+	u, v, w := mustID(t, 1, zen.TypeUser, 1), mustID(t, 2, zen.TypeUser, 2), mustID(t, 3, zen.TypeUser, 3)
+	in := mustID(t, 4, zen.TypeInterest, 4)
+	for _, e := range []zen.Edge{
+		{From: u, Type: zen.EdgeFollowsUser, To: v, Seq: sq(1)},
+		{From: u, Type: zen.EdgeFollowsUser, To: w, Seq: sq(2)},
+		{From: v, Type: zen.EdgeFollowsInterest, To: in, Seq: sq(3)},
+	} {
+		if err := g.AddEdge(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.RemoveEdge(ctx, u, zen.EdgeFollowsUser, w); err != nil {
+		t.Fatal(err)
+	}
+	keys := []zen.EdgeKey{
+		{From: u, Type: zen.EdgeFollowsUser, To: v},
+		{From: u, Type: zen.EdgeFollowsUser, To: w},
+		{From: v, Type: zen.EdgeFollowsUser, To: u},
+		{From: v, Type: zen.EdgeFollowsInterest, To: in},
+		{From: u, Type: zen.EdgeFollowsInterest, To: in},
+	}
+	got, err := g.HasEdges(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []bool
+	for _, k := range keys {
+		_, err := g.HasEdge(ctx, k.From, k.Type, k.To)
+		want = append(want, err == nil)
+	}
+	if diff := cmp.Diff([]bool{true, false, false, true, false}, want); diff != "" {
+		t.Fatalf("HasEdge (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("HasEdges (-HasEdge +HasEdges):\n%s", diff)
+	}
+	if _, err := g.HasEdges(ctx, []zen.EdgeKey{{From: u, Type: zen.EdgeFollowsUser, To: in}}); err == nil {
+		t.Error("HasEdges with a user -> interest follows-user key: no error")
+	}
+}
