@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,7 @@ type Replicator struct {
 var (
 	_ zen.Table       = (*Replicator)(nil)
 	_ zen.MultiGetter = (*Replicator)(nil)
+	_ zen.Carrier     = (*Replicator)(nil)
 )
 
 // ReplicatorOptions configures a Replicator.
@@ -515,15 +517,23 @@ func (r *Replicator) single(ctx context.Context, key []byte, op func() error) er
 // atomic commit (a primary that is a zen.Carrier): one write instead of single's three. It
 // reports false when the primary cannot, having written nothing.
 func (r *Replicator) carried(ctx context.Context, key []byte, op func(c zen.Carrier, extra []zen.Mutation) error) (bool, error) {
+	return r.carriedWith(ctx, key, nil, op)
+}
+
+// carriedWith is carried for an operation that also writes more: the log entry names key and
+// more's keys, and goes last in the extra rows op writes.
+func (r *Replicator) carriedWith(ctx context.Context, key []byte, more []zen.Mutation, op func(c zen.Carrier, extra []zen.Mutation) error) (bool, error) {
 	c, ok := r.primary.(zen.Carrier)
 	if !ok {
 		return false, nil
 	}
-	if err := checkNotLog(key); err != nil {
+	keys := append([][]byte{key}, mutationKeys(more)...)
+	if err := checkNotLog(keys...); err != nil {
 		return true, err
 	}
 	seq := r.begin()
-	err := op(c, []zen.Mutation{{Key: logKey(seq), Value: encodeEntry(entryCommitted, [][]byte{key})}})
+	extra := append(slices.Clip(more), zen.Mutation{Key: logKey(seq), Value: encodeEntry(entryCommitted, keys)})
+	err := op(c, extra)
 	r.end(seq)
 	if errors.Is(err, errors.ErrUnsupported) {
 		return false, nil
@@ -532,6 +542,34 @@ func (r *Replicator) carried(ctx context.Context, key []byte, op func(c zen.Carr
 		r.poke()
 	}
 	return true, err
+}
+
+// CheckAndSetWith is zen.Carrier's: the compare-and-set, extra and their change-log entry in
+// one commit. It fails with errors.ErrUnsupported, writing nothing, when the primary cannot.
+func (r *Replicator) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
+	var ok bool
+	done, err := r.carriedWith(ctx, key, extra, func(c zen.Carrier, all []zen.Mutation) (err error) {
+		ok, err = c.CheckAndSetWith(ctx, key, expected, value, all)
+		return err
+	})
+	if !done {
+		return false, fmt.Errorf("replicator: check-and-set with extra rows: %w", errors.ErrUnsupported)
+	}
+	return ok, err
+}
+
+// IncrementWith is zen.Carrier's: the increment, extra and their change-log entry in one
+// commit. It fails with errors.ErrUnsupported, writing nothing, when the primary cannot.
+func (r *Replicator) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
+	var n int64
+	done, err := r.carriedWith(ctx, key, extra, func(c zen.Carrier, all []zen.Mutation) (err error) {
+		n, err = c.IncrementWith(ctx, key, delta, all)
+		return err
+	})
+	if !done {
+		return 0, fmt.Errorf("replicator: increment with extra rows: %w", errors.ErrUnsupported)
+	}
+	return n, err
 }
 
 // CheckAndSet runs on the primary with its change-log entry in the same commit where the

@@ -156,7 +156,9 @@ type Service struct {
 	// unsureGrace: see Deps.UnsureGrace. closing ends the waits of settleWhenSure.
 	unsureGrace time.Duration
 	closing     chan struct{}
-	closeOnce   sync.Once
+	// lastSeq is the last chunk sequence handed out by this process (see nextSeq).
+	lastSeq   atomic.Uint64
+	closeOnce sync.Once
 }
 
 // New returns a Service.
@@ -572,15 +574,7 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	for _, e := range page {
 		onPage[e.Pin] = true
 	}
-	// The sequence (a synced write) goes out while the pin index is read: one batched read of
-	// the chunk's pins, not a goroutine per pin.
-	var seq uint64
-	var seqErr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		n, err := s.primary.Increment(ctx, counterKey(user), 1)
-		seq, seqErr = uint64(n), err
-	})
+	// One batched read of the chunk's pins in the pin index, not a goroutine per pin.
 	present := make([]bool, len(c.Items))
 	var keys [][]byte
 	var at []int
@@ -593,10 +587,6 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 		at = append(at, i)
 	}
 	vals, idxErr := zen.GetMany(ctx, s.primary, keys)
-	wg.Wait()
-	if seqErr != nil {
-		return nil, fmt.Errorf("chunk sequence: %w", seqErr)
-	}
 	if idxErr != nil {
 		return nil, fmt.Errorf("pin index: %w", idxErr)
 	}
@@ -616,20 +606,18 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 		}
 		pc.Items = append(pc.Items, it)
 		pc.Pos = append(pc.Pos, uint32(i))
-		out = append(out, entry{Item: it, at: position{Seq: seq, Pos: uint32(i)}})
+		out = append(out, entry{Item: it})
 	}
-	// The marker goes first: if only it lands, the chunk reads as never recorded (and is given
-	// back below), never as pins the feed shows but nobody materializes.
-	if err := s.primary.Apply(ctx, []zen.Mutation{
-		{Key: doneKey(user, c.ID), Value: encodeMarker(chunkMarker{seq: seq})},
-		{Key: pendingIndexKey(user, seq), Value: []byte{}},
-		{Key: pendingKey(user, seq), Value: encodePending(pc)},
-	}); err != nil {
-		return nil, &unsureRecording{seq: seq, err: err}
+	seq, err := s.record(ctx, user, c.ID, encodePending(pc))
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].at = position{Seq: seq, Pos: pc.Pos[i]}
 	}
 	task := MaterializeTask{User: user, ChunkID: c.ID, Seq: seq}
 	ectx, ecancel := context.WithTimeout(ctx, materializeEnqueueBound)
-	err := s.enq.EnqueueMaterialize(ectx, task)
+	err = s.enq.EnqueueMaterialize(ectx, task)
 	ecancel()
 	if err != nil {
 		// The pending row is written: a later read or the recovery pass re-enqueues it.
@@ -637,6 +625,55 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 		s.log.Warn("enqueue materialize", zap.Stringer("user", user), zap.String("chunk", c.ID), zap.Error(err))
 	}
 	return out, nil
+}
+
+// nextSeq returns a chunk sequence: the clock in µs, bumped past the last one this process
+// handed out. Sequences order a user's chunks by when they were served, as the per-user counter
+// did (and sort after every counter-made one), without its synced write; record's
+// compare-and-set makes them unique across feed processes.
+func (s *Service) nextSeq() uint64 {
+	for {
+		last := s.lastSeq.Load()
+		n := max(uint64(s.now().UnixMicro()), last+1)
+		if s.lastSeq.CompareAndSwap(last, n) {
+			return n
+		}
+	}
+}
+
+// record writes a served chunk's done marker (pending), pending-index row and pending row
+// under a fresh sequence, only if no pending row has that sequence, and returns the sequence.
+// On a zen.Carrier primary that is one commit. Otherwise the marker and index row go first: if
+// only they land, the chunk reads as never recorded (and is given back), never as pins the feed
+// shows but nobody materializes. A sequence another process took is replaced by a fresh one. A
+// write that fails without an answer is an *unsureRecording.
+func (s *Service) record(ctx context.Context, user zen.ID, chunkID string, pending []byte) (uint64, error) {
+	const attempts = 4
+	for range attempts {
+		seq := s.nextSeq()
+		first := []zen.Mutation{
+			{Key: doneKey(user, chunkID), Value: encodeMarker(chunkMarker{seq: seq})},
+			{Key: pendingIndexKey(user, seq), Value: []byte{}},
+		}
+		var ok bool
+		var err error
+		c, isCarrier := s.primary.(zen.Carrier)
+		if isCarrier {
+			ok, err = c.CheckAndSetWith(ctx, pendingKey(user, seq), nil, pending, first)
+		}
+		if !isCarrier || errors.Is(err, errors.ErrUnsupported) {
+			if err = s.primary.Apply(ctx, first); err == nil {
+				ok, err = s.primary.CheckAndSet(ctx, pendingKey(user, seq), nil, pending)
+			}
+		}
+		if err != nil {
+			return 0, &unsureRecording{seq: seq, err: err}
+		}
+		if ok {
+			return seq, nil
+		}
+	}
+	return 0, fmt.Errorf("pending chunk: %d sequences taken in a row", attempts)
 }
 
 // pageRead is what one materialized read returns.

@@ -441,7 +441,9 @@ func TestMaterializeCrashAndRetry(t *testing.T) {
 		inner, _ := zenmem.New().Table(t.Context(), "feed")
 		ct := &crashTable{Table: inner, limit: -1}
 		q := &fakeQueue{}
-		svc, err := New(Deps{Primary: ct, Standby: inner, Generator: newFakeGen(5), Enqueuer: q},
+		// A frozen clock: the two runs compared row by row get the same chunk sequences.
+		svc, err := New(Deps{Primary: ct, Standby: inner, Generator: newFakeGen(5), Enqueuer: q,
+			Now: func() time.Time { return time.Unix(1_800_000_000, 0) }},
 			func() Config { c := DefaultConfig(); c.MaxItems = 7; return c }())
 		if err != nil {
 			t.Fatal(err)
@@ -582,7 +584,11 @@ func TestMaterializeRefusesBadTasks(t *testing.T) {
 	e := newEnv(t, nil)
 	e.get(t, "", 100)
 	task := e.queue.take()[0]
-	seq := uint64(1)
+	m, err := e.svc.marker(t.Context(), task.User, task.ChunkID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := m.seq
 	for _, bad := range []MaterializeTask{
 		{User: task.User, ChunkID: "other", Seq: seq},
 		{User: task.User, ChunkID: ""},
@@ -593,7 +599,7 @@ func TestMaterializeRefusesBadTasks(t *testing.T) {
 		}
 	}
 	board, _ := zen.NewID(7, zen.TypeBoard, 1)
-	err := e.svc.HandleMaterialize(t.Context(), pinlater.MaterializePayload{V: 1, User: uint64(board), ChunkID: "c1"})
+	err = e.svc.HandleMaterialize(t.Context(), pinlater.MaterializePayload{V: 1, User: uint64(board), ChunkID: "c1"})
 	if !errors.Is(err, pinlater.ErrInvalidPayload) {
 		t.Errorf("HandleMaterialize(board) = %v, want pinlater.ErrInvalidPayload (archive, no retry)", err)
 	}

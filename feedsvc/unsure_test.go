@@ -12,24 +12,30 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// lostAnswerTable fails the next write of a chunk recording (an Apply of three rows) with a
-// timeout, after writing it when land is set: a store write whose answer was lost.
+// lostAnswerTable fails the next write of a chunk recording (the pending row's compare-and-set
+// with the marker and index rows) with a timeout, after writing it when land is set: a store
+// write whose answer was lost. It wraps a zen.Carrier (the Replicator).
 type lostAnswerTable struct {
 	zen.Table
 	armed atomic.Bool
 	land  bool
 }
 
-func (l *lostAnswerTable) Apply(ctx context.Context, m []zen.Mutation) error {
-	if len(m) == 3 && l.armed.CompareAndSwap(true, false) {
+func (l *lostAnswerTable) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
+	c := l.Table.(zen.Carrier)
+	if len(extra) == 2 && l.armed.CompareAndSwap(true, false) {
 		if l.land {
-			if err := l.Table.Apply(ctx, m); err != nil {
-				return err
+			if _, err := c.CheckAndSetWith(ctx, key, expected, value, extra); err != nil {
+				return false, err
 			}
 		}
-		return context.DeadlineExceeded
+		return false, context.DeadlineExceeded
 	}
-	return l.Table.Apply(ctx, m)
+	return c.CheckAndSetWith(ctx, key, expected, value, extra)
+}
+
+func (l *lostAnswerTable) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
+	return l.Table.(zen.Carrier).IncrementWith(ctx, key, delta, extra)
 }
 
 // TestUnsureRecordingSettledByWhatLanded: when the write recording a served chunk fails with
@@ -130,5 +136,56 @@ func TestCloseEndsUnsureWait(t *testing.T) {
 	}
 	if d, ok := e.gen.settledAs("c1"); ok {
 		t.Errorf("chunk settled (delivered %v) at close; want it left to recovery", d)
+	}
+}
+
+// TestSequencesUniqueAcrossProcesses: chunk sequences come from the clock, so two feed processes
+// serving one user in the same microsecond pick the same one; the pending row's
+// compare-and-set makes the second take another, and both chunks are recorded and served, with
+// the primary a zen.Carrier (one commit) and without (marker and index first).
+func TestSequencesUniqueAcrossProcesses(t *testing.T) {
+	for _, carrier := range []bool{true, false} {
+		t.Run(map[bool]string{true: "carrier", false: "separate writes"}[carrier], func(t *testing.T) {
+			e := newEnv(t, nil)
+			var primary zen.Table = e.repl
+			if !carrier {
+				primary = plainTable{e.repl}
+			}
+			frozen := func() time.Time { return time.Unix(1_800_000_000, 0) }
+			var svcs []*Service
+			for range 2 {
+				svc, err := New(Deps{Primary: primary, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue, Now: frozen}, DefaultConfig())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(svc.Close)
+				svcs = append(svcs, svc)
+			}
+			for _, svc := range svcs {
+				p, err := svc.GetFeed(context.Background(), Request{User: e.user, PageSize: 100})
+				if err != nil || p.FreshStatus != FreshIncluded {
+					t.Fatalf("GetFeed = %q, %v; want the fresh chunk included", p.FreshStatus, err)
+				}
+			}
+			var seqs []uint64
+			for _, id := range []string{"c1", "c2"} {
+				m, err := svcs[0].marker(context.Background(), e.user, id)
+				if err != nil {
+					t.Fatalf("marker of %s: %v", id, err)
+				}
+				seqs = append(seqs, m.seq)
+			}
+			if seqs[0] == seqs[1] {
+				t.Fatalf("both chunks recorded under sequence %d", seqs[0])
+			}
+			e.gen.err = errGen
+			p, err := svcs[0].GetFeed(context.Background(), Request{User: e.user, PageSize: 100})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(cat(pins(6, 10), pins(1, 5)), pagePins(p)); diff != "" {
+				t.Errorf("feed (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
