@@ -200,6 +200,7 @@ func (e *env) get(t testing.TB, cursor string, size int) Page {
 	if err != nil {
 		t.Fatalf("GetFeed(%q, %d): %v", cursor, size, err)
 	}
+	e.svc.enqueues.Wait() // the materialize enqueue runs after the answer
 	return p
 }
 

@@ -151,8 +151,10 @@ type Service struct {
 	// reenqueued remembers stale pending chunks already re-enqueued by this process.
 	mu         sync.Mutex
 	reenqueued map[string]time.Time
-	// bg tracks background work (settling late chunks, enqueues) so tests can wait for it.
-	bg sync.WaitGroup
+	// bg tracks background work (settling late chunks, enqueues) so tests can wait for it;
+	// enqueues only the materialize enqueues.
+	bg       sync.WaitGroup
+	enqueues sync.WaitGroup
 	// unsureGrace: see Deps.UnsureGrace. closing ends the waits of settleWhenSure.
 	unsureGrace time.Duration
 	closing     chan struct{}
@@ -615,15 +617,22 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	for i := range out {
 		out[i].at = position{Seq: seq, Pos: pc.Pos[i]}
 	}
+	// The materialization is enqueued after the page is answered: the pending row is durable
+	// already, and a lost enqueue is made good by a later read (a stale pending chunk) or the
+	// recovery pass, so the Redis round trip need not hold the reader.
 	task := MaterializeTask{User: user, ChunkID: c.ID, Seq: seq}
-	ectx, ecancel := context.WithTimeout(ctx, materializeEnqueueBound)
-	err = s.enq.EnqueueMaterialize(ectx, task)
-	ecancel()
-	if err != nil {
-		// The pending row is written: a later read or the recovery pass re-enqueues it.
-		s.m.enqueueFailed.Inc()
-		s.log.Warn("enqueue materialize", zap.Stringer("user", user), zap.String("chunk", c.ID), zap.Error(err))
-	}
+	s.bg.Add(1)
+	s.enqueues.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.enqueues.Done()
+		ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), materializeEnqueueBound)
+		defer ecancel()
+		if err := s.enq.EnqueueMaterialize(ectx, task); err != nil {
+			s.m.enqueueFailed.Inc()
+			s.log.Warn("enqueue materialize", zap.Stringer("user", user), zap.String("chunk", c.ID), zap.Error(err))
+		}
+	}()
 	return out, nil
 }
 
@@ -779,11 +788,12 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 	}
 }
 
-// materializeEnqueueBound bounds the materialize enqueue of a first page (a Redis call that
-// takes well under a millisecond when Redis is healthy): a hung or unreachable Redis costs a
-// reader at most this, and the chunk's pending row, already written, is enqueued again by a
-// later read or the recovery pass.
-const materializeEnqueueBound = 50 * time.Millisecond
+// materializeEnqueueBound bounds the materialize enqueue of a first page, made after the page
+// is answered (a Redis call that takes well under a millisecond when Redis is healthy): a hung
+// or unreachable Redis holds no reader, and costs at most this long a goroutine per fresh first
+// page; the chunk's pending row, already written, is enqueued again by a later read or the
+// recovery pass.
+const materializeEnqueueBound = time.Second
 
 // timedEnqueuer times the materialize enqueue (smartfeed_feed_stage_seconds{stage="enqueue"}).
 type timedEnqueuer struct {
