@@ -21,6 +21,7 @@ import (
 
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
+	pinlaterv1 "github.com/smartfeed/smartfeed/proto/pinlater/v1"
 )
 
 // assets are the pages, scripts and styles (embed needs a package-level variable).
@@ -45,8 +46,9 @@ func PublicMethods() []string {
 	}
 }
 
-// AdminMethods are the FeedAdmin methods the console calls (the failover page), served by the
-// admin gRPC server under the admin credential.
+// AdminMethods are the FeedAdmin and QueueAdmin methods the console calls (the failover and
+// queues pages), served by the admin gRPC server under the admin credential. A service the
+// admin server does not register (QueueAdmin in a process without pinlater) is left out.
 func AdminMethods() []string {
 	return []string{
 		feedv1.FeedAdmin_GetHedgePolicy_FullMethodName,
@@ -55,6 +57,12 @@ func AdminMethods() []string {
 		feedv1.FeedAdmin_SetFaults_FullMethodName,
 		feedv1.FeedAdmin_GetServiceConfig_FullMethodName,
 		feedv1.FeedAdmin_GetReplication_FullMethodName,
+		pinlaterv1.QueueAdmin_ListQueues_FullMethodName,
+		pinlaterv1.QueueAdmin_ListTasks_FullMethodName,
+		pinlaterv1.QueueAdmin_SetQueuePaused_FullMethodName,
+		pinlaterv1.QueueAdmin_SetQueueDraining_FullMethodName,
+		pinlaterv1.QueueAdmin_SetQueueRate_FullMethodName,
+		pinlaterv1.QueueAdmin_SetDeadRetried_FullMethodName,
 	}
 }
 
@@ -65,10 +73,6 @@ type Options struct {
 	Public *grpc.Server
 	// Admin serves FeedAdmin (the admin gRPC server).
 	Admin *grpc.Server
-	// Queues serves the pinlater queue admin service, when there is one.
-	Queues *grpc.Server
-	// QueueMethods are the methods of Queues the console may call.
-	QueueMethods []string
 }
 
 // New returns the console's handler, to be mounted at [Prefix] on an HTTP mux.
@@ -97,8 +101,7 @@ func New(opts Options) (http.Handler, error) {
 		}
 		return nil
 	}
-	if err := errors.Join(add(opts.Public, PublicMethods()), add(opts.Admin, AdminMethods()),
-		add(opts.Queues, opts.QueueMethods)); err != nil {
+	if err := errors.Join(add(opts.Public, PublicMethods()), add(opts.Admin, AdminMethods())); err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()

@@ -6,7 +6,18 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/console"
+	"github.com/smartfeed/smartfeed/pinlater/queueadmin"
 )
+
+// registerQueueAdmin serves QueueAdmin (package queueadmin: the queues of `smartfeed jobs`,
+// over gRPC) on the admin gRPC server, next to FeedAdmin and under the same credential and
+// audit log. A process without the admin gRPC server (no feed role, or --admin-grpc-addr "")
+// does not serve it.
+func (a *app) registerQueueAdmin() {
+	if a.adminGRPC != nil && a.pinAdmin != nil {
+		queueadmin.Register(a.adminGRPC, queueadmin.New(a.pinAdmin))
+	}
+}
 
 // mountConsole mounts the web console (package console) on the admin HTTP mux, at
 // /console/. Its JSON calls go through the same gRPC servers as any client's, so the public

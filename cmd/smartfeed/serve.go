@@ -300,6 +300,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 	if err := a.buildAdminGRPC(); err != nil {
 		return nil, err
 	}
+	a.registerQueueAdmin() // console.go
 	if a.grpcLis, err = net.Listen("tcp", cfg.GRPC.Addr); err != nil {
 		return nil, fmt.Errorf("grpc listen: %w", err)
 	}

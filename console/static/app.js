@@ -266,7 +266,7 @@ async function metrics() {
 }
 
 // ---- failover ----
-const fo = { lastServed: null, primary: [], standby: [], policy: null, knobsLoaded: false };
+const fo = { lastServed: null, primary: [], standby: [], policy: null, knobsLoaded: false, suggested: false };
 
 async function pollFailover() {
   const errs = [];
@@ -316,6 +316,7 @@ async function pollFailover() {
     $('fo-primary-state').textContent = 'primary: ' + state;
   } catch (e) { $('fo-primary-state').textContent = 'faults: ' + e.message; }
   drawCurve();
+  if (!fo.suggested && count(fo.primary) && count(fo.standby)) { fo.suggested = true; $('fo-suggest').requestSubmit(); }
   showError('fo-error', errs.length ? errs.join(' · ') : null);
 }
 
@@ -435,24 +436,75 @@ function queueTable(ms, tb) {
   }
 }
 
+const QUEUES = 'smartfeed.pinlater.v1.QueueAdmin/';
+const qstate = { open: '' }; // the queue whose dead tasks are shown
+
+// pollQueues reads QueueAdmin.ListQueues (admin credential) and draws a row per queue with its
+// actions; every change is a QueueAdmin Set* call, which the admin port audits.
 async function pollQueues() {
+  let r;
+  try { r = await rpc(QUEUES + 'ListQueues', {}, true); } catch (e) { showError('q-error', e); return; }
+  showError('q-error');
+  const tb = $('q-table').tBodies[0];
+  tb.replaceChildren();
+  for (const q of r.queues || []) {
+    const tr = el('tr');
+    tr.dataset.queue = q.name;
+    const state = q.paused ? 'paused' : q.draining ? 'draining' : 'running';
+    tr.append(el('td', '', q.name), el('td', 'q-state', state));
+    for (const k of ['pending', 'active', 'scheduled', 'retry', 'dead']) tr.append(el('td', '', String(q[k] || 0)));
+    tr.append(el('td', '', (q.processedToday || 0) + ' / ' + (q.failedToday || 0)), el('td', '', fmtMs((q.latencyMs || 0) / 1000)),
+      el('td', '', q.rateLimit < 0 ? 'none' : q.rateLimit + '/s'));
+    const act = el('td', 'q-actions');
+    const button = (label, cls, fn) => { const b = el('button', cls, label); b.type = 'button'; b.addEventListener('click', fn); act.append(b); };
+    button(q.paused ? 'resume' : 'pause', q.paused ? 'q-resume' : 'q-pause', () => change('SetQueuePaused', { queue: q.name, paused: !q.paused }));
+    button(q.draining ? 'stop draining' : 'drain', 'q-drain', () => change('SetQueueDraining', { queue: q.name, draining: !q.draining }));
+    button('rate…', 'q-rate', () => {
+      const v = prompt('jobs per second for ' + q.name + ' (0 pauses, "none" removes the limit)', q.rateLimit < 0 ? 'none' : q.rateLimit);
+      if (v === null) return;
+      change('SetQueueRate', { queue: q.name, perSecond: v.trim() === 'none' ? -1 : Number(v) });
+    });
+    button('dead (' + (q.dead || 0) + ')', 'q-dead', () => { qstate.open = q.name; deadTasks(); });
+    tr.append(act);
+    tb.append(tr);
+  }
+  if (qstate.open) deadTasks();
+}
+
+async function change(method, body) {
   try {
-    const ms = await metrics();
-    const tb = $('q-table').tBodies[0];
-    const qs = [...new Set(ms.filter((m) => m.name === 'pinlater_queue_size').map((m) => m.labels.queue))].sort();
-    tb.replaceChildren();
-    for (const q of qs) {
-      const tr = el('tr');
-      tr.dataset.queue = q;
-      const paused = sum(ms, 'pinlater_queue_paused', { queue: q }) > 0;
-      tr.append(el('td', '', q), el('td', '', paused ? 'paused' : 'running'));
-      for (const st of ['pending', 'active', 'scheduled', 'retry', 'archived', 'completed']) tr.append(el('td', '', String(sum(ms, 'pinlater_queue_size', { queue: q, state: st }))));
-      const rate = sum(ms, 'pinlater_queue_rate_limit', { queue: q });
-      tr.append(el('td', '', fmtMs(sum(ms, 'pinlater_queue_latency_seconds', { queue: q }))), el('td', '', rate < 0 ? 'none' : rate + '/s'), el('td'));
-      tb.append(tr);
-    }
-    showError('q-error');
-  } catch (e) { showError('q-error', e); }
+    await rpc(QUEUES + method, body, true);
+    $('q-status').textContent = method + ' ' + body.queue + ': done at ' + new Date().toLocaleTimeString();
+  } catch (e) { $('q-status').textContent = method + ' ' + body.queue + ' refused: ' + e.message; }
+  pollQueues();
+}
+
+async function deadTasks() {
+  const q = qstate.open;
+  const box = $('q-tasks');
+  let r;
+  try { r = await rpc(QUEUES + 'ListTasks', { queue: q, state: 'dead', pageSize: 50 }, true); } catch (e) { box.textContent = e.message; return; }
+  const t = el('table', 'tbl');
+  t.innerHTML = '<thead><tr><th>dead task</th><th>type</th><th>attempts</th><th>last error</th><th>failed</th><th>payload</th><th></th></tr></thead>';
+  const tb = el('tbody');
+  for (const k of r.tasks || []) {
+    const tr = el('tr');
+    tr.append(el('td', '', k.id), el('td', '', k.type), el('td', '', String(k.attempts || 0)), el('td', '', k.lastError || ''),
+      el('td', '', k.lastFailedMs ? new Date(Number(k.lastFailedMs)).toLocaleString() : ''), el('td', 'payload', k.payload || ''));
+    const td = el('td');
+    const b = el('button', 'q-retry', 'retry');
+    b.type = 'button';
+    b.addEventListener('click', () => change('SetDeadRetried', { queue: q, id: k.id }));
+    td.append(b);
+    tr.append(td);
+    tb.append(tr);
+  }
+  t.append(tb);
+  const head = el('h2', '', 'Dead tasks of ' + q + ' (' + (r.tasks || []).length + ')');
+  const all = el('button', 'q-retry-all', 'retry all');
+  all.type = 'button';
+  all.addEventListener('click', () => change('SetDeadRetried', { queue: q, all: true }));
+  box.replaceChildren(head, all, t);
 }
 
 route();
