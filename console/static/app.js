@@ -104,7 +104,8 @@ function card(it, pin) {
   c.dataset.pin = it.pinIdStr;
   const sw = el('div', 'swatch');
   sw.style.background = 'hsl(' + hue(it.pinIdStr) + ' 55% 78%)';
-  c.append(sw, el('div', 'title', (pin && pin.details) || ('pin ' + it.pinIdStr)));
+  c.append(sw, el('div', 'title', (pin && pin.details) || ('pin …' + it.pinIdStr.slice(-8))));
+  c.title = 'pin ' + it.pinIdStr;
   const src = sourceName(it.source);
   const author = it.authorId ? (feed.names.get(it.authorId) || ('user ' + it.authorId)) : '';
   c.append(el('span', 'badge b-' + src, src), el('span', 'badge', 'score ' + (it.score || 0).toFixed(3)),
@@ -316,7 +317,7 @@ async function pollFailover() {
     $('fo-primary-state').textContent = 'primary: ' + state;
   } catch (e) { $('fo-primary-state').textContent = 'faults: ' + e.message; }
   drawCurve();
-  if (!fo.suggested && count(fo.primary) && count(fo.standby)) { fo.suggested = true; $('fo-suggest').requestSubmit(); }
+  if (!fo.suggested && fo.policy && count(fo.primary) && count(fo.standby)) { fo.suggested = true; $('fo-suggest').requestSubmit(); }
   showError('fo-error', errs.length ? errs.join(' · ') : null);
 }
 
@@ -402,7 +403,9 @@ $('fo-suggest').addEventListener('submit', (ev) => {
   if (!count(fo.primary) || !count(fo.standby)) { const tr = el('tr'); tr.append(el('td', '', 'no latencies recorded for both stores yet')); tb.append(tr); return; }
   let cutoffs = $('fo-suggest-cutoffs').value.trim();
   cutoffs = cutoffs === 'auto' ? [0.5, 0.9, 0.95, 0.99].map((q) => quantile(fo.primary, q)) : cutoffs.split(/[ ,]+/).map((v) => Number(v) / 1000);
-  const budget = fo.policy ? (fo.policy.budget || 0) : 0.1, burst = fo.policy ? (fo.policy.budgetBurst || 10) : 10;
+  if (!fo.policy) { const tr = el('tr'); tr.append(el('td', '', 'the hedge budget is read through FeedAdmin: enter the admin credential')); tb.append(tr); return; }
+  const budget = fo.policy.budget || 0, burst = fo.policy.budgetBurst || 0;
+  $('fo-suggest-note').textContent = 'budget ' + budget + ' (burst ' + burst + '), ' + count(fo.primary) + ' primary and ' + count(fo.standby) + ' standby reads recorded';
   const N = 20000;
   const rnd = mulberry32(1);
   const p = sampler(fo.primary, rnd), s = sampler(fo.standby, rnd);
