@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/console"
+	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/pinlater/queueadmin"
 )
 
@@ -19,25 +20,34 @@ func (a *app) registerQueueAdmin() {
 	}
 }
 
-// mountConsole mounts the web console (package console) on the admin HTTP mux, at
-// /console/. Its JSON calls go through the same gRPC servers as any client's, so the public
-// port's authentication and the admin port's credential apply unchanged; what this adds is
-// the rule of which server may be reached from the admin HTTP listener at all:
+// consoleReach says which gRPC servers the web console on the admin HTTP listener may forward
+// to. Its calls go through those servers with their interceptors, so the public port's
+// authentication and the admin port's credential apply unchanged; what is decided here is
+// whether a server may be reached from that listener at all:
 //
-//   - the public services when that listener is on loopback, or when the public port
+//   - the public server when the listener is on loopback, or when the public port
 //     authenticates (--auth-jwks-file) and the listener has TLS, or with --insecure;
-//   - FeedAdmin when that listener is on loopback, or when the admin port requires its
+//   - the admin server when the listener is on loopback, or when the admin port requires its
 //     credential (--admin-token-file) and the listener has TLS (or --insecure): a credential
 //     never travels in clear, and an admin port left open on loopback is not opened to the
 //     network through the console.
+func consoleReach(cfg config.Config) (public, admin bool) {
+	local := loopback(cfg.Admin.Addr)
+	secure := cfg.TLS.CertFile != "" || cfg.Auth.Insecure
+	public = local || (cfg.Auth.JWKSFile != "" && secure) || cfg.Auth.Insecure
+	admin = local || (cfg.Admin.TokenFile != "" && secure)
+	return public, admin
+}
+
+// mountConsole mounts the web console (package console) on the admin HTTP mux, at
+// /console/, forwarding to the servers consoleReach allows.
 func (a *app) mountConsole(mux *http.ServeMux) {
-	local := loopback(a.cfg.Admin.Addr)
-	secure := a.cfg.TLS.CertFile != "" || a.cfg.Auth.Insecure
+	public, admin := consoleReach(a.cfg)
 	var opts console.Options
-	if local || (a.cfg.Auth.JWKSFile != "" && secure) || a.cfg.Auth.Insecure {
+	if public {
 		opts.Public = a.grpc
 	}
-	if a.adminGRPC != nil && (local || (a.cfg.Admin.TokenFile != "" && secure)) {
+	if admin && a.adminGRPC != nil {
 		opts.Admin = a.adminGRPC
 	}
 	h, err := console.New(opts)
