@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/smartfeed/smartfeed/internal/quote"
 	"github.com/smartfeed/smartfeed/pinlater"
 	pinlaterv1 "github.com/smartfeed/smartfeed/proto/pinlater/v1"
 )
@@ -79,7 +80,7 @@ func (s *Server) ListTasks(ctx context.Context, r *pinlaterv1.ListTasksRequest) 
 	taskStates := []string{"pending", "active", "scheduled", "retry", "dead", "completed"}
 	state := r.GetState()
 	if !slices.Contains(taskStates, state) {
-		return nil, status.Errorf(codes.InvalidArgument, "state %q: want one of %s", state, strings.Join(taskStates, ", "))
+		return nil, status.Errorf(codes.InvalidArgument, "state %s: want one of %s", quote.Q(state), strings.Join(taskStates, ", "))
 	}
 	page, size := int(r.GetPage()), int(r.GetPageSize())
 	if page == 0 {
@@ -175,9 +176,15 @@ func (s *Server) change(ctx context.Context, q string, fn func() error) (*pinlat
 	return toQueue(st), nil
 }
 
+// maxQueueName bounds queue names (pinlater's are short words).
+const maxQueueName = 256
+
 func needQueue(q string) error {
 	if q == "" {
 		return status.Error(codes.InvalidArgument, "queue: empty")
+	}
+	if len(q) > maxQueueName {
+		return status.Errorf(codes.InvalidArgument, "queue %s: longer than %d bytes", quote.Q(q), maxQueueName)
 	}
 	return nil
 }
@@ -189,21 +196,26 @@ func toQueue(q pinlater.QueueStats) *pinlaterv1.Queue {
 		RateLimit: q.Rate, ProcessedToday: int64(q.Processed), FailedToday: int64(q.Failed)}
 }
 
-// toStatus maps pinlater's errors to gRPC codes (a status already made passes through).
+// toStatus maps pinlater's errors to gRPC codes (a status already made passes through), with
+// the message bounded: pinlater's errors quote the queue and task IDs they were given.
 func toStatus(err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
+	if st, ok := status.FromError(err); ok {
+		return status.Error(st.Code(), quote.Message(st.Message(), maxMessage))
 	}
+	code := codes.Unavailable
 	switch {
 	case errors.Is(err, pinlater.ErrNotFound):
-		return status.Error(codes.NotFound, err.Error())
+		code = codes.NotFound
 	case errors.Is(err, context.DeadlineExceeded):
-		return status.Error(codes.DeadlineExceeded, err.Error())
+		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
+		code = codes.Canceled
 	}
-	return status.Error(codes.Unavailable, err.Error())
+	return status.Error(code, quote.Message(err.Error(), maxMessage))
 }
+
+// maxMessage bounds the status messages of the server.
+const maxMessage = 1024
 
 // printable is the payload as text when it is valid UTF-8, cut to payloadMax bytes; otherwise
 // a note of its size.

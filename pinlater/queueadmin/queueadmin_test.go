@@ -3,6 +3,7 @@ package queueadmin
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -134,6 +135,11 @@ func TestServer(t *testing.T) {
 		{name: "no queue",
 			call: func(ctx context.Context, s *Server) (proto.Message, error) {
 				return s.SetQueuePaused(ctx, &pinlaterv1.SetQueuePausedRequest{Paused: true})
+			},
+			wantCode: codes.InvalidArgument},
+		{name: "a queue name too long",
+			call: func(ctx context.Context, s *Server) (proto.Message, error) {
+				return s.SetQueuePaused(ctx, &pinlaterv1.SetQueuePausedRequest{Queue: strings.Repeat("q", 1<<20), Paused: true})
 			},
 			wantCode: codes.InvalidArgument},
 		{name: "drain",
