@@ -23,19 +23,17 @@ func (a *app) registerQueueAdmin() {
 // consoleReach says which gRPC servers the web console on the admin HTTP listener may forward
 // to. Its calls go through those servers with their interceptors, so the public port's
 // authentication and the admin port's credential apply unchanged; what is decided here is
-// whether a server may be reached from that listener at all:
-//
-//   - the public server when the listener is on loopback, or when the public port
-//     authenticates (--auth-jwks-file) and the listener has TLS, or with --insecure;
-//   - the admin server when the listener is on loopback, or when the admin port requires its
-//     credential (--admin-token-file) and the listener has TLS (or --insecure): a credential
-//     never travels in clear, and an admin port left open on loopback is not opened to the
-//     network through the console.
+// whether a server may be reached from that listener at all. The rule: the console never makes
+// a port reachable from further than the port itself is. On a loopback listener it reaches
+// both; on a listener open to the network it reaches a server only when that server listens off
+// loopback too, which newApp and buildAdminGRPC allow only with its protection (the public
+// port: authentication and TLS, or --insecure; the admin port: its credential and TLS, or
+// --insecure). Every listener shares the TLS configuration, so a credential the console relays
+// travels as protected as on the port itself.
 func consoleReach(cfg config.Config) (public, admin bool) {
 	local := loopback(cfg.Admin.Addr)
-	secure := cfg.TLS.CertFile != "" || cfg.Auth.Insecure
-	public = local || (cfg.Auth.JWKSFile != "" && secure) || cfg.Auth.Insecure
-	admin = local || (cfg.Admin.TokenFile != "" && secure)
+	public = local || !loopback(cfg.GRPC.Addr)
+	admin = local || (cfg.Admin.GRPCAddr != "" && !loopback(cfg.Admin.GRPCAddr))
 	return public, admin
 }
 

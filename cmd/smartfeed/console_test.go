@@ -20,28 +20,25 @@ import (
 
 func TestConsoleReach(t *testing.T) {
 	tests := []struct {
-		name                   string
-		addr, jwks, token, crt string
-		insecure               bool
-		wantPublic, wantAdmin  bool
+		name                  string
+		http, grpc, adminGRPC string
+		wantPublic, wantAdmin bool
 	}{
-		{name: "loopback", addr: "127.0.0.1:9091", wantPublic: true, wantAdmin: true},
-		{name: "localhost", addr: "localhost:9091", wantPublic: true, wantAdmin: true},
-		{name: "open, nothing", addr: ":9091"},
-		{name: "open, auth and credential without TLS", addr: "0.0.0.0:9091", jwks: "j", token: "t"},
-		{name: "open, auth and credential with TLS", addr: "0.0.0.0:9091", jwks: "j", token: "t", crt: "c",
+		{name: "all on loopback", http: "127.0.0.1:9091", grpc: "127.0.0.1:9090", adminGRPC: "127.0.0.1:9092",
 			wantPublic: true, wantAdmin: true},
-		{name: "open, TLS, no admin credential", addr: "0.0.0.0:9091", jwks: "j", crt: "c", wantPublic: true},
-		{name: "open, TLS, no authentication", addr: "0.0.0.0:9091", token: "t", crt: "c", wantAdmin: true},
-		{name: "open, --insecure, no admin credential", addr: "0.0.0.0:9091", insecure: true, wantPublic: true},
-		{name: "open, --insecure, a credential", addr: "0.0.0.0:9091", token: "t", insecure: true,
+		{name: "console on localhost, ports open", http: "localhost:9091", grpc: ":9090", adminGRPC: ":9092",
 			wantPublic: true, wantAdmin: true},
+		{name: "console open, ports on loopback", http: ":9091", grpc: "127.0.0.1:9090", adminGRPC: "127.0.0.1:9092"},
+		{name: "console open, public port open, admin port on loopback (the chart)", http: "0.0.0.0:9091",
+			grpc: "0.0.0.0:9090", adminGRPC: "127.0.0.1:9092", wantPublic: true},
+		{name: "console open, both ports open", http: "0.0.0.0:9091", grpc: "0.0.0.0:9090", adminGRPC: "0.0.0.0:9092",
+			wantPublic: true, wantAdmin: true},
+		{name: "console open, no admin port", http: "0.0.0.0:9091", grpc: "0.0.0.0:9090", wantPublic: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := config.DefaultConfig()
-			cfg.Admin.Addr, cfg.Auth.JWKSFile, cfg.Admin.TokenFile, cfg.TLS.CertFile = tt.addr, tt.jwks, tt.token, tt.crt
-			cfg.Auth.Insecure = tt.insecure
+			cfg.Admin.Addr, cfg.GRPC.Addr, cfg.Admin.GRPCAddr = tt.http, tt.grpc, tt.adminGRPC
 			public, admin := consoleReach(cfg)
 			if diff := cmp.Diff([2]bool{tt.wantPublic, tt.wantAdmin}, [2]bool{public, admin}); diff != "" {
 				t.Errorf("consoleReach [public admin] (-want +got):\n%s", diff)
