@@ -367,6 +367,13 @@ function drawCurve() {
     let d = 'M' + x(0) + ',' + y(0);
     for (const b of fin) d += ' L' + x(b.le).toFixed(1) + ',' + y(b.cum / n).toFixed(1);
     parts.push('<path d="' + d + '" fill="none" stroke="#1d1d1f" stroke-width="2"/>');
+    const sn = count(fo.standby);
+    if (sn) {
+      let ds = 'M' + x(0) + ',' + y(0);
+      for (const b of fo.standby.filter((b) => b.le !== Infinity && b.le <= maxS)) ds += ' L' + x(b.le).toFixed(1) + ',' + y(b.cum / sn).toFixed(1);
+      parts.push('<path d="' + ds + '" fill="none" stroke="#2f6fd6" stroke-width="1.5" stroke-dasharray="5 3"/>');
+    }
+    parts.push('<text x="' + (W - 150) + '" y="' + (H - B - 30) + '">— primary</text><text x="' + (W - 150) + '" y="' + (H - B - 16) + '" style="fill:#2f6fd6">- - standby</text>');
     const cut = fo.policy ? (fo.policy.currentCutoffMs || 0) / 1000 : 0;
     if (cut > 0) {
       const cx = x(Math.min(cut, maxS)).toFixed(1);
