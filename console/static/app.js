@@ -74,10 +74,12 @@ function sourceName(s) {
 }
 function hue(id) { let h = 0; for (const c of id) h = (h * 31 + c.charCodeAt(0)) % 360; return h; }
 
+// resolveUser takes a user ID or a username and returns the ID, showing the username.
 async function resolveUser(v) {
   v = v.trim();
-  if (/^\d+$/.test(v)) return (await rpc(GRAPH + 'GetUser', { userIdStr: v })).idStr || v;
-  return (await rpc(GRAPH + 'GetUserByName', { username: v })).idStr;
+  const u = /^\d+$/.test(v) ? await rpc(GRAPH + 'GetUser', { userIdStr: v }) : await rpc(GRAPH + 'GetUserByName', { username: v });
+  $('feed-who').textContent = u.username ? '@' + u.username : '';
+  return u.idStr || v;
 }
 
 // describe fetches the pins' details and their authors' names (GraphService.GetObjects).
