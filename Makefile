@@ -11,9 +11,9 @@ help: ## list the targets
 build: ## build the smartfeed binary into bin/
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 
-test: ## all tests, -race, on a real Redis + HBase (started and stopped unless SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK are set), then the chart's
+test: ## all tests, -race, on a real Redis + HBase (started and stopped unless SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK are set) and Chromium (installed if missing), then the chart's
 	@mkdir -p run
-	$(SERVICES) sh -c '$(GO) tool gotestsum --format pkgname-and-test-fails --jsonfile run/test.json -- -race -count=1 -timeout 40m ./... && \
+	SMARTFEED_WANT_CHROMIUM=1 $(SERVICES) sh -c '$(GO) tool gotestsum --format pkgname-and-test-fails --jsonfile run/test.json -- -race -count=1 -timeout 40m ./... && \
 		echo "== without -race (gohbase races on its own under it): the e2e scenario on two replicated HBases" && \
 		$(GO) test -count=1 -timeout 10m -run TestEndToEndOnReplicatedHBase ./cmd/smartfeed/'
 	@echo "== tests over 20 s:"; $(GO) tool gotestsum tool slowest --jsonfile run/test.json --threshold 20s

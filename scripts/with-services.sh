@@ -2,8 +2,9 @@
 # scripts/with-services.sh CMD [ARGS...]
 # Runs CMD with a real Redis and a real HBase, starting each with scripts/redis.sh / hbase.sh
 # unless its address is already in the environment (SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK),
-# or it is opted out (SMARTFEED_NO_REDIS=1 / SMARTFEED_NO_HBASE=1). Whatever this script started
-# is stopped when it exits, whether CMD passed, failed or was interrupted. Exits with CMD's status.
+# or it is opted out (SMARTFEED_NO_REDIS=1 / SMARTFEED_NO_HBASE=1). With SMARTFEED_WANT_CHROMIUM=1
+# (make test) it also finds or installs Chromium for the browser tests (scripts/chromium.sh,
+# exported as SMARTFEED_CHROMIUM). Whatever this script started is stopped when it exits, whether CMD passed, failed or was interrupted. Exits with CMD's status.
 # With HBase it also starts a second HBase, the standby (SMARTFEED_HBASE_STANDBY_ZK), fed by
 # HBase's own replication from the first (scripts/hbase.sh replicate), unless
 # SMARTFEED_NO_HBASE_STANDBY=1 or the primary came from the environment without a standby.
@@ -64,6 +65,22 @@ else
 		start hbase-standby SMARTFEED_HBASE_STANDBY_ZK
 		"$ROOT/scripts/hbase.sh" replicate hbase hbase-standby
 	fi
+fi
+
+# Chromium, for the console's browser tests: found or installed (Debian's chromium) by
+# scripts/chromium.sh; when that fails the tests skip and say why (SMARTFEED_NO_CHROMIUM).
+if [ "${SMARTFEED_WANT_CHROMIUM:-}" != 1 ]; then
+	:
+elif [ -n "${SMARTFEED_CHROMIUM:-}" ]; then
+	log "using the Chromium at SMARTFEED_CHROMIUM=$SMARTFEED_CHROMIUM"
+elif [ -n "${SMARTFEED_NO_CHROMIUM:-}" ]; then
+	log "SMARTFEED_NO_CHROMIUM is set: the browser tests skip ($SMARTFEED_NO_CHROMIUM)"
+elif mkdir -p "$RUN_DIR" && chromium_path=$("$ROOT/scripts/chromium.sh" path 2>"$RUN_DIR/chromium.err"); then
+	export SMARTFEED_CHROMIUM="$chromium_path"
+	log "using SMARTFEED_CHROMIUM=$SMARTFEED_CHROMIUM"
+else
+	export SMARTFEED_NO_CHROMIUM="scripts/chromium.sh could not install chromium: $(tail -n 1 "$RUN_DIR/chromium.err")"
+	log "WARNING: $SMARTFEED_NO_CHROMIUM; the browser tests will skip"
 fi
 
 log "running: $*"

@@ -300,6 +300,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 	if err := a.buildAdminGRPC(); err != nil {
 		return nil, err
 	}
+	a.registerQueueAdmin() // console.go
 	if a.grpcLis, err = net.Listen("tcp", cfg.GRPC.Addr); err != nil {
 		return nil, fmt.Errorf("grpc listen: %w", err)
 	}
@@ -539,6 +540,7 @@ func (a *app) buildAdmin() {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	a.mountConsole(mux) // the web console, /console/ (console.go)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.ready.Load() {

@@ -10,6 +10,7 @@ package testenv
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -24,7 +25,37 @@ const (
 	HBaseStandbyZKEnv = "SMARTFEED_HBASE_STANDBY_ZK"
 	// NoHBaseStandbyEnv "1": skip tests that need the standby HBase.
 	NoHBaseStandbyEnv = "SMARTFEED_NO_HBASE_STANDBY"
+	// ChromiumEnv is the path of a Chromium for the browser tests (scripts/chromium.sh path).
+	ChromiumEnv = "SMARTFEED_CHROMIUM"
+	// NoChromiumEnv holds why no Chromium could be found or installed (scripts/with-services.sh
+	// sets it when scripts/chromium.sh fails): the browser tests skip, saying so.
+	NoChromiumEnv = "SMARTFEED_NO_CHROMIUM"
 )
+
+// Chromium returns the path of a headless-capable Chromium for the browser tests: the one
+// scripts/with-services.sh found or installed (SMARTFEED_CHROMIUM), else one on PATH. It skips
+// t under -short or when SMARTFEED_NO_CHROMIUM says why there is none, and fails t otherwise.
+func Chromium(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("testenv: skipping: needs Chromium, and -short is set")
+	}
+	if why := os.Getenv(NoChromiumEnv); why != "" {
+		t.Skipf("testenv: SKIPPING the browser test: Chromium is not installable here (%s=%q)", NoChromiumEnv, why)
+	}
+	if p := os.Getenv(ChromiumEnv); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("testenv: this test needs Chromium but %s is not set and none is on PATH: run make test "+
+		"(scripts/with-services.sh installs Debian's chromium through scripts/chromium.sh), or set %s, "+
+		"or set %s=<reason> to skip such tests, or use go test -short", ChromiumEnv, ChromiumEnv, NoChromiumEnv)
+	return ""
+}
 
 // Redis returns the address of the test Redis server (host:port), or skips or fails t.
 func Redis(t testing.TB) string {

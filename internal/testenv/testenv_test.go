@@ -16,6 +16,8 @@ func TestHelperProcess(t *testing.T) {
 		t.Logf("addr=%s", testenv.Redis(t))
 	case "hbase":
 		t.Logf("addr=%s", testenv.HBase(t))
+	case "chromium":
+		t.Logf("chromium=%s", testenv.Chromium(t))
 	}
 }
 
@@ -35,6 +37,12 @@ func TestContract(t *testing.T) {
 		{"redis opt-out skips", []string{"TESTENV_HELPER=redis", "SMARTFEED_NO_REDIS=1"}, false, false, "SMARTFEED_NO_REDIS=1 is set"},
 		{"hbase opt-out skips", []string{"TESTENV_HELPER=hbase", "SMARTFEED_NO_HBASE=1", "SMARTFEED_HBASE_ZK=x:1"}, false, false, "SMARTFEED_NO_HBASE=1 is set"},
 		{"short skips", []string{"TESTENV_HELPER=hbase"}, true, false, "-short is set"},
+		{"chromium set", []string{"TESTENV_HELPER=chromium", "SMARTFEED_CHROMIUM=/opt/c"}, false, false, "chromium=/opt/c"},
+		{"chromium not installable skips, saying why", []string{"TESTENV_HELPER=chromium", "SMARTFEED_NO_CHROMIUM=apt-get failed",
+			"SMARTFEED_CHROMIUM=/opt/c"}, false, false, `Chromium is not installable here (SMARTFEED_NO_CHROMIUM="apt-get failed")`},
+		{"chromium missing fails", []string{"TESTENV_HELPER=chromium", "PATH=/nonexistent"}, false, true,
+			"SMARTFEED_CHROMIUM is not set and none is on PATH"},
+		{"chromium short skips", []string{"TESTENV_HELPER=chromium"}, true, false, "-short is set"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
