@@ -436,7 +436,9 @@ func (a *app) buildFeed(ctx context.Context) error {
 	if a.graph != nil {
 		deps.Liveness = graphLiveness{a.graph}
 	}
-	// Activity (last-active time, rebuild signal) where the worker runs in this process.
+	// Activity (last-active time, rebuild of a returning user): the worker's Touch in this
+	// process, or a pinlater "touch" task the worker's process runs.
+	deps.Activity = feedsvc.PinlaterActivity{Client: a.pinClient}
 	if a.worker != nil {
 		deps.Activity = a.worker
 	}

@@ -25,11 +25,6 @@ func (a *app) buildWorker(ctx context.Context) error {
 		return err
 	}
 	opts := worker.Options{Logger: a.log.Named("worker"), Reg: a.reg}
-	if a.has(roleFeed) {
-		// User deletes remove the materialized feed too. A worker-only process has no feed
-		// store open; there the feed of a deleted user is left (docs/operations.md).
-		opts.Feeds = feedRemover{a}
-	}
 	// The write path's events go through the outbox: recorded in the main store before a call
 	// answers OK, enqueued in Redis, and relayed again if Redis does not have them.
 	outboxT, err := a.stores.table(ctx, storeMain, zen.OutboxTable)
@@ -41,6 +36,12 @@ func (a *app) buildWorker(ctx context.Context) error {
 		Grace: a.cfg.Worker.OutboxGrace.D(), RelayInterval: a.cfg.Worker.OutboxRelayInterval.D(),
 		Logger: a.log.Named("outbox"), Registerer: a.reg}); err != nil {
 		return fmt.Errorf("outbox: %w", err)
+	}
+	// User deletes remove the materialized feed too: through this process's feed service, or
+	// a pinlater task the feed service's process runs.
+	opts.Feeds = worker.PinlaterFeedRemover{Client: a.durable}
+	if a.has(roleFeed) {
+		opts.Feeds = feedRemover{a}
 	}
 	a.worker, err = worker.New(a.graph, poolsT, stateT, a.durable, worker.Config{}, opts)
 	if err != nil {
