@@ -56,13 +56,6 @@ const (
 // the end of shutdown, while "" (readiness) goes NOT_SERVING as soon as draining starts.
 const livenessService = "smartfeed.liveness"
 
-// Recovery of chunks a crash left behind (see recoverer): chunks younger than recoverAge are
-// left alone; a pass runs at start and every recoverEvery.
-const (
-	recoverAge   = time.Minute
-	recoverEvery = time.Minute
-)
-
 // pinlaterRedis is the Redis connection option of pinlater (an Asynq one).
 type pinlaterRedis = asynq.RedisConnOpt
 
@@ -152,8 +145,11 @@ type app struct {
 	worker *worker.Worker
 	boards *graphsvc.BoardService
 	feed   *feedsvc.Service
-	repl   *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
-	canary *feedsvc.Canary     // the lag probe of HBase's own replication
+	// inflight is the generator as the feed's crash recovery sees it: in this process or over
+	// gRPC (nil without a feed role).
+	inflight feedsvc.InFlight
+	repl     *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
+	canary   *feedsvc.Canary     // the lag probe of HBase's own replication
 	// shardWatch keeps the graph's shard map live (file, ZooKeeper); nil with the default map.
 	shardWatch *shardwatch.Watcher
 	// feedPrimary and feedStandby are the tables feedsvc was built on (writes to the primary
@@ -405,6 +401,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	var gen feedsvc.Generator
 	if a.gen != nil {
 		gen = localGenerator{a.gen}
+		a.inflight = localGenerator{a.gen}
 	} else {
 		creds, err := a.generatorCreds()
 		if err != nil {
@@ -422,8 +419,10 @@ func (a *app) buildFeed(ctx context.Context) error {
 			return fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
 		}
 		a.conns = append(a.conns, conn)
-		gen = remoteGenerator{generatorv1.NewGeneratorServiceClient(conn)}
+		remote := remoteGenerator{generatorv1.NewGeneratorServiceClient(conn)}
+		gen, a.inflight = remote, remote
 	}
+
 	fc := feedsvc.DefaultConfig()
 	fc.GeneratorDeadline, fc.MaxItems = a.cfg.Feed.GeneratorDeadline.D(), a.cfg.Feed.MaxItems
 	a.feedPrimary, a.feedStandby = writeTo, gate
@@ -639,9 +638,9 @@ func (a *app) run(ctx context.Context) error {
 	}
 	if a.feed != nil {
 		// Startup recovery, then a periodic sweep: chunks a crash left behind.
-		r := recoverer{feed: a.feed, gen: a.gen, log: a.log.Named("recovery"), olderThan: recoverAge,
-			batch: 500, maxSteps: 200, now: time.Now}
-		g.Go(func() error { r.loop(gctx, recoverEvery); return nil })
+		r := feedsvc.NewRecoverer(a.feed, a.inflight, feedsvc.RecoverOptions{OlderThan: a.cfg.Feed.RecoverAfter.D(),
+			Logger: a.log.Named("recovery")})
+		g.Go(func() error { r.Run(gctx, a.cfg.Feed.RecoverEvery.D()); return nil })
 	}
 	if a.pinServer != nil {
 		if err := a.pinServer.Start(); err != nil {
