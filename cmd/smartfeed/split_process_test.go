@@ -170,7 +170,6 @@ func TestSplitProcesses(t *testing.T) {
 type split struct {
 	*e2eModel
 	bin, dir          string
-	env               []string
 	gen, work, feed   *proc
 	pools             *zen.Pools
 	genState          zen.Table
@@ -351,7 +350,7 @@ func newSplit(t *testing.T, redis, zk string) *split {
 	})
 	for _, p := range []*proc{s.gen, s.work, s.feed} {
 		p.start()
-		s.waitServing(p, p.env)
+		s.waitServing(p)
 	}
 
 	// The test's own clients of the shared stores, for checks.
@@ -434,7 +433,7 @@ func (s *split) genClient() generatorv1.GeneratorServiceClient {
 }
 
 // waitServing waits until p answers health SERVING, or fails with its log.
-func (s *split) waitServing(p *proc, _ []string) {
+func (s *split) waitServing(p *proc) {
 	s.t.Helper()
 	var addr string
 	for _, kv := range p.env {
