@@ -84,3 +84,27 @@ func TestHandleFeedDelete(t *testing.T) {
 		t.Errorf("feed-delete of a pin ID: %v, want ErrInvalidPayload", err)
 	}
 }
+
+// slowEnqueuer takes its time, like a Redis under load.
+type slowEnqueuer struct{ d time.Duration }
+
+func (s slowEnqueuer) Enqueue(_ context.Context, t *pinlater.Task, _ ...pinlater.Option) (*pinlater.Info, error) {
+	time.Sleep(s.d)
+	return &pinlater.Info{ID: t.ID()}, nil
+}
+
+// TestPinlaterActivityDoesNotHoldPages: a touch over the queue cannot report a rebuild, so a
+// page never waits for its enqueue.
+func TestPinlaterActivityDoesNotHoldPages(t *testing.T) {
+	e := newEnv(t, nil)
+	e.svc.activity = PinlaterActivity{Client: slowEnqueuer{d: 300 * time.Millisecond}}
+	e.svc.activityWait = time.Second
+	start := time.Now()
+	p := e.get(t, "", 10)
+	if took := time.Since(start); took > 200*time.Millisecond {
+		t.Errorf("GetFeed took %s with a slow touch enqueue: the page waited for it", took)
+	}
+	if p.Rebuilding {
+		t.Error("page says rebuilding: a queued touch cannot know")
+	}
+}

@@ -65,14 +65,19 @@ func (s *Service) HandleFeedDelete(ctx context.Context, p pinlater.FeedDeletePay
 // PinlaterActivity is the Activity of a feed service whose worker runs in another process: each
 // Touch enqueues a pinlater "touch" task (one per user per minute), which the worker runs as its
 // own Touch. The worker's rebuilding answer does not come back over the queue, so Touch reports
-// false; the rebuild itself happens as it does in process.
+// false (and pages do not wait for it); the rebuild itself happens as it does in process.
 type PinlaterActivity struct {
 	Client TaskEnqueuer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
-var _ Activity = PinlaterActivity{}
+var (
+	_ Activity        = PinlaterActivity{}
+	_ noRebuildSignal = PinlaterActivity{}
+)
+
+func (PinlaterActivity) noRebuildSignal() {}
 
 // Touch implements Activity.
 func (a PinlaterActivity) Touch(ctx context.Context, user zen.ID) (bool, error) {
