@@ -49,6 +49,7 @@ const (
 	roleWorker    = "worker"
 	roleGenerator = "generator"
 	roleFeed      = "feedsvc"
+	roleGraph     = "graph" // the Graph and Board API (the worker role serves it too)
 	roleAll       = "all"
 )
 
@@ -218,7 +219,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 	if cfg.Redis.Namespace != "" {
 		nsOpt = append(nsOpt, pinlater.WithNamespace(cfg.Redis.Namespace))
 	}
-	if a.has(roleWorker, roleFeed) {
+	if a.has(roleWorker, roleFeed, roleGraph) {
 		if a.pinClient, err = pinlater.NewClient(redis, log.Named("pinlater"), reg, nsOpt...); err != nil {
 			return nil, fmt.Errorf("pinlater client: %w", err)
 		}
@@ -229,7 +230,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		a.conns = append(a.conns, a.pinAdmin)
 		reg.MustRegister(a.pinAdmin.Collector())
 	}
-	if a.has(roleWorker, roleGenerator) || (a.role == roleFeed && cfg.Generator.Addr == "") {
+	if a.has(roleWorker, roleGenerator, roleGraph) || (a.role == roleFeed && cfg.Generator.Addr == "") {
 		main, err := a.stores.get(ctx, storeMain)
 		if err != nil {
 			return nil, err
@@ -261,13 +262,15 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		// are kept a moment. Deletes through this process are seen at once, those of a graph
 		// service in another process within liveCacheTTL.
 		a.graph.CacheLiveness(liveCacheTTL, liveCacheEntries)
-		if a.has(roleWorker) {
+		if a.has(roleWorker, roleGraph) {
 			if err := a.buildWorker(ctx); err != nil {
 				return nil, err
 			}
 		}
-		if err := a.buildGenerator(ctx); err != nil {
-			return nil, err
+		if a.role != roleGraph {
+			if err := a.buildGenerator(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if a.has(roleFeed) {
@@ -511,7 +514,7 @@ func (a *app) buildGRPC() error {
 		// FeedAdmin is on the admin port only (buildAdminGRPC).
 		feedsvc.Register(a.grpc, a.feed, false, nil, nil)
 	}
-	if a.has(roleWorker) {
+	if a.has(roleWorker, roleGraph) {
 		a.registerGraphService()
 	}
 	for name := range a.grpc.GetServiceInfo() {

@@ -32,7 +32,7 @@ import (
 )
 
 // TestSplitProcesses runs the roles the way the Helm chart deploys them: the built binary as
-// three OS processes (worker, generator, feedsvc) on loopback gRPC, one Redis and one HBase
+// four OS processes (graph, worker, generator, feedsvc) on loopback gRPC, one Redis and one HBase
 // (Pebble admits one process per directory, and the worker and the generator share the main
 // store, so a split deployment is an HBase one: charts/smartfeed/values.yaml). It drives users,
 // boards, pins, follows, a pin delete, a user delete, an inactive user's return and a kill -9
@@ -49,7 +49,7 @@ func TestSplitProcesses(t *testing.T) {
 	zk := testenv.HBase(t)
 	s := newSplit(t, redis, zk)
 
-	// --- Graph through the worker's GraphService: A, B, C, D, E (E is the inactive one).
+	// --- Graph through the graph role's GraphService: A, B, C, D, E (E is the inactive one).
 	A, B, C, D, E := s.user("alice"), s.user("bob"), s.user("carol"), s.user("dave"), s.user("erin")
 	bA, bC := s.board(A), s.board(C)
 	s.follow(B, A)
@@ -152,8 +152,8 @@ func TestSplitProcesses(t *testing.T) {
 	s.checkFeedUnique(D)
 	s.checkPaging(D, 2)
 
-	// --- User delete: the worker's delete job removes B's materialized feed, which only the
-	// feedsvc process holds.
+	// --- User delete: on the graph process; the worker's delete job removes B's materialized
+	// feed, which only the feedsvc process holds.
 	if rows := s.feedRows(B); len(rows) == 0 {
 		t.Fatal("B has no materialized feed before the delete: the check tests nothing")
 	}
@@ -165,12 +165,13 @@ func TestSplitProcesses(t *testing.T) {
 	})
 }
 
-// split is the running deployment: three processes of one binary, and the test's own clients of
+// split is the running deployment: four processes of one binary, and the test's own clients of
 // the shared Redis and HBase for checks.
 type split struct {
 	*e2eModel
 	bin, dir          string
 	gen, work, feed   *proc
+	graphP            *proc
 	pools             *zen.Pools
 	genState          zen.Table
 	primary, standby  zen.Table
@@ -181,6 +182,7 @@ type split struct {
 	connsMu           sync.Mutex
 	feedAddr, genAddr string
 	workAddr          string
+	graphAddr         string
 }
 
 // e2eModel is the test's model of what was fanned out to whom (the e2e test's, by ID).
@@ -325,7 +327,7 @@ func newSplit(t *testing.T, redis, zk string) *split {
 		// not minutes.
 		"SMARTFEED_FEED_RECOVER_AFTER=1s", "SMARTFEED_FEED_RECOVER_EVERY=1s",
 		"SMARTFEED_GENERATOR_CONFIG="+writeGenConfig(t, dir))
-	s.genAddr, s.workAddr, s.feedAddr = freeAddr(t), freeAddr(t), freeAddr(t)
+	s.genAddr, s.workAddr, s.feedAddr, s.graphAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	mk := func(role, addr string, extra ...string) *proc {
 		env := append(append(append([]string{}, base...), "SMARTFEED_GRPC_ADDR="+addr), extra...)
 		return &proc{t: t, role: role, bin: s.bin, env: env, log: filepath.Join(dir, role+".log")}
@@ -333,12 +335,13 @@ func newSplit(t *testing.T, redis, zk string) *split {
 	s.gen = mk(roleGenerator, s.genAddr)
 	s.work = mk(roleWorker, s.workAddr)
 	s.feed = mk(roleFeed, s.feedAddr, "SMARTFEED_GENERATOR_ADDR="+s.genAddr)
+	s.graphP = mk(roleGraph, s.graphAddr)
 	t.Cleanup(func() {
-		for _, p := range []*proc{s.feed, s.work, s.gen} {
+		for _, p := range []*proc{s.graphP, s.feed, s.work, s.gen} {
 			p.stop()
 		}
 		if t.Failed() {
-			for _, p := range []*proc{s.gen, s.work, s.feed} {
+			for _, p := range []*proc{s.gen, s.work, s.feed, s.graphP} {
 				t.Logf("--- %s log (tail):\n%s", p.role, p.tail())
 			}
 		}
@@ -348,7 +351,7 @@ func newSplit(t *testing.T, redis, zk string) *split {
 		}
 		s.connsMu.Unlock()
 	})
-	for _, p := range []*proc{s.gen, s.work, s.feed} {
+	for _, p := range []*proc{s.gen, s.work, s.feed, s.graphP} {
 		p.start()
 		s.waitServing(p)
 	}
@@ -795,5 +798,30 @@ func (s *split) checkFeedUnique(user zen.ID) {
 				s.t.Errorf("nothing twice: pin %s is %d times in %s's materialized feed (%s)", p, c, s.names[user], name)
 			}
 		}
+	}
+}
+
+// TestGraphRole: the graph role serves the Graph, Board and Ingest APIs over the main store and
+// enqueues through the outbox; it runs no jobs, composes no chunks and serves no feed.
+func TestGraphRole(t *testing.T) {
+	a, err := newApp(t.Context(), roleGraph, testConfig(t), zap.NewNop(), newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.closeAll)
+	if a.pinServer != nil || a.gen != nil || a.feed != nil || a.durable == nil {
+		t.Errorf("graph role: pinlater server %v, generator %v, feed %v, outbox client %v; want only the outbox client",
+			a.pinServer != nil, a.gen != nil, a.feed != nil, a.durable != nil)
+	}
+	var got []string
+	for name := range a.grpc.GetServiceInfo() {
+		if strings.HasPrefix(name, "smartfeed.") {
+			got = append(got, name)
+		}
+	}
+	slices.Sort(got)
+	want := []string{"smartfeed.board.v1.BoardService", "smartfeed.graph.v1.GraphService", "smartfeed.ingest.v1.IngestService"}
+	if !slices.Equal(got, want) {
+		t.Errorf("graph role serves %v, want %v", got, want)
 	}
 }

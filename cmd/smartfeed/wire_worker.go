@@ -13,8 +13,10 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// buildWorker builds the worker over the main store: the graph, the pools table and the
-// worker's state table; the tasks it spawns go through the pinlater client.
+// buildWorker builds the worker over the main store (the graph, the pools table and the
+// worker's state table) and the board service; the tasks they spawn go through the outbox and
+// the pinlater client. The graph role builds them too: its Graph, Board and Ingest APIs enqueue
+// through the same outbox, and a worker process runs what they enqueue.
 func (a *app) buildWorker(ctx context.Context) error {
 	poolsT, err := a.stores.table(ctx, storeMain, tablePools)
 	if err != nil {
@@ -47,6 +49,7 @@ func (a *app) buildWorker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	a.boards = graphsvc.NewBoardService(a.graph, zen.NewOrder(a.graph, zen.OrderOptions{}), a.durable, a.log.Named("boards"))
 	return nil
 }
 
@@ -56,7 +59,6 @@ func (a *app) registerWorker() error {
 		return fmt.Errorf("worker handlers: worker not built")
 	}
 	a.worker.Register(a.pinServer)
-	a.boards = graphsvc.NewBoardService(a.graph, zen.NewOrder(a.graph, zen.OrderOptions{}), a.durable, a.log.Named("boards"))
 	a.pinServer.Handle(pinlater.TypeRespace, pinlater.Typed(a.boards.HandleRespace))
 	a.workerWired = true
 	return nil
