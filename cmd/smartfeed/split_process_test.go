@@ -337,9 +337,7 @@ func newSplit(t *testing.T, redis, zk string) *split {
 	s.feed = mk(roleFeed, s.feedAddr, "SMARTFEED_GENERATOR_ADDR="+s.genAddr)
 	s.graphP = mk(roleGraph, s.graphAddr)
 	t.Cleanup(func() {
-		for _, p := range []*proc{s.graphP, s.feed, s.work, s.gen} {
-			p.stop()
-		}
+		s.stopAll()
 		if t.Failed() {
 			for _, p := range []*proc{s.gen, s.work, s.feed, s.graphP} {
 				t.Logf("--- %s log (tail):\n%s", p.role, p.tail())
@@ -360,12 +358,33 @@ func newSplit(t *testing.T, redis, zk string) *split {
 	main, err := zenhbase.Open(s.ctx, zk, zenhbase.Options{TablePrefix: prefix})
 	s.must(err)
 	t.Cleanup(func() { _ = main.Close() })
+	// Drop this run's tables once the processes stopped (cleanups run last-registered first):
+	// each is pre-split on shard boundaries, and a test HBase runs out of heap on many runs'.
+	t.Cleanup(func() {
+		s.stopAll() // before the drops: the processes write until they stop
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, name := range []string{zen.TableObjects, zen.TableEdges, zen.TableCounters, zen.TableModShard,
+			tablePools, tableGenState, tableFeed, tableMeta, worker.StateTable, zen.OutboxTable} {
+			if err := main.Drop(ctx, name); err != nil {
+				t.Logf("drop %s: %v", name, err)
+			}
+		}
+	})
 	feedP, err := zenhbase.Open(s.ctx, zk, zenhbase.Options{TablePrefix: prefix})
 	s.must(err)
 	t.Cleanup(func() { _ = feedP.Close() })
 	feedS, err := zenhbase.Open(s.ctx, zk, zenhbase.Options{TablePrefix: prefix + "standby_"})
 	s.must(err)
 	t.Cleanup(func() { _ = feedS.Close() })
+	t.Cleanup(func() {
+		s.stopAll()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := feedS.Drop(ctx, tableFeed); err != nil {
+			t.Logf("drop standby feed: %v", err)
+		}
+	})
 	poolsT, err := main.Table(s.ctx, tablePools)
 	s.must(err)
 	s.pools = zen.NewPools(poolsT, nil)
@@ -387,6 +406,13 @@ func newSplit(t *testing.T, redis, zk string) *split {
 	s.worker, err = worker.New(graph, poolsT, stateT, nopEnqueuer{}, worker.Config{}, worker.Options{Logger: zap.NewNop()})
 	s.must(err)
 	return s
+}
+
+// stopAll stops the role processes gracefully (a stopped one is skipped).
+func (s *split) stopAll() {
+	for _, p := range []*proc{s.graphP, s.feed, s.work, s.gen} {
+		p.stop()
+	}
 }
 
 // nopEnqueuer: the test's worker only writes last-active times; it never enqueues.
