@@ -83,6 +83,7 @@ var Policy = map[string]Rule{
 	genSvc + "GenerateChunk": {Scopes: []string{ScopeGenerator}},
 	genSvc + "SettleChunk":   {Scopes: []string{ScopeGenerator}},
 	genSvc + "PendingChunks": {Scopes: []string{ScopeGenerator}},
+	genSvc + "InFlightUsers": {Scopes: []string{ScopeGenerator}},
 }
 
 // Owners tells who owns an object (a board's owner). ErrNotFound lets the call through: the

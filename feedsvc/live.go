@@ -37,6 +37,10 @@ const (
 	maxLiveRereads = 3
 )
 
+// noRebuildSignal marks an Activity that never reports a rebuild (PinlaterActivity): pages do
+// not wait for its answer.
+type noRebuildSignal interface{ noRebuildSignal() }
+
 // touch starts the Activity hook for user in the background and returns a function that waits
 // for its answer until the request's wait bound (measured from now) and reports rebuilding.
 // The hook is best-effort: its errors are logged and read as "not rebuilding", and a slow hook
@@ -45,7 +49,7 @@ func (s *Service) touch(user zen.ID) func() bool {
 	if s.activity == nil {
 		return func() bool { return false }
 	}
-	deadline := time.NewTimer(s.activityWait)
+	_, blind := s.activity.(noRebuildSignal)
 	ch := make(chan bool, 1)
 	s.bg.Add(1)
 	go func() {
@@ -59,6 +63,11 @@ func (s *Service) touch(user zen.ID) func() bool {
 		}
 		ch <- r && err == nil
 	}()
+	if blind {
+		// The hook never reports a rebuild (it goes over a queue): the page does not wait.
+		return func() bool { return false }
+	}
+	deadline := time.NewTimer(s.activityWait)
 	return func() bool {
 		defer deadline.Stop()
 		select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/zen"
@@ -48,6 +49,53 @@ type Registrar interface {
 // RegisterHandlers registers the materialize handler of s with a pinlater server.
 func RegisterHandlers(r Registrar, s *Service) {
 	r.Handle(pinlater.TypeMaterialize, pinlater.Typed(s.HandleMaterialize))
+	r.Handle(pinlater.TypeFeedDelete, pinlater.Typed(s.HandleFeedDelete))
+}
+
+// HandleFeedDelete runs DeleteFeed for a decoded pinlater payload (a worker in another process
+// deleted the user). A payload that is not a user ID is archived, not retried.
+func (s *Service) HandleFeedDelete(ctx context.Context, p pinlater.FeedDeletePayload) error {
+	err := s.DeleteFeed(ctx, zen.ID(p.User))
+	if errors.Is(err, ErrInvalid) {
+		return fmt.Errorf("%w: %w", pinlater.ErrInvalidPayload, err)
+	}
+	return err
+}
+
+// PinlaterActivity is the Activity of a feed service whose worker runs in another process: each
+// Touch enqueues a pinlater "touch" task (one per user per minute), which the worker runs as its
+// own Touch. The worker's rebuilding answer does not come back over the queue, so Touch reports
+// false (and pages do not wait for it); the rebuild itself happens as it does in process.
+type PinlaterActivity struct {
+	Client TaskEnqueuer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+var (
+	_ Activity        = PinlaterActivity{}
+	_ noRebuildSignal = PinlaterActivity{}
+)
+
+func (PinlaterActivity) noRebuildSignal() {}
+
+// Touch implements Activity.
+func (a PinlaterActivity) Touch(ctx context.Context, user zen.ID) (bool, error) {
+	if err := user.Check(zen.TypeUser); err != nil {
+		return false, fmt.Errorf("%w: touch: %v", ErrInvalid, err)
+	}
+	now := time.Now
+	if a.Now != nil {
+		now = a.Now
+	}
+	task, err := pinlater.NewTouch(pinlater.TouchPayload{User: uint64(user), AtMs: now().UnixMilli()})
+	if err != nil {
+		return false, fmt.Errorf("touch %d: %w", user, err)
+	}
+	if _, err := a.Client.Enqueue(ctx, task); err != nil {
+		return false, fmt.Errorf("enqueue touch %d: %w", user, err)
+	}
+	return false, nil
 }
 
 // HandleMaterialize runs Materialize for a decoded pinlater payload. A task that can never

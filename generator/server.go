@@ -66,6 +66,19 @@ func (s *Server) PendingChunks(ctx context.Context, req *generatorv1.PendingChun
 	return out, nil
 }
 
+// InFlightUsers implements GeneratorService.InFlightUsers.
+func (s *Server) InFlightUsers(ctx context.Context, req *generatorv1.InFlightUsersRequest) (*generatorv1.InFlightUsersResponse, error) {
+	users, err := s.g.InFlightUsers(ctx, zen.ID(req.GetAfter()), int(req.GetLimit()))
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	out := &generatorv1.InFlightUsersResponse{Users: make([]uint64, len(users))}
+	for i, u := range users {
+		out.Users[i] = uint64(u)
+	}
+	return out, nil
+}
+
 // requestUser reads the user from the fixed64 field or, when it is zero, its decimal twin.
 func requestUser(id uint64, str string) (zen.ID, error) {
 	if id == 0 && str != "" {
@@ -99,7 +112,8 @@ func grpcError(err error) error {
 }
 
 func chunkProto(c Chunk) *generatorv1.Chunk {
-	out := &generatorv1.Chunk{Id: c.ID, User: uint64(c.User), UserStr: strconv.FormatUint(uint64(c.User), 10), Debug: c.Debug}
+	out := &generatorv1.Chunk{Id: c.ID, User: uint64(c.User), UserStr: strconv.FormatUint(uint64(c.User), 10), Debug: c.Debug,
+		CreatedMs: c.CreatedMs}
 	for _, it := range c.Items {
 		out.Items = append(out.Items, &generatorv1.Item{
 			Pin:    uint64(it.Pin),

@@ -52,6 +52,16 @@ func TestGRPC(t *testing.T) {
 	if err != nil || len(pend.GetChunks()) != 1 || pend.GetChunks()[0].GetId() != c.GetId() {
 		t.Fatalf("PendingChunks = %v, %v", pend, err)
 	}
+	if pend.GetChunks()[0].GetCreatedMs() <= 0 {
+		t.Errorf("pending chunk without created_ms: recovery cannot age it")
+	}
+	users, err := cl.InFlightUsers(ctx, &generatorv1.InFlightUsersRequest{Limit: 10})
+	if err != nil || len(users.GetUsers()) != 1 || users.GetUsers()[0] != uint64(e.user) {
+		t.Fatalf("InFlightUsers = %v, %v; want [%d]", users, err, e.user)
+	}
+	if _, err := cl.InFlightUsers(ctx, &generatorv1.InFlightUsersRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("InFlightUsers with limit 0: %v, want InvalidArgument", err)
+	}
 	if _, err := cl.SettleChunk(ctx, &generatorv1.SettleChunkRequest{User: uint64(e.user), ChunkId: c.GetId(), Delivered: false}); err != nil {
 		t.Fatal(err)
 	}

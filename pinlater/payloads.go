@@ -270,6 +270,44 @@ type MaterializedPin struct {
 	Reason string  `json:"reason,omitempty"`
 }
 
+// FeedDeletePayload asks the feed service to remove a deleted user's materialized feed.
+type FeedDeletePayload struct {
+	V    int    `json:"v"`
+	User uint64 `json:"user"`
+}
+
+// TaskType implements Payload.
+func (FeedDeletePayload) TaskType() string { return TypeFeedDelete }
+
+// Validate implements Payload.
+func (p FeedDeletePayload) Validate() error {
+	if err := checkVersion(TypeFeedDelete, p.V); err != nil {
+		return err
+	}
+	return checkID(TypeFeedDelete, "user", p.User)
+}
+
+// TouchPayload tells the worker that User read their feed at AtMs (Unix milliseconds).
+type TouchPayload struct {
+	V    int    `json:"v"`
+	User uint64 `json:"user"`
+	AtMs int64  `json:"at_ms"`
+}
+
+// TaskType implements Payload.
+func (TouchPayload) TaskType() string { return TypeTouch }
+
+// Validate implements Payload.
+func (p TouchPayload) Validate() error {
+	if err := checkVersion(TypeTouch, p.V); err != nil {
+		return err
+	}
+	if p.AtMs <= 0 {
+		return invalid("%s: at_ms %d must be positive", TypeTouch, p.AtMs)
+	}
+	return checkID(TypeTouch, "user", p.User)
+}
+
 // MaterializePayload asks for a served chunk to be put in front of User's materialized feed (and
 // the pools to be settled). ChunkID makes it idempotent.
 type MaterializePayload struct {

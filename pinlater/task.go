@@ -20,12 +20,19 @@ const (
 	TypeReplicate       = "replicate"
 	TypeRespace         = "respace"
 	TypeInverseEdge     = "inverse-edge"
+	// TypeFeedDelete removes a deleted user's materialized feed; it runs where the feed service
+	// runs (the critical queue), enqueued by a worker in another process.
+	TypeFeedDelete = "feed-delete"
+	// TypeTouch records a feed read with the worker (last-active time, rebuild of a returning
+	// inactive user), enqueued by a feed service in another process.
+	TypeTouch = "touch"
 )
 
 // Types lists every task type.
 func Types() []string {
 	return []string{TypeFanout, TypeFanoutChunk, TypeFollowBackfill, TypeUnfollowCleanup,
-		TypePinDelete, TypeUserDelete, TypeMaterialize, TypeReplicate, TypeRespace, TypeInverseEdge}
+		TypePinDelete, TypeUserDelete, TypeMaterialize, TypeReplicate, TypeRespace, TypeInverseEdge,
+		TypeFeedDelete, TypeTouch}
 }
 
 // Queues, highest priority first. By default a server serves them weighted 6:3:2:1 (so
@@ -59,13 +66,16 @@ type Policy struct {
 func DefaultPolicy(typ string) (p Policy, ok bool) {
 	p = Policy{Queue: QueueDefault, MaxAttempts: 8, BackoffBase: time.Second, BackoffMax: 10 * time.Minute, Timeout: 5 * time.Minute}
 	switch typ {
-	case TypeMaterialize, TypeReplicate:
+	case TypeMaterialize, TypeReplicate, TypeFeedDelete:
 		p = Policy{Queue: QueueCritical, MaxAttempts: 10, BackoffBase: 200 * time.Millisecond, BackoffMax: 30 * time.Second, Timeout: 30 * time.Second}
 	case TypeFanout, TypeFanoutChunk:
 		p.Queue = QueueFanout
 		p.MaxAttempts = 6
 		p.Timeout = 10 * time.Minute
 	case TypeFollowBackfill, TypeUnfollowCleanup, TypePinDelete, TypeUserDelete, TypeRespace, TypeInverseEdge:
+	case TypeTouch:
+		// A touch is advisory and superseded by the next feed read: a few quick attempts.
+		p.MaxAttempts, p.BackoffMax, p.Timeout = 3, 10*time.Second, 10*time.Second
 	default:
 		return Policy{}, false
 	}
@@ -143,6 +153,12 @@ func dedupID(p Payload) string {
 		return "pin-delete:" + u(p.Pin)
 	case UserDeletePayload:
 		return "user-delete:" + u(p.User)
+	case FeedDeletePayload:
+		return "feed-delete:" + u(p.User)
+	case TouchPayload:
+		// One touch per user per minute: the worker writes the last-active time at most that
+		// often anyway (worker.Config.TouchEvery).
+		return "touch:" + u(p.User) + ":" + strconv.FormatInt(p.AtMs/touchBucketMs, 10)
 	}
 	return ""
 }
@@ -173,6 +189,15 @@ func NewPinDelete(p PinDeletePayload) (*Task, error) { withVersion(&p.V); return
 
 // NewUserDelete builds a user-delete task.
 func NewUserDelete(p UserDeletePayload) (*Task, error) { withVersion(&p.V); return NewTask(p) }
+
+// NewFeedDelete builds a feed-delete task, deduplicated by user.
+func NewFeedDelete(p FeedDeletePayload) (*Task, error) { withVersion(&p.V); return NewTask(p) }
+
+// NewTouch builds a touch task, deduplicated by user and minute of AtMs.
+func NewTouch(p TouchPayload) (*Task, error) { withVersion(&p.V); return NewTask(p) }
+
+// touchBucketMs is the span within which touches of one user are one task.
+const touchBucketMs = 60_000
 
 // NewMaterialize builds a materialize task, deduplicated by (user, chunk).
 func NewMaterialize(p MaterializePayload) (*Task, error) { withVersion(&p.V); return NewTask(p) }

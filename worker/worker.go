@@ -183,6 +183,39 @@ func (w *Worker) Register(r Registrar) {
 	r.Handle(pinlater.TypeUnfollowCleanup, pinlater.Typed(w.HandleUnfollowCleanup))
 	r.Handle(pinlater.TypePinDelete, pinlater.Typed(w.HandlePinDelete))
 	r.Handle(pinlater.TypeUserDelete, pinlater.Typed(w.HandleUserDelete))
+	r.Handle(pinlater.TypeTouch, pinlater.Typed(w.HandleTouch))
+}
+
+// HandleTouch runs Touch for a feed read a feed service in another process reported (its
+// pinlater Activity). A payload that is not a user ID is archived, not retried.
+func (w *Worker) HandleTouch(ctx context.Context, p pinlater.TouchPayload) error {
+	user, err := checkID("touch user", p.User, zen.TypeUser)
+	if err != nil {
+		return err
+	}
+	_, err = w.Touch(ctx, user)
+	return err
+}
+
+// PinlaterFeedRemover is the FeedRemover of a worker whose feed service runs in another process:
+// it enqueues a pinlater "feed-delete" task, which the feed service's process runs (the critical
+// queue). The user-delete job fails, and is retried, until the task is enqueued.
+type PinlaterFeedRemover struct {
+	Client Enqueuer
+}
+
+var _ FeedRemover = PinlaterFeedRemover{}
+
+// DeleteFeed implements FeedRemover.
+func (r PinlaterFeedRemover) DeleteFeed(ctx context.Context, user zen.ID) error {
+	task, err := pinlater.NewFeedDelete(pinlater.FeedDeletePayload{User: uint64(user)})
+	if err != nil {
+		return fmt.Errorf("feed delete %d: %w", user, err)
+	}
+	if _, err := r.Client.Enqueue(ctx, task); err != nil {
+		return fmt.Errorf("enqueue feed delete %d: %w", user, err)
+	}
+	return nil
 }
 
 // invalid marks bad input: the task is archived, not retried.

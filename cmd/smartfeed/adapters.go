@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/generator"
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
@@ -32,6 +30,24 @@ func (a localGenerator) GenerateChunk(ctx context.Context, user zen.ID) (feedsvc
 
 func (a localGenerator) Settle(ctx context.Context, user zen.ID, chunkID string, delivered bool) error {
 	return a.g.Settle(ctx, user, chunkID, delivered)
+}
+
+// InFlightUsers implements feedsvc.InFlight.
+func (a localGenerator) InFlightUsers(ctx context.Context, after zen.ID, limit int) ([]zen.ID, error) {
+	return a.g.InFlightUsers(ctx, after, limit)
+}
+
+// PendingChunks implements feedsvc.InFlight.
+func (a localGenerator) PendingChunks(ctx context.Context, user zen.ID) ([]feedsvc.InFlightChunk, error) {
+	cs, err := a.g.Pending(ctx, user)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]feedsvc.InFlightChunk, len(cs))
+	for i, c := range cs {
+		out[i] = feedsvc.InFlightChunk{ID: c.ID, CreatedMs: c.CreatedMs}
+	}
+	return out, nil
 }
 
 // remoteGenerator adapts a GeneratorService client (another process) to feedsvc.Generator.
@@ -64,6 +80,32 @@ func (a remoteGenerator) Settle(ctx context.Context, user zen.ID, chunkID string
 	return nil
 }
 
+// InFlightUsers implements feedsvc.InFlight over GeneratorService.InFlightUsers.
+func (a remoteGenerator) InFlightUsers(ctx context.Context, after zen.ID, limit int) ([]zen.ID, error) {
+	resp, err := a.c.InFlightUsers(ctx, &generatorv1.InFlightUsersRequest{After: uint64(after), Limit: int32(limit)})
+	if err != nil {
+		return nil, fmt.Errorf("generator in-flight users: %w", err)
+	}
+	out := make([]zen.ID, len(resp.GetUsers()))
+	for i, u := range resp.GetUsers() {
+		out[i] = zen.ID(u)
+	}
+	return out, nil
+}
+
+// PendingChunks implements feedsvc.InFlight over GeneratorService.PendingChunks.
+func (a remoteGenerator) PendingChunks(ctx context.Context, user zen.ID) ([]feedsvc.InFlightChunk, error) {
+	resp, err := a.c.PendingChunks(ctx, &generatorv1.PendingChunksRequest{User: uint64(user)})
+	if err != nil {
+		return nil, fmt.Errorf("generator pending chunks: %w", err)
+	}
+	out := make([]feedsvc.InFlightChunk, len(resp.GetChunks()))
+	for i, c := range resp.GetChunks() {
+		out[i] = feedsvc.InFlightChunk{ID: c.GetId(), CreatedMs: c.GetCreatedMs()}
+	}
+	return out, nil
+}
+
 // Liveness cache of the read path (zen.Graph.CacheLiveness): how long an answer is kept, and how
 // many pins are remembered (about 40 bytes each).
 const (
@@ -88,117 +130,9 @@ var (
 	_ generator.Liveness = graphLiveness{}
 	_ feedsvc.Liveness   = graphLiveness{}
 	_ feedsvc.Activity   = (*worker.Worker)(nil)
+	_ feedsvc.InFlight   = localGenerator{}
+	_ feedsvc.InFlight   = remoteGenerator{}
 )
-
-// recoverer completes or returns, at start and then periodically, the chunks a crash left
-// behind: feedsvc's pending chunks whose materialize job was lost (RecoverAll over the pending
-// index) and, when the generator runs in this process, generator chunks never recorded by the
-// feed (Settle(false): back to the pools) or recorded but not settled (Materialize).
-type recoverer struct {
-	feed *feedsvc.Service
-	gen  *generator.Generator // nil when the generator is remote
-	log  *zap.Logger
-	// olderThan: chunks younger than this are left alone (a request may still be serving
-	// them, or their job may still be queued).
-	olderThan time.Duration
-	// batch is the index rows read per step; maxSteps bounds one pass.
-	batch, maxSteps int
-	now             func() time.Time
-}
-
-// pass runs one bounded recovery pass and returns the chunks it completed or returned.
-func (r recoverer) pass(ctx context.Context) (int, error) {
-	total := 0
-	after := zen.ID(0)
-	for range r.maxSteps {
-		next, n, err := r.feed.RecoverAll(ctx, after, r.olderThan, r.batch)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("recover feed: %w", err)
-		}
-		if next == 0 {
-			break
-		}
-		after = next
-	}
-	if r.gen == nil {
-		return total, nil
-	}
-	after = 0
-	cut := r.now().Add(-r.olderThan).UnixMilli()
-	for range r.maxSteps {
-		users, err := r.gen.InFlightUsers(ctx, after, r.batch)
-		if err != nil {
-			return total, fmt.Errorf("recover generator: %w", err)
-		}
-		for _, u := range users {
-			n, err := r.settleUser(ctx, u, cut)
-			total += n
-			if err != nil {
-				return total, err
-			}
-		}
-		if len(users) < r.batch {
-			break
-		}
-		after = users[len(users)-1]
-	}
-	return total, nil
-}
-
-// settleUser settles the user's generator chunks created before cutMs by what the feed knows
-// of them. Shaky: a chunk whose feed marker was trimmed away (materialized, then more than
-// max_items newer items, all before its Settle ran) reads as unknown and is returned to the
-// pools.
-func (r recoverer) settleUser(ctx context.Context, user zen.ID, cutMs int64) (int, error) {
-	chunks, err := r.gen.Pending(ctx, user)
-	if err != nil {
-		return 0, fmt.Errorf("pending chunks of %d: %w", user, err)
-	}
-	n := 0
-	for _, c := range chunks {
-		if c.CreatedMs >= cutMs {
-			continue
-		}
-		st, err := r.feed.ChunkStatus(ctx, user, c.ID)
-		if err != nil {
-			return n, fmt.Errorf("chunk %s: %w", c.ID, err)
-		}
-		switch st {
-		case feedsvc.ChunkPending, feedsvc.ChunkDone:
-			// Materialize finishes what is left and settles it as delivered.
-			err = r.feed.Materialize(ctx, feedsvc.MaterializeTask{User: user, ChunkID: c.ID})
-		default:
-			err = r.gen.Settle(ctx, user, c.ID, false)
-		}
-		if err != nil {
-			return n, fmt.Errorf("recover chunk %s: %w", c.ID, err)
-		}
-		r.log.Info("recovered chunk", zap.Stringer("user", user), zap.String("chunk", c.ID), zap.Int("feed_state", int(st)))
-		n++
-	}
-	return n, nil
-}
-
-// loop runs a pass now and then every `every` until ctx is done; pass errors are logged.
-func (r recoverer) loop(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		n, err := r.pass(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			r.log.Warn("recovery pass", zap.Int("recovered", n), zap.Error(err))
-		case n > 0:
-			r.log.Info("recovery pass", zap.Int("recovered", n))
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
 
 // feedRemover hands the worker's user-delete job to the feed service of this process (wired only
 // when the process has the feed role). The worker is built before the feed service, so it looks

@@ -44,6 +44,7 @@ servers' flags, "smartfeed completion bash|zsh|fish" prints a completion script.
 		newServeCmd(roleWorker, "run the pinlater worker: fanout and upkeep handlers", getenv),
 		newServeCmd(roleGenerator, "run the chunk generator's gRPC service", getenv),
 		newServeCmd(roleFeed, "run the feed service (GetFeed, FeedAdmin) and its materialize jobs", getenv),
+		newServeCmd(roleGraph, "run the graph API alone (GraphService, BoardService, IngestService); a worker process runs the jobs it enqueues", getenv),
 		newServeCmd(roleAll, "run worker, generator and feedsvc in one process", getenv),
 		newConfigCmd(getenv),
 		newBenchCmd(getenv),

@@ -49,19 +49,13 @@ const (
 	roleWorker    = "worker"
 	roleGenerator = "generator"
 	roleFeed      = "feedsvc"
+	roleGraph     = "graph" // the Graph and Board API (the worker role serves it too)
 	roleAll       = "all"
 )
 
 // livenessService is the health service name the liveness probe asks for: SERVING from start to
 // the end of shutdown, while "" (readiness) goes NOT_SERVING as soon as draining starts.
 const livenessService = "smartfeed.liveness"
-
-// Recovery of chunks a crash left behind (see recoverer): chunks younger than recoverAge are
-// left alone; a pass runs at start and every recoverEvery.
-const (
-	recoverAge   = time.Minute
-	recoverEvery = time.Minute
-)
 
 // pinlaterRedis is the Redis connection option of pinlater (an Asynq one).
 type pinlaterRedis = asynq.RedisConnOpt
@@ -152,8 +146,11 @@ type app struct {
 	worker *worker.Worker
 	boards *graphsvc.BoardService
 	feed   *feedsvc.Service
-	repl   *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
-	canary *feedsvc.Canary     // the lag probe of HBase's own replication
+	// inflight is the generator as the feed's crash recovery sees it: in this process or over
+	// gRPC (nil without a feed role).
+	inflight feedsvc.InFlight
+	repl     *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
+	canary   *feedsvc.Canary     // the lag probe of HBase's own replication
 	// shardWatch keeps the graph's shard map live (file, ZooKeeper); nil with the default map.
 	shardWatch *shardwatch.Watcher
 	// feedPrimary and feedStandby are the tables feedsvc was built on (writes to the primary
@@ -222,7 +219,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 	if cfg.Redis.Namespace != "" {
 		nsOpt = append(nsOpt, pinlater.WithNamespace(cfg.Redis.Namespace))
 	}
-	if a.has(roleWorker, roleFeed) {
+	if a.has(roleWorker, roleFeed, roleGraph) {
 		if a.pinClient, err = pinlater.NewClient(redis, log.Named("pinlater"), reg, nsOpt...); err != nil {
 			return nil, fmt.Errorf("pinlater client: %w", err)
 		}
@@ -233,7 +230,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		a.conns = append(a.conns, a.pinAdmin)
 		reg.MustRegister(a.pinAdmin.Collector())
 	}
-	if a.has(roleWorker, roleGenerator) || (a.role == roleFeed && cfg.Generator.Addr == "") {
+	if a.has(roleWorker, roleGenerator, roleGraph) || (a.role == roleFeed && cfg.Generator.Addr == "") {
 		main, err := a.stores.get(ctx, storeMain)
 		if err != nil {
 			return nil, err
@@ -265,13 +262,15 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		// are kept a moment. Deletes through this process are seen at once, those of a graph
 		// service in another process within liveCacheTTL.
 		a.graph.CacheLiveness(liveCacheTTL, liveCacheEntries)
-		if a.has(roleWorker) {
+		if a.has(roleWorker, roleGraph) {
 			if err := a.buildWorker(ctx); err != nil {
 				return nil, err
 			}
 		}
-		if err := a.buildGenerator(ctx); err != nil {
-			return nil, err
+		if a.role != roleGraph {
+			if err := a.buildGenerator(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if a.has(roleFeed) {
@@ -406,6 +405,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	var gen feedsvc.Generator
 	if a.gen != nil {
 		gen = localGenerator{a.gen}
+		a.inflight = localGenerator{a.gen}
 	} else {
 		creds, err := a.generatorCreds()
 		if err != nil {
@@ -423,8 +423,10 @@ func (a *app) buildFeed(ctx context.Context) error {
 			return fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
 		}
 		a.conns = append(a.conns, conn)
-		gen = remoteGenerator{generatorv1.NewGeneratorServiceClient(conn)}
+		remote := remoteGenerator{generatorv1.NewGeneratorServiceClient(conn)}
+		gen, a.inflight = remote, remote
 	}
+
 	fc := feedsvc.DefaultConfig()
 	fc.GeneratorDeadline, fc.MaxItems = a.cfg.Feed.GeneratorDeadline.D(), a.cfg.Feed.MaxItems
 	a.feedPrimary, a.feedStandby = writeTo, gate
@@ -437,7 +439,9 @@ func (a *app) buildFeed(ctx context.Context) error {
 	if a.graph != nil {
 		deps.Liveness = graphLiveness{a.graph}
 	}
-	// Activity (last-active time, rebuild signal) where the worker runs in this process.
+	// Activity (last-active time, rebuild of a returning user): the worker's Touch in this
+	// process, or a pinlater "touch" task the worker's process runs.
+	deps.Activity = feedsvc.PinlaterActivity{Client: a.pinClient}
 	if a.worker != nil {
 		deps.Activity = a.worker
 	}
@@ -511,7 +515,7 @@ func (a *app) buildGRPC() error {
 		// FeedAdmin is on the admin port only (buildAdminGRPC).
 		feedsvc.Register(a.grpc, a.feed, false, nil, nil)
 	}
-	if a.has(roleWorker) {
+	if a.has(roleWorker, roleGraph) {
 		a.registerGraphService()
 	}
 	for name := range a.grpc.GetServiceInfo() {
@@ -639,9 +643,9 @@ func (a *app) run(ctx context.Context) error {
 	}
 	if a.feed != nil {
 		// Startup recovery, then a periodic sweep: chunks a crash left behind.
-		r := recoverer{feed: a.feed, gen: a.gen, log: a.log.Named("recovery"), olderThan: recoverAge,
-			batch: 500, maxSteps: 200, now: time.Now}
-		g.Go(func() error { r.loop(gctx, recoverEvery); return nil })
+		r := feedsvc.NewRecoverer(a.feed, a.inflight, feedsvc.RecoverOptions{OlderThan: a.cfg.Feed.RecoverAfter.D(),
+			Logger: a.log.Named("recovery")})
+		g.Go(func() error { r.Run(gctx, a.cfg.Feed.RecoverEvery.D()); return nil })
 	}
 	if a.pinServer != nil {
 		if err := a.pinServer.Start(); err != nil {

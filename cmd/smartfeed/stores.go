@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"syscall"
 
 	"go.uber.org/zap"
 
@@ -59,6 +61,13 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 		}
 		dir := filepath.Join(s.cfg.DataDir, name)
 		p, err := zenpebble.Open(dir, opts...)
+		if pebbleLocked(err) {
+			// Pebble admits one process per directory. The worker and the generator (and a
+			// feedsvc without --generator-addr) all open the main store.
+			return nil, fmt.Errorf("open pebble %s: another process holds it (%w): with storage=pebble the roles "+
+				"that share the %s store run in one process (smartfeed all); separate role processes need storage=hbase",
+				dir, err, name)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open pebble %s: %w", dir, err)
 		}
@@ -112,4 +121,10 @@ func (s *stores) close() error {
 	}
 	s.order = nil
 	return errors.Join(errs...)
+}
+
+// pebbleLocked reports whether err is Pebble's refusal of a directory another holder has locked:
+// EAGAIN from another process, its own message from this one.
+func pebbleLocked(err error) bool {
+	return err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held by current process"))
 }

@@ -13,8 +13,10 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// buildWorker builds the worker over the main store: the graph, the pools table and the
-// worker's state table; the tasks it spawns go through the pinlater client.
+// buildWorker builds the worker over the main store (the graph, the pools table and the
+// worker's state table) and the board service; the tasks they spawn go through the outbox and
+// the pinlater client. The graph role builds them too: its Graph, Board and Ingest APIs enqueue
+// through the same outbox, and a worker process runs what they enqueue.
 func (a *app) buildWorker(ctx context.Context) error {
 	poolsT, err := a.stores.table(ctx, storeMain, tablePools)
 	if err != nil {
@@ -25,11 +27,6 @@ func (a *app) buildWorker(ctx context.Context) error {
 		return err
 	}
 	opts := worker.Options{Logger: a.log.Named("worker"), Reg: a.reg}
-	if a.has(roleFeed) {
-		// User deletes remove the materialized feed too. A worker-only process has no feed
-		// store open; there the feed of a deleted user is left (docs/operations.md).
-		opts.Feeds = feedRemover{a}
-	}
 	// The write path's events go through the outbox: recorded in the main store before a call
 	// answers OK, enqueued in Redis, and relayed again if Redis does not have them.
 	outboxT, err := a.stores.table(ctx, storeMain, zen.OutboxTable)
@@ -42,10 +39,17 @@ func (a *app) buildWorker(ctx context.Context) error {
 		Logger: a.log.Named("outbox"), Registerer: a.reg}); err != nil {
 		return fmt.Errorf("outbox: %w", err)
 	}
+	// User deletes remove the materialized feed too: through this process's feed service, or
+	// a pinlater task the feed service's process runs.
+	opts.Feeds = worker.PinlaterFeedRemover{Client: a.durable}
+	if a.has(roleFeed) {
+		opts.Feeds = feedRemover{a}
+	}
 	a.worker, err = worker.New(a.graph, poolsT, stateT, a.durable, worker.Config{}, opts)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
+	a.boards = graphsvc.NewBoardService(a.graph, zen.NewOrder(a.graph, zen.OrderOptions{}), a.durable, a.log.Named("boards"))
 	return nil
 }
 
@@ -55,7 +59,6 @@ func (a *app) registerWorker() error {
 		return fmt.Errorf("worker handlers: worker not built")
 	}
 	a.worker.Register(a.pinServer)
-	a.boards = graphsvc.NewBoardService(a.graph, zen.NewOrder(a.graph, zen.OrderOptions{}), a.durable, a.log.Named("boards"))
 	a.pinServer.Handle(pinlater.TypeRespace, pinlater.Typed(a.boards.HandleRespace))
 	a.workerWired = true
 	return nil

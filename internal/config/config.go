@@ -263,6 +263,11 @@ type Feed struct {
 	// StandbyMaxStaleness refuses standby reads while replication lags more than this (0:
 	// never refuse); live-tunable in the knobs file (standby.max_staleness). Default 30s.
 	StandbyMaxStaleness Duration `json:"standby_max_staleness"`
+	// RecoverAfter: crash recovery leaves chunks younger than this alone (a request may still
+	// be serving them). Default 1m.
+	RecoverAfter Duration `json:"recover_after"`
+	// RecoverEvery is the period of the recovery pass (one runs at start). Default 1m.
+	RecoverEvery Duration `json:"recover_every"`
 }
 
 // Hedge is the initial hedging policy of the materialized reads.
@@ -305,6 +310,8 @@ func DefaultConfig() Config {
 			GeneratorDeadline:   Duration(150 * time.Millisecond),
 			MaxItems:            1000,
 			StandbyMaxStaleness: Duration(30 * time.Second),
+			RecoverAfter:        Duration(time.Minute),
+			RecoverEvery:        Duration(time.Minute),
 			Hedge: Hedge{
 				Mode:       "percentile",
 				Delay:      Duration(10 * time.Millisecond),
@@ -391,6 +398,9 @@ func (c Config) Validate() error {
 	}
 	if c.Feed.GeneratorDeadline <= 0 {
 		bad("feed.generator_deadline: must be positive")
+	}
+	if c.Feed.RecoverAfter <= 0 || c.Feed.RecoverEvery <= 0 {
+		bad("feed.recover_after and feed.recover_every must be positive")
 	}
 	if c.Feed.StandbyMaxStaleness < 0 {
 		bad("feed.standby_max_staleness: negative")

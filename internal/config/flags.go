@@ -83,6 +83,8 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	i(&c.Feed.MaxItems, "feed-max-items", c.Feed.MaxItems, "maximum length of a materialized feed")
 	s(&c.Feed.KnobsFile, "feed-knobs", c.Feed.KnobsFile, "feedsvc knobs file, watched for live changes")
 	d(&c.Feed.StandbyMaxStaleness, "feed-standby-max-staleness", c.Feed.StandbyMaxStaleness, "refuse standby reads while replication lags more than this (0: never)")
+	d(&c.Feed.RecoverAfter, "feed-recover-after", c.Feed.RecoverAfter, "crash recovery leaves chunks younger than this alone")
+	d(&c.Feed.RecoverEvery, "feed-recover-every", c.Feed.RecoverEvery, "period of the crash recovery pass")
 	b(&c.Feed.Faults, "feed-faults", c.Feed.Faults, "enable FeedAdmin fault injection on the feed stores")
 	s(&c.Feed.Hedge.Mode, "hedge-mode", c.Feed.Hedge.Mode, "hedging mode: off, fixed or percentile")
 	d(&c.Feed.Hedge.Delay, "hedge-delay", c.Feed.Hedge.Delay, "hedging cutoff in fixed mode")

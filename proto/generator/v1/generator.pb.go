@@ -251,7 +251,9 @@ type Chunk struct {
 	UserStr string                 `protobuf:"bytes,3,opt,name=user_str,json=userStr,proto3" json:"user_str,omitempty"`
 	Items   []*Item                `protobuf:"bytes,4,rep,name=items,proto3" json:"items,omitempty"`
 	// Debug explains each choice and deferral (only when asked for).
-	Debug         []string `protobuf:"bytes,5,rep,name=debug,proto3" json:"debug,omitempty"`
+	Debug []string `protobuf:"bytes,5,rep,name=debug,proto3" json:"debug,omitempty"`
+	// When the chunk was composed, Unix milliseconds.
+	CreatedMs     int64 `protobuf:"varint,6,opt,name=created_ms,json=createdMs,proto3" json:"created_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -319,6 +321,13 @@ func (x *Chunk) GetDebug() []string {
 		return x.Debug
 	}
 	return nil
+}
+
+func (x *Chunk) GetCreatedMs() int64 {
+	if x != nil {
+		return x.CreatedMs
+	}
+	return 0
 }
 
 // GenerateChunkResponse carries the chunk (possibly empty when the pools are empty).
@@ -570,6 +579,106 @@ func (x *PendingChunksResponse) GetChunks() []*Chunk {
 	return nil
 }
 
+// InFlightUsersRequest pages through the users with unsettled chunks.
+type InFlightUsersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Users after this ID (0: from the start).
+	After uint64 `protobuf:"fixed64,1,opt,name=after,proto3" json:"after,omitempty"`
+	// 1 to 100000.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InFlightUsersRequest) Reset() {
+	*x = InFlightUsersRequest{}
+	mi := &file_generator_v1_generator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InFlightUsersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InFlightUsersRequest) ProtoMessage() {}
+
+func (x *InFlightUsersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_generator_v1_generator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InFlightUsersRequest.ProtoReflect.Descriptor instead.
+func (*InFlightUsersRequest) Descriptor() ([]byte, []int) {
+	return file_generator_v1_generator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *InFlightUsersRequest) GetAfter() uint64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *InFlightUsersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// InFlightUsersResponse lists users in ID order; fewer than limit means the end.
+type InFlightUsersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []uint64               `protobuf:"fixed64,1,rep,packed,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InFlightUsersResponse) Reset() {
+	*x = InFlightUsersResponse{}
+	mi := &file_generator_v1_generator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InFlightUsersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InFlightUsersResponse) ProtoMessage() {}
+
+func (x *InFlightUsersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_generator_v1_generator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InFlightUsersResponse.ProtoReflect.Descriptor instead.
+func (*InFlightUsersResponse) Descriptor() ([]byte, []int) {
+	return file_generator_v1_generator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *InFlightUsersResponse) GetUsers() []uint64 {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
 var File_generator_v1_generator_proto protoreflect.FileDescriptor
 
 const file_generator_v1_generator_proto_rawDesc = "" +
@@ -587,13 +696,15 @@ const file_generator_v1_generator_proto_rawDesc = "" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x16\n" +
 	"\x06author\x18\x05 \x01(\x06R\x06author\x12\x14\n" +
 	"\x05board\x18\x06 \x01(\x06R\x05board\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"\x90\x01\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"\xaf\x01\n" +
 	"\x05Chunk\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04user\x18\x02 \x01(\x06R\x04user\x12\x19\n" +
 	"\buser_str\x18\x03 \x01(\tR\auserStr\x122\n" +
 	"\x05items\x18\x04 \x03(\v2\x1c.smartfeed.generator.v1.ItemR\x05items\x12\x14\n" +
-	"\x05debug\x18\x05 \x03(\tR\x05debug\"L\n" +
+	"\x05debug\x18\x05 \x03(\tR\x05debug\x12\x1d\n" +
+	"\n" +
+	"created_ms\x18\x06 \x01(\x03R\tcreatedMs\"L\n" +
 	"\x15GenerateChunkResponse\x123\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x1d.smartfeed.generator.v1.ChunkR\x05chunk\"|\n" +
 	"\x12SettleChunkRequest\x12\x12\n" +
@@ -606,16 +717,22 @@ const file_generator_v1_generator_proto_rawDesc = "" +
 	"\x04user\x18\x01 \x01(\x06R\x04user\x12\x19\n" +
 	"\buser_str\x18\x02 \x01(\tR\auserStr\"N\n" +
 	"\x15PendingChunksResponse\x125\n" +
-	"\x06chunks\x18\x01 \x03(\v2\x1d.smartfeed.generator.v1.ChunkR\x06chunks*_\n" +
+	"\x06chunks\x18\x01 \x03(\v2\x1d.smartfeed.generator.v1.ChunkR\x06chunks\"B\n" +
+	"\x14InFlightUsersRequest\x12\x14\n" +
+	"\x05after\x18\x01 \x01(\x06R\x05after\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"-\n" +
+	"\x15InFlightUsersResponse\x12\x14\n" +
+	"\x05users\x18\x01 \x03(\x06R\x05users*_\n" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SOURCE_FOLLOWING\x10\x01\x12\x13\n" +
 	"\x0fSOURCE_INTEREST\x10\x02\x12\x12\n" +
-	"\x0eSOURCE_RELATED\x10\x032\xd6\x02\n" +
+	"\x0eSOURCE_RELATED\x10\x032\xc4\x03\n" +
 	"\x10GeneratorService\x12l\n" +
 	"\rGenerateChunk\x12,.smartfeed.generator.v1.GenerateChunkRequest\x1a-.smartfeed.generator.v1.GenerateChunkResponse\x12f\n" +
 	"\vSettleChunk\x12*.smartfeed.generator.v1.SettleChunkRequest\x1a+.smartfeed.generator.v1.SettleChunkResponse\x12l\n" +
-	"\rPendingChunks\x12,.smartfeed.generator.v1.PendingChunksRequest\x1a-.smartfeed.generator.v1.PendingChunksResponseB?Z=github.com/smartfeed/smartfeed/proto/generator/v1;generatorv1b\x06proto3"
+	"\rPendingChunks\x12,.smartfeed.generator.v1.PendingChunksRequest\x1a-.smartfeed.generator.v1.PendingChunksResponse\x12l\n" +
+	"\rInFlightUsers\x12,.smartfeed.generator.v1.InFlightUsersRequest\x1a-.smartfeed.generator.v1.InFlightUsersResponseB?Z=github.com/smartfeed/smartfeed/proto/generator/v1;generatorv1b\x06proto3"
 
 var (
 	file_generator_v1_generator_proto_rawDescOnce sync.Once
@@ -630,7 +747,7 @@ func file_generator_v1_generator_proto_rawDescGZIP() []byte {
 }
 
 var file_generator_v1_generator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_generator_v1_generator_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_generator_v1_generator_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_generator_v1_generator_proto_goTypes = []any{
 	(Source)(0),                   // 0: smartfeed.generator.v1.Source
 	(*GenerateChunkRequest)(nil),  // 1: smartfeed.generator.v1.GenerateChunkRequest
@@ -641,23 +758,27 @@ var file_generator_v1_generator_proto_goTypes = []any{
 	(*SettleChunkResponse)(nil),   // 6: smartfeed.generator.v1.SettleChunkResponse
 	(*PendingChunksRequest)(nil),  // 7: smartfeed.generator.v1.PendingChunksRequest
 	(*PendingChunksResponse)(nil), // 8: smartfeed.generator.v1.PendingChunksResponse
+	(*InFlightUsersRequest)(nil),  // 9: smartfeed.generator.v1.InFlightUsersRequest
+	(*InFlightUsersResponse)(nil), // 10: smartfeed.generator.v1.InFlightUsersResponse
 }
 var file_generator_v1_generator_proto_depIdxs = []int32{
-	0, // 0: smartfeed.generator.v1.Item.source:type_name -> smartfeed.generator.v1.Source
-	2, // 1: smartfeed.generator.v1.Chunk.items:type_name -> smartfeed.generator.v1.Item
-	3, // 2: smartfeed.generator.v1.GenerateChunkResponse.chunk:type_name -> smartfeed.generator.v1.Chunk
-	3, // 3: smartfeed.generator.v1.PendingChunksResponse.chunks:type_name -> smartfeed.generator.v1.Chunk
-	1, // 4: smartfeed.generator.v1.GeneratorService.GenerateChunk:input_type -> smartfeed.generator.v1.GenerateChunkRequest
-	5, // 5: smartfeed.generator.v1.GeneratorService.SettleChunk:input_type -> smartfeed.generator.v1.SettleChunkRequest
-	7, // 6: smartfeed.generator.v1.GeneratorService.PendingChunks:input_type -> smartfeed.generator.v1.PendingChunksRequest
-	4, // 7: smartfeed.generator.v1.GeneratorService.GenerateChunk:output_type -> smartfeed.generator.v1.GenerateChunkResponse
-	6, // 8: smartfeed.generator.v1.GeneratorService.SettleChunk:output_type -> smartfeed.generator.v1.SettleChunkResponse
-	8, // 9: smartfeed.generator.v1.GeneratorService.PendingChunks:output_type -> smartfeed.generator.v1.PendingChunksResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: smartfeed.generator.v1.Item.source:type_name -> smartfeed.generator.v1.Source
+	2,  // 1: smartfeed.generator.v1.Chunk.items:type_name -> smartfeed.generator.v1.Item
+	3,  // 2: smartfeed.generator.v1.GenerateChunkResponse.chunk:type_name -> smartfeed.generator.v1.Chunk
+	3,  // 3: smartfeed.generator.v1.PendingChunksResponse.chunks:type_name -> smartfeed.generator.v1.Chunk
+	1,  // 4: smartfeed.generator.v1.GeneratorService.GenerateChunk:input_type -> smartfeed.generator.v1.GenerateChunkRequest
+	5,  // 5: smartfeed.generator.v1.GeneratorService.SettleChunk:input_type -> smartfeed.generator.v1.SettleChunkRequest
+	7,  // 6: smartfeed.generator.v1.GeneratorService.PendingChunks:input_type -> smartfeed.generator.v1.PendingChunksRequest
+	9,  // 7: smartfeed.generator.v1.GeneratorService.InFlightUsers:input_type -> smartfeed.generator.v1.InFlightUsersRequest
+	4,  // 8: smartfeed.generator.v1.GeneratorService.GenerateChunk:output_type -> smartfeed.generator.v1.GenerateChunkResponse
+	6,  // 9: smartfeed.generator.v1.GeneratorService.SettleChunk:output_type -> smartfeed.generator.v1.SettleChunkResponse
+	8,  // 10: smartfeed.generator.v1.GeneratorService.PendingChunks:output_type -> smartfeed.generator.v1.PendingChunksResponse
+	10, // 11: smartfeed.generator.v1.GeneratorService.InFlightUsers:output_type -> smartfeed.generator.v1.InFlightUsersResponse
+	8,  // [8:12] is the sub-list for method output_type
+	4,  // [4:8] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_generator_v1_generator_proto_init() }
@@ -671,7 +792,7 @@ func file_generator_v1_generator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_generator_v1_generator_proto_rawDesc), len(file_generator_v1_generator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   8,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	GeneratorService_GenerateChunk_FullMethodName = "/smartfeed.generator.v1.GeneratorService/GenerateChunk"
 	GeneratorService_SettleChunk_FullMethodName   = "/smartfeed.generator.v1.GeneratorService/SettleChunk"
 	GeneratorService_PendingChunks_FullMethodName = "/smartfeed.generator.v1.GeneratorService/PendingChunks"
+	GeneratorService_InFlightUsers_FullMethodName = "/smartfeed.generator.v1.GeneratorService/InFlightUsers"
 )
 
 // GeneratorServiceClient is the client API for GeneratorService service.
@@ -41,6 +42,9 @@ type GeneratorServiceClient interface {
 	SettleChunk(ctx context.Context, in *SettleChunkRequest, opts ...grpc.CallOption) (*SettleChunkResponse, error)
 	// PendingChunks lists the user's chunks taken from the pools but not yet settled.
 	PendingChunks(ctx context.Context, in *PendingChunksRequest, opts ...grpc.CallOption) (*PendingChunksResponse, error)
+	// InFlightUsers lists, in ID order after `after`, up to limit users with unsettled chunks: the
+	// feed service's recovery pass walks them to settle what a crash left behind.
+	InFlightUsers(ctx context.Context, in *InFlightUsersRequest, opts ...grpc.CallOption) (*InFlightUsersResponse, error)
 }
 
 type generatorServiceClient struct {
@@ -81,6 +85,16 @@ func (c *generatorServiceClient) PendingChunks(ctx context.Context, in *PendingC
 	return out, nil
 }
 
+func (c *generatorServiceClient) InFlightUsers(ctx context.Context, in *InFlightUsersRequest, opts ...grpc.CallOption) (*InFlightUsersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InFlightUsersResponse)
+	err := c.cc.Invoke(ctx, GeneratorService_InFlightUsers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GeneratorServiceServer is the server API for GeneratorService service.
 // All implementations must embed UnimplementedGeneratorServiceServer
 // for forward compatibility.
@@ -95,6 +109,9 @@ type GeneratorServiceServer interface {
 	SettleChunk(context.Context, *SettleChunkRequest) (*SettleChunkResponse, error)
 	// PendingChunks lists the user's chunks taken from the pools but not yet settled.
 	PendingChunks(context.Context, *PendingChunksRequest) (*PendingChunksResponse, error)
+	// InFlightUsers lists, in ID order after `after`, up to limit users with unsettled chunks: the
+	// feed service's recovery pass walks them to settle what a crash left behind.
+	InFlightUsers(context.Context, *InFlightUsersRequest) (*InFlightUsersResponse, error)
 	mustEmbedUnimplementedGeneratorServiceServer()
 }
 
@@ -113,6 +130,9 @@ func (UnimplementedGeneratorServiceServer) SettleChunk(context.Context, *SettleC
 }
 func (UnimplementedGeneratorServiceServer) PendingChunks(context.Context, *PendingChunksRequest) (*PendingChunksResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PendingChunks not implemented")
+}
+func (UnimplementedGeneratorServiceServer) InFlightUsers(context.Context, *InFlightUsersRequest) (*InFlightUsersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method InFlightUsers not implemented")
 }
 func (UnimplementedGeneratorServiceServer) mustEmbedUnimplementedGeneratorServiceServer() {}
 func (UnimplementedGeneratorServiceServer) testEmbeddedByValue()                          {}
@@ -189,6 +209,24 @@ func _GeneratorService_PendingChunks_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GeneratorService_InFlightUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InFlightUsersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GeneratorServiceServer).InFlightUsers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GeneratorService_InFlightUsers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GeneratorServiceServer).InFlightUsers(ctx, req.(*InFlightUsersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GeneratorService_ServiceDesc is the grpc.ServiceDesc for GeneratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -207,6 +245,10 @@ var GeneratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PendingChunks",
 			Handler:    _GeneratorService_PendingChunks_Handler,
+		},
+		{
+			MethodName: "InFlightUsers",
+			Handler:    _GeneratorService_InFlightUsers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

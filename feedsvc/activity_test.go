@@ -1,0 +1,110 @@
+package feedsvc
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/smartfeed/smartfeed/pinlater"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// taskRecorder records the tasks enqueued through it.
+type taskRecorder struct{ tasks []*pinlater.Task }
+
+func (r *taskRecorder) Enqueue(_ context.Context, t *pinlater.Task, _ ...pinlater.Option) (*pinlater.Info, error) {
+	r.tasks = append(r.tasks, t)
+	return &pinlater.Info{ID: t.ID(), Type: t.Type()}, nil
+}
+
+// TestPinlaterActivity: a touch over the queue is a "touch" task for the worker naming the user
+// and the time, one per user per minute, and never reports a rebuild it cannot know of.
+func TestPinlaterActivity(t *testing.T) {
+	u1, u2 := userID(t, 1), userID(t, 2)
+	base := time.UnixMilli(1_700_000_040_000) // a minute boundary
+	tests := []struct {
+		name   string
+		user   zen.ID
+		at     time.Time
+		sameAs int // index of the touch whose task ID this one shares; -1: none
+	}{
+		{"first", u1, base, -1},
+		{"same minute", u1, base.Add(59 * time.Second), 0},
+		{"next minute", u1, base.Add(time.Minute), -1},
+		{"other user", u2, base, -1},
+	}
+	rec := &taskRecorder{}
+	for i, tt := range tests {
+		a := PinlaterActivity{Client: rec, Now: func() time.Time { return tt.at }}
+		rebuilding, err := a.Touch(t.Context(), tt.user)
+		if err != nil || rebuilding {
+			t.Fatalf("%s: Touch = %v, %v; want false, nil", tt.name, rebuilding, err)
+		}
+		task := rec.tasks[i]
+		p, err := pinlater.Decode[pinlater.TouchPayload](task)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(pinlater.TouchPayload{V: pinlater.PayloadVersion, User: uint64(tt.user), AtMs: tt.at.UnixMilli()}, p); diff != "" {
+			t.Errorf("%s: payload (-want +got):\n%s", tt.name, diff)
+		}
+		for j := range i {
+			if same := rec.tasks[j].ID() == task.ID(); same != (j == tt.sameAs) {
+				t.Errorf("%s: task ID %q vs %q of %q: same = %v", tt.name, task.ID(), rec.tasks[j].ID(), tests[j].name, same)
+			}
+		}
+	}
+	if _, err := (PinlaterActivity{Client: rec}).Touch(t.Context(), pinID(1)); err == nil {
+		t.Error("Touch of a pin ID: no error")
+	}
+}
+
+// TestHandleFeedDelete: the task a worker in another process enqueues removes the feed; a
+// payload that names no user is archived, not retried.
+func TestHandleFeedDelete(t *testing.T) {
+	e := newEnv(t, nil)
+	e.get(t, "", 10)
+	e.svc.Wait()
+	e.materialize(t)
+	e.flush(t)
+	if rowsOf(t, e.primary, e.user) == 0 {
+		t.Fatal("setup: no feed")
+	}
+	if err := e.svc.HandleFeedDelete(t.Context(), pinlater.FeedDeletePayload{V: pinlater.PayloadVersion, User: uint64(e.user)}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rowsOf(t, e.primary, e.user); n != 0 {
+		t.Errorf("%d rows of the user left after the feed-delete task", n)
+	}
+	err := e.svc.HandleFeedDelete(t.Context(), pinlater.FeedDeletePayload{V: pinlater.PayloadVersion, User: uint64(pinID(1))})
+	if !errors.Is(err, pinlater.ErrInvalidPayload) {
+		t.Errorf("feed-delete of a pin ID: %v, want ErrInvalidPayload", err)
+	}
+}
+
+// slowEnqueuer takes its time, like a Redis under load.
+type slowEnqueuer struct{ d time.Duration }
+
+func (s slowEnqueuer) Enqueue(_ context.Context, t *pinlater.Task, _ ...pinlater.Option) (*pinlater.Info, error) {
+	time.Sleep(s.d)
+	return &pinlater.Info{ID: t.ID()}, nil
+}
+
+// TestPinlaterActivityDoesNotHoldPages: a touch over the queue cannot report a rebuild, so a
+// page never waits for its enqueue.
+func TestPinlaterActivityDoesNotHoldPages(t *testing.T) {
+	e := newEnv(t, nil)
+	e.svc.activity = PinlaterActivity{Client: slowEnqueuer{d: 300 * time.Millisecond}}
+	e.svc.activityWait = time.Second
+	start := time.Now()
+	p := e.get(t, "", 10)
+	if took := time.Since(start); took > 200*time.Millisecond {
+		t.Errorf("GetFeed took %s with a slow touch enqueue: the page waited for it", took)
+	}
+	if p.Rebuilding {
+		t.Error("page says rebuilding: a queued touch cannot know")
+	}
+}

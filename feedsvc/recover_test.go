@@ -1,0 +1,161 @@
+package feedsvc
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// fakeInFlight is the generator as recovery sees it: the chunks it handed out (listed here by the
+// test), minus those the fake generator has settled.
+type fakeInFlight struct {
+	gen    *fakeGen
+	mu     sync.Mutex
+	chunks map[zen.ID][]InFlightChunk
+}
+
+func (f *fakeInFlight) add(user zen.ID, c InFlightChunk) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.chunks == nil {
+		f.chunks = map[zen.ID][]InFlightChunk{}
+	}
+	f.chunks[user] = append(f.chunks[user], c)
+}
+
+func (f *fakeInFlight) InFlightUsers(_ context.Context, after zen.ID, limit int) ([]zen.ID, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []zen.ID
+	for u, cs := range f.chunks {
+		if u > after && slices.ContainsFunc(cs, func(c InFlightChunk) bool { _, ok := f.gen.settledAs(c.ID); return !ok }) {
+			out = append(out, u)
+		}
+	}
+	slices.Sort(out)
+	return out[:min(limit, len(out))], nil
+}
+
+func (f *fakeInFlight) PendingChunks(_ context.Context, user zen.ID) ([]InFlightChunk, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []InFlightChunk
+	for _, c := range f.chunks[user] {
+		if _, ok := f.gen.settledAs(c.ID); !ok {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeInFlight) Settle(ctx context.Context, user zen.ID, chunkID string, delivered bool) error {
+	return f.gen.Settle(ctx, user, chunkID, delivered)
+}
+
+// TestRecoverer: what one pass does with each kind of chunk a crash leaves behind.
+func TestRecoverer(t *testing.T) {
+	now := time.Now()
+	old, young := now.Add(-2*time.Minute).UnixMilli(), now.UnixMilli()
+	type outcome struct {
+		Settled   bool // the generator was told
+		Delivered bool
+		InFeed    int // items of the user's materialized feed
+	}
+	tests := []struct {
+		name string
+		// served: the chunk was recorded by a GetFeed whose materialize job was lost; else the
+		// generator handed it out and the feed never recorded it.
+		served    bool
+		createdMs int64
+		withGen   bool
+		olderThan time.Duration
+		want      outcome
+		wantN     int
+	}{
+		{"never recorded, old: back to the pools", false, old, true, time.Minute, outcome{Settled: true}, 1},
+		{"never recorded, young: left alone", false, young, true, time.Minute, outcome{}, 0},
+		{"recorded, job lost: materialized through the generator's list", true, old, true, time.Minute,
+			outcome{Settled: true, Delivered: true, InFeed: 5}, 1},
+		{"recorded, job lost, no generator: materialized from the feed's index", true, old, false, time.Millisecond,
+			outcome{Settled: true, Delivered: true, InFeed: 5}, 1},
+		{"never recorded, no generator: nothing to see", false, old, false, time.Millisecond, outcome{}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			id := "c1"
+			if tt.served {
+				e.get(t, "", 10)
+				e.svc.Wait()
+				e.queue.take() // the materialize job is lost
+			} else {
+				if _, err := e.gen.GenerateChunk(t.Context(), e.user); err != nil { // handed out, never recorded
+					t.Fatal(err)
+				}
+			}
+			var gen InFlight
+			if tt.withGen {
+				f := &fakeInFlight{gen: e.gen}
+				f.add(e.user, InFlightChunk{ID: id, CreatedMs: tt.createdMs})
+				gen = f
+			}
+			time.Sleep(5 * time.Millisecond) // past the smallest olderThan
+			r := NewRecoverer(e.svc, gen, RecoverOptions{OlderThan: tt.olderThan, Batch: 1, Now: func() time.Time { return now }})
+			n, err := r.Pass(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.svc.Wait()
+			e.flush(t)
+			var got outcome
+			got.Delivered, got.Settled = e.gen.settledAs(id)
+			e.gen.mu.Lock()
+			e.gen.err = errors.New("generator down") // the read below shows the materialized feed only
+			e.gen.mu.Unlock()
+			got.InFeed = len(e.all(t, 100))
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+			if n != tt.wantN {
+				t.Errorf("pass recovered %d chunks, want %d", n, tt.wantN)
+			}
+			// A second pass finds nothing left to do.
+			if n, err := r.Pass(t.Context()); err != nil || n != 0 {
+				t.Errorf("second pass: %d, %v; want 0, nil", n, err)
+			}
+		})
+	}
+}
+
+// TestRecovererPagesUsers: more in-flight users than one batch are all visited in one pass.
+func TestRecovererPagesUsers(t *testing.T) {
+	e := newEnv(t, nil)
+	f := &fakeInFlight{gen: e.gen}
+	old := time.Now().Add(-time.Hour).UnixMilli()
+	var want []string
+	for i := range 5 {
+		u := userID(t, uint64(10+i))
+		c, err := e.gen.GenerateChunk(t.Context(), u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.add(u, InFlightChunk{ID: c.ID, CreatedMs: old})
+		want = append(want, c.ID)
+	}
+	n, err := NewRecoverer(e.svc, f, RecoverOptions{Batch: 2}).Pass(t.Context())
+	if err != nil || n != len(want) {
+		t.Fatalf("pass: %d, %v; want %d, nil", n, err, len(want))
+	}
+	for _, id := range want {
+		if d, ok := e.gen.settledAs(id); !ok || d {
+			t.Errorf("chunk %s: settled %v, delivered %v; want given back", id, ok, d)
+		}
+	}
+}
