@@ -49,6 +49,10 @@ func BenchmarkFanout(b *testing.B) {
 	n := benchFollowers(b)
 	b.Run("pebble", func(b *testing.B) { benchWorker(b, n, openPebble(b)) })
 	b.Run("pebble-nosync", func(b *testing.B) { benchWorker(b, n, openPebble(b, zenpebble.WithNoSync())) })
+	// With the block cache the binary gives each database by default (storage.pebble_cache_mb).
+	b.Run("pebble-nosync-cache256", func(b *testing.B) {
+		benchWorker(b, n, openPebble(b, zenpebble.WithNoSync(), zenpebble.WithCacheSize(256<<20)))
+	})
 	b.Run("hbase", func(b *testing.B) {
 		if os.Getenv("SMARTFEED_HBASE_ZK") == "" {
 			b.Skip("SMARTFEED_HBASE_ZK not set")

@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"sort"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -593,20 +594,79 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	}
 	defer t.s.life.RUnlock()
 	out := make([][]byte, len(keys))
-	for i, k := range keys {
+	for _, k := range keys {
 		if err := checkKey(k); err != nil {
 			return nil, fmt.Errorf("get many %s: %w", t.name, err)
 		}
-		v, err := t.get(k)
-		switch {
-		case errors.Is(err, zen.ErrNotFound):
-		case err != nil:
-			return nil, fmt.Errorf("get many %s %x: %w", t.name, k, err)
-		default:
-			out[i] = v
+	}
+	if len(keys) < seekManyFrom {
+		for i, k := range keys {
+			v, err := t.get(k)
+			switch {
+			case errors.Is(err, zen.ErrNotFound):
+			case err != nil:
+				return nil, fmt.Errorf("get many %s %x: %w", t.name, k, err)
+			default:
+				out[i] = v
+			}
 		}
+		return out, nil
+	}
+	if err := t.seekMany(keys, out); err != nil {
+		return nil, fmt.Errorf("get many %s: %w", t.name, err)
 	}
 	return out, nil
+}
+
+// seekManyFrom is the batch size from which GetMany reads through one iterator instead of a
+// Get per key.
+const seekManyFrom = 8
+
+// seekMany reads keys through one iterator, seeking them in ascending order: a Get builds an
+// iterator over every level for each key, while one iterator's prefix seeks in ascending order
+// reuse its position (Pebble seeks onward with Next where it can) and its bloom filter checks,
+// so a page of fanout index rows or edge point rows costs a fraction of as many Gets. The reads
+// see one snapshot of the table. out[i] receives keys[i]'s value; absent keys stay nil.
+func (t *Table) seekMany(keys [][]byte, out [][]byte) error {
+	full := make([][]byte, len(keys))
+	order := make([]int, len(keys))
+	for i, k := range keys {
+		full[i] = t.key(k)
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return bytes.Compare(full[order[a]], full[order[b]]) < 0 })
+	lo, hi := full[order[0]], append(bytes.Clone(full[order[len(order)-1]]), 0)
+	it, err := t.s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return err
+	}
+	var prev []byte
+	var prevVal []byte
+	found := false
+	for _, i := range order {
+		k := full[i]
+		if prev != nil && bytes.Equal(prev, k) { // a key asked twice
+			if found {
+				out[i] = bytes.Clone(prevVal)
+			}
+			continue
+		}
+		prev, found, prevVal = k, false, nil
+		if !it.SeekPrefixGE(k) || !bytes.Equal(it.Key(), k) {
+			continue
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return err
+		}
+		out[i] = bytes.Clone(v)
+		if out[i] == nil {
+			out[i] = []byte{}
+		}
+		found, prevVal = true, out[i]
+	}
+	return it.Close()
 }
 
 var _ zen.CondBatcher = (*Table)(nil)
@@ -659,6 +719,22 @@ func (t *Table) casManyLocked(conds []zen.Cond, st []int, out []bool) (func() er
 	}()
 	// cur holds, per key already seen, its value as the earlier conditions left it (nil = absent).
 	cur := make(map[string][]byte, len(conds))
+	// A large call reads its keys first, through one iterator (see seekMany), under the locks.
+	if len(conds) >= seekManyFrom {
+		keys := make([][]byte, len(conds))
+		for i, c := range conds {
+			keys[i] = c.Key
+		}
+		vals := make([][]byte, len(keys))
+		if err := t.seekMany(keys, vals); err != nil {
+			return nil, fmt.Errorf("check-and-set many %s: %w", t.name, err)
+		}
+		for i, c := range conds {
+			if _, ok := cur[string(c.Key)]; !ok {
+				cur[string(c.Key)] = vals[i]
+			}
+		}
+	}
 	b := t.s.db.NewBatch()
 	for i, c := range conds {
 		v, seen := cur[string(c.Key)]
