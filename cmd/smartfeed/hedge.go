@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 )
 
@@ -204,13 +205,13 @@ func hedgeShow(ctx context.Context, hf hedgeFlags, w io.Writer) error {
 	fmt.Fprintln(tw, "store\treads\tp50\tp90\tp99\tp99.9\t")
 	for _, s := range []struct {
 		name string
-		h    latencyHist
+		h    hedge.Histogram
 	}{{"primary", primary}, {"standby", standby}} {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", s.name, s.h.Count(), fmtMs(s.h.Quantile(0.5)), fmtMs(s.h.Quantile(0.9)),
 			fmtMs(s.h.Quantile(0.99)), fmtMs(s.h.Quantile(0.999)))
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "(percentiles interpolated from the histogram buckets of "+readLatencyMetric+")")
+	fmt.Fprintln(w, "(percentiles interpolated from the histogram buckets of "+hedge.ReadLatencyMetric+")")
 	return nil
 }
 
@@ -256,7 +257,7 @@ func hedgeSuggest(ctx context.Context, hf hedgeFlags, w io.Writer, cutoffs []tim
 	if err != nil {
 		return err
 	}
-	rows, err := suggestCutoffs(primary, standby, append([]time.Duration{0}, cutoffs...), budget, burst, samples, 1)
+	rows, err := hedge.Suggest(primary, standby, append([]time.Duration{0}, cutoffs...), budget, burst, samples, 1)
 	if err != nil {
 		return err
 	}
@@ -276,7 +277,7 @@ func hedgeSuggest(ctx context.Context, hf hedgeFlags, w io.Writer, cutoffs []tim
 }
 
 // fetchLatency scrapes the admin port's /metrics for the read latency histograms.
-func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby latencyHist, err error) {
+func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby hedge.Histogram, err error) {
 	url := "http://" + hf.adminAddr + "/metrics"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -291,7 +292,7 @@ func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby latencyH
 	if resp.StatusCode != http.StatusOK {
 		return primary, standby, fmt.Errorf("scrape %s: %s", url, resp.Status)
 	}
-	return parseReadLatency(resp.Body)
+	return hedge.ParseReadLatency(resp.Body)
 }
 
 // bearerCreds sends a bearer token with every call (over plaintext too: the admin port is on
