@@ -97,13 +97,9 @@ func protoStore(s hedge.Store) feedv1.Store {
 
 // GetFeed implements FeedService.
 func (g *GRPCServer) GetFeed(ctx context.Context, req *feedv1.GetFeedRequest) (*feedv1.GetFeedResponse, error) {
-	user := zen.ID(req.GetUserId())
-	if user == 0 && req.GetUserIdStr() != "" {
-		id, err := zen.ParseID(req.GetUserIdStr())
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "user_id_str: %v", err)
-		}
-		user = id
+	user, err := zen.WireID(req.GetUserId(), req.GetUserIdStr())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "user_id: %v", err)
 	}
 	p, err := g.svc.GetFeed(ctx, Request{User: user, Cursor: req.GetCursor(), PageSize: int(req.GetPageSize())})
 	if err != nil {

@@ -85,18 +85,6 @@ func keyKind(k []byte) byte {
 	return k[kindAt]
 }
 
-// prefixEnd returns the first key after every key starting with prefix.
-func prefixEnd(prefix []byte) []byte {
-	end := append([]byte(nil), prefix...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
-}
-
 func pendingKey(user zen.ID, seq uint64) []byte {
 	return binary.BigEndian.AppendUint64(userPrefix(prefixFeed, user), ^seq)
 }
