@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 )
@@ -84,24 +85,24 @@ Alone, hedge is hedge show.`,
 				nflags++
 			}
 		})
-		return hedgeSet(cmd.Context(), hf, cmd.OutOrStdout(), func(p *feedv1.HedgePolicy) {
+		return hedgeSet(cmd.Context(), hf, cmd.OutOrStdout(), func(p *hedge.Policy) {
 			if given["cutoff"] {
-				p.DelayMs = ms(cutoff)
+				p.Delay = cutoff
 				if !given["mode"] {
-					p.Mode = "fixed"
+					p.Mode = hedge.ModeFixed
 				}
 			}
 			if given["mode"] {
-				p.Mode = mode
+				p.Mode = hedge.Mode(mode)
 			}
 			if given["percentile"] {
 				p.Percentile = pct
 			}
 			if given["min"] {
-				p.MinMs = ms(minC)
+				p.Min = minC
 			}
 			if given["max"] {
-				p.MaxMs = ms(maxC)
+				p.Max = maxC
 			}
 			if given["budget"] {
 				p.Budget = budget
@@ -131,8 +132,6 @@ Alone, hedge is hedge show.`,
 	cmd.AddCommand(suggest)
 	return cmd
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func parseCutoffs(s string) ([]time.Duration, error) {
 	var out []time.Duration
@@ -215,7 +214,9 @@ func hedgeShow(ctx context.Context, hf hedgeFlags, w io.Writer) error {
 	return nil
 }
 
-func hedgeSet(ctx context.Context, hf hedgeFlags, w io.Writer, change func(*feedv1.HedgePolicy), nflags int) error {
+// hedgeSet reads the policy in force, changes it as hedge.Policy, and sends it back; the server
+// validates it (hedge.Policy.Validate) and keeps the knobs the wire form does not carry.
+func hedgeSet(ctx context.Context, hf hedgeFlags, w io.Writer, change func(*hedge.Policy), nflags int) error {
 	if nflags == 0 {
 		return errors.New("hedge set: nothing to change (give --cutoff, --mode, --percentile, --min, --max, --budget or --warmup)")
 	}
@@ -230,8 +231,12 @@ func hedgeSet(ctx context.Context, hf hedgeFlags, w io.Writer, change func(*feed
 	if err != nil {
 		return fmt.Errorf("get hedge policy from %s: %w", hf.grpcAddr, err)
 	}
-	change(p)
-	got, err := c.SetHedgePolicy(cctx, p)
+	pol, err := feedsvc.HedgePolicyFromProto(p, hedge.DefaultPolicy())
+	if err != nil {
+		return fmt.Errorf("hedge policy from %s: %w", hf.grpcAddr, err)
+	}
+	change(&pol)
+	got, err := c.SetHedgePolicy(cctx, feedsvc.HedgePolicyProto(pol, 0))
 	if err != nil {
 		return fmt.Errorf("set hedge policy: %w", err)
 	}
