@@ -233,6 +233,9 @@ type Worker struct {
 	OutboxGrace Duration `json:"outbox_grace"`
 	// OutboxRelayInterval is how often the relay walks the outbox. Default 10s.
 	OutboxRelayInterval Duration `json:"outbox_relay_interval"`
+	// WeightsFile is the pool scorer's JSON weights (worker.Weights; absent fields keep their
+	// defaults, unknown ones are refused). Default empty: worker.DefaultWeights.
+	WeightsFile string `json:"weights_file"`
 }
 
 // Generator configures the generator and feedsvc's access to it.

@@ -76,6 +76,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	d(&c.Worker.ShutdownTimeout, "worker-shutdown-timeout", c.Worker.ShutdownTimeout, "how long running tasks may finish at shutdown")
 	d(&c.Worker.OutboxGrace, "outbox-grace", c.Worker.OutboxGrace, "how long an outbox event may be unknown to Redis before the relay enqueues it again")
 	d(&c.Worker.OutboxRelayInterval, "outbox-relay-interval", c.Worker.OutboxRelayInterval, "how often the relay walks the outbox")
+	s(&c.Worker.WeightsFile, "weights", c.Worker.WeightsFile, "JSON weights of the pool scorer (worker.Weights); empty: the defaults")
 	s(&c.Generator.ConfigFile, "generator-config", c.Generator.ConfigFile, "generator JSON config file (empty: defaults)")
 	s(&c.Generator.Addr, "generator-addr", c.Generator.Addr, "gRPC target of the generator for feedsvc (empty: in process)")
 	s(&c.Generator.TokenFile, "generator-token-file", c.Generator.TokenFile, "file holding the token (scope generator) sent to an authenticating generator")
