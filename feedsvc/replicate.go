@@ -342,7 +342,7 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 		at := int64(binary.BigEndian.Uint64(kv.Key[len(logPrefix):]))
 		state, ks, err := decodeEntry(kv.Value)
 		if err != nil {
-			r.log.Error("corrupt change-log entry; dropped (run resync)", zap.Int64("seq", at))
+			r.log.Error("corrupt change-log entry; dropped (run smartfeed resync)", zap.Int64("seq", at))
 			acks = append(acks, zen.Mutation{Key: kv.Key, Delete: true})
 			continue
 		}
