@@ -10,7 +10,7 @@ import (
 )
 
 // Row layout of the "feed" table (all integers big-endian). Every key begins with an 8-byte
-// zen.ID whose top bits are the shard (DESIGN.md §3), so on HBase, pre-split on shard boundaries
+// zen.ID whose top bits are the shard (docs/data-model.md §4), so on HBase, pre-split on shard boundaries
 // (split key of shard s: BE64(s<<46)), a user's rows live in the region of the user's shard and
 // feed writes spread across regions without salting:
 //

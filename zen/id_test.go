@@ -18,7 +18,7 @@ type idParts struct {
 
 func parts(id zen.ID) idParts { return idParts{id.Shard(), id.Type(), id.Local()} }
 
-// TestIDVectors checks data-model.md §4 and DESIGN.md §3.
+// TestIDVectors checks docs/data-model.md §4.
 func TestIDVectors(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -120,7 +120,7 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestModShardVectors checks data-model.md §4: md5 as a 128-bit big-endian integer mod 4096.
+// TestModShardVectors checks docs/data-model.md §4: md5 as a 128-bit big-endian integer mod 4096.
 func TestModShardVectors(t *testing.T) {
 	for _, tc := range []struct {
 		key  string

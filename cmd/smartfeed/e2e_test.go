@@ -31,7 +31,7 @@ import (
 // TestEndToEndInvariants wires the real worker, generator and feed service the way `smartfeed
 // all` does (newApp: Pebble in a temp dir, a real Redis, the pinlater server running the worker
 // and materialize handlers), drives a small graph through pin, repin, follow, unfollow and
-// delete events, and checks DESIGN.md §5's invariants across the services: nothing lost,
+// delete events, and checks docs/data-model.md §5's invariants across the services: nothing lost,
 // nothing twice, order kept, degrade don't fail, idempotent jobs, and a crash of the generator's
 // take and of the materialize job.
 func TestEndToEndInvariants(t *testing.T) {
