@@ -84,6 +84,8 @@ var Policy = map[string]Rule{
 	genSvc + "SettleChunk":   {Scopes: []string{ScopeGenerator}},
 	genSvc + "PendingChunks": {Scopes: []string{ScopeGenerator}},
 	genSvc + "InFlightUsers": {Scopes: []string{ScopeGenerator}},
+	// PreviewChunk takes nothing and tells a user what their next chunk would be and why.
+	genSvc + "PreviewChunk": {Self: "user", Scopes: []string{ScopeFeedRead, ScopeGenerator}},
 }
 
 // Owners tells who owns an object (a board's owner). ErrNotFound lets the call through: the

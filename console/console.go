@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	pinlaterv1 "github.com/smartfeed/smartfeed/proto/pinlater/v1"
 )
@@ -43,6 +44,7 @@ func PublicMethods() []string {
 		graphv1.GraphService_GetUser_FullMethodName,
 		graphv1.GraphService_GetUserByName_FullMethodName,
 		graphv1.GraphService_GetObjects_FullMethodName,
+		generatorv1.GeneratorService_PreviewChunk_FullMethodName,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -100,7 +101,39 @@ type Generator struct {
 	roundNs atomic.Int64
 	// lastNo is the last chunk number handed out by this process (see nextNo).
 	lastNo atomic.Uint64
+	// The expiry sweeps GenerateChunk starts after its answer (see sweepLater): at most one
+	// per user at a time.
+	sweeps   sync.WaitGroup
+	sweeping sync.Map // zen.ID -> struct{}
 }
+
+// sweepTimeout bounds one background expiry sweep.
+const sweepTimeout = 30 * time.Second
+
+// sweepLater expires the user's pool entries created before `before` and records the sweep in
+// the user's state, in the background: it is cleanup (a chunk never serves an expired pin: the
+// read skips them, and the worker's upkeep expires entries as it inserts), so no request waits
+// for a scan of the whole pools. One sweep per user runs at a time; Wait waits for them.
+func (g *Generator) sweepLater(user zen.ID, before, nowMs int64) {
+	if _, running := g.sweeping.LoadOrStore(user, struct{}{}); running {
+		return
+	}
+	g.sweeps.Go(func() {
+		defer g.sweeping.Delete(user)
+		ctx, cancel := context.WithTimeout(context.Background(), sweepTimeout)
+		defer cancel()
+		start := time.Now()
+		if err := g.sweep(ctx, user, before, nowMs, &debugLog{}); err != nil {
+			g.log.Warn("expiry sweep", zap.Uint64("user", uint64(user)), zap.Error(err))
+			return
+		}
+		g.m.since(stageSweep, start)
+	})
+}
+
+// Wait blocks until the expiry sweeps started so far have finished (a process stopping calls
+// it before closing the stores).
+func (g *Generator) Wait() { g.sweeps.Wait() }
 
 // observeRound folds one round's duration into the moving average (weight 1/8).
 func (g *Generator) observeRound(d time.Duration) {
@@ -148,7 +181,7 @@ const (
 	stageTake   = "take"   // the batched take from the pools
 	stageRecord = "record" // the ready record
 	stageFinish = "finish" // the state update after the chunk
-	stageSweep  = "sweep"  // the expiry sweep, when due
+	stageSweep  = "sweep"  // the expiry sweep, when due (in the background, after the answer)
 )
 
 // since observes the time since start under stage and returns now, the next stage's start.
@@ -278,19 +311,22 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	if err != nil {
 		return Chunk{}, err
 	}
-	stKnown := true // stRaw is still the state row as stored, as far as this call knows
 	t = g.m.since(stageState, t)
 	n, note := wantedSize(cfg, st.LastVisitMs, nowMs, st.Owed, opts.Max)
 	dbg.add("size: %s", note)
 
 	expireBefore := nowMs - time.Duration(cfg.MaxAge).Milliseconds()
+	sawExpired := false
 	if nowMs-st.LastExpireMs >= time.Duration(cfg.ExpireEvery).Milliseconds() {
-		if err := g.sweep(ctx, user, expireBefore, nowMs, dbg); err != nil {
-			return Chunk{}, err
-		}
-		stKnown = false // rewritten by the sweep: the final state update reads it again
-		t = g.m.since(stageSweep, t)
+		sawExpired = true // due: swept after the answer
 	}
+	// The sweep starts once the chunk is recorded (so its state update does not race this
+	// request's), on the way out of every path.
+	defer func() {
+		if sawExpired {
+			g.sweepLater(user, expireBefore, nowMs)
+		}
+	}()
 
 	plan := cfg.plan()
 	k := int(math.Ceil(float64(n) * cfg.ReadFactor))
@@ -303,7 +339,6 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	var rec *record
 	var intent []byte // the record as last written (intent)
 	var last selection
-	sawExpired := false
 
 	for round := 0; round < cfg.TakeRounds && len(won) < n; round++ {
 		roundStart := time.Now()
@@ -434,11 +469,6 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		}
 		g.observeRound(time.Since(roundStart))
 	}
-	if sawExpired {
-		if err := g.sweep(ctx, user, expireBefore, nowMs, dbg); err != nil {
-			g.log.Warn("expiry sweep", zap.Uint64("user", uint64(user)), zap.Error(err))
-		}
-	}
 	for _, e := range last.deferred {
 		dbg.add("defer: %s under threshold %.4g, left for a later session", describe(e), g.threshold(plan, e.Source))
 	}
@@ -461,19 +491,15 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		}
 		// The ready record and the state row go in one batched compare-and-set when the state
 		// row is still the one read at the start (one synced commit instead of two).
-		stateDone := false
-		if stKnown {
-			next := st
-			next.LastVisitMs = nowMs
-			if len(arranged) >= next.Owed {
-				next.Owed = 0
-			}
-			ok, err := g.readyWithState(ctx, user, no, rec, intent, stRaw, next)
-			if err != nil {
-				return Chunk{}, g.abandon(ctx, user, no, rec, err)
-			}
-			stateDone = ok
-		} else if err := g.putRecord(ctx, user, no, rec); err != nil {
+		// If the row changed meanwhile (a background sweep, another request), the state
+		// update below reads it again.
+		next := st
+		next.LastVisitMs = nowMs
+		if len(arranged) >= next.Owed {
+			next.Owed = 0
+		}
+		stateDone, err := g.readyWithState(ctx, user, no, rec, intent, stRaw, next)
+		if err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
 		t = g.m.since(stageRecord, t)

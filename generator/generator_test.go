@@ -260,6 +260,7 @@ func TestConcurrentGenerate(t *testing.T) {
 					})
 				}
 				wg.Wait()
+				e.gen.Wait() // the expiry sweeps run after the answers
 				if err := errors.Join(errs...); err != nil {
 					t.Fatal(err)
 				}
@@ -520,5 +521,68 @@ func TestChunkNumbersUniqueAcrossProcesses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// blockingExpire holds every Expire until release is closed.
+type blockingExpire struct {
+	Pools
+	started chan struct{}
+	release chan struct{}
+}
+
+func (b *blockingExpire) Expire(ctx context.Context, user zen.ID, before int64) (int, error) {
+	b.started <- struct{}{}
+	<-b.release
+	return b.Pools.Expire(ctx, user, before)
+}
+
+// TestSweepAfterTheAnswer: a due expiry sweep (a whole-pools scan) runs after GenerateChunk
+// answers, not before: the chunk comes back while the sweep is held, skips the expired pin
+// anyway, and the sweep's drops are counted once it is let go (Wait). A second request while
+// it runs does not start another.
+func TestSweepAfterTheAnswer(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, backends[1].make, nil)
+	old := e.entry(t, zen.SourceFollowing, 1, 0.99, 1, 1, 15*24*time.Hour) // past max_age
+	fresh := e.entry(t, zen.SourceFollowing, 2, 0.5, 2, 2, time.Hour)
+	e.insert(t, old, fresh)
+	b := &blockingExpire{Pools: e.gen.pools, started: make(chan struct{}, 4), release: make(chan struct{})}
+	e.wrapPools(t, b)
+	done := make(chan Chunk, 1)
+	go func() {
+		c, err := e.gen.GenerateChunk(ctx, e.user, Options{})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- c
+	}()
+	select {
+	case c := <-done:
+		if len(c.Items) != 1 || c.Items[0].Pin != fresh.Pin {
+			t.Errorf("chunk = %+v, want only the fresh pin", c.Items)
+		}
+	case <-time.After(10 * time.Second):
+		close(b.release)
+		t.Fatal("GenerateChunk waited for the expiry sweep")
+	}
+	select {
+	case <-b.started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no expiry sweep started after the answer")
+	}
+	if _, err := e.gen.GenerateChunk(ctx, e.user, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	close(b.release)
+	e.gen.Wait()
+	if n := len(b.started); n != 0 {
+		t.Errorf("%d more sweeps started while one ran, want 0", n)
+	}
+	if d, err := e.gen.Drops(ctx, e.user); err != nil || d != 1 {
+		t.Errorf("Drops = %d, %v; want 1 (the expired pin, counted by the sweep)", d, err)
+	}
+	if left := e.pools.all(e.user); len(left) != 0 {
+		t.Errorf("pools still hold %v after the sweep", entryPins(left))
 	}
 }

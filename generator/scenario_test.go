@@ -157,6 +157,7 @@ func runScenario(t *testing.T, e *env, input string) string {
 			if err != nil {
 				fail("%v", err)
 			}
+			e.gen.Wait() // the expiry sweep it started, if one was due
 			last = c
 			fmt.Fprintf(&out, "> %s\n", line)
 			fmt.Fprintf(&out, "chunk %s: %d pins\n", c.ID, len(c.Items))

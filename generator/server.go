@@ -78,6 +78,26 @@ func (s *Server) InFlightUsers(ctx context.Context, req *generatorv1.InFlightUse
 	return out, nil
 }
 
+// PreviewChunk implements GeneratorService.PreviewChunk.
+func (s *Server) PreviewChunk(ctx context.Context, req *generatorv1.PreviewChunkRequest) (*generatorv1.PreviewChunkResponse, error) {
+	user, err := requestUser(req.GetUser(), req.GetUserStr())
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.g.Preview(ctx, user, int(req.GetMax()))
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	out := &generatorv1.PreviewChunkResponse{Chunk: chunkProto(p.Chunk), Wanted: int32(p.Wanted)}
+	for _, se := range p.Sources {
+		out.Sources = append(out.Sources, &generatorv1.SourceExplain{Source: generatorv1.Source(se.Source), Name: se.Name,
+			Rate: se.Rate, Threshold: se.Threshold, Quota: int32(se.Quota), Chosen: int32(se.Chosen),
+			Candidates: int32(se.Candidates), Deferred: int32(se.Deferred)})
+	}
+	out.Deferred = itemsProto(p.Deferred)
+	return out, nil
+}
+
 // requestUser reads the user from the fixed64 field, its decimal twin, or both (zen.WireID).
 func requestUser(n uint64, str string) (zen.ID, error) {
 	id, err := zen.WireID(n, str)
@@ -110,8 +130,14 @@ func grpcError(err error) error {
 func chunkProto(c Chunk) *generatorv1.Chunk {
 	out := &generatorv1.Chunk{Id: c.ID, User: uint64(c.User), UserStr: strconv.FormatUint(uint64(c.User), 10), Debug: c.Debug,
 		CreatedMs: c.CreatedMs}
-	for _, it := range c.Items {
-		out.Items = append(out.Items, &generatorv1.Item{
+	out.Items = itemsProto(c.Items)
+	return out
+}
+
+func itemsProto(items []Item) []*generatorv1.Item {
+	var out []*generatorv1.Item
+	for _, it := range items {
+		out = append(out, &generatorv1.Item{
 			Pin:    uint64(it.Pin),
 			PinStr: strconv.FormatUint(uint64(it.Pin), 10),
 			Source: generatorv1.Source(it.Source),

@@ -68,6 +68,14 @@ func TestGRPC(t *testing.T) {
 	if got := len(e.pools.all(e.user)); got != 8 {
 		t.Fatalf("pool after failed delivery = %d, want 8", got)
 	}
+	pv, err := cl.PreviewChunk(ctx, &generatorv1.PreviewChunkRequest{UserStr: strconv.FormatUint(uint64(e.user), 10), Max: 3})
+	if err != nil || len(pv.GetChunk().GetItems()) != 3 || pv.GetChunk().GetId() != "" || pv.GetWanted() != 3 ||
+		len(pv.GetSources()) != 3 || pv.GetSources()[0].GetName() == "" || len(pv.GetChunk().GetDebug()) == 0 {
+		t.Fatalf("PreviewChunk = %v, %v; want 3 items without an id, 3 sources, debug lines", pv, err)
+	}
+	if got := len(e.pools.all(e.user)); got != 8 {
+		t.Fatalf("pool after a preview = %d, want 8 (a preview takes nothing)", got)
+	}
 
 	for _, tc := range []struct {
 		name string
@@ -95,6 +103,14 @@ func TestGRPC(t *testing.T) {
 		}},
 		{"malformed chunk id", func() error {
 			_, err := cl.SettleChunk(ctx, &generatorv1.SettleChunkRequest{User: uint64(e.user), ChunkId: "x"})
+			return err
+		}},
+		{"preview a board id", func() error {
+			_, err := cl.PreviewChunk(ctx, &generatorv1.PreviewChunkRequest{User: uint64(boardID(t, 1))})
+			return err
+		}},
+		{"preview max too big", func() error {
+			_, err := cl.PreviewChunk(ctx, &generatorv1.PreviewChunkRequest{User: uint64(e.user), Max: 5000})
 			return err
 		}},
 		{"pending zero user", func() error {

@@ -10,6 +10,7 @@ type metrics struct {
 	inserts  prometheus.Counter
 	chunks   prometheus.Counter
 	inline   prometheus.Counter
+	resumed  prometheus.Counter
 	rebuilds prometheus.Counter
 	skipped  *prometheus.CounterVec
 	tasks    *prometheus.CounterVec
@@ -25,6 +26,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Fanout chunk tasks enqueued."}),
 		inline: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_fanout_inline_lists_total",
 			Help: "Receiver lists delivered inside their fanout task (at most Config.InlineReceivers receivers)."}),
+		resumed: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_fanout_lists_resumed_total",
+			Help: "Receiver lists a fanout task resumed at its checkpoint (a previous run died mid-list)."}),
 		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_rebuilds_started_total",
 			Help: "Pool rebuilds started for users returning after inactivity."}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_receivers_skipped_total",
@@ -39,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.inline, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown} {
+	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.inline, m.resumed, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
 		}

@@ -16,6 +16,8 @@ import (
 //	user | 'r'         -> rebuild started at, ms (8 bytes): present while the pools are rebuilt
 //	user | 'f' | author -> affinity: how many of author's pins user saved or liked (8-byte counter)
 //	user | 'm' | pin    -> engagement mark (author): makes the affinity increment idempotent
+//	list | 'c' | pin | … -> a fanout's progress through one receiver list (see progressKey); the
+//	                        list's owner (author, board or interest) leads
 const StateTable = "worker"
 
 const (
@@ -23,6 +25,7 @@ const (
 	rowRebuild  = 'r'
 	rowAffinity = 'f'
 	rowMark     = 'm'
+	rowProgress = 'c'
 
 	deletedUser = -1
 )

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -326,12 +327,6 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 			return err
 		}
 	}
-	if gone, err := w.pinDeleted(ctx, pinlater.TypeFanout, pin); err != nil || gone {
-		return err
-	}
-	if relatedFor != 0 {
-		return w.insertRecommended(ctx, relatedFor, pin, author, board, p.CreatedMs)
-	}
 	lists := []receiverList{
 		{from: author, typ: zen.EdgeFollowedByUser, src: zen.SourceFollowing},
 		{from: board, typ: zen.EdgeBoardFollowers, src: zen.SourceFollowing},
@@ -339,10 +334,29 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 	for _, in := range interests {
 		lists = append(lists, receiverList{from: in, typ: zen.EdgeInterestFollowers, src: zen.SourceInterest, interest: in})
 	}
+	if gone, err := w.pinDeleted(ctx, pinlater.TypeFanout, pin); err != nil || gone {
+		if err == nil && relatedFor == 0 {
+			// A run that died part-way may have left checkpoints; the fanout ends here.
+			err = w.clearProgress(ctx, p, lists)
+		}
+		return err
+	}
+	if relatedFor != 0 {
+		return w.insertRecommended(ctx, relatedFor, pin, author, board, p.CreatedMs)
+	}
+	var progress []receiverList // lists with a checkpoint row
 	for _, l := range lists {
-		if err := w.enqueueChunks(ctx, p, l); err != nil {
+		has, err := w.enqueueChunks(ctx, p, l)
+		if err != nil {
 			return err
 		}
+		if has {
+			progress = append(progress, l)
+		}
+	}
+	// Every list is fanned out (its chunk tasks are durable): the checkpoints go.
+	if err := w.clearProgress(ctx, p, progress); err != nil {
+		return err
 	}
 	// The saver has the pin now: it leaves the saver's own pools, and stays out. Forget leaves a
 	// forgotten tombstone in the saver's (user, pin) index row even when the pin is not in the
@@ -362,42 +376,58 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 }
 
 // enqueueChunks walks list l page by page (cursors only survive the page) and enqueues one chunk
-// task per page.
-func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l receiverList) error {
+// task per page. Once a chunk task is enqueued (durable: in the outbox) the cursor after it is
+// checkpointed in the worker's state, so a fanout task that dies mid-list (a killed worker, a
+// store error) resumes at the first page without a task, instead of listing and enqueueing a
+// million-follower list again from the start.
+//
+// It reports whether the list has a checkpoint row (to be cleared when the fanout is done).
+func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l receiverList) (bool, error) {
 	n, err := w.g.CountEdges(ctx, l.from, l.typ)
 	if err != nil {
-		return fmt.Errorf("fanout %d: count %d/%d: %w", p.Pin, l.from, l.typ, err)
+		return false, fmt.Errorf("fanout %d: count %d/%d: %w", p.Pin, l.from, l.typ, err)
 	}
 	if n == 0 {
-		return nil
+		return false, nil
+	}
+	key := progressKey(p, l)
+	cur, done, resumed, err := w.loadProgress(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("fanout %d: %w", p.Pin, err)
+	}
+	if done {
+		return true, nil
+	}
+	if resumed {
+		w.m.resumed.Inc()
 	}
 	var opts []pinlater.Option
 	if n > w.cfg.HotFollowers {
 		opts = append(opts, pinlater.Bulk())
 	}
-	cur := ""
-	if n <= int64(w.cfg.InlineReceivers) {
+	if !resumed && n <= int64(w.cfg.InlineReceivers) {
 		next, err := w.deliverChunk(ctx, pinlater.FanoutChunkPayload{
 			Pin: p.Pin, Author: p.Author, Board: p.Board, Interest: uint64(l.interest),
 			CreatedMs: p.CreatedMs, Source: uint8(l.src), ListFrom: uint64(l.from),
 			EdgeType: uint16(l.typ), Limit: w.cfg.ChunkSize,
 		})
 		if err != nil {
-			return fmt.Errorf("fanout %d: inline: %w", p.Pin, err)
+			return false, fmt.Errorf("fanout %d: inline: %w", p.Pin, err)
 		}
 		w.m.inline.Inc()
 		if next == "" {
-			return nil
+			return false, nil
 		}
 		cur = next // the list grew past a page since it was counted
 	}
+	checkpointed := false
 	for {
 		edges, next, err := w.g.ListEdges(ctx, l.from, l.typ, cur, w.cfg.ChunkSize, false)
 		if err != nil {
-			return fmt.Errorf("fanout %d: list %d/%d: %w", p.Pin, l.from, l.typ, err)
+			return resumed || checkpointed, fmt.Errorf("fanout %d: list %d/%d: %w", p.Pin, l.from, l.typ, err)
 		}
 		if len(edges) == 0 {
-			return nil
+			return resumed || checkpointed, nil
 		}
 		t, err := pinlater.NewFanoutChunk(pinlater.FanoutChunkPayload{
 			Pin: p.Pin, Author: p.Author, Board: p.Board, Interest: uint64(l.interest),
@@ -405,17 +435,87 @@ func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l 
 			EdgeType: uint16(l.typ), Cursor: cur, Limit: w.cfg.ChunkSize,
 		})
 		if err != nil {
-			return fmt.Errorf("fanout %d: chunk task: %w", p.Pin, err)
+			return resumed || checkpointed, fmt.Errorf("fanout %d: chunk task: %w", p.Pin, err)
 		}
 		if _, err := w.enq.Enqueue(ctx, t, opts...); err != nil {
-			return fmt.Errorf("fanout %d: enqueue chunk: %w", p.Pin, err)
+			return resumed || checkpointed, fmt.Errorf("fanout %d: enqueue chunk: %w", p.Pin, err)
 		}
 		w.m.chunks.Inc()
+		// Only lists of more than one chunk pay for a checkpoint (a rerun of a one-chunk list
+		// costs one listing); the last page marks the list done so that a rerun after a later
+		// list failed does not list this one again.
+		if next != "" || cur != "" {
+			if err := w.saveProgress(ctx, key, next); err != nil {
+				return resumed || checkpointed, fmt.Errorf("fanout %d: %w", p.Pin, err)
+			}
+			checkpointed = true
+		}
 		if next == "" {
-			return nil
+			return resumed || checkpointed, nil
 		}
 		cur = next
 	}
+}
+
+// progressKey is the checkpoint row of one receiver list of one fanout task: led by the list's
+// owner (so it lives on that shard), then the pin and what else makes the fanout distinct (a
+// repin of the pin by another saver, on another board, is another fanout):
+//
+//	from | 'c' | pin | edge type (2) | author (8) | board (8) | created ms (8) -> 'c' cursor, or 'd' when done
+func progressKey(p pinlater.FanoutPayload, l receiverList) []byte {
+	k := stateKey(l.from, rowProgress, zen.ID(p.Pin))
+	k = binary.BigEndian.AppendUint16(k, uint16(l.typ))
+	k = binary.BigEndian.AppendUint64(k, p.Author)
+	k = binary.BigEndian.AppendUint64(k, p.Board)
+	return binary.BigEndian.AppendUint64(k, uint64(p.CreatedMs))
+}
+
+// loadProgress reads a list's checkpoint: the cursor to resume at, or done.
+func (w *Worker) loadProgress(ctx context.Context, key []byte) (cur string, done, found bool, err error) {
+	v, err := w.state.Get(ctx, key)
+	if errors.Is(err, zen.ErrNotFound) {
+		return "", false, false, nil
+	}
+	if err != nil {
+		return "", false, false, fmt.Errorf("read fanout progress: %w", err)
+	}
+	switch {
+	case len(v) == 1 && v[0] == 'd':
+		return "", true, true, nil
+	case len(v) > 1 && v[0] == 'c':
+		return string(v[1:]), false, true, nil
+	}
+	// Not ours to read (a bug or a foreign row): start the list again, which is idempotent.
+	w.log.Warn("fanout progress row unreadable; the list starts again", zap.Binary("key", key))
+	return "", false, false, nil
+}
+
+// saveProgress checkpoints the cursor after the last page that has its chunk task ("" = done).
+func (w *Worker) saveProgress(ctx context.Context, key []byte, next string) error {
+	v := []byte("d")
+	if next != "" {
+		v = append([]byte("c"), next...)
+	}
+	if err := w.state.Apply(ctx, []zen.Mutation{{Key: key, Value: v}}); err != nil {
+		return fmt.Errorf("checkpoint fanout progress: %w", err)
+	}
+	return nil
+}
+
+// clearProgress deletes the checkpoints of a fanout's lists once all of them are done (or the
+// pin is gone).
+func (w *Worker) clearProgress(ctx context.Context, p pinlater.FanoutPayload, lists []receiverList) error {
+	if len(lists) == 0 {
+		return nil
+	}
+	muts := make([]zen.Mutation, len(lists))
+	for i, l := range lists {
+		muts[i] = zen.Mutation{Key: progressKey(p, l), Delete: true}
+	}
+	if err := w.state.Apply(ctx, muts); err != nil {
+		return fmt.Errorf("fanout %d: clear progress: %w", p.Pin, err)
+	}
+	return nil
 }
 
 // pinInfo is what scoring needs to know about a pin, read once per task.

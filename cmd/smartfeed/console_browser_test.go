@@ -189,6 +189,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		if ex := text("#feed-explain"); !strings.Contains(ex, "generator reason") {
 			t.Errorf("explanation = %q, want the generator's reason", ex)
 		}
+		// The generator's view now (PreviewChunk): a row per source with its rate and quota.
+		waitFor(t, 30*time.Second, "the generator's rates and deferrals", func() bool {
+			return evalJS[int](t, bctx, `document.querySelectorAll('#feed-gen-now tr[data-source]').length`) >= 3
+		})
+		if now := text("#feed-gen-now"); !strings.Contains(now, "following") || !strings.Contains(now, "Nothing is taken") ||
+			!strings.Contains(now, "deferred") {
+			t.Errorf("generator explanation = %q, want each source's rate, quota and deferrals", now)
+		}
 		shot("feed", false)
 	})
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -200,29 +201,57 @@ func peerAddr(ctx context.Context) string {
 }
 
 // fileToken sends the bearer token kept in a file with every call, re-reading the file when it
-// changes (tokens are short-lived; whoever issues them rewrites the file).
+// changes (tokens are short-lived; whoever issues them rewrites the file). The file is looked at
+// at most once per tokenRecheck, not on every call: calls between use the token in hand without
+// a lock or a system call.
 type fileToken struct {
 	path string
-	mu   sync.Mutex
-	mod  time.Time
-	tok  string
+	now  func() time.Time // nil: time.Now
+	cur  atomic.Pointer[tokenSeen]
+	mu   sync.Mutex // one re-check at a time
 }
 
+// tokenSeen is the token read and when the file was last looked at.
+type tokenSeen struct {
+	tok     string
+	mod     time.Time
+	checked time.Time
+}
+
+// tokenRecheck is how often fileToken looks at its file for a new token.
+const tokenRecheck = time.Second
+
 func (f *fileToken) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	now := time.Now
+	if f.now != nil {
+		now = f.now
+	}
+	t := now()
+	if c := f.cur.Load(); c != nil && t.Sub(c.checked) < tokenRecheck {
+		return map[string]string{"authorization": "Bearer " + c.tok}, nil
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	c := f.cur.Load()
+	if c != nil && t.Sub(c.checked) < tokenRecheck {
+		return map[string]string{"authorization": "Bearer " + c.tok}, nil
+	}
 	st, err := os.Stat(f.path)
 	if err != nil {
 		return nil, fmt.Errorf("token file: %w", err)
 	}
-	if !st.ModTime().Equal(f.mod) || f.tok == "" {
+	next := &tokenSeen{mod: st.ModTime(), checked: t}
+	if c != nil && c.mod.Equal(next.mod) && c.tok != "" {
+		next.tok = c.tok
+	} else {
 		b, err := os.ReadFile(f.path)
 		if err != nil {
 			return nil, fmt.Errorf("token file: %w", err)
 		}
-		f.tok, f.mod = strings.TrimSpace(string(b)), st.ModTime()
+		next.tok = strings.TrimSpace(string(b))
 	}
-	return map[string]string{"authorization": "Bearer " + f.tok}, nil
+	f.cur.Store(next)
+	return map[string]string{"authorization": "Bearer " + next.tok}, nil
 }
 
 func (f *fileToken) RequireTransportSecurity() bool { return false }

@@ -759,6 +759,9 @@ func (a *app) shutdown(ctx context.Context, stopBG context.CancelFunc) error {
 	if a.pinServer != nil {
 		step("pinlater server", func() error { return waitCtx(ctx, a.pinServer.Shutdown) })
 	}
+	if a.gen != nil {
+		step("generator sweeps", func() error { return waitCtx(ctx, a.gen.Wait) })
+	}
 	if a.repl != nil {
 		step("replicator", func() error {
 			err := a.repl.Flush(ctx)

@@ -34,6 +34,7 @@ async function rpc(method, body, admin) {
 const FEED = 'smartfeed.feed.v1.FeedService/';
 const GRAPH = 'smartfeed.graph.v1.GraphService/';
 const ADMIN = 'smartfeed.feed.v1.FeedAdmin/';
+const GEN = 'smartfeed.generator.v1.GeneratorService/';
 
 function showError(id, err) {
   const e = $(id);
@@ -131,7 +132,46 @@ function explain(it, pin, author) {
   row('author', author || '–');
   row('board', it.boardId || '–');
   if (pin && pin.link) row('link', pin.link);
-  a.append(dl, el('small', 'muted', 'The generator records one reason per pin; its rates and deferrals are in the GenerateChunk debug output, which has no read-only API.'));
+  a.append(dl);
+  explainNow(a);
+}
+
+// explainNow shows what the generator would do for this user now (GeneratorService.PreviewChunk,
+// which takes nothing): the size wanted, each source's rate, quota, pins chosen and deferred,
+// and the generator's own explanation lines.
+async function explainNow(a) {
+  const box = el('div', 'gen-now');
+  box.id = 'feed-gen-now';
+  box.append(el('h4', '', 'The generator now'), el('small', 'muted', 'loading…'));
+  a.append(box);
+  let p;
+  try {
+    p = await rpc(GEN + 'PreviewChunk', { userStr: feed.userId });
+  } catch (e) {
+    box.replaceChildren(el('h4', '', 'The generator now'), el('small', 'muted', 'not available here (' + (e.message || e) + ')'));
+    return;
+  }
+  const items = (p.chunk && p.chunk.items) || [];
+  box.replaceChildren(el('h4', '', 'The generator now'),
+    el('p', 'muted', 'Its next chunk would hold ' + items.length + ' of ' + (p.wanted || 0) + ' wanted; ' + (p.deferred || []).length + ' weak pins deferred. Nothing is taken by this preview.'));
+  const t = el('table', 'rates');
+  const head = el('tr');
+  for (const h of ['source', 'rate', 'quota', 'chosen', 'read', 'deferred']) head.append(el('th', '', h));
+  t.append(head);
+  for (const s of p.sources || []) {
+    const r = el('tr');
+    r.dataset.source = s.name;
+    r.title = s.name + ': pins under ' + (s.threshold || 0).toFixed(3) + ' are weak (deferred unless the chunk is under its minimum)';
+    for (const v of [s.name, ((s.rate || 0) * 100).toFixed(0) + '%', s.quota || 0, s.chosen || 0, s.candidates || 0, s.deferred || 0]) r.append(el('td', '', String(v)));
+    t.append(r);
+  }
+  box.append(t);
+  const why = el('details');
+  why.append(el('summary', '', 'why (the generator\'s explanation)'));
+  const ol = el('ul', 'debug');
+  for (const line of (p.chunk && p.chunk.debug) || []) ol.append(el('li', '', line));
+  why.append(ol);
+  box.append(why);
 }
 
 function pageStats(r) {

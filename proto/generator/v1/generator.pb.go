@@ -680,6 +680,250 @@ func (x *InFlightUsersResponse) GetUsers() []uint64 {
 	return nil
 }
 
+// PreviewChunkRequest asks what the user's next chunk would be, and why.
+type PreviewChunkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user (a zen ID); user_str is its decimal twin for JSON clients, used when user is 0.
+	User    uint64 `protobuf:"fixed64,1,opt,name=user,proto3" json:"user,omitempty"`
+	UserStr string `protobuf:"bytes,2,opt,name=user_str,json=userStr,proto3" json:"user_str,omitempty"`
+	// Upper bound on the chunk size, as in GenerateChunkRequest.
+	Max           int32 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewChunkRequest) Reset() {
+	*x = PreviewChunkRequest{}
+	mi := &file_generator_v1_generator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewChunkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewChunkRequest) ProtoMessage() {}
+
+func (x *PreviewChunkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_generator_v1_generator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewChunkRequest.ProtoReflect.Descriptor instead.
+func (*PreviewChunkRequest) Descriptor() ([]byte, []int) {
+	return file_generator_v1_generator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PreviewChunkRequest) GetUser() uint64 {
+	if x != nil {
+		return x.User
+	}
+	return 0
+}
+
+func (x *PreviewChunkRequest) GetUserStr() string {
+	if x != nil {
+		return x.UserStr
+	}
+	return ""
+}
+
+func (x *PreviewChunkRequest) GetMax() int32 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+// SourceExplain is one source's part in a composition.
+type SourceExplain struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Source Source                 `protobuf:"varint,1,opt,name=source,proto3,enum=smartfeed.generator.v1.Source" json:"source,omitempty"`
+	// The source's name in config and metrics ("following", "interest", "related").
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// The configured rate, normalized so that the rates of all sources add up to 1.
+	Rate float64 `protobuf:"fixed64,3,opt,name=rate,proto3" json:"rate,omitempty"`
+	// Pins scoring under the threshold are weak: used only to reach the minimum chunk, otherwise
+	// deferred.
+	Threshold float64 `protobuf:"fixed64,4,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	// The slots the rates give the source.
+	Quota int32 `protobuf:"varint,5,opt,name=quota,proto3" json:"quota,omitempty"`
+	// The pins it supplies (above the quota when it fills another source's shortfall).
+	Chosen int32 `protobuf:"varint,6,opt,name=chosen,proto3" json:"chosen,omitempty"`
+	// The candidates read from its pool (live, not expired).
+	Candidates int32 `protobuf:"varint,7,opt,name=candidates,proto3" json:"candidates,omitempty"`
+	// Its weak pins left in the pools for a later session.
+	Deferred      int32 `protobuf:"varint,8,opt,name=deferred,proto3" json:"deferred,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SourceExplain) Reset() {
+	*x = SourceExplain{}
+	mi := &file_generator_v1_generator_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SourceExplain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SourceExplain) ProtoMessage() {}
+
+func (x *SourceExplain) ProtoReflect() protoreflect.Message {
+	mi := &file_generator_v1_generator_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SourceExplain.ProtoReflect.Descriptor instead.
+func (*SourceExplain) Descriptor() ([]byte, []int) {
+	return file_generator_v1_generator_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SourceExplain) GetSource() Source {
+	if x != nil {
+		return x.Source
+	}
+	return Source_SOURCE_UNSPECIFIED
+}
+
+func (x *SourceExplain) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SourceExplain) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *SourceExplain) GetThreshold() float64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+func (x *SourceExplain) GetQuota() int32 {
+	if x != nil {
+		return x.Quota
+	}
+	return 0
+}
+
+func (x *SourceExplain) GetChosen() int32 {
+	if x != nil {
+		return x.Chosen
+	}
+	return 0
+}
+
+func (x *SourceExplain) GetCandidates() int32 {
+	if x != nil {
+		return x.Candidates
+	}
+	return 0
+}
+
+func (x *SourceExplain) GetDeferred() int32 {
+	if x != nil {
+		return x.Deferred
+	}
+	return 0
+}
+
+// PreviewChunkResponse is the chunk that would be composed (no id: nothing was recorded), with
+// its explanation in chunk.debug.
+type PreviewChunkResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Chunk *Chunk                 `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// The chunk size wanted before availability.
+	Wanted  int32            `protobuf:"varint,2,opt,name=wanted,proto3" json:"wanted,omitempty"`
+	Sources []*SourceExplain `protobuf:"bytes,3,rep,name=sources,proto3" json:"sources,omitempty"`
+	// The pins deferred, with the threshold they missed as the reason.
+	Deferred      []*Item `protobuf:"bytes,4,rep,name=deferred,proto3" json:"deferred,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PreviewChunkResponse) Reset() {
+	*x = PreviewChunkResponse{}
+	mi := &file_generator_v1_generator_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PreviewChunkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PreviewChunkResponse) ProtoMessage() {}
+
+func (x *PreviewChunkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_generator_v1_generator_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PreviewChunkResponse.ProtoReflect.Descriptor instead.
+func (*PreviewChunkResponse) Descriptor() ([]byte, []int) {
+	return file_generator_v1_generator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PreviewChunkResponse) GetChunk() *Chunk {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *PreviewChunkResponse) GetWanted() int32 {
+	if x != nil {
+		return x.Wanted
+	}
+	return 0
+}
+
+func (x *PreviewChunkResponse) GetSources() []*SourceExplain {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *PreviewChunkResponse) GetDeferred() []*Item {
+	if x != nil {
+		return x.Deferred
+	}
+	return nil
+}
+
 var File_generator_v1_generator_proto protoreflect.FileDescriptor
 
 const file_generator_v1_generator_proto_rawDesc = "" +
@@ -723,17 +967,38 @@ const file_generator_v1_generator_proto_rawDesc = "" +
 	"\x05after\x18\x01 \x01(\x06R\x05after\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"-\n" +
 	"\x15InFlightUsersResponse\x12\x14\n" +
-	"\x05users\x18\x01 \x03(\x06R\x05users*_\n" +
+	"\x05users\x18\x01 \x03(\x06R\x05users\"V\n" +
+	"\x13PreviewChunkRequest\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\x06R\x04user\x12\x19\n" +
+	"\buser_str\x18\x02 \x01(\tR\auserStr\x12\x10\n" +
+	"\x03max\x18\x03 \x01(\x05R\x03max\"\xf7\x01\n" +
+	"\rSourceExplain\x126\n" +
+	"\x06source\x18\x01 \x01(\x0e2\x1e.smartfeed.generator.v1.SourceR\x06source\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04rate\x18\x03 \x01(\x01R\x04rate\x12\x1c\n" +
+	"\tthreshold\x18\x04 \x01(\x01R\tthreshold\x12\x14\n" +
+	"\x05quota\x18\x05 \x01(\x05R\x05quota\x12\x16\n" +
+	"\x06chosen\x18\x06 \x01(\x05R\x06chosen\x12\x1e\n" +
+	"\n" +
+	"candidates\x18\a \x01(\x05R\n" +
+	"candidates\x12\x1a\n" +
+	"\bdeferred\x18\b \x01(\x05R\bdeferred\"\xde\x01\n" +
+	"\x14PreviewChunkResponse\x123\n" +
+	"\x05chunk\x18\x01 \x01(\v2\x1d.smartfeed.generator.v1.ChunkR\x05chunk\x12\x16\n" +
+	"\x06wanted\x18\x02 \x01(\x05R\x06wanted\x12?\n" +
+	"\asources\x18\x03 \x03(\v2%.smartfeed.generator.v1.SourceExplainR\asources\x128\n" +
+	"\bdeferred\x18\x04 \x03(\v2\x1c.smartfeed.generator.v1.ItemR\bdeferred*_\n" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SOURCE_FOLLOWING\x10\x01\x12\x13\n" +
 	"\x0fSOURCE_INTEREST\x10\x02\x12\x12\n" +
-	"\x0eSOURCE_RELATED\x10\x032\xc4\x03\n" +
+	"\x0eSOURCE_RELATED\x10\x032\xaf\x04\n" +
 	"\x10GeneratorService\x12l\n" +
 	"\rGenerateChunk\x12,.smartfeed.generator.v1.GenerateChunkRequest\x1a-.smartfeed.generator.v1.GenerateChunkResponse\x12f\n" +
 	"\vSettleChunk\x12*.smartfeed.generator.v1.SettleChunkRequest\x1a+.smartfeed.generator.v1.SettleChunkResponse\x12l\n" +
 	"\rPendingChunks\x12,.smartfeed.generator.v1.PendingChunksRequest\x1a-.smartfeed.generator.v1.PendingChunksResponse\x12l\n" +
-	"\rInFlightUsers\x12,.smartfeed.generator.v1.InFlightUsersRequest\x1a-.smartfeed.generator.v1.InFlightUsersResponseB?Z=github.com/smartfeed/smartfeed/proto/generator/v1;generatorv1b\x06proto3"
+	"\rInFlightUsers\x12,.smartfeed.generator.v1.InFlightUsersRequest\x1a-.smartfeed.generator.v1.InFlightUsersResponse\x12i\n" +
+	"\fPreviewChunk\x12+.smartfeed.generator.v1.PreviewChunkRequest\x1a,.smartfeed.generator.v1.PreviewChunkResponseB?Z=github.com/smartfeed/smartfeed/proto/generator/v1;generatorv1b\x06proto3"
 
 var (
 	file_generator_v1_generator_proto_rawDescOnce sync.Once
@@ -748,7 +1013,7 @@ func file_generator_v1_generator_proto_rawDescGZIP() []byte {
 }
 
 var file_generator_v1_generator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_generator_v1_generator_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_generator_v1_generator_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_generator_v1_generator_proto_goTypes = []any{
 	(Source)(0),                   // 0: smartfeed.generator.v1.Source
 	(*GenerateChunkRequest)(nil),  // 1: smartfeed.generator.v1.GenerateChunkRequest
@@ -761,25 +1026,34 @@ var file_generator_v1_generator_proto_goTypes = []any{
 	(*PendingChunksResponse)(nil), // 8: smartfeed.generator.v1.PendingChunksResponse
 	(*InFlightUsersRequest)(nil),  // 9: smartfeed.generator.v1.InFlightUsersRequest
 	(*InFlightUsersResponse)(nil), // 10: smartfeed.generator.v1.InFlightUsersResponse
+	(*PreviewChunkRequest)(nil),   // 11: smartfeed.generator.v1.PreviewChunkRequest
+	(*SourceExplain)(nil),         // 12: smartfeed.generator.v1.SourceExplain
+	(*PreviewChunkResponse)(nil),  // 13: smartfeed.generator.v1.PreviewChunkResponse
 }
 var file_generator_v1_generator_proto_depIdxs = []int32{
 	0,  // 0: smartfeed.generator.v1.Item.source:type_name -> smartfeed.generator.v1.Source
 	2,  // 1: smartfeed.generator.v1.Chunk.items:type_name -> smartfeed.generator.v1.Item
 	3,  // 2: smartfeed.generator.v1.GenerateChunkResponse.chunk:type_name -> smartfeed.generator.v1.Chunk
 	3,  // 3: smartfeed.generator.v1.PendingChunksResponse.chunks:type_name -> smartfeed.generator.v1.Chunk
-	1,  // 4: smartfeed.generator.v1.GeneratorService.GenerateChunk:input_type -> smartfeed.generator.v1.GenerateChunkRequest
-	5,  // 5: smartfeed.generator.v1.GeneratorService.SettleChunk:input_type -> smartfeed.generator.v1.SettleChunkRequest
-	7,  // 6: smartfeed.generator.v1.GeneratorService.PendingChunks:input_type -> smartfeed.generator.v1.PendingChunksRequest
-	9,  // 7: smartfeed.generator.v1.GeneratorService.InFlightUsers:input_type -> smartfeed.generator.v1.InFlightUsersRequest
-	4,  // 8: smartfeed.generator.v1.GeneratorService.GenerateChunk:output_type -> smartfeed.generator.v1.GenerateChunkResponse
-	6,  // 9: smartfeed.generator.v1.GeneratorService.SettleChunk:output_type -> smartfeed.generator.v1.SettleChunkResponse
-	8,  // 10: smartfeed.generator.v1.GeneratorService.PendingChunks:output_type -> smartfeed.generator.v1.PendingChunksResponse
-	10, // 11: smartfeed.generator.v1.GeneratorService.InFlightUsers:output_type -> smartfeed.generator.v1.InFlightUsersResponse
-	8,  // [8:12] is the sub-list for method output_type
-	4,  // [4:8] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	0,  // 4: smartfeed.generator.v1.SourceExplain.source:type_name -> smartfeed.generator.v1.Source
+	3,  // 5: smartfeed.generator.v1.PreviewChunkResponse.chunk:type_name -> smartfeed.generator.v1.Chunk
+	12, // 6: smartfeed.generator.v1.PreviewChunkResponse.sources:type_name -> smartfeed.generator.v1.SourceExplain
+	2,  // 7: smartfeed.generator.v1.PreviewChunkResponse.deferred:type_name -> smartfeed.generator.v1.Item
+	1,  // 8: smartfeed.generator.v1.GeneratorService.GenerateChunk:input_type -> smartfeed.generator.v1.GenerateChunkRequest
+	5,  // 9: smartfeed.generator.v1.GeneratorService.SettleChunk:input_type -> smartfeed.generator.v1.SettleChunkRequest
+	7,  // 10: smartfeed.generator.v1.GeneratorService.PendingChunks:input_type -> smartfeed.generator.v1.PendingChunksRequest
+	9,  // 11: smartfeed.generator.v1.GeneratorService.InFlightUsers:input_type -> smartfeed.generator.v1.InFlightUsersRequest
+	11, // 12: smartfeed.generator.v1.GeneratorService.PreviewChunk:input_type -> smartfeed.generator.v1.PreviewChunkRequest
+	4,  // 13: smartfeed.generator.v1.GeneratorService.GenerateChunk:output_type -> smartfeed.generator.v1.GenerateChunkResponse
+	6,  // 14: smartfeed.generator.v1.GeneratorService.SettleChunk:output_type -> smartfeed.generator.v1.SettleChunkResponse
+	8,  // 15: smartfeed.generator.v1.GeneratorService.PendingChunks:output_type -> smartfeed.generator.v1.PendingChunksResponse
+	10, // 16: smartfeed.generator.v1.GeneratorService.InFlightUsers:output_type -> smartfeed.generator.v1.InFlightUsersResponse
+	13, // 17: smartfeed.generator.v1.GeneratorService.PreviewChunk:output_type -> smartfeed.generator.v1.PreviewChunkResponse
+	13, // [13:18] is the sub-list for method output_type
+	8,  // [8:13] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_generator_v1_generator_proto_init() }
@@ -793,7 +1067,7 @@ func file_generator_v1_generator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_generator_v1_generator_proto_rawDesc), len(file_generator_v1_generator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

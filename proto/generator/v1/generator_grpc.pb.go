@@ -26,6 +26,7 @@ const (
 	GeneratorService_SettleChunk_FullMethodName   = "/smartfeed.generator.v1.GeneratorService/SettleChunk"
 	GeneratorService_PendingChunks_FullMethodName = "/smartfeed.generator.v1.GeneratorService/PendingChunks"
 	GeneratorService_InFlightUsers_FullMethodName = "/smartfeed.generator.v1.GeneratorService/InFlightUsers"
+	GeneratorService_PreviewChunk_FullMethodName  = "/smartfeed.generator.v1.GeneratorService/PreviewChunk"
 )
 
 // GeneratorServiceClient is the client API for GeneratorService service.
@@ -45,6 +46,10 @@ type GeneratorServiceClient interface {
 	// InFlightUsers lists, in ID order after `after`, up to limit users with unsettled chunks: the
 	// feed service's recovery pass walks them to settle what a crash left behind.
 	InFlightUsers(ctx context.Context, in *InFlightUsersRequest, opts ...grpc.CallOption) (*InFlightUsersResponse, error)
+	// PreviewChunk composes the chunk GenerateChunk would compose for the user now and explains
+	// it (each source's rate, quota and deferrals; why each pin was chosen), taking nothing: no pin
+	// leaves the pools, no chunk is recorded, the user's visit state is unchanged.
+	PreviewChunk(ctx context.Context, in *PreviewChunkRequest, opts ...grpc.CallOption) (*PreviewChunkResponse, error)
 }
 
 type generatorServiceClient struct {
@@ -95,6 +100,16 @@ func (c *generatorServiceClient) InFlightUsers(ctx context.Context, in *InFlight
 	return out, nil
 }
 
+func (c *generatorServiceClient) PreviewChunk(ctx context.Context, in *PreviewChunkRequest, opts ...grpc.CallOption) (*PreviewChunkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PreviewChunkResponse)
+	err := c.cc.Invoke(ctx, GeneratorService_PreviewChunk_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GeneratorServiceServer is the server API for GeneratorService service.
 // All implementations must embed UnimplementedGeneratorServiceServer
 // for forward compatibility.
@@ -112,6 +127,10 @@ type GeneratorServiceServer interface {
 	// InFlightUsers lists, in ID order after `after`, up to limit users with unsettled chunks: the
 	// feed service's recovery pass walks them to settle what a crash left behind.
 	InFlightUsers(context.Context, *InFlightUsersRequest) (*InFlightUsersResponse, error)
+	// PreviewChunk composes the chunk GenerateChunk would compose for the user now and explains
+	// it (each source's rate, quota and deferrals; why each pin was chosen), taking nothing: no pin
+	// leaves the pools, no chunk is recorded, the user's visit state is unchanged.
+	PreviewChunk(context.Context, *PreviewChunkRequest) (*PreviewChunkResponse, error)
 	mustEmbedUnimplementedGeneratorServiceServer()
 }
 
@@ -133,6 +152,9 @@ func (UnimplementedGeneratorServiceServer) PendingChunks(context.Context, *Pendi
 }
 func (UnimplementedGeneratorServiceServer) InFlightUsers(context.Context, *InFlightUsersRequest) (*InFlightUsersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method InFlightUsers not implemented")
+}
+func (UnimplementedGeneratorServiceServer) PreviewChunk(context.Context, *PreviewChunkRequest) (*PreviewChunkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PreviewChunk not implemented")
 }
 func (UnimplementedGeneratorServiceServer) mustEmbedUnimplementedGeneratorServiceServer() {}
 func (UnimplementedGeneratorServiceServer) testEmbeddedByValue()                          {}
@@ -227,6 +249,24 @@ func _GeneratorService_InFlightUsers_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GeneratorService_PreviewChunk_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PreviewChunkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GeneratorServiceServer).PreviewChunk(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GeneratorService_PreviewChunk_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GeneratorServiceServer).PreviewChunk(ctx, req.(*PreviewChunkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GeneratorService_ServiceDesc is the grpc.ServiceDesc for GeneratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -249,6 +289,10 @@ var GeneratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "InFlightUsers",
 			Handler:    _GeneratorService_InFlightUsers_Handler,
+		},
+		{
+			MethodName: "PreviewChunk",
+			Handler:    _GeneratorService_PreviewChunk_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
