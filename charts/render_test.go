@@ -110,7 +110,7 @@ func helm(args ...string) ([]byte, error) {
 	return out.Bytes(), err
 }
 
-var components = []string{"worker", "generator", "feedsvc"}
+var components = []string{"worker", "generator", "feedsvc", "graph"}
 
 func TestLint(t *testing.T) {
 	for _, args := range [][]string{nil, {"-f", "smartfeed/ci/hbase-values.yaml"}} {
@@ -120,13 +120,13 @@ func TestLint(t *testing.T) {
 	}
 }
 
-// TestHBaseValues renders with distinct quorums per store and checks that the three
+// TestHBaseValues renders with distinct quorums per store and checks that the four
 // Deployments run their role over a config that names those quorums.
 func TestHBaseValues(t *testing.T) {
 	m := render(t, "-f", "smartfeed/ci/hbase-values.yaml")
-	if len(m.deployments) != 3 || len(m.services) != 3 || len(m.hpas) != 3 || len(m.pdbs) != 3 || len(m.configMaps) != 1 {
-		t.Fatalf("rendered %d deployments, %d services, %d HPAs, %d PDBs, %d config maps; want 3, 3, 3, 3, 1",
-			len(m.deployments), len(m.services), len(m.hpas), len(m.pdbs), len(m.configMaps))
+	if n := len(components); len(m.deployments) != n || len(m.services) != n || len(m.hpas) != n || len(m.pdbs) != n || len(m.configMaps) != 1 {
+		t.Fatalf("rendered %d deployments, %d services, %d HPAs, %d PDBs, %d config maps; want %d of each and 1",
+			len(m.deployments), len(m.services), len(m.hpas), len(m.pdbs), len(m.configMaps), n)
 	}
 	cm, ok := m.configMaps["rel-smartfeed"]
 	if !ok {
@@ -283,8 +283,8 @@ func cleanEnv() []string {
 
 func TestDefaults(t *testing.T) {
 	m := render(t)
-	if len(m.deployments) != 3 {
-		t.Fatalf("%d deployments, want 3", len(m.deployments))
+	if len(m.deployments) != len(components) {
+		t.Fatalf("%d deployments, want %d", len(m.deployments), len(components))
 	}
 	for _, c := range components {
 		d := m.deployments["rel-smartfeed-"+c]
@@ -323,8 +323,9 @@ func TestRefusesBadValues(t *testing.T) {
 
 // TestSecurity: the config turns authentication on with the Secret's files, FeedAdmin listens
 // on the pod's loopback, pprof is off, the Secret is mounted, and each component admits only
-// its callers: frontends to feedsvc, frontends and producers to the worker, feedsvc alone to
-// the generator, the monitoring namespace to the admin port. Without a Secret (and without
+// its callers: frontends to feedsvc, frontends and producers to the graph role, feedsvc alone
+// to the generator, nobody to the worker's gRPC port, the monitoring namespace to every admin
+// port. Without a Secret (and without
 // auth.insecure) the chart refuses to render.
 func TestSecurity(t *testing.T) {
 	m := render(t)
@@ -381,8 +382,22 @@ func TestSecurity(t *testing.T) {
 		if !ok {
 			t.Fatalf("%s: no NetworkPolicy", c)
 		}
-		if np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"] != c || len(np.Spec.Ingress) != 2 {
+		grpcRules := 1
+		if c == "worker" {
+			grpcRules = 0
+		}
+		if np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"] != c || len(np.Spec.Ingress) != grpcRules+1 {
 			t.Fatalf("%s: NetworkPolicy %+v", c, np.Spec)
+		}
+		admin := np.Spec.Ingress[grpcRules]
+		if len(admin.Ports) != 1 || admin.Ports[0].Port.IntValue() != 9091 || len(admin.From) != 1 || admin.From[0].NamespaceSelector == nil {
+			t.Errorf("%s: the last ingress rule is not the monitoring namespace to the admin port: %+v", c, admin)
+		}
+		if grpcRules == 0 {
+			continue
+		}
+		if p := np.Spec.Ingress[0].Ports; len(p) != 1 || p[0].Port.IntValue() != 9090 {
+			t.Errorf("%s: first ingress rule is not the gRPC port: %+v", c, p)
 		}
 		var from []string
 		for _, p := range np.Spec.Ingress[0].From {
@@ -394,7 +409,7 @@ func TestSecurity(t *testing.T) {
 				}
 			}
 		}
-		want := map[string]string{"feedsvc": "frontend", "worker": "frontend producer", "generator": "feedsvc"}[c]
+		want := map[string]string{"feedsvc": "frontend", "graph": "frontend producer", "generator": "feedsvc"}[c]
 		if strings.Join(from, " ") != want {
 			t.Errorf("%s: gRPC port open to %v, want %s", c, from, want)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 )
 
-// BenchmarkFailover is the tail-under-trouble experiment of DESIGN.md §7: GetFeed (later
+// BenchmarkFailover is the tail-under-trouble experiment of docs/feedsvc-benchmarks.md: GetFeed (later
 // pages: the hedged materialized read alone) against a primary whose reads take 1–3 ms, with
 // 1% of them slowed to 1 s, hedging off and on; and with the primary fully down. Each
 // iteration starts one request; up to 64 run at once. It reports latency percentiles, the

@@ -28,7 +28,7 @@ func (s *Service) DeleteFeed(ctx context.Context, user zen.ID) error {
 		return fmt.Errorf("delete feed of %d: %w", user, err)
 	}
 	idx := binary.BigEndian.AppendUint64(indexPrefix(user.Shard()), uint64(user))
-	if err := s.deleteRange(ctx, idx, prefixEnd(idx)); err != nil {
+	if err := s.deleteRange(ctx, idx, zen.PrefixEnd(idx)); err != nil {
 		return fmt.Errorf("delete pending index of %d: %w", user, err)
 	}
 	return nil

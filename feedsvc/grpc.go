@@ -97,13 +97,9 @@ func protoStore(s hedge.Store) feedv1.Store {
 
 // GetFeed implements FeedService.
 func (g *GRPCServer) GetFeed(ctx context.Context, req *feedv1.GetFeedRequest) (*feedv1.GetFeedResponse, error) {
-	user := zen.ID(req.GetUserId())
-	if user == 0 && req.GetUserIdStr() != "" {
-		id, err := zen.ParseID(req.GetUserIdStr())
-		if err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "user_id_str: %v", err)
-		}
-		user = id
+	user, err := zen.WireID(req.GetUserId(), req.GetUserIdStr())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "user_id: %v", err)
 	}
 	p, err := g.svc.GetFeed(ctx, Request{User: user, Cursor: req.GetCursor(), PageSize: int(req.GetPageSize())})
 	if err != nil {
@@ -141,13 +137,8 @@ func fromMS(field string, v float64) (time.Duration, error) {
 }
 
 func (a *AdminServer) policy() *feedv1.HedgePolicy {
-	p := a.svc.Hedger().Policy()
 	cut, _ := a.svc.Hedger().Cutoff()
-	return &feedv1.HedgePolicy{
-		Mode: string(p.Mode), DelayMs: ms(p.Delay), Percentile: p.Percentile,
-		MinMs: ms(p.Min), MaxMs: ms(p.Max), Budget: p.Budget, BudgetBurst: p.BudgetBurst,
-		Warmup: p.Warmup, MinSamples: int32(p.MinSamples), CurrentCutoffMs: ms(cut),
-	}
+	return HedgePolicyProto(a.svc.Hedger().Policy(), cut)
 }
 
 // GetHedgePolicy implements FeedAdmin.
@@ -157,20 +148,9 @@ func (a *AdminServer) GetHedgePolicy(context.Context, *feedv1.GetHedgePolicyRequ
 
 // SetHedgePolicy implements FeedAdmin.
 func (a *AdminServer) SetHedgePolicy(_ context.Context, in *feedv1.HedgePolicy) (*feedv1.HedgePolicy, error) {
-	// The message carries the hedging knobs; the primary timeout and the breaker's (tuned in the
-	// knobs file) keep their current values.
-	p := a.svc.Hedger().Policy()
-	p.Mode, p.Percentile, p.Budget = hedge.Mode(in.GetMode()), in.GetPercentile(), in.GetBudget()
-	p.BudgetBurst, p.Warmup, p.MinSamples = in.GetBudgetBurst(), in.GetWarmup(), int(in.GetMinSamples())
-	var err error
-	for _, f := range []struct {
-		name string
-		v    float64
-		dst  *time.Duration
-	}{{"delay_ms", in.GetDelayMs(), &p.Delay}, {"min_ms", in.GetMinMs(), &p.Min}, {"max_ms", in.GetMaxMs(), &p.Max}} {
-		if *f.dst, err = fromMS(f.name, f.v); err != nil {
-			return nil, err
-		}
+	p, err := HedgePolicyFromProto(in, a.svc.Hedger().Policy())
+	if err != nil {
+		return nil, err
 	}
 	if err := a.svc.Hedger().SetPolicy(p); err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())

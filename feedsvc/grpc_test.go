@@ -59,6 +59,7 @@ func TestGRPCGetFeed(t *testing.T) {
 	for name, req := range map[string]*feedv1.GetFeedRequest{
 		"zero user":   {},
 		"bad id str":  {UserIdStr: "abc"},
+		"disagree":    {UserId: uint64(e.user), UserIdStr: (e.user + 1).String()},
 		"bad cursor":  {UserId: uint64(e.user), Cursor: "zzz"},
 		"page size":   {UserId: uint64(e.user), PageSize: 100000},
 		"not a user":  {UserId: uint64(pinID(1))},

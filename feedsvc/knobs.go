@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-
-	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 )
 
 // The knobs file tunes a running service without a redeploy. Every field is optional; the
@@ -26,35 +24,17 @@ import (
 //	  "standby": {"max_staleness": "5s"}
 //	}
 //
-// standby.max_staleness bounds the replication lag at which the standby still answers reads
-// ("0s": unbounded); it needs a service built with a StandbyGate.
+// "hedge" is hedge.Policy's JSON form, decoded over the policy in force. standby.max_staleness
+// bounds the replication lag at which the standby still answers reads ("0s": unbounded); it
+// needs a service built with a StandbyGate.
 type knobsFile struct {
-	Hedge   *hedgeKnobs   `json:"hedge"`
-	Service *serviceKnobs `json:"service"`
-	Standby *standbyKnobs `json:"standby"`
+	Hedge   json.RawMessage `json:"hedge"`
+	Service *serviceKnobs   `json:"service"`
+	Standby *standbyKnobs   `json:"standby"`
 }
 
 type standbyKnobs struct {
 	MaxStaleness *duration `json:"max_staleness"`
-}
-
-type hedgeKnobs struct {
-	Mode        *string   `json:"mode"`
-	Delay       *duration `json:"delay"`
-	Percentile  *float64  `json:"percentile"`
-	Min         *duration `json:"min"`
-	Max         *duration `json:"max"`
-	Budget      *float64  `json:"budget"`
-	BudgetBurst *float64  `json:"budget_burst"`
-	Warmup      *float64  `json:"warmup"`
-	MinSamples  *int      `json:"min_samples"`
-
-	PrimaryTimeout  *duration `json:"primary_timeout"`
-	BreakerFailures *int      `json:"breaker_failures"`
-	BreakerSlowRate *float64  `json:"breaker_slow_rate"`
-	BreakerWindow   *int      `json:"breaker_window"`
-	BreakerOpenFor  *duration `json:"breaker_open_for"`
-	BreakerProbes   *int      `json:"breaker_probes"`
 }
 
 type serviceKnobs struct {
@@ -103,24 +83,10 @@ func (s *Service) ApplyKnobs(doc []byte) error {
 		return fmt.Errorf("knobs: %w", err)
 	}
 	p, c := s.hedger.Policy(), s.Config()
-	if h := k.Hedge; h != nil {
-		if h.Mode != nil {
-			p.Mode = hedge.Mode(*h.Mode)
+	if k.Hedge != nil {
+		if err := json.Unmarshal(k.Hedge, &p); err != nil {
+			return fmt.Errorf("knobs: %w", err)
 		}
-		setDur(&p.Delay, h.Delay)
-		set(&p.Percentile, h.Percentile)
-		setDur(&p.Min, h.Min)
-		setDur(&p.Max, h.Max)
-		set(&p.Budget, h.Budget)
-		set(&p.BudgetBurst, h.BudgetBurst)
-		set(&p.Warmup, h.Warmup)
-		set(&p.MinSamples, h.MinSamples)
-		setDur(&p.PrimaryTimeout, h.PrimaryTimeout)
-		set(&p.BreakerFailures, h.BreakerFailures)
-		set(&p.BreakerSlowRate, h.BreakerSlowRate)
-		set(&p.BreakerWindow, h.BreakerWindow)
-		setDur(&p.BreakerOpenFor, h.BreakerOpenFor)
-		set(&p.BreakerProbes, h.BreakerProbes)
 	}
 	if v := k.Service; v != nil {
 		setDur(&c.GeneratorDeadline, v.GeneratorDeadline)

@@ -10,7 +10,7 @@ import (
 )
 
 // Row layout of the "feed" table (all integers big-endian). Every key begins with an 8-byte
-// zen.ID whose top bits are the shard (DESIGN.md §3), so on HBase, pre-split on shard boundaries
+// zen.ID whose top bits are the shard (docs/data-model.md §4), so on HBase, pre-split on shard boundaries
 // (split key of shard s: BE64(s<<46)), a user's rows live in the region of the user's shard and
 // feed writes spread across regions without salting:
 //
@@ -83,18 +83,6 @@ func keyKind(k []byte) byte {
 		return 0
 	}
 	return k[kindAt]
-}
-
-// prefixEnd returns the first key after every key starting with prefix.
-func prefixEnd(prefix []byte) []byte {
-	end := append([]byte(nil), prefix...)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
 }
 
 func pendingKey(user zen.ID, seq uint64) []byte {

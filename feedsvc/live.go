@@ -207,7 +207,7 @@ func (s *Service) RecoverAll(ctx context.Context, after zen.ID, olderThan time.D
 		if after != 0 && shard == int(after.Shard()) {
 			start = binary.BigEndian.AppendUint64(bytes.Clone(prefix), uint64(after)+1)
 		}
-		rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: prefixEnd(prefix), Limit: limit - read})
+		rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: zen.PrefixEnd(prefix), Limit: limit - read})
 		if err != nil {
 			return after, n, fmt.Errorf("scan pending index of shard %d: %w", shard, err)
 		}

@@ -179,7 +179,7 @@ func (s *Service) claim(ctx context.Context, user, pin zen.ID, at position) (boo
 func (s *Service) Trim(ctx context.Context, user zen.ID) (int, error) {
 	maxItems := s.Config().MaxItems
 	start := userPrefix(prefixFeed, user)
-	stop := prefixEnd(start)
+	stop := zen.PrefixEnd(start)
 	const batch = 512
 	count := 0
 	var drop []zen.Mutation
@@ -247,7 +247,7 @@ func (s *Service) Trim(ctx context.Context, user zen.ID) (int, error) {
 // dropMarkers deletes the done markers of chunks older than the oldest kept one.
 func (s *Service) dropMarkers(ctx context.Context, user zen.ID, oldestKept uint64) error {
 	prefix := userPrefix(prefixDone, user)
-	rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: prefixEnd(prefix)})
+	rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: zen.PrefixEnd(prefix)})
 	if err != nil {
 		return fmt.Errorf("scan done markers of %d: %w", user, err)
 	}
@@ -272,7 +272,7 @@ func (s *Service) dropMarkers(ctx context.Context, user zen.ID, oldestKept uint6
 func (s *Service) Recover(ctx context.Context, user zen.ID, olderThan time.Duration) (int, error) {
 	cut := s.now().Add(-olderThan).UnixMilli()
 	prefix := userPrefix(prefixFeed, user)
-	rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: prefixEnd(prefix)})
+	rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: zen.PrefixEnd(prefix)})
 	if err != nil {
 		return 0, fmt.Errorf("scan feed of %d for recovery: %w", user, err)
 	}

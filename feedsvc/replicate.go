@@ -308,7 +308,7 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 	if now := time.Now(); now.Sub(r.lastFull) >= fullScanEvery {
 		start, r.lastFull = logPrefix, now
 	}
-	rows, err := r.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: prefixEnd(logPrefix), Limit: r.maxBatch})
+	rows, err := r.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: zen.PrefixEnd(logPrefix), Limit: r.maxBatch})
 	if err != nil {
 		return 0, false, fmt.Errorf("read change log: %w", err)
 	}
@@ -342,7 +342,7 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 		at := int64(binary.BigEndian.Uint64(kv.Key[len(logPrefix):]))
 		state, ks, err := decodeEntry(kv.Value)
 		if err != nil {
-			r.log.Error("corrupt change-log entry; dropped (run resync)", zap.Int64("seq", at))
+			r.log.Error("corrupt change-log entry; dropped (run smartfeed resync)", zap.Int64("seq", at))
 			acks = append(acks, zen.Mutation{Key: kv.Key, Delete: true})
 			continue
 		}
@@ -650,7 +650,7 @@ func Resync(ctx context.Context, primary, standby zen.Table, user zen.ID) (int, 
 	changed := 0
 	for _, p := range []byte{prefixFeed, prefixPin, prefixCounter, prefixDone} {
 		start := userPrefix(p, user)
-		o := zen.ScanOptions{Start: start, Stop: prefixEnd(start)}
+		o := zen.ScanOptions{Start: start, Stop: zen.PrefixEnd(start)}
 		src, err := primary.Scan(ctx, o)
 		if err != nil {
 			return changed, fmt.Errorf("resync %d: scan primary: %w", user, err)

@@ -229,7 +229,7 @@ func TestReplicatorReplaysAfterCrashAndResyncs(t *testing.T) {
 	if diff := cmp.Diff(dump(t, p), dump(t, s)); diff != "" {
 		t.Errorf("standby after resync (-primary +standby):\n%s", diff)
 	}
-	if rows, _ := p.Scan(t.Context(), zen.ScanOptions{Start: logPrefix, Stop: prefixEnd(logPrefix)}); len(rows) != 0 {
+	if rows, _ := p.Scan(t.Context(), zen.ScanOptions{Start: logPrefix, Stop: zen.PrefixEnd(logPrefix)}); len(rows) != 0 {
 		t.Errorf("%d change-log entries left after flush", len(rows))
 	}
 }

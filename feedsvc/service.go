@@ -724,7 +724,7 @@ func (s *Service) readRaw(ctx context.Context, user zen.ID, after *position, siz
 func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, size int, cutMs int64) (pageRead, error) {
 	var res pageRead
 	startKey := userPrefix(prefixFeed, user)
-	stop := prefixEnd(startKey)
+	stop := zen.PrefixEnd(startKey)
 	if after != nil {
 		startKey = pendingKey(user, after.Seq)
 	}

@@ -220,5 +220,5 @@ func arrange(picks []pick, maxRun int) ([]pick, []string) {
 
 // describe formats one entry for debug lines.
 func describe(e zen.PoolEntry) string {
-	return fmt.Sprintf("pin %d %s score %.4g", uint64(e.Pin), SourceName(e.Source), e.Score)
+	return fmt.Sprintf("pin %d %s score %.4g", uint64(e.Pin), e.Source.String(), e.Score)
 }

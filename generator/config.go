@@ -103,22 +103,6 @@ func DefaultConfig() Config {
 	}
 }
 
-var sourceByName = map[string]zen.Source{
-	"following": zen.SourceFollowing,
-	"interest":  zen.SourceInterest,
-	"related":   zen.SourceRelated,
-}
-
-// SourceName returns the configuration name of a source ("following", "interest", "related").
-func SourceName(s zen.Source) string {
-	for n, v := range sourceByName {
-		if v == s {
-			return n
-		}
-	}
-	return fmt.Sprintf("source(%d)", uint8(s))
-}
-
 // Validate reports every problem with c, or nil.
 func (c Config) Validate() error {
 	var errs []error
@@ -134,8 +118,8 @@ func (c Config) Validate() error {
 	sort.Strings(names)
 	for _, n := range names {
 		sc := c.Sources[n]
-		if _, ok := sourceByName[n]; !ok {
-			bad("sources: unknown source %q (want following, interest or related)", n)
+		if _, err := zen.ParseSource(n); err != nil {
+			bad("sources: %w", err)
 		}
 		if math.IsNaN(sc.Rate) || math.IsInf(sc.Rate, 0) || sc.Rate < 0 {
 			bad("sources.%s.rate: %v is not a finite rate >= 0", n, sc.Rate)
@@ -239,7 +223,8 @@ func (c Config) plan() []sourcePlan {
 	}
 	out := make([]sourcePlan, 0, len(c.Sources))
 	for n, sc := range c.Sources {
-		out = append(out, sourcePlan{src: sourceByName[n], name: n, rate: sc.Rate / total, threshold: sc.Threshold})
+		src, _ := zen.ParseSource(n) // Validate refused unknown names
+		out = append(out, sourcePlan{src: src, name: n, rate: sc.Rate / total, threshold: sc.Threshold})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].src < out[j].src })
 	return out

@@ -487,7 +487,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 			rec.Entries = append(rec.Entries, recEntry{Entry: p.e, Reason: p.reason})
 			chunk.Items = append(chunk.Items, itemOf(p.e, p.reason))
 			dbg.add("pick %d: %s: %s", i+1, describe(p.e), p.reason)
-			g.m.pins.WithLabelValues(SourceName(p.e.Source)).Inc()
+			g.m.pins.WithLabelValues(p.e.Source.String()).Inc()
 		}
 		// The ready record and the state row go in one batched compare-and-set when the state
 		// row is still the one read at the start (one synced commit instead of two).

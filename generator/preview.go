@@ -125,7 +125,7 @@ func (g *Generator) Preview(ctx context.Context, user zen.ID, max int) (Preview,
 	}
 	for _, e := range sel.deferred {
 		dbg.add("defer: %s under threshold %.4g, left for a later session", describe(e), g.threshold(plan, e.Source))
-		out.Deferred = append(out.Deferred, itemOf(e, fmt.Sprintf("%s under threshold %.4g", SourceName(e.Source), g.threshold(plan, e.Source))))
+		out.Deferred = append(out.Deferred, itemOf(e, fmt.Sprintf("%s under threshold %.4g", e.Source.String(), g.threshold(plan, e.Source))))
 	}
 	arranged, notes := arrange(sel.picks, cfg.MaxRun)
 	for _, s := range notes {

@@ -99,9 +99,9 @@ func runScenario(t *testing.T, e *env, input string) string {
 			if len(args) < 3 {
 				fail("want: pool <source> <pin> <score> [k=v...]")
 			}
-			src, ok := sourceByName[args[0]]
-			if !ok {
-				fail("unknown source")
+			src, err := zen.ParseSource(args[0])
+			if err != nil {
+				fail("%v", err)
 			}
 			pin, err1 := strconv.ParseUint(args[1], 10, 64)
 			score, err2 := strconv.ParseFloat(args[2], 64)
@@ -162,7 +162,7 @@ func runScenario(t *testing.T, e *env, input string) string {
 			fmt.Fprintf(&out, "> %s\n", line)
 			fmt.Fprintf(&out, "chunk %s: %d pins\n", c.ID, len(c.Items))
 			for i, it := range c.Items {
-				fmt.Fprintf(&out, "  %2d. %s %s %.4g %s %s: %s\n", i+1, it.Pin, SourceName(it.Source), it.Score, it.Author, it.Board, it.Reason)
+				fmt.Fprintf(&out, "  %2d. %s %s %.4g %s %s: %s\n", i+1, it.Pin, it.Source.String(), it.Score, it.Author, it.Board, it.Reason)
 			}
 			for _, d := range c.Debug {
 				if !strings.HasPrefix(d, "pick ") {
@@ -193,7 +193,7 @@ func runScenario(t *testing.T, e *env, input string) string {
 		case "pools":
 			fmt.Fprintf(&out, "> %s\n", line)
 			for _, en := range e.pools.all(e.user) {
-				fmt.Fprintf(&out, "  %s %s %.4g\n", SourceName(en.Source), en.Pin, en.Score)
+				fmt.Fprintf(&out, "  %s %s %.4g\n", en.Source.String(), en.Pin, en.Score)
 			}
 		case "drops":
 			n, err := e.gen.Drops(ctx, e.user)

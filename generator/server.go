@@ -8,7 +8,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/smartfeed/smartfeed/internal/quote"
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -99,23 +98,20 @@ func (s *Server) PreviewChunk(ctx context.Context, req *generatorv1.PreviewChunk
 	return out, nil
 }
 
-// requestUser reads the user from the fixed64 field or, when it is zero, its decimal twin.
-func requestUser(id uint64, str string) (zen.ID, error) {
-	if id == 0 && str != "" {
-		v, err := strconv.ParseUint(str, 10, 64)
-		if err != nil {
-			return 0, status.Errorf(codes.InvalidArgument, "user_str %s is not a decimal ID", quote.Q(str))
-		}
-		id = v
+// requestUser reads the user from the fixed64 field, its decimal twin, or both (zen.WireID).
+func requestUser(n uint64, str string) (zen.ID, error) {
+	id, err := zen.WireID(n, str)
+	if err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "user: %v", err)
 	}
 	if id == 0 {
 		return 0, status.Error(codes.InvalidArgument, "user is required")
 	}
-	// A board's ID, type 0 or 1023, reserved bits set: refused input, not a store failure.
-	if err := zen.ID(id).Check(zen.TypeUser); err != nil {
+	// A board's ID, type 1023: refused input, not a store failure.
+	if err := id.Check(zen.TypeUser); err != nil {
 		return 0, status.Error(codes.InvalidArgument, err.Error())
 	}
-	return zen.ID(id), nil
+	return id, nil
 }
 
 func grpcError(err error) error {

@@ -89,6 +89,10 @@ func TestGRPC(t *testing.T) {
 			_, err := cl.GenerateChunk(ctx, &generatorv1.GenerateChunkRequest{UserStr: "-1"})
 			return err
 		}},
+		{"user and user_str disagree", func() error {
+			_, err := cl.GenerateChunk(ctx, &generatorv1.GenerateChunkRequest{User: uint64(e.user), UserStr: strconv.FormatUint(uint64(e.user)+1, 10)})
+			return err
+		}},
 		{"negative max", func() error {
 			_, err := cl.GenerateChunk(ctx, &generatorv1.GenerateChunkRequest{User: uint64(e.user), Max: -1})
 			return err

@@ -77,19 +77,12 @@ func boardID(field string, num uint64, str string, want zen.Type) (zen.ID, error
 
 // boardOptionalID is boardID where unset (0 and "") means none.
 func boardOptionalID(field string, num uint64, str string, want zen.Type) (zen.ID, error) {
-	if num == 0 && str == "" {
-		return 0, nil
+	id, err := zen.WireID(num, str)
+	if err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
 	}
-	id := zen.ID(num)
-	if str != "" {
-		p, err := zen.ParseID(str)
-		if err != nil {
-			return 0, status.Errorf(codes.InvalidArgument, "%s_str: %v", field, err)
-		}
-		if num != 0 && uint64(p) != num {
-			return 0, status.Errorf(codes.InvalidArgument, "%s (%d) and %s_str (%s) disagree", field, num, field, str)
-		}
-		id = p
+	if id == 0 {
+		return 0, nil
 	}
 	if err := id.Check(want); err != nil {
 		return 0, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)

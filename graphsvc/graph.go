@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -122,41 +121,14 @@ func (s *GraphService) enqueue(ctx context.Context, what string, p pinlater.Payl
 	return nil
 }
 
-// graphTypeName names an object type in messages.
-func graphTypeName(t zen.Type) string {
-	switch t {
-	case zen.TypePin:
-		return "pin"
-	case zen.TypeBoard:
-		return "board"
-	case zen.TypeUser:
-		return "user"
-	case zen.TypeInterest:
-		return "interest"
-	}
-	return "type " + strconv.Itoa(int(t))
-}
-
-// graphAnyID reads an ID given as a number, a decimal string, or both (which must agree).
+// graphAnyID reads a required ID given as a number, a decimal string, or both (zen.WireID).
 func graphAnyID(field string, num uint64, str string) (zen.ID, error) {
-	if num == 0 && str == "" {
+	id, err := zen.WireID(num, str)
+	if err != nil {
+		return 0, graphInvalid("%s: %v", field, err)
+	}
+	if id == 0 {
 		return 0, graphInvalid("%s is required (set %s or %s_str)", field, field, field)
-	}
-	var id zen.ID
-	if str != "" {
-		p, err := zen.ParseID(str)
-		if err != nil {
-			return 0, graphInvalid("%s_str: %v", field, err)
-		}
-		if num != 0 && uint64(p) != num {
-			return 0, graphInvalid("%s (%d) and %s_str (%s) disagree", field, num, field, str)
-		}
-		id = p
-	} else {
-		id = zen.ID(num)
-	}
-	if !id.Valid() {
-		return 0, graphInvalid("%s: %d is not a valid ID (reserved bits set or type 0)", field, num)
 	}
 	return id, nil
 }
@@ -168,7 +140,7 @@ func graphTypedID(field string, num uint64, str string, want zen.Type) (zen.ID, 
 		return 0, err
 	}
 	if err := id.Check(want); err != nil {
-		return 0, graphInvalid("%s: expected a %s ID: %v", field, graphTypeName(want), err)
+		return 0, graphInvalid("%s: expected a %s ID: %v", field, want, err)
 	}
 	return id, nil
 }
@@ -177,7 +149,7 @@ func graphTypedID(field string, num uint64, str string, want zen.Type) (zen.ID, 
 func (s *GraphService) get(ctx context.Context, id zen.ID) (zen.Object, error) {
 	o, err := s.g.Get(ctx, id)
 	if errors.Is(err, zen.ErrNotFound) {
-		return zen.Object{}, status.Errorf(codes.NotFound, "%s %d not found", graphTypeName(id.Type()), id)
+		return zen.Object{}, status.Errorf(codes.NotFound, "%s %d not found", id.Type(), id)
 	}
 	if err != nil {
 		return zen.Object{}, s.fail("get "+id.String(), err)

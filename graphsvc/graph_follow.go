@@ -37,7 +37,7 @@ func (s *GraphService) followArgs(ctx context.Context, un uint64, us string, tn 
 	}
 	k, ok := graphFollowKinds[target.Type()]
 	if !ok {
-		return 0, 0, k, graphInvalid("target_id: expected a user, board or interest ID, got a %s ID", graphTypeName(target.Type()))
+		return 0, 0, k, graphInvalid("target_id: expected a user, board or interest ID, got a %s ID", target.Type())
 	}
 	if target == user {
 		return 0, 0, k, graphInvalid("a user cannot follow themselves")
@@ -222,7 +222,7 @@ func (s *GraphService) ListFollowers(ctx context.Context, req *graphv1.ListFollo
 	}
 	k, ok := graphFollowKinds[target.Type()]
 	if !ok {
-		return nil, graphInvalid("target_id: expected a user, board or interest ID, got a %s ID", graphTypeName(target.Type()))
+		return nil, graphInvalid("target_id: expected a user, board or interest ID, got a %s ID", target.Type())
 	}
 	objs, next, count, err := s.page(ctx, target, k.followers, req.GetCursor(), req.GetPageSize(), true)
 	if err != nil {

@@ -120,7 +120,7 @@ func graphTestUsers(t *testing.T, e *graphEnv, ghost func(zen.Type) uint64) {
 		{"get: malformed string", func(ctx context.Context) error {
 			_, err := e.c.GetUser(ctx, &graphv1.GetUserRequest{UserIdStr: "12ab"})
 			return err
-		}, codes.InvalidArgument, "user_id_str"},
+		}, codes.InvalidArgument, `user_id: parse id "12ab"`},
 		{"get: reserved bits", func(ctx context.Context) error {
 			_, err := e.c.GetUser(ctx, &graphv1.GetUserRequest{UserId: 1<<63 | u.Id})
 			return err

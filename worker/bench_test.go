@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/worker/baseline"
@@ -88,10 +89,14 @@ func benchWorker(b *testing.B, n int, store zen.Store) {
 	author, _ := g.Create(ctx, zen.TypeUser, 0, nil)
 	board, _ := g.Create(ctx, zen.TypeBoard, author.ID, nil)
 	recv := benchReceivers(n)
-	err = parallel(ctx, n, func(ctx context.Context, i int) error {
-		return g.AddEdge(ctx, zen.Edge{From: author.ID, Type: zen.EdgeFollowedByUser, To: recv[i]})
-	})
-	if err != nil {
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(maxParallel)
+	for _, r := range recv {
+		eg.Go(func() error {
+			return g.AddEdge(ectx, zen.Edge{From: author.ID, Type: zen.EdgeFollowedByUser, To: r})
+		})
+	}
+	if err := eg.Wait(); err != nil {
 		b.Fatal(err)
 	}
 	pools, _ := store.Table(ctx, "pools")

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/smartfeed/smartfeed/internal/quote"
 	"github.com/smartfeed/smartfeed/pinlater"
 	ingestv1 "github.com/smartfeed/smartfeed/proto/ingest/v1"
 	"github.com/smartfeed/smartfeed/zen"
@@ -35,26 +33,20 @@ func NewIngestServer(pub *Publisher, eng Engager) *IngestServer {
 	return &IngestServer{pub: pub, eng: eng}
 }
 
-// idOf reads an ID given as a number, a decimal string, or both (which must agree).
+// idOf reads an ID given as a number, a decimal string, or both (zen.WireID), of type t
+// unless t is 0.
 func idOf(what string, n uint64, s string, t zen.Type, required bool) (zen.ID, error) {
-	id := zen.ID(n)
-	if s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %s is not a decimal ID", what, quote.Q(s))
-		}
-		if n != 0 && v != n {
-			return 0, fmt.Errorf("%s: %d and %s disagree", what, n, quote.Q(s))
-		}
-		id = zen.ID(v)
+	id, err := zen.WireID(n, s)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", what, err)
 	}
-	if id == 0 && !required {
+	if id == 0 {
+		if required {
+			return 0, fmt.Errorf("%s is required", what)
+		}
 		return 0, nil
 	}
 	if t == 0 {
-		if !id.Valid() {
-			return 0, fmt.Errorf("%s: %d is not a valid ID", what, id)
-		}
 		return id, nil
 	}
 	if err := id.Check(t); err != nil {

@@ -547,7 +547,7 @@ func (sc *scenario) dump() string {
 				sc.t.Fatal(err)
 			}
 			for _, e := range es {
-				fmt.Fprintf(&b, "%s %s %s %.6f %q\n", u, SourceName(src), sc.name(e.Pin), e.Score, e.Reason)
+				fmt.Fprintf(&b, "%s %s %s %.6f %q\n", u, src.String(), sc.name(e.Pin), e.Score, e.Reason)
 			}
 		}
 		if sc.e.w.Rebuilding(sc.ctx, id) {

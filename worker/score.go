@@ -80,29 +80,14 @@ func DefaultWeights() Weights {
 	}
 }
 
-// SourceName is the name of a source in weight files and scenario files.
-func SourceName(s zen.Source) string {
-	switch s {
-	case zen.SourceFollowing:
-		return "following"
-	case zen.SourceInterest:
-		return "interest"
-	case zen.SourceRelated:
-		return "related"
-	}
-	return fmt.Sprintf("source%d", s)
-}
-
 // Validate refuses weights that could produce NaN or a meaningless model.
 func (w Weights) Validate() error {
 	vals := map[string]float64{"bias": w.Bias, "recency": w.Recency, "recency_half_life_hours": w.RecencyHalfLifeHours,
 		"affinity": w.Affinity, "popularity": w.Popularity, "interest_match": w.InterestMatch,
 		"co_occurrence": w.CoOccurrence, "repin": w.Repin}
 	for k, v := range w.Source {
-		switch k {
-		case "following", "interest", "related":
-		default:
-			return fmt.Errorf("weights: unknown source %q (want following, interest or related)", k)
+		if _, err := zen.ParseSource(k); err != nil {
+			return fmt.Errorf("weights: %w", err)
 		}
 		vals["source."+k] = v
 	}
@@ -166,7 +151,7 @@ func NewLogisticScorer(w Weights) (*LogisticScorer, error) {
 // Score implements Scorer.
 func (s *LogisticScorer) Score(f Features) float64 {
 	w := s.W
-	z := w.Bias + w.Source[SourceName(f.Source)]
+	z := w.Bias + w.Source[f.Source.String()]
 	age := math.Max(0, f.AgeHours)
 	z += w.Recency * math.Exp2(-age/w.RecencyHalfLifeHours)
 	z += w.Affinity * math.Log1p(math.Max(0, f.Affinity))

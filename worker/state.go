@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -49,52 +48,8 @@ func i64(v []byte) (int64, bool) {
 
 func i64Bytes(n int64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(n)) }
 
-// maxParallelGets bounds the concurrent point reads of one batch (HBase round trips overlap).
-const maxParallelGets = 16
-
-// parallel runs fn(i) for i in [0, n) on at most maxParallelGets goroutines and returns the
-// first error.
-func parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
-	if n == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		next  = make(chan int)
-	)
-	for range min(maxParallelGets, n) {
-		wg.Go(func() {
-			for i := range next {
-				if err := fn(ctx, i); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = err
-						cancel()
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-feed:
-	for i := range n {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	if first != nil {
-		return first
-	}
-	return ctx.Err()
-}
+// maxParallel bounds the concurrent pool writes of one batch (HBase round trips overlap).
+const maxParallel = 16
 
 // RecordEngagement notes that user saved or liked pin, whose author is author: it raises
 // user's affinity for author by one, once per (user, pin) however often it is called (a mark

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -288,12 +290,16 @@ func (w *Worker) HandlePinDelete(ctx context.Context, p pinlater.PinDeletePayloa
 			}
 			seen += len(edges)
 			var removed atomic.Int64
-			err = parallel(ctx, len(edges), func(ctx context.Context, i int) error {
-				n, err := w.pools.Remove(ctx, edges[i].To, []zen.ID{pin})
-				removed.Add(int64(n))
-				return err
-			})
-			if err != nil {
+			g, gctx := errgroup.WithContext(ctx)
+			g.SetLimit(maxParallel)
+			for _, e := range edges {
+				g.Go(func() error {
+					n, err := w.pools.Remove(gctx, e.To, []zen.ID{pin})
+					removed.Add(int64(n))
+					return err
+				})
+			}
+			if err := g.Wait(); err != nil {
 				return fmt.Errorf("pin delete %d: %w", pin, err)
 			}
 			total += int(removed.Load())

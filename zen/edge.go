@@ -356,7 +356,7 @@ func (g *Graph) RecountEdges(ctx context.Context, from ID, t EdgeType) (int64, e
 		return 0, fmt.Errorf("recount edges type %d: %w", t, err)
 	}
 	prefix := edgeListPrefix(from, t, tagPoint)
-	start, stop := prefix, prefixEnd(prefix)
+	start, stop := prefix, PrefixEnd(prefix)
 	var n int64
 	for {
 		rows, err := g.edges.Scan(ctx, ScanOptions{Start: start, Stop: stop, Limit: 1000})
@@ -568,7 +568,7 @@ func (g *Graph) ListEdges(ctx context.Context, from ID, t EdgeType, cur string, 
 		return nil, "", fmt.Errorf("list edges %d-%d: limit %d out of range [1, %d]", from, t, limit, MaxEdgePage)
 	}
 	prefix := edgeListPrefix(from, t, tagEdge)
-	start, stop := prefix, prefixEnd(prefix)
+	start, stop := prefix, PrefixEnd(prefix)
 	if cur != "" {
 		c, err := decodeCursor(cur)
 		if err != nil {

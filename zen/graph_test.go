@@ -455,7 +455,7 @@ func TestMapKeyRowOnModShard(t *testing.T) {
 	for _, r := range rows {
 		got = append(got, int(binary.BigEndian.Uint64(r.Key[:8])>>46))
 	}
-	// "foo" → 1240, "1.2.3.4" → 1537, "user@example.com" → 2479 (data-model.md §4), in key order.
+	// "foo" → 1240, "1.2.3.4" → 1537, "user@example.com" → 2479 (docs/data-model.md §4), in key order.
 	if diff := cmp.Diff([]int{1240, 1537, 2479}, got); diff != "" {
 		t.Errorf("mod shards of the map rows (-want +got):\n%s", diff)
 	}

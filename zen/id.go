@@ -90,6 +90,28 @@ func ParseID(s string) (ID, error) {
 	return id, nil
 }
 
+// WireID reads an ID that a message carries twice: as a number (a fixed64 field) and as its
+// decimal string (the _str twin, for JSON clients whose numbers lose precision above 2^53).
+// Either may be unset (0 or ""); when both are set they must agree. Neither set is the zero ID
+// and no error: a caller that requires the ID checks for zero. A set ID must be Valid (reserved
+// bits zero, a non-zero type); checking its type is the caller's (Check).
+func WireID(n uint64, s string) (ID, error) {
+	if s == "" {
+		if id := ID(n); n != 0 && !id.Valid() {
+			return 0, fmt.Errorf("id %d is not a valid ID (reserved top bits set or type 0)", n)
+		}
+		return ID(n), nil
+	}
+	id, err := ParseID(s)
+	if err != nil {
+		return 0, err
+	}
+	if n != 0 && uint64(id) != n {
+		return 0, fmt.Errorf("id %d and id string %s disagree", n, quote.Q(s))
+	}
+	return id, nil
+}
+
 // Check returns an error naming the expected and actual type unless id is a valid ID of type want.
 func (id ID) Check(want Type) error {
 	if id > MaxID {

@@ -18,7 +18,7 @@ type idParts struct {
 
 func parts(id zen.ID) idParts { return idParts{id.Shard(), id.Type(), id.Local()} }
 
-// TestIDVectors checks data-model.md §4 and DESIGN.md §3.
+// TestIDVectors checks docs/data-model.md §4.
 func TestIDVectors(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -120,7 +120,7 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-// TestModShardVectors checks data-model.md §4: md5 as a 128-bit big-endian integer mod 4096.
+// TestModShardVectors checks docs/data-model.md §4: md5 as a 128-bit big-endian integer mod 4096.
 func TestModShardVectors(t *testing.T) {
 	for _, tc := range []struct {
 		key  string
@@ -140,4 +140,89 @@ func TestModShardVectors(t *testing.T) {
 	if got := zen.ModShard("foo", 1000); got != 560 {
 		t.Errorf("ModShard(foo, 1000) = %d, want 560", got)
 	}
+}
+
+// TestWireID: the one rule every service applies to an ID sent as a number, a decimal
+// string, or both.
+func TestWireID(t *testing.T) {
+	user, err := zen.NewID(7, zen.TypeUser, 42)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := user.String()
+	for _, tt := range []struct {
+		name    string
+		n       uint64
+		s       string
+		want    zen.ID
+		wantErr string // a substring; "" = no error
+	}{
+		{"neither", 0, "", 0, ""},
+		{"number", uint64(user), "", user, ""},
+		{"string", 0, us, user, ""},
+		{"both agree", uint64(user), us, user, ""},
+		{"both disagree", uint64(user) + 1, us, 0, "disagree"},
+		{"string not decimal", 0, "0x12", 0, "not a decimal"},
+		{"string negative", 0, "-1", 0, "not a decimal"},
+		{"string zero", 0, "0", 0, "type 0"},
+		{"string reserved bits", 0, "18446744073709551615", 0, "reserved"},
+		{"number type 0", 5, "", 0, "type 0"},
+		{"number reserved bits", 1 << 63, "", 0, "reserved"},
+		{"bad string beside a good number", uint64(user), "x", 0, "not a decimal"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := zen.WireID(tt.n, tt.s)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && !strings.Contains(gotErr, tt.wantErr) {
+				t.Fatalf("WireID(%d, %q) error %q, want %q", tt.n, tt.s, gotErr, tt.wantErr)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("WireID(%d, %q) (-want +got):\n%s", tt.n, tt.s, diff)
+			}
+		})
+	}
+}
+
+// FuzzWireID: WireID never panics; what it accepts is zero or Valid, agrees with each form
+// given, and round-trips through both forms.
+func FuzzWireID(f *testing.F) {
+	user, err := zen.NewID(7, zen.TypeUser, 42)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(uint64(0), "")
+	f.Add(uint64(user), user.String())
+	f.Add(uint64(user), "")
+	f.Add(uint64(0), "0")
+	f.Add(uint64(1)<<63, "9223372036854775808")
+	f.Fuzz(func(t *testing.T, n uint64, s string) {
+		id, err := zen.WireID(n, s)
+		if err != nil {
+			if id != 0 {
+				t.Fatalf("WireID(%d, %q) = %d with error %v", n, s, id, err)
+			}
+			return
+		}
+		if id != 0 && !id.Valid() {
+			t.Fatalf("WireID(%d, %q) = %d, not Valid", n, s, id)
+		}
+		if n != 0 && uint64(id) != n {
+			t.Fatalf("WireID(%d, %q) = %d, not the number", n, s, id)
+		}
+		if s != "" && id.String() != s {
+			// ParseUint accepts only canonical decimal without a sign, except leading zeros.
+			if p, perr := zen.ParseID(s); perr != nil || p != id {
+				t.Fatalf("WireID(%d, %q) = %d, not the string", n, s, id)
+			}
+		}
+		if id != 0 {
+			back, err := zen.WireID(uint64(id), id.String())
+			if err != nil || back != id {
+				t.Fatalf("round trip of %d: %d, %v", id, back, err)
+			}
+		}
+	})
 }

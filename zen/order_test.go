@@ -251,7 +251,7 @@ func modelMove(list []zen.ID, pin zen.ID, k int) (out []zen.ID, before, after ze
 	return slices.Insert(rest, k, pin), before, after
 }
 
-// TestOrderSameSpotVectors checks data-model.md §1.4: neighbours 1 ms apart allow 83 moves to
+// TestOrderSameSpotVectors checks docs/data-model.md §1.4: neighbours 1 ms apart allow 83 moves to
 // the same spot under the plain scheme (1 s: 93, 1 day: 109); the next move re-spaces and
 // succeeds. It also pins down when the background respace is first asked for (gap < 2^20).
 func TestOrderSameSpotVectors(t *testing.T) {

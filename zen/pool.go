@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // Source is the origin of a pool entry; each (user, source) is one priority queue.
@@ -473,16 +475,19 @@ func casAll(ctx context.Context, t Table, conds []Cond) ([]bool, error) {
 		return out, err
 	}
 	out := make([]bool, len(conds))
-	err := parallel(ctx, len(conds), func(ctx context.Context, i int) error {
-		c := conds[i]
-		ok, err := t.CheckAndSet(ctx, c.Key, c.Expected, c.Value)
-		if err != nil {
-			return fmt.Errorf("%x: %w", c.Key, err)
-		}
-		out[i] = ok
-		return nil
-	})
-	if err != nil {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(maxParallel)
+	for i, c := range conds {
+		g.Go(func() error {
+			ok, err := t.CheckAndSet(gctx, c.Key, c.Expected, c.Value)
+			if err != nil {
+				return fmt.Errorf("%x: %w", c.Key, err)
+			}
+			out[i] = ok
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -502,7 +507,7 @@ func (p *Pools) Top(ctx context.Context, user ID, src Source, n int) ([]PoolEntr
 		return nil, fmt.Errorf("top %d/%d: n %d out of range [1, %d]", user, src, n, MaxPoolPage)
 	}
 	prefix := sourcePrefix(user, src)
-	start, stop := prefix, prefixEnd(prefix)
+	start, stop := prefix, PrefixEnd(prefix)
 	nowMs := p.now().UnixMilli()
 	var out []PoolEntry
 	for len(out) < n {
@@ -826,7 +831,7 @@ func (p *Pools) entries(ctx context.Context, user ID, src Source) ([]PoolEntry, 
 // index returns the live entries of user (src 0 = every source) and the tombstone rows.
 func (p *Pools) index(ctx context.Context, user ID, src Source) ([]PoolEntry, []KV, error) {
 	prefix := append(userPrefix(user), 0)
-	start, stop := prefix, prefixEnd(prefix)
+	start, stop := prefix, PrefixEnd(prefix)
 	var out []PoolEntry
 	var tombs []KV
 	for {
@@ -1056,7 +1061,7 @@ func (p *Pools) DeleteUser(ctx context.Context, user ID) error {
 		return fmt.Errorf("delete user pools: %w", err)
 	}
 	idx := append(userPrefix(user), 0)
-	for _, rng := range [][2][]byte{{idx, prefixEnd(idx)}, {userPrefix(user), prefixEnd(userPrefix(user))}} {
+	for _, rng := range [][2][]byte{{idx, PrefixEnd(idx)}, {userPrefix(user), PrefixEnd(userPrefix(user))}} {
 		for {
 			rows, err := p.t.Scan(ctx, ScanOptions{Start: rng[0], Stop: rng[1], Limit: 1000})
 			if err != nil {

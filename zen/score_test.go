@@ -20,7 +20,7 @@ func not8(b [8]byte) [8]byte {
 	return b
 }
 
-// TestScoreVectors checks data-model.md §2.3 (float64 asc / desc).
+// TestScoreVectors checks docs/data-model.md §2.3 (float64 asc / desc).
 func TestScoreVectors(t *testing.T) {
 	for _, tc := range []struct {
 		f         float64
@@ -101,7 +101,7 @@ func TestScoreOrder(t *testing.T) {
 	}
 }
 
-// TestPoolKeyVectors checks data-model.md §2.3's pool keys: user | ^score | pin, with our source
+// TestPoolKeyVectors checks docs/data-model.md §2.3's pool keys: user | ^score | pin, with our source
 // byte after the user, and their scan order (best first, ties to the smaller pin).
 func TestPoolKeyVectors(t *testing.T) {
 	user, _ := zen.ParseID("241294629943640797")

@@ -60,10 +60,25 @@ type Table interface {
 // Store opens the named tables of one storage cluster. Table names are short lowercase words
 // (e.g. "objects", "edges", "pools", "feed"); the HBase backend maps each to an HBase table.
 type Store interface {
-	// Table returns the named table, creating it if the backend needs that.
+	// Table returns the named table, creating it if the backend needs that. A name that
+	// CheckTableName refuses is an error.
 	Table(ctx context.Context, name string) (Table, error)
 	// Close releases the store.
 	Close() error
+}
+
+// CheckTableName reports whether name is a valid table name: 1 to 64 characters of [a-z0-9_].
+// Every backend refuses other names, so a name that works on one works on all.
+func CheckTableName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("table name %q: want 1 to 64 characters", name)
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return fmt.Errorf("table name %q: want only [a-z0-9_]", name)
+		}
+	}
+	return nil
 }
 
 // MultiGetter is an optional extension of Table for backends that read many rows faster together

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -123,7 +124,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	last := time.Time{}
 	progress := func(phase string, done, total int) {
 		if tty {
-			fmt.Fprintf(stdout, "\r\033[K%s %s %d/%d", phase, bar(float64(done)/float64(max(total, 1)), 30), done, total)
+			fmt.Fprintf(stdout, "\r\033[K%s %s %d/%d", phase, bar(int64(done), int64(total), 30), done, total)
 			if done >= total {
 				fmt.Fprintln(stdout)
 			}
@@ -314,7 +315,7 @@ func (s *benchSystem) InPool(ctx context.Context, user, pin uint64) (bool, error
 }
 
 func (s *benchSystem) PoolInserts() float64 {
-	return gatherSum(s.a.reg, "smartfeed_worker_pool_inserts_total")
+	return float64(gatherSum(s.a.reg, "smartfeed_worker_pool_inserts_total"))
 }
 
 func (s *benchSystem) FanoutPending(ctx context.Context) (int, error) {
@@ -351,8 +352,8 @@ func (s *benchSystem) Hedging(_ context.Context, on bool) error {
 }
 
 func (s *benchSystem) Hedges() (float64, float64) {
-	return gatherSum(s.a.reg, "smartfeed_hedge_issued_total") + gatherSum(s.a.reg, "smartfeed_hedge_warmup_reads_total"),
-		gatherSum(s.a.reg, "smartfeed_hedge_calls_total")
+	standby := gatherSum(s.a.reg, "smartfeed_hedge_issued_total") + gatherSum(s.a.reg, "smartfeed_hedge_warmup_reads_total")
+	return float64(standby), float64(gatherSum(s.a.reg, "smartfeed_hedge_calls_total"))
 }
 
 func (s *benchSystem) Cutoff(context.Context) (time.Duration, error) {
@@ -361,42 +362,16 @@ func (s *benchSystem) Cutoff(context.Context) (time.Duration, error) {
 }
 
 func (s *benchSystem) StandbyP999() time.Duration {
-	mfs, err := s.a.reg.Gather()
-	if err != nil {
-		return 0
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "smartfeed_hedge_read_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "store" && l.GetValue() == "standby" {
-					return toHist(m.GetHistogram()).Quantile(0.999)
-				}
-			}
-		}
-	}
-	return 0
+	_, standby := hedge.ReadLatency(&dto.MetricFamily{Metric: gatherSeries(s.a.reg, hedge.ReadLatencyMetric)})
+	return standby.Quantile(0.999)
 }
 
 // GeneratorTime reads the generator stage of smartfeed_feed_stage_seconds.
 func (s *benchSystem) GeneratorTime() (float64, time.Duration) {
-	mfs, err := s.a.reg.Gather()
-	if err != nil {
-		return 0, 0
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "smartfeed_feed_stage_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "stage" && l.GetValue() == "generator" {
-					h := m.GetHistogram()
-					return float64(h.GetSampleCount()), time.Duration(h.GetSampleSum() * float64(time.Second))
-				}
-			}
+	for _, m := range gatherSeries(s.a.reg, "smartfeed_feed_stage_seconds") {
+		if labelValue(m, "stage") == "generator" {
+			h := m.GetHistogram()
+			return float64(h.GetSampleCount()), time.Duration(h.GetSampleSum() * float64(time.Second))
 		}
 	}
 	return 0, 0
@@ -446,5 +421,5 @@ func (s *benchSystem) RawWrite(ctx context.Context, rows, keyLen, valueLen, batc
 	if firstErr != nil {
 		return 0, firstErr
 	}
-	return float64(per*writers*batch) / time.Since(start).Seconds(), nil
+	return float64(perSecond(int64(per*writers*batch), time.Since(start))), nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -162,7 +163,7 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 		start := time.Now()
 		g, err = buildDemoGraph(ctx, a.graph, df.spec, func(done, total int) {
 			if tty {
-				fmt.Fprintf(stdout, "\r\033[Kgraph: %s %d/%d", bar(float64(done)/float64(total), 30), done, total)
+				fmt.Fprintf(stdout, "\r\033[Kgraph: %s %d/%d", bar(int64(done), int64(total), 30), done, total)
 			}
 		})
 		if tty {
@@ -274,7 +275,7 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 // syncInserts copies the worker's pool insert counter and the fanout queues' depth and age
 // into the stats.
 func (s *demoStats) syncInserts(a *app) {
-	s.inserts.Store(int64(gatherSum(a.reg, "smartfeed_worker_pool_inserts_total")))
+	s.inserts.Store(gatherSum(a.reg, "smartfeed_worker_pool_inserts_total"))
 	if a.pinAdmin == nil {
 		return
 	}
@@ -296,22 +297,38 @@ func (s *demoStats) syncInserts(a *app) {
 	}
 }
 
-// gatherSum sums every series of the named counter or gauge in reg (0 when absent).
-func gatherSum(reg prometheus.Gatherer, name string) float64 {
-	fams, err := reg.Gather()
-	if err != nil {
-		return 0
-	}
-	var sum float64
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
+// gatherSum sums every series of the named counter or gauge in reg (0 when absent). The
+// counters it reads count events, so the sum is a whole number.
+func gatherSum(reg prometheus.Gatherer, name string) int64 {
+	var sum int64
+	for _, m := range gatherSeries(reg, name) {
+		sum += int64(m.GetCounter().GetValue()) + int64(m.GetGauge().GetValue())
 	}
 	return sum
+}
+
+// gatherSeries returns the series of the named metric family in reg (none when absent).
+func gatherSeries(reg prometheus.Gatherer, name string) []*dto.Metric {
+	fams, err := reg.Gather()
+	if err != nil {
+		return nil
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.GetMetric()
+		}
+	}
+	return nil
+}
+
+// labelValue is the value of m's label name ("" when absent).
+func labelValue(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 // pickReader picks the showcase user a tenth of the time and a random user otherwise.
@@ -394,8 +411,8 @@ func (s *demoStats) read(ctx context.Context, c feedv1.FeedServiceClient, user z
 	s.mu.Unlock()
 }
 
-// percentiles returns the p-th percentiles of the recent latencies.
-func (s *demoStats) percentiles(ps ...float64) []time.Duration {
+// percentiles returns the p-th percentiles (p in [0, 100]) of the recent latencies.
+func (s *demoStats) percentiles(ps ...int) []time.Duration {
 	s.mu.Lock()
 	l := slices.Clone(s.lat)
 	s.mu.Unlock()
@@ -405,7 +422,7 @@ func (s *demoStats) percentiles(ps ...float64) []time.Duration {
 	}
 	slices.Sort(l)
 	for i, p := range ps {
-		out[i] = l[min(len(l)-1, int(p/100*float64(len(l))))]
+		out[i] = l[min(len(l)-1, p*len(l)/100)]
 	}
 	return out
 }
@@ -413,18 +430,17 @@ func (s *demoStats) percentiles(ps ...float64) []time.Duration {
 // line is the summary line; total > 0 draws a progress bar of the elapsed time.
 func (s *demoStats) line(total time.Duration) string {
 	el := time.Since(s.start)
-	sec := max(el.Seconds(), 0.001)
 	p := s.percentiles(50, 99)
 	var b strings.Builder
 	if total > 0 {
-		fmt.Fprintf(&b, "%s ", bar(el.Seconds()/total.Seconds(), 20))
+		fmt.Fprintf(&b, "%s ", bar(int64(el), int64(total), 20))
 	}
 	s.mu.Lock()
 	depth, qlag, growing := s.depth, s.qlag, len(s.depths) >= 4 && slices.IsSorted(s.depths) && s.depths[len(s.depths)-1] > s.depths[0]
 	s.mu.Unlock()
-	fmt.Fprintf(&b, "%4ds  events %d (%.0f/s)  pool inserts %d (%.0f/s)  fanout queue %d (oldest %s)  GetFeed %.0f/s of %.0f/s p50 %s p99 %s  hedges %d  fresh pins %d",
-		int(el.Seconds()), s.events.Load(), float64(s.events.Load())/sec, s.inserts.Load(), float64(s.inserts.Load())/sec,
-		depth, qlag.Round(100*time.Millisecond), float64(s.reads.Load())/sec, s.readTarget, fmtMs(p[0]), fmtMs(p[1]), s.hedged.Load(), s.fresh.Load())
+	fmt.Fprintf(&b, "%4ds  events %d (%d/s)  pool inserts %d (%d/s)  fanout queue %d (oldest %s)  GetFeed %d/s of %.0f/s p50 %s p99 %s  hedges %d  fresh pins %d",
+		int(el.Seconds()), s.events.Load(), perSecond(s.events.Load(), el), s.inserts.Load(), perSecond(s.inserts.Load(), el),
+		depth, qlag.Round(100*time.Millisecond), perSecond(s.reads.Load(), el), s.readTarget, fmtMs(p[0]), fmtMs(p[1]), s.hedged.Load(), s.fresh.Load())
 	if growing && qlag > 2*time.Second {
 		b.WriteString("  WARNING: the worker is falling behind (fanout queue growing)")
 	}
@@ -438,10 +454,15 @@ func fmtMs(d time.Duration) string {
 	return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
 }
 
-// bar draws a progress bar of fraction f (clamped to [0, 1]) in width cells.
-func bar(f float64, width int) string {
-	f = max(0, min(1, f))
-	n := int(f * float64(width))
+// perSecond is the whole number of events a second of n events in d (n when d < 1ms).
+func perSecond(n int64, d time.Duration) int64 {
+	return n * int64(time.Second) / max(int64(d), int64(time.Millisecond))
+}
+
+// bar draws a progress bar of done out of total (the fraction clamped to [0, 1]) in width
+// cells.
+func bar(done, total int64, width int) string {
+	n := int(max(0, min(int64(width), done*int64(width)/max(total, 1))))
 	return "[" + strings.Repeat("#", n) + strings.Repeat(".", width-n) + "]"
 }
 

@@ -88,11 +88,11 @@ func TestDemoRefusesBadFlags(t *testing.T) {
 
 func TestBar(t *testing.T) {
 	for _, tt := range []struct {
-		f    float64
-		want string
-	}{{0, "[....]"}, {0.5, "[##..]"}, {1, "[####]"}, {7, "[####]"}, {-1, "[....]"}} {
-		if got := bar(tt.f, 4); got != tt.want {
-			t.Errorf("bar(%v) = %q, want %q", tt.f, got, tt.want)
+		done, total int64
+		want        string
+	}{{0, 10, "[....]"}, {5, 10, "[##..]"}, {10, 10, "[####]"}, {70, 10, "[####]"}, {-1, 10, "[....]"}, {3, 0, "[####]"}} {
+		if got := bar(tt.done, tt.total, 4); got != tt.want {
+			t.Errorf("bar(%d, %d) = %q, want %q", tt.done, tt.total, got, tt.want)
 		}
 	}
 }

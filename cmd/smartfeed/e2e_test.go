@@ -31,7 +31,7 @@ import (
 // TestEndToEndInvariants wires the real worker, generator and feed service the way `smartfeed
 // all` does (newApp: Pebble in a temp dir, a real Redis, the pinlater server running the worker
 // and materialize handlers), drives a small graph through pin, repin, follow, unfollow and
-// delete events, and checks DESIGN.md §5's invariants across the services: nothing lost,
+// delete events, and checks docs/data-model.md §5's invariants across the services: nothing lost,
 // nothing twice, order kept, degrade don't fail, idempotent jobs, and a crash of the generator's
 // take and of the materialize job.
 func TestEndToEndInvariants(t *testing.T) {
@@ -557,7 +557,7 @@ func (e *e2e) locateWith(user zen.ID, gen *generator.Generator) map[zen.ID][]str
 		es, err := e.a.pools.Top(e.ctx, user, src, 10000)
 		e.must(err)
 		for _, pe := range es {
-			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+generator.SourceName(src))
+			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+src.String())
 		}
 	}
 	rows, err := scanFeed(e.ctx, e.a.feedPrimary, user)
@@ -1233,7 +1233,7 @@ func (e *e2e) feedPins(u zen.ID) map[zen.ID]bool {
 // summarizePools says which pins a change added to or removed from a user's pools, and how
 // many of the added ones are already in the materialized feed.
 func summarizePools(before, after []poolRow, inFeed map[zen.ID]bool) string {
-	key := func(r poolRow) string { return fmt.Sprintf("%s/%s", generator.SourceName(r.Source), r.Pin) }
+	key := func(r poolRow) string { return fmt.Sprintf("%s/%s", r.Source.String(), r.Pin) }
 	b, a := map[string]bool{}, map[string]bool{}
 	for _, r := range before {
 		b[key(r)] = true

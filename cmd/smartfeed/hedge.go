@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/smartfeed/smartfeed/feedsvc"
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 )
 
@@ -83,24 +85,24 @@ Alone, hedge is hedge show.`,
 				nflags++
 			}
 		})
-		return hedgeSet(cmd.Context(), hf, cmd.OutOrStdout(), func(p *feedv1.HedgePolicy) {
+		return hedgeSet(cmd.Context(), hf, cmd.OutOrStdout(), func(p *hedge.Policy) {
 			if given["cutoff"] {
-				p.DelayMs = ms(cutoff)
+				p.Delay = cutoff
 				if !given["mode"] {
-					p.Mode = "fixed"
+					p.Mode = hedge.ModeFixed
 				}
 			}
 			if given["mode"] {
-				p.Mode = mode
+				p.Mode = hedge.Mode(mode)
 			}
 			if given["percentile"] {
 				p.Percentile = pct
 			}
 			if given["min"] {
-				p.MinMs = ms(minC)
+				p.Min = minC
 			}
 			if given["max"] {
-				p.MaxMs = ms(maxC)
+				p.Max = maxC
 			}
 			if given["budget"] {
 				p.Budget = budget
@@ -130,8 +132,6 @@ Alone, hedge is hedge show.`,
 	cmd.AddCommand(suggest)
 	return cmd
 }
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func parseCutoffs(s string) ([]time.Duration, error) {
 	var out []time.Duration
@@ -204,17 +204,19 @@ func hedgeShow(ctx context.Context, hf hedgeFlags, w io.Writer) error {
 	fmt.Fprintln(tw, "store\treads\tp50\tp90\tp99\tp99.9\t")
 	for _, s := range []struct {
 		name string
-		h    latencyHist
+		h    hedge.Histogram
 	}{{"primary", primary}, {"standby", standby}} {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", s.name, s.h.Count(), fmtMs(s.h.Quantile(0.5)), fmtMs(s.h.Quantile(0.9)),
 			fmtMs(s.h.Quantile(0.99)), fmtMs(s.h.Quantile(0.999)))
 	}
 	_ = tw.Flush()
-	fmt.Fprintln(w, "(percentiles interpolated from the histogram buckets of "+readLatencyMetric+")")
+	fmt.Fprintln(w, "(percentiles interpolated from the histogram buckets of "+hedge.ReadLatencyMetric+")")
 	return nil
 }
 
-func hedgeSet(ctx context.Context, hf hedgeFlags, w io.Writer, change func(*feedv1.HedgePolicy), nflags int) error {
+// hedgeSet reads the policy in force, changes it as hedge.Policy, and sends it back; the server
+// validates it (hedge.Policy.Validate) and keeps the knobs the wire form does not carry.
+func hedgeSet(ctx context.Context, hf hedgeFlags, w io.Writer, change func(*hedge.Policy), nflags int) error {
 	if nflags == 0 {
 		return errors.New("hedge set: nothing to change (give --cutoff, --mode, --percentile, --min, --max, --budget or --warmup)")
 	}
@@ -229,8 +231,12 @@ func hedgeSet(ctx context.Context, hf hedgeFlags, w io.Writer, change func(*feed
 	if err != nil {
 		return fmt.Errorf("get hedge policy from %s: %w", hf.grpcAddr, err)
 	}
-	change(p)
-	got, err := c.SetHedgePolicy(cctx, p)
+	pol, err := feedsvc.HedgePolicyFromProto(p, hedge.DefaultPolicy())
+	if err != nil {
+		return fmt.Errorf("hedge policy from %s: %w", hf.grpcAddr, err)
+	}
+	change(&pol)
+	got, err := c.SetHedgePolicy(cctx, feedsvc.HedgePolicyProto(pol, 0))
 	if err != nil {
 		return fmt.Errorf("set hedge policy: %w", err)
 	}
@@ -256,7 +262,7 @@ func hedgeSuggest(ctx context.Context, hf hedgeFlags, w io.Writer, cutoffs []tim
 	if err != nil {
 		return err
 	}
-	rows, err := suggestCutoffs(primary, standby, append([]time.Duration{0}, cutoffs...), budget, burst, samples, 1)
+	rows, err := hedge.Suggest(primary, standby, append([]time.Duration{0}, cutoffs...), budget, burst, samples, 1)
 	if err != nil {
 		return err
 	}
@@ -276,7 +282,7 @@ func hedgeSuggest(ctx context.Context, hf hedgeFlags, w io.Writer, cutoffs []tim
 }
 
 // fetchLatency scrapes the admin port's /metrics for the read latency histograms.
-func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby latencyHist, err error) {
+func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby hedge.Histogram, err error) {
 	url := "http://" + hf.adminAddr + "/metrics"
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -291,7 +297,7 @@ func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby latencyH
 	if resp.StatusCode != http.StatusOK {
 		return primary, standby, fmt.Errorf("scrape %s: %s", url, resp.Status)
 	}
-	return parseReadLatency(resp.Body)
+	return hedge.ParseReadLatency(resp.Body)
 }
 
 // bearerCreds sends a bearer token with every call (over plaintext too: the admin port is on

@@ -393,11 +393,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("standby staleness gate: %w", err)
 	}
-	h := a.cfg.Feed.Hedge
-	pol := hedge.DefaultPolicy()
-	pol.Mode, pol.Delay, pol.Percentile = hedge.Mode(h.Mode), h.Delay.D(), h.Percentile
-	pol.Min, pol.Max, pol.Budget, pol.Warmup = h.Min.D(), h.Max.D(), h.Budget, h.Warmup
-	hedger, err := hedge.New(pol, hedge.Options{Registerer: a.reg, Logger: a.log.Named("hedge")})
+	hedger, err := hedge.New(a.cfg.Feed.Hedge, hedge.Options{Registerer: a.reg, Logger: a.log.Named("hedge")})
 	a.hedger = hedger
 	if err != nil {
 		return fmt.Errorf("hedge policy: %w", err)

@@ -634,7 +634,7 @@ func (s *split) locate(user zen.ID) map[zen.ID][]string {
 		es, err := s.pools.Top(s.ctx, user, src, 10000)
 		s.must(err)
 		for _, pe := range es {
-			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+generator.SourceName(src))
+			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+src.String())
 		}
 	}
 	for _, r := range s.feedRows(user) {

@@ -27,6 +27,14 @@ func (a *app) buildWorker(ctx context.Context) error {
 		return err
 	}
 	opts := worker.Options{Logger: a.log.Named("worker"), Reg: a.reg}
+	if f := a.cfg.Worker.WeightsFile; f != "" {
+		w, err := worker.LoadWeights(f)
+		if err != nil {
+			return fmt.Errorf("worker: %s: %w", f, err)
+		}
+		opts.Scorer = &worker.LogisticScorer{W: w}
+		a.log.Info("scorer weights loaded", zap.String("file", f))
+	}
 	// The write path's events go through the outbox: recorded in the main store before a call
 	// answers OK, enqueued in Redis, and relayed again if Redis does not have them.
 	outboxT, err := a.stores.table(ctx, storeMain, zen.OutboxTable)

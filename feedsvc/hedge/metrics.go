@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		calls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_hedge_calls_total", Help: "Hedged reads started."}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "smartfeed_hedge_read_seconds",
+			Name:    ReadLatencyMetric,
 			Help:    "Latency of each read, by store (primary, standby), warm-up reads included.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"store"}),
 		issued: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -32,7 +32,9 @@ const (
 )
 
 // Policy holds every live-tunable knob of a Hedger. The zero value is not valid; start from
-// DefaultPolicy.
+// DefaultPolicy. It is the one hedging policy type: the binary's config (feed.hedge), the knobs
+// file and the CLI use it, in JSON through MarshalJSON/UnmarshalJSON (durations as strings);
+// the admin RPC's HedgePolicy message is its wire form, converted in feedsvc.
 type Policy struct {
 	// Mode is off, fixed or percentile. Default percentile.
 	Mode Mode `json:"mode"`

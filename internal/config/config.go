@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"strings"
 	"time"
+
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 )
 
 // Backends of Storage.Backend.
@@ -231,6 +233,9 @@ type Worker struct {
 	OutboxGrace Duration `json:"outbox_grace"`
 	// OutboxRelayInterval is how often the relay walks the outbox. Default 10s.
 	OutboxRelayInterval Duration `json:"outbox_relay_interval"`
+	// WeightsFile is the pool scorer's JSON weights (worker.Weights; absent fields keep their
+	// defaults, unknown ones are refused). Default empty: worker.DefaultWeights.
+	WeightsFile string `json:"weights_file"`
 }
 
 // Generator configures the generator and feedsvc's access to it.
@@ -258,8 +263,10 @@ type Feed struct {
 	KnobsFile string `json:"knobs_file"`
 	// Faults enables the FeedAdmin fault injection on the two stores (demos, tests). Default false.
 	Faults bool `json:"faults"`
-	// Hedge is the initial speculative-read policy (live-tunable with `smartfeed hedge`).
-	Hedge Hedge `json:"hedge"`
+	// Hedge is the initial speculative-read policy (live-tunable with `smartfeed hedge` and the
+	// knobs file). Its JSON form, defaults and validation are hedge.Policy's: a file names only
+	// the knobs it changes, durations as strings. Default hedge.DefaultPolicy().
+	Hedge hedge.Policy `json:"hedge"`
 	// StandbyMaxStaleness refuses standby reads while replication lags more than this (0:
 	// never refuse); live-tunable in the knobs file (standby.max_staleness). Default 30s.
 	StandbyMaxStaleness Duration `json:"standby_max_staleness"`
@@ -268,23 +275,6 @@ type Feed struct {
 	RecoverAfter Duration `json:"recover_after"`
 	// RecoverEvery is the period of the recovery pass (one runs at start). Default 1m.
 	RecoverEvery Duration `json:"recover_every"`
-}
-
-// Hedge is the initial hedging policy of the materialized reads.
-type Hedge struct {
-	// Mode is off, fixed or percentile. Default "percentile".
-	Mode string `json:"mode"`
-	// Delay is the cutoff in fixed mode. Default 10ms.
-	Delay Duration `json:"delay"`
-	// Percentile of the primary's latency used as the cutoff, in (0, 100). Default 99.9.
-	Percentile float64 `json:"percentile"`
-	// Min and Max clamp the percentile cutoff. Defaults 2ms and 100ms.
-	Min Duration `json:"min"`
-	Max Duration `json:"max"`
-	// Budget is the largest fraction of calls that may hedge on the cutoff. Default 0.02.
-	Budget float64 `json:"budget"`
-	// Warmup is the fraction of calls that also read the standby. Default 0.01.
-	Warmup float64 `json:"warmup"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -312,15 +302,7 @@ func DefaultConfig() Config {
 			StandbyMaxStaleness: Duration(30 * time.Second),
 			RecoverAfter:        Duration(time.Minute),
 			RecoverEvery:        Duration(time.Minute),
-			Hedge: Hedge{
-				Mode:       "percentile",
-				Delay:      Duration(10 * time.Millisecond),
-				Percentile: 99.9,
-				Min:        Duration(2 * time.Millisecond),
-				Max:        Duration(100 * time.Millisecond),
-				Budget:     0.02,
-				Warmup:     0.01,
-			},
+			Hedge:               hedge.DefaultPolicy(),
 		},
 		ShutdownTimeout: Duration(30 * time.Second),
 	}
@@ -408,23 +390,8 @@ func (c Config) Validate() error {
 	if c.Feed.MaxItems < 1 {
 		bad("feed.max_items: %d must be at least 1", c.Feed.MaxItems)
 	}
-	h := c.Feed.Hedge
-	switch h.Mode {
-	case "off", "fixed", "percentile":
-	default:
-		bad("feed.hedge.mode: %q is not off, fixed or percentile", h.Mode)
-	}
-	if !(h.Percentile > 0 && h.Percentile < 100) {
-		bad("feed.hedge.percentile: %v out of (0, 100)", h.Percentile)
-	}
-	if h.Delay <= 0 || h.Min <= 0 || h.Max < h.Min {
-		bad("feed.hedge: delay and min must be positive and max >= min (delay %v, min %v, max %v)", h.Delay, h.Min, h.Max)
-	}
-	if h.Budget < 0 || h.Budget > 1 {
-		bad("feed.hedge.budget: %v out of [0, 1]", h.Budget)
-	}
-	if h.Warmup < 0 || h.Warmup > 1 {
-		bad("feed.hedge.warmup: %v out of [0, 1]", h.Warmup)
+	if err := c.Feed.Hedge.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("feed.hedge: %w", err))
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown_timeout: must be positive")

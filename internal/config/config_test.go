@@ -27,9 +27,9 @@ func TestValidateRefuses(t *testing.T) {
 		{"hbase needs quorums", func(c *Config) { c.Storage.Backend = BackendHBase; c.Storage.HBase.PoolsZK = "zk:2181" }, "storage.hbase.primary_zk"},
 		{"pebble needs dir", func(c *Config) { c.Storage.DataDir = "" }, "storage.data_dir"},
 		{"log level", func(c *Config) { c.Log.Level = "loud" }, "log.level"},
-		{"hedge percentile", func(c *Config) { c.Feed.Hedge.Percentile = 100 }, "feed.hedge.percentile"},
-		{"hedge budget", func(c *Config) { c.Feed.Hedge.Budget = 1.5 }, "feed.hedge.budget"},
-		{"hedge min max", func(c *Config) { c.Feed.Hedge.Max = Duration(time.Millisecond) }, "max >= min"},
+		{"hedge percentile", func(c *Config) { c.Feed.Hedge.Percentile = 100 }, "feed.hedge: hedge policy: percentile"},
+		{"hedge budget", func(c *Config) { c.Feed.Hedge.Budget = 1.5 }, "feed.hedge: hedge policy: budget"},
+		{"hedge min max", func(c *Config) { c.Feed.Hedge.Max = time.Millisecond }, "min <= max"},
 		{"namespace", func(c *Config) { c.Redis.Namespace = "a-b" }, "redis.namespace"},
 		{"concurrency", func(c *Config) { c.Worker.Concurrency = 0 }, "worker.concurrency"},
 	}
@@ -70,7 +70,7 @@ func TestPrecedence(t *testing.T) {
 	want.GRPC.Addr = "flag:2"         // flag over env
 	want.Log.Level = "debug"
 	want.Feed.Hedge.Budget = 0.05
-	want.Feed.Hedge.Max = Duration(250 * time.Millisecond)
+	want.Feed.Hedge.Max = 250 * time.Millisecond
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("config (-want +got):\n%s", diff)
 	}

@@ -11,6 +11,10 @@
 //
 // Test imports count too. The rules live in TestImportRules (lint_test.go), which runs them
 // over this module; a fixture under testdata/ shows each rule firing.
+//
+// CheckWiring (wiring.go) adds one rule on the code of the commands, not their imports: cmd/...
+// holds wiring, not business logic, which it reads as "no floating-point arithmetic between
+// two values outside tests" (TestCommandsAreWiring, fixture testdata/wiringmod).
 package lint
 
 import (

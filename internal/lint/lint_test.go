@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // moduleRoot is the repository root: two levels above this file.
@@ -80,5 +82,37 @@ func TestCleanFixture(t *testing.T) {
 	}
 	for _, v := range Check(module, pkgs) {
 		t.Error(v)
+	}
+}
+
+// TestCommandsAreWiring runs CheckWiring over this module's commands.
+func TestCommandsAreWiring(t *testing.T) {
+	vs, err := CheckWiring(moduleRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vs {
+		t.Error(v)
+	}
+}
+
+// TestWiringFixture: a scoring loop in a command fires the rule, line by line, and the unit
+// conversions and library calls beside it do not.
+func TestWiringFixture(t *testing.T) {
+	vs, err := CheckWiring(filepath.Join("testdata", "wiringmod"), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range vs {
+		got = append(got, strings.TrimPrefix(v.Package, "example.com/wiringmod/")+" | "+v.Rule+" | "+v.Detail[:strings.Index(v.Detail, ";")])
+	}
+	want := []string{
+		"cmd/tool | computes in cmd | main.go:25: float + of two values",
+		"cmd/tool | computes in cmd | main.go:26: float += of a value",
+		"cmd/tool | computes in cmd | main.go:27: float / of two values",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("violations (-want +got):\n%s", diff)
 	}
 }

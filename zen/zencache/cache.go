@@ -299,7 +299,7 @@ func (t *Table) scanGroup(o zen.ScanOptions) []byte {
 		return nil
 	}
 	g := o.Start[:t.grouping.PrefixLen]
-	if o.Stop == nil || !(bytes.HasPrefix(o.Stop, g) || bytes.Equal(o.Stop, prefixEnd(g))) {
+	if o.Stop == nil || !(bytes.HasPrefix(o.Stop, g) || bytes.Equal(o.Stop, zen.PrefixEnd(g))) {
 		return nil
 	}
 	return g
@@ -383,17 +383,6 @@ func decodePage(s string) ([]zen.KV, error) {
 		kvs = append(kvs, kv)
 	}
 	return kvs, nil
-}
-
-func prefixEnd(p []byte) []byte {
-	end := bytes.Clone(p)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xff {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
 }
 
 // invalidate bumps the versions of the groups of keys. It runs after the store write and

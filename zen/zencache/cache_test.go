@@ -132,7 +132,7 @@ func TestModelAgainstTheStore(t *testing.T) {
 				}
 			default:
 				from, typ := uint64(r.IntN(3)), uint16(r.IntN(2))
-				o := zen.ScanOptions{Start: key(from, typ, 0)[:10], Stop: prefixEnd(key(from, typ, 0)[:10]),
+				o := zen.ScanOptions{Start: key(from, typ, 0)[:10], Stop: zen.PrefixEnd(key(from, typ, 0)[:10]),
 					Limit: r.IntN(4), Reverse: r.IntN(2) == 0}
 				got, err := c.Scan(ctx, o)
 				if err != nil {

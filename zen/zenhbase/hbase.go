@@ -207,25 +207,12 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-// CheckName reports whether name is a valid zen table name: 1 to 64 characters of [a-z0-9_].
-func CheckName(name string) error {
-	if name == "" || len(name) > 64 {
-		return fmt.Errorf("table name %q: want 1 to 64 characters", name)
-	}
-	for _, c := range []byte(name) {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			return fmt.Errorf("table name %q: want only [a-z0-9_]", name)
-		}
-	}
-	return nil
-}
-
 // HBaseName returns the HBase table name of the zen table name.
 func (s *Store) HBaseName(name string) string { return s.opts.TablePrefix + name }
 
 // Table returns the named table, creating the HBase table (pre-split) if it does not exist.
 func (s *Store) Table(ctx context.Context, name string) (zen.Table, error) {
-	if err := CheckName(name); err != nil {
+	if err := zen.CheckTableName(name); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -316,7 +303,7 @@ func (s *Store) create(ctx context.Context, table string) error {
 // Drop disables and deletes the HBase table of the zen table name (an administrative and test
 // helper; it is not part of zen.Store). A missing table is not an error.
 func (s *Store) Drop(ctx context.Context, name string) error {
-	if err := CheckName(name); err != nil {
+	if err := zen.CheckTableName(name); err != nil {
 		return err
 	}
 	ctx, cancel := withDefaultTimeout(ctx, s.opts.CreateTimeout)

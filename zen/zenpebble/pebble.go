@@ -144,7 +144,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 
 // Table returns the named table. Names are 1 to 64 characters of [a-z0-9_].
 func (s *Store) Table(_ context.Context, name string) (zen.Table, error) {
-	if err := CheckName(name); err != nil {
+	if err := zen.CheckTableName(name); err != nil {
 		return nil, err
 	}
 	s.life.RLock()
@@ -174,19 +174,6 @@ func (s *Store) Close() error {
 	s.closed = true
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close pebble: %w", err)
-	}
-	return nil
-}
-
-// CheckName reports whether name is a valid table name: 1 to 64 characters of [a-z0-9_].
-func CheckName(name string) error {
-	if name == "" || len(name) > 64 {
-		return fmt.Errorf("table name %q: want 1 to 64 characters", name)
-	}
-	for _, c := range []byte(name) {
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
-			return fmt.Errorf("table name %q: want only [a-z0-9_]", name)
-		}
 	}
 	return nil
 }

@@ -252,7 +252,7 @@ func modelCount(t *testing.T, g *zen.Graph, from zen.ID, et zen.EdgeType) int64 
 	return n
 }
 
-// modelEdgesIdempotent covers data-model.md S2 and S3 and inverse edges.
+// modelEdgesIdempotent covers docs/data-model.md §3 S2 and S3 and inverse edges.
 func modelEdgesIdempotent(t *testing.T, s zen.Store) {
 	ctx := modelCtx(t)
 	g := modelGraph(t, s, newModelClock())
@@ -295,7 +295,7 @@ func modelEdgesIdempotent(t *testing.T, s zen.Store) {
 	}
 }
 
-// modelEdgesCursor covers data-model.md S5 and cursor refusal.
+// modelEdgesCursor covers docs/data-model.md §3 S5 and cursor refusal.
 func modelEdgesCursor(t *testing.T, s zen.Store) {
 	ctx := modelCtx(t)
 	g := modelGraph(t, s, newModelClock())
@@ -354,7 +354,7 @@ func modelEdgesCursor(t *testing.T, s zen.Store) {
 	}
 }
 
-// modelEdgesDuplicateSeq covers data-model.md S6.
+// modelEdgesDuplicateSeq covers docs/data-model.md §3 S6.
 func modelEdgesDuplicateSeq(t *testing.T, s zen.Store) {
 	ctx := modelCtx(t)
 	g := modelGraph(t, s, newModelClock())

@@ -14,7 +14,7 @@
 
 {{/* The components, each a Deployment running `smartfeed <name>`. */}}
 {{- define "smartfeed.components" -}}
-worker generator feedsvc
+worker generator feedsvc graph
 {{- end -}}
 
 {{- define "smartfeed.labels" -}}
@@ -40,7 +40,7 @@ app.kubernetes.io/component: {{ .component }}
 {{/* The config file shared by every component (see docs/operations.md). */}}
 {{- define "smartfeed.config" -}}
 {{- if ne .Values.storage.backend "hbase" -}}
-{{- fail "storage.backend must be hbase: the worker, generator and feedsvc Deployments share their storage (Pebble is embedded in one process; use `smartfeed all` for it)" -}}
+{{- fail "storage.backend must be hbase: the worker, generator, feedsvc and graph Deployments share their storage (Pebble is embedded in one process; use `smartfeed all` for it)" -}}
 {{- end -}}
 {{- $h := .Values.storage.hbase -}}
 {{- if not (and $h.poolsZK $h.primaryZK $h.standbyZK) -}}

@@ -190,7 +190,7 @@ func (Store) EnumDescriptor() ([]byte, []int) {
 
 type GetFeedRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The user whose feed to read. Either field; user_id wins when both are set.
+	// The user whose feed to read. Either field; when both are set they must agree.
 	UserId    uint64 `protobuf:"fixed64,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	UserIdStr string `protobuf:"bytes,2,opt,name=user_id_str,json=userIdStr,proto3" json:"user_id_str,omitempty"`
 	// Opaque cursor from a previous response; empty for the first page.

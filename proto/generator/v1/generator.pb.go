@@ -80,7 +80,8 @@ func (Source) EnumDescriptor() ([]byte, []int) {
 // GenerateChunkRequest asks for the user's next chunk.
 type GenerateChunkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The user (a zen ID); user_str is its decimal twin for JSON clients, used when user is 0.
+	// The user (a zen ID); user_str is its decimal twin for JSON clients. Either field; when both
+	// are set they must agree.
 	User    uint64 `protobuf:"fixed64,1,opt,name=user,proto3" json:"user,omitempty"`
 	UserStr string `protobuf:"bytes,2,opt,name=user_str,json=userStr,proto3" json:"user_str,omitempty"`
 	// Upper bound on the chunk size; 0 means the configured maximum. Negative or above 1000 is refused.

@@ -1,4 +1,4 @@
-package main
+package hedge
 
 import (
 	"errors"
@@ -14,17 +14,17 @@ import (
 	"github.com/prometheus/common/model"
 )
 
-// readLatencyMetric is the hedger's histogram of read latency, labelled by store.
-const readLatencyMetric = "smartfeed_hedge_read_seconds"
+// ReadLatencyMetric is the hedger's histogram of read latency, labelled by store (see metrics.go).
+const ReadLatencyMetric = "smartfeed_hedge_read_seconds"
 
-// latencyHist is a cumulative latency histogram as Prometheus exports it.
-type latencyHist struct {
+// Histogram is a cumulative latency histogram as Prometheus exports it; the zero value is empty.
+type Histogram struct {
 	Upper []float64 // bucket upper bounds in seconds, ascending; the last may be +Inf
 	Cum   []uint64  // cumulative counts
 }
 
 // Count is the number of observations.
-func (h latencyHist) Count() uint64 {
+func (h Histogram) Count() uint64 {
 	if len(h.Cum) == 0 {
 		return 0
 	}
@@ -33,7 +33,7 @@ func (h latencyHist) Count() uint64 {
 
 // Quantile estimates the q-quantile (q in [0, 1]) by linear interpolation inside its bucket,
 // like PromQL's histogram_quantile.
-func (h latencyHist) Quantile(q float64) time.Duration {
+func (h Histogram) Quantile(q float64) time.Duration {
 	n := h.Count()
 	if n == 0 {
 		return 0
@@ -43,22 +43,22 @@ func (h latencyHist) Quantile(q float64) time.Duration {
 	for i, up := range h.Upper {
 		if float64(h.Cum[i]) >= rank {
 			if math.IsInf(up, 1) {
-				return secs(lower)
+				return seconds(lower)
 			}
 			inBucket := float64(h.Cum[i] - prev)
 			if inBucket == 0 {
-				return secs(up)
+				return seconds(up)
 			}
-			return secs(lower + (up-lower)*(rank-float64(prev))/inBucket)
+			return seconds(lower + (up-lower)*(rank-float64(prev))/inBucket)
 		}
 		lower, prev = up, h.Cum[i]
 	}
-	return secs(lower)
+	return seconds(lower)
 }
 
 // sampler draws latencies distributed like h: a bucket by its share of the count, then a
 // uniform point inside it (the +Inf bucket is read as [last bound, 2 × last bound]).
-func (h latencyHist) sampler(r *rand.Rand) func() float64 {
+func (h Histogram) sampler(r *rand.Rand) func() float64 {
 	n := h.Count()
 	return func() float64 {
 		k := uint64(r.Int64N(int64(n))) + 1
@@ -75,22 +75,29 @@ func (h latencyHist) sampler(r *rand.Rand) func() float64 {
 	}
 }
 
-func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// parseReadLatency reads the primary and standby histograms of the hedger from a Prometheus
-// text exposition.
-func parseReadLatency(r io.Reader) (primary, standby latencyHist, err error) {
+// ParseReadLatency reads the primary and standby histograms of the hedger from a Prometheus
+// text exposition (a feed process's /metrics).
+func ParseReadLatency(r io.Reader) (primary, standby Histogram, err error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
 		return primary, standby, fmt.Errorf("parse metrics: %w", err)
 	}
-	fam, ok := fams[readLatencyMetric]
+	fam, ok := fams[ReadLatencyMetric]
 	if !ok {
-		return primary, standby, fmt.Errorf("no %s in the metrics: is this a feedsvc admin port?", readLatencyMetric)
+		return primary, standby, fmt.Errorf("no %s in the metrics: is this a feedsvc admin port?", ReadLatencyMetric)
 	}
+	primary, standby = ReadLatency(fam)
+	return primary, standby, nil
+}
+
+// ReadLatency splits the family of ReadLatencyMetric (from a registry's Gather, say) into
+// the primary's and the standby's histograms; a store with no series is the empty Histogram.
+func ReadLatency(fam *dto.MetricFamily) (primary, standby Histogram) {
 	for _, m := range fam.GetMetric() {
-		h := toHist(m.GetHistogram())
+		h := toHistogram(m.GetHistogram())
 		for _, l := range m.GetLabel() {
 			if l.GetName() != "store" {
 				continue
@@ -103,11 +110,11 @@ func parseReadLatency(r io.Reader) (primary, standby latencyHist, err error) {
 			}
 		}
 	}
-	return primary, standby, nil
+	return primary, standby
 }
 
-func toHist(h *dto.Histogram) latencyHist {
-	var out latencyHist
+func toHistogram(h *dto.Histogram) Histogram {
+	var out Histogram
 	for _, b := range h.GetBucket() {
 		out.Upper = append(out.Upper, b.GetUpperBound())
 		out.Cum = append(out.Cum, b.GetCumulativeCount())
@@ -119,8 +126,8 @@ func toHist(h *dto.Histogram) latencyHist {
 	return out
 }
 
-// suggestion is the replayed outcome of one candidate cutoff.
-type suggestion struct {
+// Suggestion is the replayed outcome of one candidate cutoff (see Suggest).
+type Suggestion struct {
 	Cutoff    time.Duration // 0 = never hedge on the cutoff
 	HedgeRate float64       // fraction of calls that hedged
 	ExtraLoad float64       // extra reads per call (= HedgeRate: one standby read per hedge)
@@ -128,12 +135,12 @@ type suggestion struct {
 	P999      time.Duration
 }
 
-// suggestCutoffs replays samples calls with latencies drawn from the recorded primary and
+// Suggest replays samples calls with latencies drawn from the recorded primary and
 // standby histograms, once per cutoff: a call whose primary read exceeds the cutoff hedges
 // when the budget has a token (each call earns budget tokens, burst at most burst), and then
 // takes min(primary, cutoff + standby). The same draws are used for every cutoff, so the rows
 // compare like for like.
-func suggestCutoffs(primary, standby latencyHist, cutoffs []time.Duration, budget, burst float64, samples int, seed uint64) ([]suggestion, error) {
+func Suggest(primary, standby Histogram, cutoffs []time.Duration, budget, burst float64, samples int, seed uint64) ([]Suggestion, error) {
 	if primary.Count() == 0 {
 		return nil, errors.New("no primary latencies recorded yet: serve some feeds first")
 	}
@@ -150,7 +157,7 @@ func suggestCutoffs(primary, standby latencyHist, cutoffs []time.Duration, budge
 	for i := range samples {
 		p[i], s[i] = ps(), ss()
 	}
-	out := make([]suggestion, 0, len(cutoffs))
+	out := make([]Suggestion, 0, len(cutoffs))
 	lat := make([]float64, samples)
 	for _, c := range cutoffs {
 		cs := c.Seconds()
@@ -165,9 +172,9 @@ func suggestCutoffs(primary, standby latencyHist, cutoffs []time.Duration, budge
 			}
 		}
 		slices.Sort(lat)
-		q := func(f float64) time.Duration { return secs(lat[min(samples-1, int(f*float64(samples)))]) }
+		q := func(f float64) time.Duration { return seconds(lat[min(samples-1, int(f*float64(samples)))]) }
 		rate := float64(hedges) / float64(samples)
-		out = append(out, suggestion{Cutoff: c, HedgeRate: rate, ExtraLoad: rate, P50: q(0.5), P99: q(0.99), P999: q(0.999)})
+		out = append(out, Suggestion{Cutoff: c, HedgeRate: rate, ExtraLoad: rate, P50: q(0.5), P99: q(0.99), P999: q(0.999)})
 	}
 	return out, nil
 }

@@ -1,0 +1,3 @@
+module example.com/wiringmod
+
+go 1.26
