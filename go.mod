@@ -103,3 +103,5 @@ tool (
 	gotest.tools/gotestsum
 	honnef.co/go/tools/cmd/staticcheck
 )
+
+replace github.com/tsuna/gohbase => ./third_party/gohbase

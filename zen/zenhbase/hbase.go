@@ -37,6 +37,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,8 +63,10 @@ type Options struct {
 	CallTimeout time.Duration
 	// CreateTimeout bounds the creation of a table on first use (default 2m).
 	CreateTimeout time.Duration
-	// FlushInterval is how long gohbase waits to batch calls to a region server (gohbase's
-	// default when zero: 20ms).
+	// FlushInterval is how long gohbase waits to batch writes to a region server (gohbase's
+	// default when zero: 20ms). Reads go through a second client that never waits: it sends
+	// at once whatever calls are queued (concurrent reads still share a multi request), so a
+	// Get does not pay the write batching's wait.
 	FlushInterval time.Duration
 	// RPCQueueSize is how many calls gohbase batches per region server before it flushes
 	// (gohbase's default when zero: 100; 1 disables batching).
@@ -129,7 +132,8 @@ func SplitKeys(every, shards int) [][]byte {
 // Store is a zen.Store over one HBase cluster. It is safe for concurrent use.
 type Store struct {
 	opts   Options
-	client gohbase.Client
+	client gohbase.Client // writes, batched for FlushInterval
+	reader gohbase.Client // reads, sent at once
 	rpc    gohbase.RPCClient
 	admin  gohbase.AdminClient
 	arpc   gohbase.RPCClient
@@ -160,14 +164,17 @@ func Open(ctx context.Context, zkQuorum string, opts Options) (*Store, error) {
 		gopts = append(gopts, gohbase.ZookeeperRoot(opts.ZookeeperRoot))
 	}
 	client := gohbase.NewClient(zkQuorum, gopts...)
+	// A zero flush interval makes gohbase send each batch as soon as no more calls are queued.
+	reader := gohbase.NewClient(zkQuorum, append(slices.Clone(gopts), gohbase.FlushInterval(0))...)
 	admin := gohbase.NewAdminClient(zkQuorum, gopts...)
 	rpc, ok1 := client.(gohbase.RPCClient)
 	arpc, ok2 := admin.(gohbase.RPCClient)
 	if !ok1 || !ok2 {
 		client.Close()
+		reader.Close()
 		return nil, errors.New("open hbase: gohbase client cannot send raw RPCs")
 	}
-	s := &Store{opts: opts, client: client, rpc: rpc, admin: admin, arpc: arpc, tables: map[string]*Table{}}
+	s := &Store{opts: opts, client: client, reader: reader, rpc: rpc, admin: admin, arpc: arpc, tables: map[string]*Table{}}
 	cctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	ltn, err := hrpc.NewListTableNames(cctx, hrpc.ListRegex(regexp.QuoteMeta(opts.TablePrefix)+".*"))
@@ -185,6 +192,7 @@ func Open(ctx context.Context, zkQuorum string, opts Options) (*Store, error) {
 // (This gohbase version's admin client cannot be closed: its Close panics.)
 func (s *Store) Close() error {
 	s.client.Close()
+	s.reader.Close()
 	return nil
 }
 
@@ -416,7 +424,7 @@ func (t *Table) get(ctx context.Context, key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, err := t.s.client.Get(g)
+	r, err := t.s.reader.Get(g)
 	if err != nil {
 		return nil, ctxErr(ctx, err)
 	}
@@ -523,7 +531,7 @@ func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", t.name, err)
 	}
-	scanner := t.s.client.Scan(sc)
+	scanner := t.s.reader.Scan(sc)
 	defer scanner.Close()
 	var out []zen.KV
 	for {
