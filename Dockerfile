@@ -7,6 +7,8 @@ FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 # Modules first, so the layer is cached until go.mod/go.sum change.
 COPY go.mod go.sum ./
+# go.mod replaces gohbase with the patched copy under third_party/ (see its SMARTFEED.md).
+COPY third_party/ third_party/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG VERSION=dev
