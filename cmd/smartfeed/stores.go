@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -83,7 +84,8 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 		// With HBase's own replication the primary's tables carry REPLICATION_SCOPE 1; the
 		// standby cluster has the same tables under the same prefix.
 		replicated := name == storePrimary && h.NativeReplication()
-		hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix, ZookeeperRoot: h.ZookeeperRoot, Replicated: replicated})
+		hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix, ZookeeperRoot: h.ZookeeperRoot, Replicated: replicated,
+			FlushInterval: time.Duration(h.WriteFlush)})
 		if err != nil {
 			return nil, fmt.Errorf("open hbase %s at %s: %w", name, zk, err)
 		}

@@ -106,6 +106,12 @@ type HBase struct {
 	// (the feed service's change-log Replicator). Default "auto": hbase when primary_zk and
 	// standby_zk differ, app when they are one cluster.
 	Replication string `json:"replication"`
+	// WriteFlush is how long the HBase client waits to batch writes to a region server before
+	// it sends them (reads never wait). Every write on a request's path (a chunk's claims, the
+	// feed's pending row) waits for it once, so it is short; under load batches still form
+	// (gohbase sends at once when 100 calls are queued). Default 1ms; gohbase's own default is
+	// 20ms.
+	WriteFlush Duration `json:"write_flush"`
 }
 
 // Replication modes of HBase.Replication.
@@ -284,7 +290,7 @@ func DefaultConfig() Config {
 			Backend:       BackendPebble,
 			DataDir:       "data",
 			PebbleCacheMB: 256,
-			HBase:         HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto},
+			HBase:         HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond)},
 			ShardMap:      ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
 		Redis: Redis{Addr: "127.0.0.1:6379"},
@@ -336,6 +342,9 @@ func (c Config) Validate() error {
 			}
 		default:
 			bad("storage.hbase.replication: %q is not auto, hbase or app", h.Replication)
+		}
+		if h.WriteFlush <= 0 || time.Duration(h.WriteFlush) > time.Second {
+			bad("storage.hbase.write_flush: %v is not in (0, 1s]", time.Duration(h.WriteFlush))
 		}
 	default:
 		bad("storage.backend: %q is neither %q nor %q", c.Storage.Backend, BackendPebble, BackendHBase)
