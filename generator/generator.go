@@ -294,6 +294,9 @@ func (d *debugLog) add(format string, a ...any) {
 // record is rewritten with only the pins won, in serving order. A pin claimed first by a
 // concurrent chunk is replaced by another candidate. A record left unfinished by a crash is
 // recovered by Pending (served later) or Settle (served or put back).
+//
+// The steps: start (state, size), then up to TakeRounds rounds (takeRound: readCandidates,
+// choose, writeIntent, claim, takeClaimed), then finishChunk (arrange, ready record, state).
 func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options) (Chunk, error) {
 	if err := checkUser(user); err != nil {
 		return Chunk{}, err
@@ -301,180 +304,268 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	if opts.Max < 0 || opts.Max > HardMaxChunk {
 		return Chunk{}, fmt.Errorf("%w: max %d not in [0, %d]", ErrInvalidArgument, opts.Max, HardMaxChunk)
 	}
-	cfg := g.cfg.Load()
-	now := g.now()
-	nowMs := now.UnixMilli()
-	dbg := &debugLog{on: opts.Debug}
-
-	t := time.Now()
-	st, stRaw, err := g.loadState(ctx, user)
-	if err != nil {
+	r := &chunkRun{g: g, user: user, cfg: g.cfg.Load(), dbg: &debugLog{on: opts.Debug}}
+	r.nowMs = g.now().UnixMilli()
+	if err := r.start(ctx, opts.Max); err != nil {
 		return Chunk{}, err
-	}
-	t = g.m.since(stageState, t)
-	n, note := wantedSize(cfg, st.LastVisitMs, nowMs, st.Owed, opts.Max)
-	dbg.add("size: %s", note)
-
-	expireBefore := nowMs - time.Duration(cfg.MaxAge).Milliseconds()
-	sawExpired := false
-	if nowMs-st.LastExpireMs >= time.Duration(cfg.ExpireEvery).Milliseconds() {
-		sawExpired = true // due: swept after the answer
 	}
 	// The sweep starts once the chunk is recorded (so its state update does not race this
 	// request's), on the way out of every path.
 	defer func() {
-		if sawExpired {
-			g.sweepLater(user, expireBefore, nowMs)
+		if r.sawExpired {
+			g.sweepLater(user, r.expireBefore, r.nowMs)
 		}
 	}()
-
-	plan := cfg.plan()
-	k := int(math.Ceil(float64(n) * cfg.ReadFactor))
-	dbg.add("read: best %d per source (n %d × read_factor %g)", k, n, cfg.ReadFactor)
-	excluded := map[zen.ID]bool{}
-	liveChecked := map[zen.ID]bool{}
-	var won []pick
-	wonBy := make([]int, len(plan))
-	var no uint64
-	var rec *record
-	var intent []byte // the record as last written (intent)
-	var last selection
-
-	for round := 0; round < cfg.TakeRounds && len(won) < n; round++ {
-		roundStart := time.Now()
-		if round > 0 && g.short(ctx, roundStart) {
-			// Another round would likely miss the caller's deadline: serve the pins won so far
-			// (the shortfall is owed to the next chunk) rather than nothing.
-			dbg.add("deadline: %d of %d pins after %d rounds, no time for another", len(won), n, round)
+	for round := 0; round < r.cfg.TakeRounds && len(r.won) < r.n; round++ {
+		more, err := r.takeRound(ctx, round)
+		if err != nil {
+			return Chunk{}, err
+		}
+		if !more {
 			break
 		}
-		var lists [][]zen.PoolEntry
-		// Deleted candidates leave the lists; the pools are read again (deeper, as the excluded
-		// grow) so that deleted pins at the top cannot starve a chunk.
-		for attempt := 0; ; attempt++ {
-			lists = make([][]zen.PoolEntry, len(plan))
-			for i, p := range plan {
-				top, err := g.pools.Top(ctx, user, p.src, min(k+len(excluded), HardMaxChunk*10))
-				if err != nil {
-					return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("read pool %d/%s: %w", uint64(user), p.name, err))
-				}
-				for _, e := range top {
-					switch {
-					case excluded[e.Pin]:
-					case e.CreatedMs < expireBefore:
-						excluded[e.Pin] = true
-						sawExpired = true
-						dbg.add("expired: %s, left for the sweep", describe(e))
-					default:
-						lists[i] = append(lists[i], e)
-					}
-				}
-			}
-			t = g.m.since(stageRead, t)
-			if g.live == nil {
-				break
-			}
-			dead, err := g.dropDead(ctx, user, lists, excluded, liveChecked, dbg)
-			if err != nil {
-				return Chunk{}, g.abandon(ctx, user, no, rec, err)
-			}
-			t = g.m.since(stageLive, t)
-			if dead == 0 || attempt >= maxLiveRereads {
-				break
-			}
-		}
-		last = choose(plan, lists, wonBy, n, cfg.MinChunk)
-		if round == 0 {
-			for _, s := range last.notes {
-				dbg.add("%s", s)
-			}
-		}
-		if len(last.picks) == 0 {
-			break
-		}
-		// 1. Intent: the record lists every pin this chunk may hold before any is claimed.
-		var entries []recEntry
-		for _, p := range won {
-			entries = append(entries, recEntry{Entry: p.e, Reason: p.reason})
-		}
-		for _, p := range last.picks {
-			entries = append(entries, recEntry{Entry: p.e, Reason: p.reason})
-		}
-		if rec == nil {
-			// The record's first write numbers the chunk and indexes it for recovery
-			// (InFlightUsers).
-			if no, rec, intent, err = g.createRecord(ctx, user, nowMs, entries); err != nil {
-				return Chunk{}, err
-			}
-		} else {
-			rec.Entries = entries
-			if intent, err = g.putRecordBytes(ctx, user, no, rec); err != nil {
-				return Chunk{}, g.abandon(ctx, user, no, rec, err)
-			}
-		}
-		// 2. Claim each pin (one chunk per pin), then take the claimed ones out of the pools.
-		// All of the round's claims go in one batched compare-and-set (one synced commit).
-		claimed := make([]pick, 0, len(last.picks))
-		conds := make([]zen.Cond, len(last.picks))
-		for i, p := range last.picks {
-			excluded[p.e.Pin] = true
-			conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Value: []byte(rec.ID)}
-		}
-		oks, err := casMany(ctx, g.state, conds)
-		if err != nil {
-			return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("claim %d pins: %w", len(conds), err))
-		}
-		for i, p := range last.picks {
-			if oks[i] {
-				claimed = append(claimed, p)
-			} else {
-				g.m.lost.Inc()
-				dbg.add("lost: %s claimed by another chunk; replacing", describe(p.e))
-			}
-		}
-		es := make([]zen.PoolEntry, len(claimed))
-		for i, p := range claimed {
-			es[i] = p.e
-		}
-		t = g.m.since(stageClaim, t)
-		taken, err := g.pools.Take(ctx, user, es)
-		t = g.m.since(stageTake, t)
-		if err != nil {
-			return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("take from pools of %d: %w", uint64(user), err))
-		}
-		got := make(map[zen.ID]bool, len(taken))
-		for _, e := range taken {
-			got[e.Pin] = true
-		}
-		var releases []zen.Cond
-		for _, p := range claimed {
-			if got[p.e.Pin] {
-				won = append(won, p)
-				for i := range plan {
-					if plan[i].src == p.e.Source {
-						wonBy[i]++
-					}
-				}
-				continue
-			}
-			// Claimed but gone from the pools (removed or expired meanwhile): not ours to serve.
-			g.m.lost.Inc()
-			dbg.add("lost: %s left the pools before it was taken; replacing", describe(p.e))
-			releases = append(releases, zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Expected: []byte(rec.ID)})
-		}
-		if len(releases) > 0 {
-			if _, err := casMany(ctx, g.state, releases); err != nil {
-				return Chunk{}, g.abandon(ctx, user, no, rec, fmt.Errorf("release %d pins: %w", len(releases), err))
-			}
-		}
-		g.observeRound(time.Since(roundStart))
 	}
-	for _, e := range last.deferred {
+	return r.finishChunk(ctx)
+}
+
+// chunkRun is the state of one GenerateChunk call, shared by its steps.
+type chunkRun struct {
+	g     *Generator
+	user  zen.ID
+	cfg   *Config
+	nowMs int64
+	dbg   *debugLog
+	t     time.Time // the start of the current stage (metrics)
+
+	st           userState // the state row read at the start, and its raw value
+	stRaw        []byte
+	n            int   // the pins wanted
+	expireBefore int64 // pins created before are expired
+	sawExpired   bool  // an expired pin was seen, or a sweep is due: sweep after the answer
+
+	plan        []sourcePlan
+	k           int             // the best pins read per source
+	excluded    map[zen.ID]bool // pins out of the running: expired, dead, or picked once
+	liveChecked map[zen.ID]bool
+	won         []pick
+	wonBy       []int // pins won per source of plan
+	no          uint64
+	rec         *record
+	intent      []byte    // the record as last written (intent)
+	last        selection // the last round's choice
+}
+
+// start reads the user's state and sizes the chunk (callerMax: Options.Max).
+func (r *chunkRun) start(ctx context.Context, callerMax int) error {
+	g, cfg, dbg := r.g, r.cfg, r.dbg
+	r.t = time.Now()
+	st, stRaw, err := g.loadState(ctx, r.user)
+	if err != nil {
+		return err
+	}
+	r.st, r.stRaw = st, stRaw
+	r.t = g.m.since(stageState, r.t)
+	n, note := wantedSize(cfg, st.LastVisitMs, r.nowMs, st.Owed, callerMax)
+	r.n = n
+	dbg.add("size: %s", note)
+
+	r.expireBefore = r.nowMs - time.Duration(cfg.MaxAge).Milliseconds()
+	if r.nowMs-st.LastExpireMs >= time.Duration(cfg.ExpireEvery).Milliseconds() {
+		r.sawExpired = true // due: swept after the answer
+	}
+
+	r.plan = cfg.plan()
+	r.k = int(math.Ceil(float64(n) * cfg.ReadFactor))
+	dbg.add("read: best %d per source (n %d × read_factor %g)", r.k, n, cfg.ReadFactor)
+	r.excluded = map[zen.ID]bool{}
+	r.liveChecked = map[zen.ID]bool{}
+	r.wonBy = make([]int, len(r.plan))
+	return nil
+}
+
+// takeRound runs one round: read the candidates, choose, record the intent, claim and take the
+// chosen pins. It reports whether another round may run (false: out of time or of candidates).
+func (r *chunkRun) takeRound(ctx context.Context, round int) (bool, error) {
+	g, dbg := r.g, r.dbg
+	roundStart := time.Now()
+	if round > 0 && g.short(ctx, roundStart) {
+		// Another round would likely miss the caller's deadline: serve the pins won so far
+		// (the shortfall is owed to the next chunk) rather than nothing.
+		dbg.add("deadline: %d of %d pins after %d rounds, no time for another", len(r.won), r.n, round)
+		return false, nil
+	}
+	lists, err := r.readCandidates(ctx)
+	if err != nil {
+		return false, err
+	}
+	r.last = choose(r.plan, lists, r.wonBy, r.n, r.cfg.MinChunk)
+	if round == 0 {
+		for _, s := range r.last.notes {
+			dbg.add("%s", s)
+		}
+	}
+	if len(r.last.picks) == 0 {
+		return false, nil
+	}
+	if err := r.writeIntent(ctx); err != nil {
+		return false, err
+	}
+	claimed, err := r.claim(ctx)
+	if err != nil {
+		return false, err
+	}
+	if err := r.takeClaimed(ctx, claimed); err != nil {
+		return false, err
+	}
+	g.observeRound(time.Since(roundStart))
+	return true, nil
+}
+
+// readCandidates reads the best pins of each source, leaving out the excluded and the expired.
+// Deleted candidates leave the lists; the pools are read again (deeper, as the excluded grow)
+// so that deleted pins at the top cannot starve a chunk.
+func (r *chunkRun) readCandidates(ctx context.Context) ([][]zen.PoolEntry, error) {
+	g, user, plan, excluded, dbg := r.g, r.user, r.plan, r.excluded, r.dbg
+	var lists [][]zen.PoolEntry
+	for attempt := 0; ; attempt++ {
+		lists = make([][]zen.PoolEntry, len(plan))
+		for i, p := range plan {
+			top, err := g.pools.Top(ctx, user, p.src, min(r.k+len(excluded), HardMaxChunk*10))
+			if err != nil {
+				return nil, g.abandon(ctx, user, r.no, r.rec, fmt.Errorf("read pool %d/%s: %w", uint64(user), p.name, err))
+			}
+			for _, e := range top {
+				switch {
+				case excluded[e.Pin]:
+				case e.CreatedMs < r.expireBefore:
+					excluded[e.Pin] = true
+					r.sawExpired = true
+					dbg.add("expired: %s, left for the sweep", describe(e))
+				default:
+					lists[i] = append(lists[i], e)
+				}
+			}
+		}
+		r.t = g.m.since(stageRead, r.t)
+		if g.live == nil {
+			break
+		}
+		dead, err := g.dropDead(ctx, user, lists, excluded, r.liveChecked, dbg)
+		if err != nil {
+			return nil, g.abandon(ctx, user, r.no, r.rec, err)
+		}
+		r.t = g.m.since(stageLive, r.t)
+		if dead == 0 || attempt >= maxLiveRereads {
+			break
+		}
+	}
+	return lists, nil
+}
+
+// writeIntent is step 1, intent: the record lists every pin this chunk may hold before any is
+// claimed.
+func (r *chunkRun) writeIntent(ctx context.Context) error {
+	g, user := r.g, r.user
+	var entries []recEntry
+	for _, p := range r.won {
+		entries = append(entries, recEntry{Entry: p.e, Reason: p.reason})
+	}
+	for _, p := range r.last.picks {
+		entries = append(entries, recEntry{Entry: p.e, Reason: p.reason})
+	}
+	var err error
+	if r.rec == nil {
+		// The record's first write numbers the chunk and indexes it for recovery
+		// (InFlightUsers).
+		if r.no, r.rec, r.intent, err = g.createRecord(ctx, user, r.nowMs, entries); err != nil {
+			return err
+		}
+	} else {
+		r.rec.Entries = entries
+		if r.intent, err = g.putRecordBytes(ctx, user, r.no, r.rec); err != nil {
+			return g.abandon(ctx, user, r.no, r.rec, err)
+		}
+	}
+	return nil
+}
+
+// claim is step 2, first half: claim each chosen pin (one chunk per pin). All of the round's
+// claims go in one batched compare-and-set (one synced commit). It returns the pins claimed.
+func (r *chunkRun) claim(ctx context.Context) ([]pick, error) {
+	g, user, rec := r.g, r.user, r.rec
+	claimed := make([]pick, 0, len(r.last.picks))
+	conds := make([]zen.Cond, len(r.last.picks))
+	for i, p := range r.last.picks {
+		r.excluded[p.e.Pin] = true
+		conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Value: []byte(rec.ID)}
+	}
+	oks, err := casMany(ctx, g.state, conds)
+	if err != nil {
+		return nil, g.abandon(ctx, user, r.no, rec, fmt.Errorf("claim %d pins: %w", len(conds), err))
+	}
+	for i, p := range r.last.picks {
+		if oks[i] {
+			claimed = append(claimed, p)
+		} else {
+			g.m.lost.Inc()
+			r.dbg.add("lost: %s claimed by another chunk; replacing", describe(p.e))
+		}
+	}
+	return claimed, nil
+}
+
+// takeClaimed is step 2, second half: take the claimed pins out of the pools. Those won join
+// r.won; the claims of pins gone from the pools meanwhile are released.
+func (r *chunkRun) takeClaimed(ctx context.Context, claimed []pick) error {
+	g, user, rec, plan := r.g, r.user, r.rec, r.plan
+	es := make([]zen.PoolEntry, len(claimed))
+	for i, p := range claimed {
+		es[i] = p.e
+	}
+	r.t = g.m.since(stageClaim, r.t)
+	taken, err := g.pools.Take(ctx, user, es)
+	r.t = g.m.since(stageTake, r.t)
+	if err != nil {
+		return g.abandon(ctx, user, r.no, rec, fmt.Errorf("take from pools of %d: %w", uint64(user), err))
+	}
+	got := make(map[zen.ID]bool, len(taken))
+	for _, e := range taken {
+		got[e.Pin] = true
+	}
+	var releases []zen.Cond
+	for _, p := range claimed {
+		if got[p.e.Pin] {
+			r.won = append(r.won, p)
+			for i := range plan {
+				if plan[i].src == p.e.Source {
+					r.wonBy[i]++
+				}
+			}
+			continue
+		}
+		// Claimed but gone from the pools (removed or expired meanwhile): not ours to serve.
+		g.m.lost.Inc()
+		r.dbg.add("lost: %s left the pools before it was taken; replacing", describe(p.e))
+		releases = append(releases, zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Expected: []byte(rec.ID)})
+	}
+	if len(releases) > 0 {
+		if _, err := casMany(ctx, g.state, releases); err != nil {
+			return g.abandon(ctx, user, r.no, rec, fmt.Errorf("release %d pins: %w", len(releases), err))
+		}
+	}
+	return nil
+}
+
+// finishChunk is step 3: it arranges the pins won, makes the record ready with exactly those
+// pins in serving order (or drops an empty one), and updates the user's state.
+func (r *chunkRun) finishChunk(ctx context.Context) (Chunk, error) {
+	g, user, cfg, dbg, plan, rec, no, nowMs, n := r.g, r.user, r.cfg, r.dbg, r.plan, r.rec, r.no, r.nowMs, r.n
+	for _, e := range r.last.deferred {
 		dbg.add("defer: %s under threshold %.4g, left for a later session", describe(e), g.threshold(plan, e.Source))
 	}
-	g.m.deferred.Add(float64(len(last.deferred)))
+	g.m.deferred.Add(float64(len(r.last.deferred)))
 
-	arranged, notes := arrange(won, cfg.MaxRun)
+	arranged, notes := arrange(r.won, cfg.MaxRun)
 	for _, s := range notes {
 		dbg.add("%s", s)
 	}
@@ -493,16 +584,16 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		// row is still the one read at the start (one synced commit instead of two).
 		// If the row changed meanwhile (a background sweep, another request), the state
 		// update below reads it again.
-		next := st
+		next := r.st
 		next.LastVisitMs = nowMs
 		if len(arranged) >= next.Owed {
 			next.Owed = 0
 		}
-		stateDone, err := g.readyWithState(ctx, user, no, rec, intent, stRaw, next)
+		stateDone, err := g.readyWithState(ctx, user, no, rec, r.intent, r.stRaw, next)
 		if err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
-		t = g.m.since(stageRecord, t)
+		r.t = g.m.since(stageRecord, r.t)
 		chunk.ID = rec.ID
 		g.m.chunks.Inc()
 		if stateDone {
@@ -527,7 +618,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 		// The chunk is taken and recorded; a stale last visit only affects the next size.
 		g.log.Warn("update generator state", zap.Uint64("user", uint64(user)), zap.Error(err))
 	}
-	g.m.since(stageFinish, t)
+	g.m.since(stageFinish, r.t)
 	dbg.add("chunk %q: %d of %d wanted", chunk.ID, got, n)
 	chunk.Debug = dbg.lines
 	return chunk, nil

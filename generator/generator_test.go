@@ -108,6 +108,9 @@ func TestCrashBetweenChoosingAndServing(t *testing.T) {
 						_, err := g.GenerateChunk(ctx, e.user, Options{})
 						t.Errorf("GenerateChunk returned (%v); the hook should have crashed it", err)
 					})
+					// The crashed call still starts its expiry sweep, whose writes go through the
+					// hooks: let it end before the hooks' flag changes.
+					g.Wait()
 					crashing = false
 
 					// A request right after the crash gets none of the crashed chunk's pins.

@@ -67,153 +67,181 @@ func result(infos ...*pinlater.Info) *ingestv1.EventResult {
 	return r
 }
 
+// parse validates one event and returns the action that enqueues it: one parse function per
+// event type.
 func (s *IngestServer) parse(ev *ingestv1.Event) (action, error) {
 	switch e := ev.GetEvent().(type) {
 	case *ingestv1.Event_PinSaved:
-		p := e.PinSaved
-		pin, err1 := idOf("pin", p.GetPin(), p.GetPinStr(), zen.TypePin, true)
-		user, err2 := idOf("user", p.GetUser(), p.GetUserStr(), zen.TypeUser, true)
-		board, err3 := idOf("board", p.GetBoard(), p.GetBoardStr(), zen.TypeBoard, true)
-		origin, err4 := idOf("origin_author", p.GetOriginAuthor(), p.GetOriginAuthorStr(), zen.TypeUser, false)
-		if err := errors.Join(err1, err2, err3, err4); err != nil {
-			return nil, err
-		}
-		if len(p.GetInterestsStr()) > 0 && len(p.GetInterests()) > 0 {
-			return nil, errors.New("interests: set interests or interests_str, not both")
-		}
-		ev := PinSaved{Pin: pin, User: user, Board: board, CreatedMs: p.GetCreatedMs(), Repin: p.GetRepin()}
-		for i, n := range p.GetInterests() {
-			id, err := idOf(fmt.Sprintf("interests[%d]", i), n, "", zen.TypeInterest, true)
-			if err != nil {
-				return nil, err
-			}
-			ev.Interests = append(ev.Interests, id)
-		}
-		for i, str := range p.GetInterestsStr() {
-			id, err := idOf(fmt.Sprintf("interests_str[%d]", i), 0, str, zen.TypeInterest, true)
-			if err != nil {
-				return nil, err
-			}
-			ev.Interests = append(ev.Interests, id)
-		}
-		if err := ev.Validate(); err != nil {
-			return nil, err
-		}
-		if origin != 0 && s.eng == nil {
-			return nil, errors.New("origin_author: engagements are not accepted by this server")
-		}
-		return func(ctx context.Context) (*ingestv1.EventResult, error) {
-			if origin != 0 {
-				if err := s.eng.RecordEngagement(ctx, user, pin, origin); err != nil {
-					return nil, err
-				}
-			}
-			info, err := s.pub.PinSaved(ctx, ev)
-			if err != nil {
-				return nil, err
-			}
-			return result(info), nil
-		}, nil
+		return s.parsePinSaved(e.PinSaved)
 	case *ingestv1.Event_Follow, *ingestv1.Event_Unfollow:
 		f, unfollow := ev.GetFollow(), false
 		if f == nil {
 			f, unfollow = ev.GetUnfollow(), true
 		}
-		user, err1 := idOf("user", f.GetUser(), f.GetUserStr(), zen.TypeUser, true)
-		target, err2 := idOf("target", f.GetTarget(), f.GetTargetStr(), 0, true)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, err
-		}
-		if _, err := followPayload(user, target); err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context) (*ingestv1.EventResult, error) {
-			var info *pinlater.Info
-			var err error
-			if unfollow {
-				info, err = s.pub.Unfollowed(ctx, user, target)
-			} else {
-				info, err = s.pub.Followed(ctx, user, target)
-			}
-			if err != nil {
-				return nil, err
-			}
-			return result(info), nil
-		}, nil
+		return s.parseFollow(f, unfollow)
 	case *ingestv1.Event_PinDeleted:
-		p := e.PinDeleted
-		pin, err1 := idOf("pin", p.GetPin(), p.GetPinStr(), zen.TypePin, true)
-		author, err2 := idOf("author", p.GetAuthor(), p.GetAuthorStr(), zen.TypeUser, true)
-		if err := errors.Join(err1, err2); err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context) (*ingestv1.EventResult, error) {
-			info, err := s.pub.PinDeleted(ctx, pin, author)
-			if err != nil {
-				return nil, err
-			}
-			return result(info), nil
-		}, nil
+		return s.parsePinDeleted(e.PinDeleted)
 	case *ingestv1.Event_UserDeleted:
-		user, err := idOf("user", e.UserDeleted.GetUser(), e.UserDeleted.GetUserStr(), zen.TypeUser, true)
-		if err != nil {
-			return nil, err
-		}
-		return func(ctx context.Context) (*ingestv1.EventResult, error) {
-			info, err := s.pub.UserDeleted(ctx, user)
-			if err != nil {
-				return nil, err
-			}
-			return result(info), nil
-		}, nil
+		return s.parseUserDeleted(e.UserDeleted)
 	case *ingestv1.Event_RelatedPins:
-		r := e.RelatedPins
-		user, err := idOf("user", r.GetUser(), r.GetUserStr(), zen.TypeUser, true)
+		return s.parseRelatedPins(e.RelatedPins)
+	case *ingestv1.Event_Engagement:
+		return s.parseEngagement(e.Engagement)
+	}
+	return nil, errors.New("empty event")
+}
+
+// parsePinSaved validates a pin save (or repin), with its engagement when origin_author is set.
+func (s *IngestServer) parsePinSaved(p *ingestv1.PinSaved) (action, error) {
+	pin, err1 := idOf("pin", p.GetPin(), p.GetPinStr(), zen.TypePin, true)
+	user, err2 := idOf("user", p.GetUser(), p.GetUserStr(), zen.TypeUser, true)
+	board, err3 := idOf("board", p.GetBoard(), p.GetBoardStr(), zen.TypeBoard, true)
+	origin, err4 := idOf("origin_author", p.GetOriginAuthor(), p.GetOriginAuthorStr(), zen.TypeUser, false)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
+		return nil, err
+	}
+	if len(p.GetInterestsStr()) > 0 && len(p.GetInterests()) > 0 {
+		return nil, errors.New("interests: set interests or interests_str, not both")
+	}
+	ev := PinSaved{Pin: pin, User: user, Board: board, CreatedMs: p.GetCreatedMs(), Repin: p.GetRepin()}
+	for i, n := range p.GetInterests() {
+		id, err := idOf(fmt.Sprintf("interests[%d]", i), n, "", zen.TypeInterest, true)
 		if err != nil {
 			return nil, err
 		}
-		if len(r.GetPins()) == 0 || len(r.GetPins()) > MaxRelatedPins {
-			return nil, fmt.Errorf("related_pins: %d pins (want 1..%d)", len(r.GetPins()), MaxRelatedPins)
+		ev.Interests = append(ev.Interests, id)
+	}
+	for i, str := range p.GetInterestsStr() {
+		id, err := idOf(fmt.Sprintf("interests_str[%d]", i), 0, str, zen.TypeInterest, true)
+		if err != nil {
+			return nil, err
 		}
-		pins := make([]RelatedPin, len(r.GetPins()))
-		for i, rp := range r.GetPins() {
-			pin, err1 := idOf(fmt.Sprintf("pins[%d].pin", i), rp.GetPin(), rp.GetPinStr(), zen.TypePin, true)
-			author, err2 := idOf(fmt.Sprintf("pins[%d].author", i), rp.GetAuthor(), rp.GetAuthorStr(), zen.TypeUser, true)
-			board, err3 := idOf(fmt.Sprintf("pins[%d].board", i), rp.GetBoard(), rp.GetBoardStr(), zen.TypeBoard, true)
-			if err := errors.Join(err1, err2, err3); err != nil {
+		ev.Interests = append(ev.Interests, id)
+	}
+	if err := ev.Validate(); err != nil {
+		return nil, err
+	}
+	if origin != 0 && s.eng == nil {
+		return nil, errors.New("origin_author: engagements are not accepted by this server")
+	}
+	return func(ctx context.Context) (*ingestv1.EventResult, error) {
+		if origin != 0 {
+			if err := s.eng.RecordEngagement(ctx, user, pin, origin); err != nil {
 				return nil, err
 			}
-			if rp.GetCreatedMs() <= 0 {
-				return nil, fmt.Errorf("pins[%d].created_ms %d", i, rp.GetCreatedMs())
-			}
-			pins[i] = RelatedPin{Pin: pin, Author: author, Board: board, CreatedMs: rp.GetCreatedMs()}
 		}
-		return func(ctx context.Context) (*ingestv1.EventResult, error) {
-			infos, err := s.pub.RelatedPins(ctx, user, pins)
-			if err != nil {
-				return nil, err
-			}
-			return result(infos...), nil
-		}, nil
-	case *ingestv1.Event_Engagement:
-		g := e.Engagement
-		user, err1 := idOf("user", g.GetUser(), g.GetUserStr(), zen.TypeUser, true)
-		pin, err2 := idOf("pin", g.GetPin(), g.GetPinStr(), zen.TypePin, true)
-		author, err3 := idOf("author", g.GetAuthor(), g.GetAuthorStr(), zen.TypeUser, true)
+		info, err := s.pub.PinSaved(ctx, ev)
+		if err != nil {
+			return nil, err
+		}
+		return result(info), nil
+	}, nil
+}
+
+// parseFollow validates a follow, or an unfollow when unfollow is set.
+func (s *IngestServer) parseFollow(f *ingestv1.Follow, unfollow bool) (action, error) {
+	user, err1 := idOf("user", f.GetUser(), f.GetUserStr(), zen.TypeUser, true)
+	target, err2 := idOf("target", f.GetTarget(), f.GetTargetStr(), 0, true)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	if _, err := followPayload(user, target); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (*ingestv1.EventResult, error) {
+		var info *pinlater.Info
+		var err error
+		if unfollow {
+			info, err = s.pub.Unfollowed(ctx, user, target)
+		} else {
+			info, err = s.pub.Followed(ctx, user, target)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return result(info), nil
+	}, nil
+}
+
+// parsePinDeleted validates a pin deletion.
+func (s *IngestServer) parsePinDeleted(p *ingestv1.PinDeleted) (action, error) {
+	pin, err1 := idOf("pin", p.GetPin(), p.GetPinStr(), zen.TypePin, true)
+	author, err2 := idOf("author", p.GetAuthor(), p.GetAuthorStr(), zen.TypeUser, true)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (*ingestv1.EventResult, error) {
+		info, err := s.pub.PinDeleted(ctx, pin, author)
+		if err != nil {
+			return nil, err
+		}
+		return result(info), nil
+	}, nil
+}
+
+// parseUserDeleted validates a user deletion.
+func (s *IngestServer) parseUserDeleted(u *ingestv1.UserDeleted) (action, error) {
+	user, err := idOf("user", u.GetUser(), u.GetUserStr(), zen.TypeUser, true)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) (*ingestv1.EventResult, error) {
+		info, err := s.pub.UserDeleted(ctx, user)
+		if err != nil {
+			return nil, err
+		}
+		return result(info), nil
+	}, nil
+}
+
+// parseRelatedPins validates a recommender's related pins for a user.
+func (s *IngestServer) parseRelatedPins(r *ingestv1.RelatedPins) (action, error) {
+	user, err := idOf("user", r.GetUser(), r.GetUserStr(), zen.TypeUser, true)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.GetPins()) == 0 || len(r.GetPins()) > MaxRelatedPins {
+		return nil, fmt.Errorf("related_pins: %d pins (want 1..%d)", len(r.GetPins()), MaxRelatedPins)
+	}
+	pins := make([]RelatedPin, len(r.GetPins()))
+	for i, rp := range r.GetPins() {
+		pin, err1 := idOf(fmt.Sprintf("pins[%d].pin", i), rp.GetPin(), rp.GetPinStr(), zen.TypePin, true)
+		author, err2 := idOf(fmt.Sprintf("pins[%d].author", i), rp.GetAuthor(), rp.GetAuthorStr(), zen.TypeUser, true)
+		board, err3 := idOf(fmt.Sprintf("pins[%d].board", i), rp.GetBoard(), rp.GetBoardStr(), zen.TypeBoard, true)
 		if err := errors.Join(err1, err2, err3); err != nil {
 			return nil, err
 		}
-		if s.eng == nil {
-			return nil, errors.New("engagement: not accepted by this server")
+		if rp.GetCreatedMs() <= 0 {
+			return nil, fmt.Errorf("pins[%d].created_ms %d", i, rp.GetCreatedMs())
 		}
-		return func(ctx context.Context) (*ingestv1.EventResult, error) {
-			if err := s.eng.RecordEngagement(ctx, user, pin, author); err != nil {
-				return nil, err
-			}
-			return &ingestv1.EventResult{}, nil
-		}, nil
+		pins[i] = RelatedPin{Pin: pin, Author: author, Board: board, CreatedMs: rp.GetCreatedMs()}
 	}
-	return nil, errors.New("empty event")
+	return func(ctx context.Context) (*ingestv1.EventResult, error) {
+		infos, err := s.pub.RelatedPins(ctx, user, pins)
+		if err != nil {
+			return nil, err
+		}
+		return result(infos...), nil
+	}, nil
+}
+
+// parseEngagement validates an engagement; refused when the server has no Engager.
+func (s *IngestServer) parseEngagement(g *ingestv1.Engagement) (action, error) {
+	user, err1 := idOf("user", g.GetUser(), g.GetUserStr(), zen.TypeUser, true)
+	pin, err2 := idOf("pin", g.GetPin(), g.GetPinStr(), zen.TypePin, true)
+	author, err3 := idOf("author", g.GetAuthor(), g.GetAuthorStr(), zen.TypeUser, true)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return nil, err
+	}
+	if s.eng == nil {
+		return nil, errors.New("engagement: not accepted by this server")
+	}
+	return func(ctx context.Context) (*ingestv1.EventResult, error) {
+		if err := s.eng.RecordEngagement(ctx, user, pin, author); err != nil {
+			return nil, err
+		}
+		return &ingestv1.EventResult{}, nil
+	}, nil
 }
 
 // Publish implements IngestServiceServer.

@@ -1,35 +1,32 @@
 package worker
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/cockroachdb/datadriven"
 
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-var update = flag.Bool("update", false, "rewrite the expected output of testdata/scenarios/*.txt")
+var update = flag.Bool("update", false, "alias of datadriven's -rewrite")
 
-const wantMarker = "=== want"
-
-// TestScenarios runs every testdata/scenarios/*.txt on each backend: the lines before "=== want"
-// build a graph and publish events (processed by the worker's handlers through an inline queue);
-// the lines after it are the exact pool contents expected. `go test -run TestScenarios -update`
-// rewrites them (from the in-memory backend).
+// TestScenarios runs every testdata/scenarios/*.txt on each backend, in datadriven's format: each
+// command is a directive with its arguments, followed by "----" and its expected output. The
+// commands build a graph and publish events (processed by the worker's handlers through an
+// inline queue) and print nothing; the last, dump, prints the exact pool contents expected.
+// `go test -run TestScenarios -rewrite` (or -update) rewrites the expected output from the
+// in-memory backend.
 //
 // Commands (names stand for IDs):
 //
-//	config key=value...             worker Config (first line only): chunk_size, hot_followers,
+//	config key=value...             worker Config (first command only): chunk_size, hot_followers,
 //	                                pool_cap, trim_every, ttl, inactive_after, backfill_limit
 //	clock +DUR                      advance the clock (DUR: Go duration or Nd)
 //	user NAME [active=-DUR]         a user, optionally last active DUR ago
@@ -47,35 +44,40 @@ const wantMarker = "=== want"
 //	related USER PIN...             event: recommender's related pins for USER
 //	touch USER                      the feed service saw USER (may start a rebuild)
 //	hold / run                      stop draining the queue after each event / drain it now
+//	dump                            drain the queue (unless held), print the pools (last command)
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/scenarios/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
-	for _, f := range files {
-		for _, b := range backends {
-			t.Run(strings.TrimSuffix(filepath.Base(f), ".txt")+"/"+b, func(t *testing.T) {
-				if *update && b != "mem" {
-					t.Skip("-update writes from the mem backend")
-				}
-				raw, err := os.ReadFile(f)
-				if err != nil {
-					t.Fatal(err)
-				}
-				in, want, _ := strings.Cut(string(raw), wantMarker+"\n")
-				got := runScenario(t, openStore(t, b), in)
-				if *update {
-					if err := os.WriteFile(f, []byte(in+wantMarker+"\n"+got), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				if d := cmp.Diff(want, got); d != "" {
-					t.Errorf("%s pools (-want +got):\n%s", f, d)
-				}
-			})
+	if *update {
+		if err := flag.Set("rewrite", "true"); err != nil {
+			t.Fatal(err)
 		}
 	}
+	rewrite := flag.Lookup("rewrite").Value.String() == "true"
+	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
+		for _, b := range backends {
+			t.Run(b, func(t *testing.T) {
+				if rewrite && b != "mem" {
+					t.Skip("-rewrite writes from the mem backend")
+				}
+				sc := newScenario(t, openStore(t, b))
+				datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+					if d.Cmd == "dump" {
+						if err := sc.drain(); err != nil {
+							d.Fatalf(t, "%v", err)
+						}
+						return sc.dump()
+					}
+					f := []string{d.Cmd}
+					for _, a := range d.CmdArgs {
+						f = append(f, a.String())
+					}
+					if err := sc.do(f); err != nil {
+						d.Fatalf(t, "%v", err)
+					}
+					return ""
+				})
+			})
+		}
+	})
 }
 
 type scenario struct {
@@ -99,28 +101,10 @@ func parseDur(s string) (time.Duration, error) {
 	return time.ParseDuration(s)
 }
 
-func runScenario(t *testing.T, store zen.Store, in string) string {
+func newScenario(t *testing.T, store zen.Store) *scenario {
 	sc := &scenario{t: t, ctx: context.Background(), store: store, ids: map[string]zen.ID{}, names: map[zen.ID]string{}}
 	sc.cfg = Config{TrimEvery: 1}
-	sc2 := bufio.NewScanner(strings.NewReader(in))
-	n := 0
-	for sc2.Scan() {
-		n++
-		line := strings.TrimSpace(sc2.Text())
-		if i := strings.Index(line, "#"); i >= 0 {
-			line = strings.TrimSpace(line[:i])
-		}
-		if line == "" {
-			continue
-		}
-		if err := sc.do(strings.Fields(line)); err != nil {
-			t.Fatalf("line %d %q: %v", n, line, err)
-		}
-	}
-	if err := sc.drain(); err != nil {
-		t.Fatal(err)
-	}
-	return sc.dump()
+	return sc
 }
 
 func (sc *scenario) env() *env {
