@@ -326,6 +326,11 @@ func TestLostClaimsAreReplaced(t *testing.T) {
 			if len(left) != 14 || left[0] != es[0].Pin {
 				t.Errorf("pool after = %v (len %d), want pin 1 and pins 8..20", left, len(left))
 			}
+			// Our claim on pin 2 (taken by someone else) was released: once pin 2 is back in
+			// the pools (given back by its taker), a later chunk can claim and serve it.
+			if _, err := e.state.Get(ctx, userKey2(e.user, tagClaim, uint64(es[1].Pin))); !errors.Is(err, zen.ErrNotFound) {
+				t.Errorf("claim on the stolen pin 2 left behind (%v)", err)
+			}
 		})
 	}
 }
@@ -587,5 +592,35 @@ func TestSweepAfterTheAnswer(t *testing.T) {
 	}
 	if left := e.pools.all(e.user); len(left) != 0 {
 		t.Errorf("pools still hold %v after the sweep", entryPins(left))
+	}
+}
+
+// TestExpiredCandidateStartsASweep: when an expired pin shows up among the candidates before
+// the hourly sweep is due, a sweep starts anyway (after the answer), so the pools do not keep
+// carrying it to every read.
+func TestExpiredCandidateStartsASweep(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, backends[1].make, nil)
+	e.insert(t, e.entry(t, zen.SourceFollowing, 1, 0.5, 1, 1, time.Hour))
+	if _, err := e.gen.GenerateChunk(ctx, e.user, Options{}); err != nil { // first visit: sweeps
+		t.Fatal(err)
+	}
+	e.gen.Wait()
+	e.clk.Advance(time.Minute) // the next sweep is due in an hour
+	old := e.entry(t, zen.SourceFollowing, 2, 0.9, 2, 2, 15*24*time.Hour)
+	e.insert(t, old, e.entry(t, zen.SourceFollowing, 3, 0.4, 3, 3, time.Hour))
+	c, err := e.gen.GenerateChunk(ctx, e.user, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.gen.Wait()
+	if got := pinsOf(c.Items); len(got) != 1 || got[0] != pinID(t, 3) {
+		t.Errorf("chunk = %v, want only pin 3 (pin 2 expired)", got)
+	}
+	if d, err := e.gen.Drops(ctx, e.user); err != nil || d != 1 {
+		t.Errorf("Drops = %d, %v; want 1: the expired candidate started a sweep", d, err)
+	}
+	if left := e.pools.all(e.user); len(left) != 0 {
+		t.Errorf("pools still hold %v", entryPins(left))
 	}
 }
