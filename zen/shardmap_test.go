@@ -1,7 +1,9 @@
 package zen_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,7 +30,7 @@ func TestLoadShardMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []zen.ShardRange{{0, 2047, "pools-a", false}, {2048, 4095, "pools-b", true}}
+	want := []zen.ShardRange{{From: 0, To: 2047, Store: "pools-a"}, {From: 2048, To: 4095, Store: "pools-b", Open: true}}
 	if diff := cmp.Diff(want, m.Ranges()); diff != "" {
 		t.Errorf("ranges (-want +got):\n%s", diff)
 	}
@@ -71,7 +73,7 @@ func TestLoadShardMapRejects(t *testing.T) {
 
 func TestDefaultShardMap(t *testing.T) {
 	m := zen.DefaultShardMap()
-	if diff := cmp.Diff([]zen.ShardRange{{0, 4095, "default", true}}, m.Ranges()); diff != "" {
+	if diff := cmp.Diff([]zen.ShardRange{{From: 0, To: 4095, Store: "default", Open: true}}, m.Ranges()); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 	if len(m.OpenShards()) != 4096 || m.IsOpen(4096) {
@@ -173,5 +175,81 @@ func TestGraphSetShards(t *testing.T) {
 	g.SetShards(nil)
 	if g.Shards() != m {
 		t.Error("SetShards(nil) replaced the map")
+	}
+}
+
+func TestShardMapWith(t *testing.T) {
+	base, err := zen.NewShardMap([]zen.ShardRange{{From: 0, To: 99, Store: "a", Open: true}, {From: 100, To: 199, Store: "b", Open: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := func(r *zen.ShardRange) { r.Fenced = true }
+	for _, tc := range []struct {
+		name     string
+		from, to uint16
+		fn       func(r *zen.ShardRange)
+		want     []zen.ShardRange
+	}{
+		{"inside one range", 10, 19, fence, []zen.ShardRange{
+			{From: 0, To: 9, Store: "a", Open: true}, {From: 10, To: 19, Store: "a", Open: true, Fenced: true},
+			{From: 20, To: 99, Store: "a", Open: true}, {From: 100, To: 199, Store: "b", Open: true}}},
+		{"across two ranges", 90, 109, func(r *zen.ShardRange) { r.Store = "c" }, []zen.ShardRange{
+			{From: 0, To: 89, Store: "a", Open: true}, {From: 90, To: 109, Store: "c", Open: true},
+			{From: 110, To: 199, Store: "b", Open: true}}},
+		{"merges equal neighbours", 100, 199, func(r *zen.ShardRange) { r.Store = "a" }, []zen.ShardRange{
+			{From: 0, To: 199, Store: "a", Open: true}}},
+		{"fn cannot move bounds", 0, 0, func(r *zen.ShardRange) { r.From, r.To = 5, 50; r.Fenced = true }, []zen.ShardRange{
+			{From: 0, To: 0, Store: "a", Open: true, Fenced: true}, {From: 1, To: 99, Store: "a", Open: true},
+			{From: 100, To: 199, Store: "b", Open: true}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := base.With(tc.from, tc.to, tc.fn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, m.Ranges()); diff != "" {
+				t.Errorf("ranges (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, err := base.With(150, 200, fence); err == nil {
+		t.Error("With past the last shard: no error")
+	}
+	if _, err := base.With(5, 4, fence); err == nil {
+		t.Error("With from above to: no error")
+	}
+	m, err := zen.ParseShardMap([]byte(`{"ranges": [{"from": 0, "to": 9, "store": "a", "open": true, "fenced": true}]}`))
+	if err != nil || !m.Ranges()[0].Fenced {
+		t.Fatalf("parse fenced map: %v, %v", m, err)
+	}
+	b, _ := m.MarshalJSON()
+	if got := string(b); got != `{"ranges":[{"from":0,"to":9,"store":"a","open":true,"fenced":true}]}` {
+		t.Errorf("marshal = %s", got)
+	}
+}
+
+func TestShardKeyRange(t *testing.T) {
+	for _, s := range []uint16{0, 1, 7, 4095, 65534} {
+		id, err := zen.NewID(s, zen.TypeUser, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := binary.BigEndian.AppendUint64(nil, uint64(id))
+		if got := zen.KeyShard(key); got != uint32(s) {
+			t.Errorf("KeyShard(id on %d) = %d", s, got)
+		}
+		start, stop := zen.ShardKeyRange(s, s)
+		if bytes.Compare(key, start) < 0 || bytes.Compare(key, stop) >= 0 {
+			t.Errorf("shard %d: key %x outside [%x, %x)", s, key, start, stop)
+		}
+		if zen.KeyShard(start) != uint32(s) || zen.KeyShard(stop) != uint32(s)+1 {
+			t.Errorf("shard %d: bounds %x %x map to shards %d %d", s, start, stop, zen.KeyShard(start), zen.KeyShard(stop))
+		}
+	}
+	if _, stop := zen.ShardKeyRange(0, zen.MaxShard); stop != nil {
+		t.Errorf("stop past the last shard = %x, want nil", stop)
+	}
+	if got := zen.KeyShard([]byte{0x00, 0x00, 0x40}); got != 1 {
+		t.Errorf("KeyShard of a short key = %d, want 1", got)
 	}
 }
