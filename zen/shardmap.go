@@ -201,14 +201,29 @@ func sameAttrs(a, b ShardRange) bool {
 
 // ShardKeyRange returns the key range [start, stop) of the rows of shards from..to in every table
 // whose keys lead with an ID or a shard base (objects, edges, counters, modshard, pools): an ID is
-// shard<<46 | …, big-endian, so one shard range is one contiguous key range. stop is nil past
-// shard 65535.
+// shard<<46 | …, big-endian, so one shard range is one contiguous key range. The bounds are the
+// smallest keys KeyShard places on from and on to+1 (trailing zero bytes trimmed, so even keys
+// shorter than 8 bytes fall on the side KeyShard says); start is nil for shard 0 and stop is nil
+// past shard 65535.
 func ShardKeyRange(from, to uint16) (start, stop []byte) {
-	start = binary.BigEndian.AppendUint64(nil, uint64(from)<<46)
+	start = shardBase(uint64(from))
 	if int(to) < MaxShard {
-		stop = binary.BigEndian.AppendUint64(nil, uint64(to+1)<<46)
+		stop = shardBase(uint64(to) + 1)
 	}
 	return start, stop
+}
+
+// shardBase is the smallest key on shard s: s<<46 big-endian without trailing zero bytes (nil
+// for shard 0).
+func shardBase(s uint64) []byte {
+	b := binary.BigEndian.AppendUint64(nil, s<<46)
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 // KeyShard returns the shard of a row key: bits 61–46 of its first 8 bytes read big-endian (a
