@@ -42,6 +42,7 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/shardwatch"
 	"github.com/smartfeed/smartfeed/zen/zencache"
+	"github.com/smartfeed/smartfeed/zen/zenroute"
 )
 
 // Roles: which services one process runs.
@@ -140,6 +141,8 @@ type app struct {
 	reg  *prometheus.Registry
 
 	stores *stores
+	// router routes the shard-keyed tables over the stores of --stores (nil without any).
+	router *zenroute.Store
 	graph  *zen.Graph
 	pools  *zen.Pools
 	gen    *generator.Generator
@@ -235,17 +238,25 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		if err != nil {
 			return nil, err
 		}
-		poolsT, err := a.stores.table(ctx, storeMain, tablePools)
+		// With extra stores (--stores) the shard-keyed tables are routed by the shard map.
+		var zstore zen.Store = main
+		if a.router, err = a.buildRouter(ctx, main); err != nil {
+			return nil, err
+		}
+		if a.router != nil {
+			zstore = a.router
+		}
+		poolsT, err := a.shardTable(ctx, tablePools)
 		if err != nil {
 			return nil, err
 		}
 		a.pools = zen.NewPools(poolsT, nil)
 		// The graph: the worker's, and the deleted-pin filter of the generator and the feed.
-		var graphStore zen.Store = main
+		graphStore := zstore
 		if a.cfg.Cache.Enabled {
 			rdb := goredis.NewClient(&goredis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB})
 			a.conns = append(a.conns, rdb)
-			cached, err := zencache.Wrap(main, rdb, zencache.Options{Prefix: "zc:" + a.cfg.Redis.Namespace + ":",
+			cached, err := zencache.Wrap(zstore, rdb, zencache.Options{Prefix: "zc:" + a.cfg.Redis.Namespace + ":",
 				TTL: a.cfg.Cache.TTL.D(), NegativeTTL: a.cfg.Cache.NegativeTTL.D(), Registerer: a.reg})
 			if err != nil {
 				return nil, fmt.Errorf("join cache: %w", err)
@@ -255,7 +266,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		if a.graph, err = zen.NewGraph(ctx, graphStore, nil, nil); err != nil {
 			return nil, fmt.Errorf("graph: %w", err)
 		}
-		if err := a.buildShardWatch(); err != nil {
+		if err := a.buildShardWatch(ctx); err != nil {
 			return nil, err
 		}
 		// The read path asks whether every candidate pin is live on every chunk; the answers
@@ -333,24 +344,68 @@ func (a *app) buildGenerator(ctx context.Context) error {
 	return nil
 }
 
-// shardStores are the store names a shard map may use: this binary opens one main store, so
-// every range names "default" until ranges can be routed to several stores.
-var shardStores = []string{"default"}
+// shardStores are the store names a shard map may use: "default" (the main store) and the
+// extra stores of --stores.
+func shardStores(cfg config.Storage) []string {
+	names := []string{zenroute.DefaultStore}
+	extra, _ := config.ParseStores(cfg.Stores) // validated with the configuration
+	for _, ns := range extra {
+		names = append(names, ns.Name)
+	}
+	return names
+}
 
-// buildShardWatch loads the configured shard map (a bad file refuses the start) and prepares
+// buildRouter opens the extra stores of --stores and routes the shard-keyed tables over them and
+// main by the shard map; without extra stores it returns nil and the graph uses main alone.
+func (a *app) buildRouter(ctx context.Context, main zen.Store) (*zenroute.Store, error) {
+	extra, err := config.ParseStores(a.cfg.Storage.Stores)
+	if err != nil || len(extra) == 0 {
+		return nil, err
+	}
+	backs := map[string]zen.Store{zenroute.DefaultStore: main}
+	for _, ns := range extra {
+		if backs[ns.Name], err = a.stores.named(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	r, err := zenroute.New(backs, nil, zenroute.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("shard routing: %w", err)
+	}
+	return r, nil
+}
+
+// setShards installs a new shard map: in the router (which waits for the writes in flight under
+// the previous one) and in the graph (which places new objects by it).
+func (a *app) setShards(m *zen.ShardMap) {
+	if a.router != nil {
+		a.router.SetShards(m)
+	}
+	a.graph.SetShards(m)
+}
+
+// buildShardWatch loads the configured shard map (a bad file refuses the start; with routed
+// stores the ZooKeeper map too, so no write is routed by the default map meanwhile) and prepares
 // its watchers, which run loops.
-func (a *app) buildShardWatch() error {
+func (a *app) buildShardWatch(ctx context.Context) error {
 	sm := a.cfg.Storage.ShardMap
 	if sm.File == "" && sm.ZK == "" {
 		return nil
 	}
-	w, err := shardwatch.New(a.graph.SetShards, shardwatch.Options{KnownStores: shardStores,
+	w, err := shardwatch.New(a.setShards, shardwatch.Options{KnownStores: shardStores(a.cfg.Storage),
 		Logger: a.log.Named("shardmap"), Registerer: a.reg})
 	if err != nil {
 		return err
 	}
 	if sm.File != "" {
 		if err := w.LoadFile(sm.File); err != nil {
+			return fmt.Errorf("shard map: %w", err)
+		}
+	}
+	if sm.ZK != "" && a.router != nil {
+		zctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := w.LoadZK(zctx, sm.ZK, sm.ZKPath); err != nil {
 			return fmt.Errorf("shard map: %w", err)
 		}
 	}

@@ -203,6 +203,37 @@ func (w *Watcher) WatchZK(ctx context.Context, quorum, zpath string) error {
 	return ctx.Err()
 }
 
+// LoadZK offers the map in the znode at zpath of the quorum once (a missing znode offers
+// nothing), so a process starts routing by the map its peers use before it serves.
+func (w *Watcher) LoadZK(ctx context.Context, quorum, zpath string) error {
+	conn, err := connect(quorum, w.log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	type got struct {
+		b   []byte
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		b, _, err := conn.Get(zpath)
+		done <- got{b, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("shard map znode %s: %w", zpath, ctx.Err())
+	case g := <-done:
+		if errors.Is(g.err, zk.ErrNoNode) {
+			return nil
+		}
+		if g.err != nil {
+			return fmt.Errorf("shard map znode %s: %w", zpath, g.err)
+		}
+		return w.Offer("zookeeper", g.b)
+	}
+}
+
 // Publish validates m and writes it to the znode at zpath (creating it and its parents), the
 // way an operator pushes a new shard map to every running process.
 func Publish(ctx context.Context, quorum, zpath string, m *zen.ShardMap) error {

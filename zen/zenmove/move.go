@@ -103,6 +103,13 @@ type Result struct {
 	Took        time.Duration `json:"took_ns"`
 }
 
+// ErrPlan is wrapped by the refusal of a plan that cannot run: a bad range, one spread over
+// several stores or partly fenced, an unknown store.
+var ErrPlan = errors.New("zenmove: bad plan")
+
+// ErrUnfinished is wrapped by the refusal of a move while another one is unfinished.
+var ErrUnfinished = errors.New("zenmove: another move is unfinished")
+
 // ErrMismatch is returned when verification finds the target differing from the source: the
 // fence is lifted and the map keeps the shards on the source.
 var ErrMismatch = errors.New("zenmove: verification failed")
@@ -171,6 +178,7 @@ type state struct {
 	Source  string    `json:"source"`
 	Phase   string    `json:"phase"` // "passes", "fenced"
 	Pass    int       `json:"pass"`
+	Total   int64     `json:"total"` // source rows counted before the copy
 	Started time.Time `json:"started"`
 }
 
@@ -222,10 +230,10 @@ func (mv *Mover) clearState(ctx context.Context) error {
 // whether they are already on the target; a range split over several stores is refused.
 func source(m *zen.ShardMap, p Plan) (name string, fenced, onTarget bool, err error) {
 	if p.From > p.To {
-		return "", false, false, fmt.Errorf("shards %d–%d: from above to", p.From, p.To)
+		return "", false, false, fmt.Errorf("%w: shards %d–%d: from above to", ErrPlan, p.From, p.To)
 	}
 	if p.To > m.HighestShard() {
-		return "", false, false, fmt.Errorf("shards %d–%d: the shard map covers shards 0–%d only", p.From, p.To, m.HighestShard())
+		return "", false, false, fmt.Errorf("%w: shards %d–%d: the shard map covers shards 0–%d only", ErrPlan, p.From, p.To, m.HighestShard())
 	}
 	anyFenced, allFenced := false, true
 	for _, r := range m.Ranges() {
@@ -233,15 +241,15 @@ func source(m *zen.ShardMap, p Plan) (name string, fenced, onTarget bool, err er
 			continue
 		}
 		if name != "" && r.Store != name {
-			return "", false, false, fmt.Errorf("shards %d–%d are on several stores (%s, %s): move each store's part on its own",
-				p.From, p.To, name, r.Store)
+			return "", false, false, fmt.Errorf("%w: shards %d–%d are on several stores (%s, %s): move each store's part on its own",
+				ErrPlan, p.From, p.To, name, r.Store)
 		}
 		name = r.Store
 		anyFenced = anyFenced || r.Fenced
 		allFenced = allFenced && r.Fenced
 	}
 	if anyFenced && !allFenced {
-		return "", false, false, fmt.Errorf("shards %d–%d are partly fenced by another move", p.From, p.To)
+		return "", false, false, fmt.Errorf("%w: shards %d–%d are partly fenced by another move", ErrPlan, p.From, p.To)
 	}
 	return name, allFenced, name == p.Target, nil
 }
@@ -250,11 +258,11 @@ func source(m *zen.ShardMap, p Plan) (name string, fenced, onTarget bool, err er
 func (mv *Mover) endpoints(ctx context.Context, src, dst string) (map[string][2]zen.Table, error) {
 	s, ok := mv.stores[src]
 	if !ok {
-		return nil, fmt.Errorf("zenmove: source store %q is not open here", src)
+		return nil, fmt.Errorf("%w: source store %q is not open here", ErrPlan, src)
 	}
 	d, ok := mv.stores[dst]
 	if !ok {
-		return nil, fmt.Errorf("zenmove: unknown target store %q (stores: %v)", dst, mv.storeNames())
+		return nil, fmt.Errorf("%w: unknown target store %q (stores: %v)", ErrPlan, dst, mv.storeNames())
 	}
 	out := map[string][2]zen.Table{}
 	for _, name := range mv.o.Tables {
@@ -367,7 +375,7 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 		return res, err
 	}
 	if prev != nil && prev.Plan != p {
-		return res, fmt.Errorf("zenmove: another move is unfinished (%s, phase %s): rerun it to finish it first", prev.Plan, prev.Phase)
+		return res, fmt.Errorf("%w (%s, phase %s): rerun it to finish it first", ErrUnfinished, prev.Plan, prev.Phase)
 	}
 	res.Resumed = prev != nil
 	cur := mv.maps.Current()
@@ -386,7 +394,7 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 		return res, mv.clearState(ctx)
 	}
 	if prev != nil && prev.Source != src {
-		return res, fmt.Errorf("zenmove: the unfinished move read from %s but the map now has the shards on %s", prev.Source, src)
+		return res, fmt.Errorf("%w: it read from %s but the map now has the shards on %s", ErrUnfinished, prev.Source, src)
 	}
 	eps, err := mv.endpoints(ctx, src, p.Target)
 	if err != nil {
@@ -394,7 +402,7 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 	}
 	st := &state{Plan: p, Source: src, Phase: "passes", Started: time.Now().UTC()}
 	if prev != nil {
-		st.Started = prev.Started
+		st.Started, st.Total = prev.Started, prev.Total
 	}
 	mv.log.Info("shard move", zap.Stringer("plan", p), zap.String("source", src), zap.Bool("resumed", res.Resumed),
 		zap.Bool("fenced", fenced))
@@ -406,6 +414,7 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 				return res, err
 			}
 		}
+		st.Total = total
 		last := int64(-1)
 		for pass := 1; ; pass++ {
 			st.Pass = pass
@@ -463,7 +472,7 @@ func (mv *Mover) fenceAndSwitch(ctx context.Context, eps map[string][2]zen.Table
 		mv.met.moves.WithLabelValues("rolled_back").Inc()
 		return res, err
 	}
-	put, del, err := mv.pass(ctx, eps, p, "final", st.Pass+1, 0, report)
+	put, del, err := mv.pass(ctx, eps, p, "final", st.Pass+1, st.Total, report)
 	if err != nil {
 		return fail(fmt.Errorf("final pass: %w", err))
 	}

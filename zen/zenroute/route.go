@@ -34,16 +34,18 @@ import (
 )
 
 // ErrFenced is returned by a write to shards whose fence did not lift within Options.FenceWait.
-// It is retryable: the move either switches the shards or lifts the fence within seconds.
-var ErrFenced = errors.New("zenroute: shards fenced for a move, retry shortly")
+// It is retryable (it wraps zen.ErrUnavailable): the move either switches the shards or lifts
+// the fence within seconds.
+var ErrFenced = fmt.Errorf("zenroute: shards fenced for a move: %w", zen.ErrUnavailable)
 
 // DefaultStore is the name of the store that holds unrouted tables when Options.Default is empty.
 const DefaultStore = "default"
 
 // ShardedTables returns the names of the tables whose row keys lead with an ID or a shard base,
-// and so are routed: zen.Graph's objects, edges, counters and modshard, and the pools table.
+// and so are routed: zen.Graph's objects, edges, counters and modshard, the pools table, and the
+// worker's state table ("worker", rows led by the user ID).
 func ShardedTables() []string {
-	return []string{zen.TableObjects, zen.TableEdges, zen.TableCounters, zen.TableModShard, "pools"}
+	return []string{zen.TableObjects, zen.TableEdges, zen.TableCounters, zen.TableModShard, "pools", "worker"}
 }
 
 // Options configures a Store.

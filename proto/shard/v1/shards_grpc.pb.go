@@ -35,8 +35,9 @@ type ShardAdminClient interface {
 	// switches the shard map; or, with dry_run, reports what it would move and changes nothing.
 	// The stream carries progress events and ends with the result. Cancelling the call stops the
 	// move (a fence is lifted); a rerun resumes it.
-	// INVALID_ARGUMENT: a bad range or an unknown store. FAILED_PRECONDITION: another move is
-	// running or unfinished, the range spans stores, or the process has no persistent shard map.
+	// INVALID_ARGUMENT: a bad range, an unknown store, a range spread over several stores.
+	// FAILED_PRECONDITION: another move is running or unfinished, or the process has no persistent
+	// shard map (--shard-map-file or --shard-map-zk).
 	// ABORTED: verification failed; the fence was lifted and the shards stay on the source.
 	MoveShards(ctx context.Context, in *MoveShardsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MoveShardsEvent], error)
 }
@@ -81,8 +82,9 @@ type ShardAdminServer interface {
 	// switches the shard map; or, with dry_run, reports what it would move and changes nothing.
 	// The stream carries progress events and ends with the result. Cancelling the call stops the
 	// move (a fence is lifted); a rerun resumes it.
-	// INVALID_ARGUMENT: a bad range or an unknown store. FAILED_PRECONDITION: another move is
-	// running or unfinished, the range spans stores, or the process has no persistent shard map.
+	// INVALID_ARGUMENT: a bad range, an unknown store, a range spread over several stores.
+	// FAILED_PRECONDITION: another move is running or unfinished, or the process has no persistent
+	// shard map (--shard-map-file or --shard-map-zk).
 	// ABORTED: verification failed; the fence was lifted and the shards stay on the source.
 	MoveShards(*MoveShardsRequest, grpc.ServerStreamingServer[MoveShardsEvent]) error
 	mustEmbedUnimplementedShardAdminServer()

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	shardv1 "github.com/smartfeed/smartfeed/proto/shard/v1"
+	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/shardwatch"
+	"github.com/smartfeed/smartfeed/zen/zenmove"
+	"github.com/smartfeed/smartfeed/zen/zenroute"
+)
+
+// shardMoveGrace is how long a move waits after publishing a map to ZooKeeper before it relies
+// on it, so the other processes watching the znode apply it (and finish the writes they started
+// under the previous one). They apply a change within one watch round trip; acknowledgements
+// from each process are not built.
+const shardMoveGrace = 3 * time.Second
+
+// publishedMaps is the zenmove.Maps of a serving process: a map is written where the process's
+// shard map comes from (the file, the znode), installed in the router here at once (waiting for
+// the writes in flight), and handed to the watcher, which passes it to the graph.
+type publishedMaps struct {
+	router       *zenroute.Store
+	watch        *shardwatch.Watcher
+	file         string
+	zk, zkPath   string
+	grace        time.Duration
+	publishZK    func(ctx context.Context, quorum, zpath string, m *zen.ShardMap) error
+	afterPublish func(ctx context.Context, d time.Duration) error
+}
+
+func (p *publishedMaps) Current() *zen.ShardMap { return p.router.Shards() }
+
+func (p *publishedMaps) Publish(ctx context.Context, m *zen.ShardMap) error {
+	b, err := m.MarshalJSON()
+	if err != nil {
+		return fmt.Errorf("encode shard map: %w", err)
+	}
+	if p.file != "" {
+		if err := writeFileAtomic(p.file, b); err != nil {
+			return err
+		}
+	}
+	if p.zk != "" {
+		if err := p.publishZK(ctx, p.zk, p.zkPath, m); err != nil {
+			return err
+		}
+	}
+	if err := p.router.Swap(ctx, m); err != nil {
+		return err
+	}
+	source := "file"
+	if p.file == "" {
+		source = "zookeeper"
+	}
+	if err := p.watch.Offer(source, b); err != nil {
+		return fmt.Errorf("apply shard map: %w", err)
+	}
+	if p.zk != "" && p.grace > 0 {
+		return p.afterPublish(ctx, p.grace)
+	}
+	return nil
+}
+
+// writeFileAtomic replaces path with b through a temporary file in the same directory.
+func writeFileAtomic(path string, b []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".shardmap-*")
+	if err != nil {
+		return fmt.Errorf("write shard map file: %w", err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(append(b, '\n'))
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write shard map file %s: %w", path, werr)
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// shardAdmin serves ShardAdmin: one move at a time, run by this process's mover.
+type shardAdmin struct {
+	shardv1.UnimplementedShardAdminServer
+	mover *zenmove.Mover
+	// persistent is why moves are refused ("" when the map is persisted: file or znode).
+	refuse string
+	log    *zap.Logger
+	mu     sync.Mutex
+}
+
+// newShardAdmin builds the mover over the router's stores, keeping its progress row in the
+// main store's meta table.
+func (a *app) newShardAdmin() (*shardAdmin, error) {
+	backs := map[string]zen.Store{}
+	for _, n := range a.router.StoreNames() {
+		backs[n], _ = a.router.Backend(n)
+	}
+	meta, err := a.stores.table(context.Background(), storeMain, tableMeta)
+	if err != nil {
+		return nil, err
+	}
+	sa := &shardAdmin{log: a.log.Named("shardmove")}
+	var maps zenmove.Maps = &zenmove.Local{Router: a.router, Setters: []func(*zen.ShardMap){a.graph.SetShards}}
+	if a.shardWatch == nil {
+		sa.refuse = "the shard map is not persisted: start the process with --shard-map-file or --shard-map-zk, " +
+			"so the switched map outlives a restart"
+	} else {
+		sm := a.cfg.Storage.ShardMap
+		maps = &publishedMaps{router: a.router, watch: a.shardWatch, file: sm.File, zk: sm.ZK, zkPath: sm.ZKPath,
+			grace: shardMoveGrace, publishZK: shardwatch.Publish, afterPublish: sleepCtx}
+	}
+	if sa.mover, err = zenmove.New(backs, maps, zenmove.Options{State: meta, Logger: sa.log, Registerer: a.reg}); err != nil {
+		return nil, err
+	}
+	return sa, nil
+}
+
+// MoveShards runs one move (or dry run), streaming progress and then the result.
+func (s *shardAdmin) MoveShards(req *shardv1.MoveShardsRequest, stream shardv1.ShardAdmin_MoveShardsServer) error {
+	if req.GetFrom() > zen.MaxShard || req.GetTo() > zen.MaxShard || req.GetFrom() > req.GetTo() {
+		return status.Errorf(codes.InvalidArgument, "shards %d–%d: want from ≤ to ≤ %d", req.GetFrom(), req.GetTo(), zen.MaxShard)
+	}
+	if req.GetTarget() == "" {
+		return status.Error(codes.InvalidArgument, "no target store")
+	}
+	if !s.mu.TryLock() {
+		return status.Error(codes.FailedPrecondition, "another shard move is running in this process")
+	}
+	defer s.mu.Unlock()
+	plan := zenmove.Plan{From: uint16(req.GetFrom()), To: uint16(req.GetTo()), Target: req.GetTarget()}
+	ctx := stream.Context()
+	s.log.Info("shard move requested", zap.Stringer("plan", plan), zap.Bool("dry_run", req.GetDryRun()),
+		zap.String("peer", peerAddr(ctx)))
+	var (
+		res zenmove.Result
+		err error
+	)
+	if req.GetDryRun() {
+		res, err = s.mover.DryRun(ctx, plan)
+	} else if s.refuse != "" {
+		return status.Error(codes.FailedPrecondition, s.refuse)
+	} else {
+		var last time.Time
+		lastPhase := ""
+		res, err = s.mover.Move(ctx, plan, func(p zenmove.Progress) {
+			if p.Phase == lastPhase && time.Since(last) < 200*time.Millisecond {
+				return
+			}
+			last, lastPhase = time.Now(), p.Phase
+			_ = stream.Send(&shardv1.MoveShardsEvent{Event: &shardv1.MoveShardsEvent_Progress{Progress: &shardv1.MoveProgress{
+				Phase: p.Phase, Pass: int32(p.Pass), Table: p.Table, Done: p.Done, Total: p.Total, Changed: p.Changed}}})
+		})
+	}
+	if err != nil {
+		return moveStatus(err)
+	}
+	return stream.Send(&shardv1.MoveShardsEvent{Event: &shardv1.MoveShardsEvent_Result{Result: resultProto(res)}})
+}
+
+func moveStatus(err error) error {
+	switch {
+	case errors.Is(err, zenmove.ErrPlan):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, zenmove.ErrUnfinished):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, zenmove.ErrMismatch):
+		return status.Error(codes.Aborted, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error()) // a store failed: the move resumes on a rerun
+}
+
+func resultProto(r zenmove.Result) *shardv1.MoveResult {
+	out := &shardv1.MoveResult{Source: r.Source, DryRun: r.DryRun, Resumed: r.Resumed, AlreadyDone: r.AlreadyDone,
+		TargetRows: r.TargetRows, Passes: int32(r.Passes), RowsCopied: r.RowsCopied, RowsDeleted: r.RowsDeleted,
+		FinalRows: r.FinalRows, FenceNanos: int64(r.Fence), TookNanos: int64(r.Took)}
+	for _, s := range r.Shards {
+		out.Shards = append(out.Shards, &shardv1.ShardStat{Shard: uint32(s.Shard), Rows: s.Rows, Bytes: s.Bytes})
+	}
+	return out
+}

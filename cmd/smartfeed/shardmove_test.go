@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/internal/testenv"
+	shardv1 "github.com/smartfeed/smartfeed/proto/shard/v1"
+	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenhbase"
+	"github.com/smartfeed/smartfeed/zen/zenroute"
+)
+
+// TestShardsMoveCommand runs `smartfeed all` on Pebble with an extra HBase store (--stores) and a
+// shard map file, and drives `shards move` against its admin gRPC port: a dry run changes
+// nothing, the move switches the range to HBase and rewrites the map file, users on the moved
+// shards read back from HBase, and a second run reports the move done.
+func TestShardsMoveCommand(t *testing.T) {
+	zk := testenv.HBase(t)
+	cfg := testConfig(t)
+	prefix := fmt.Sprintf("cmdmv%d_", time.Now().UnixNano())
+	cfg.Storage.HBase.TablePrefix = prefix
+	cfg.Storage.Stores = "cold=hbase:" + zk
+	mapFile := filepath.Join(t.TempDir(), "shards.json")
+	if err := os.WriteFile(mapFile, []byte(`{"ranges": [{"from": 0, "to": 7, "store": "default", "open": true},
+		{"from": 8, "to": 4095, "store": "default", "open": false}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Storage.ShardMap.File = mapFile
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix})
+		if err != nil {
+			t.Logf("drop tables: %v", err)
+			return
+		}
+		defer hb.Close()
+		for _, name := range zenroute.ShardedTables() {
+			_ = hb.Drop(ctx, name)
+		}
+	})
+	a, err := newApp(t.Context(), roleAll, cfg, zap.NewNop(), newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	var users []zen.ID
+	for i := range 40 {
+		o, err := a.graph.Create(t.Context(), zen.TypeUser, 0, map[string]any{"username": fmt.Sprint("u", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, o.ID)
+	}
+	adm := cfg.Admin
+	adm.GRPCAddr = a.adminGRPCAddr()
+	run := func(req *shardv1.MoveShardsRequest) string {
+		t.Helper()
+		var out bytes.Buffer
+		if err := shardsMove(t.Context(), adm, req, &out); err != nil {
+			t.Fatalf("shards move %v: %v\n%s", req, err, out.String())
+		}
+		return out.String()
+	}
+	out := run(&shardv1.MoveShardsRequest{From: 4, To: 7, Target: "cold", DryRun: true})
+	t.Logf("dry run:\n%s", out)
+	if !strings.Contains(out, "dry run: would copy") || !strings.Contains(out, "from default to cold") {
+		t.Errorf("dry run output:\n%s", out)
+	}
+	if r, _ := a.router.Shards().RangeFor(5); r.Store != "default" {
+		t.Fatalf("the dry run moved shard 5: %+v", r)
+	}
+	out = run(&shardv1.MoveShardsRequest{From: 4, To: 7, Target: "cold"})
+	t.Logf("move:\n%s", out)
+	if !strings.Contains(out, "moved shards 4–7 from default to cold") || !strings.Contains(out, "fenced for") {
+		t.Errorf("move output:\n%s", out)
+	}
+	b, err := os.ReadFile(mapFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := zen.ParseShardMap(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := m.RangeFor(6); r.Store != "cold" || r.Fenced || !r.Open {
+		t.Errorf("map file after the move: %s", b)
+	}
+	// Users on the moved shards read back, from HBase.
+	cold, _ := a.router.Backend("cold")
+	objs, err := cold.Table(t.Context(), zen.TableObjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for _, u := range users {
+		if _, err := a.graph.Get(t.Context(), u); err != nil {
+			t.Errorf("user %v (shard %d) after the move: %v", u, u.Shard(), err)
+		}
+		if u.Shard() >= 4 && u.Shard() <= 7 {
+			moved++
+			k := []byte{byte(u >> 56), byte(u >> 48), byte(u >> 40), byte(u >> 32), byte(u >> 24), byte(u >> 16), byte(u >> 8), byte(u)}
+			if _, err := objs.Get(t.Context(), k); err != nil {
+				t.Errorf("user %v is not on HBase: %v", u, err)
+			}
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no user on the moved shards")
+	}
+	// New users still land on shards 4–7, now on HBase.
+	if _, err := a.graph.Create(t.Context(), zen.TypeUser, users[5], map[string]any{"username": "late"}); err != nil {
+		t.Errorf("create after the move: %v", err)
+	}
+	out = run(&shardv1.MoveShardsRequest{From: 4, To: 7, Target: "cold"})
+	if !strings.Contains(out, "already on cold") {
+		t.Errorf("second move output:\n%s", out)
+	}
+	var bad bytes.Buffer
+	if err := shardsMove(t.Context(), adm, &shardv1.MoveShardsRequest{From: 0, To: 9, Target: "cold"}, &bad); err == nil ||
+		!strings.Contains(err.Error(), "several stores") {
+		t.Errorf("move of a range over two stores: %v", err)
+	}
+}
