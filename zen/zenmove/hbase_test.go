@@ -37,13 +37,25 @@ type acks struct {
 // nothing reads them), every acknowledged write reads back, and the fence's duration is reported.
 func TestMovePebbleToHBaseUnderLoad(t *testing.T) {
 	zk := testenv.HBase(t)
-	ctx := t.Context()
 	peb, err := zenpebble.Open(t.TempDir(), zenpebble.WithNoSync())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { peb.Close() })
-	octx, cancel := context.WithTimeout(ctx, time.Minute)
+	moveUnderLoad(t, peb, openHBase(t, zk))
+}
+
+// TestMoveHBaseToHBaseUnderLoad is the same move between two HBase stores (two table prefixes
+// of the test cluster stand for two clusters).
+func TestMoveHBaseToHBaseUnderLoad(t *testing.T) {
+	zk := testenv.HBase(t)
+	moveUnderLoad(t, openHBase(t, zk), openHBase(t, zk))
+}
+
+// openHBase opens a store of fresh tables on the test HBase and drops them at the end.
+func openHBase(t *testing.T, zk string) *zenhbase.Store {
+	t.Helper()
+	octx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	hb, err := zenhbase.Open(octx, zk, zenhbase.Options{TablePrefix: fmt.Sprintf("zmv%d_", time.Now().UnixNano()),
 		FlushInterval: 2 * time.Millisecond, CreateTimeout: 60 * time.Second})
@@ -53,14 +65,18 @@ func TestMovePebbleToHBaseUnderLoad(t *testing.T) {
 	t.Cleanup(func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		for _, name := range zenroute.ShardedTables() {
-			if err := hb.Drop(dctx, name); err != nil {
-				t.Logf("drop %s: %v", name, err)
-			}
+		for _, name := range append(zenroute.ShardedTables(), "meta") {
+			_ = hb.Drop(dctx, name)
 		}
 		hb.Close()
 	})
-	backs := map[string]zen.Store{"default": peb, "hbase": hb}
+	return hb
+}
+
+// moveUnderLoad moves shards 16–31 from src to dst under the workload and checks the result.
+func moveUnderLoad(t *testing.T, src, dst zen.Store) {
+	ctx := t.Context()
+	backs := map[string]zen.Store{"default": src, "target": dst}
 	// New objects go to shards 0–63 only (so the moved range is well filled); the mod shard of
 	// usernames and slugs spreads over all 4096.
 	m, err := zen.NewShardMap([]zen.ShardRange{{From: 0, To: 63, Store: "default", Open: true},
@@ -81,7 +97,7 @@ func TestMovePebbleToHBaseUnderLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	pools := zen.NewPools(poolsT, nil)
-	meta, err := router.Table(ctx, "meta") // unrouted: stays on Pebble
+	meta, err := router.Table(ctx, "meta") // unrouted: stays on the default store
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +258,7 @@ func TestMovePebbleToHBaseUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan := zenmove.Plan{From: 16, To: 31, Target: "hbase"}
+	plan := zenmove.Plan{From: 16, To: 31, Target: "target"}
 	dry, err := mv.DryRun(ctx, plan)
 	if err != nil {
 		t.Fatal(err)
@@ -277,39 +293,38 @@ func TestMovePebbleToHBaseUnderLoad(t *testing.T) {
 	if res.Fence <= 0 || rows == 0 {
 		t.Errorf("result: %+v", res)
 	}
-	if got, _ := router.Shards().RangeFor(20); got.Store != "hbase" || got.Fenced {
+	if got, _ := router.Shards().RangeFor(20); got.Store != "target" || got.Fenced {
 		t.Fatalf("shard 20 after the move: %+v", got)
 	}
 
-	// Every row Pebble held for the moved shards (frozen since the fence) is on HBase.
+	// Every row the source held for the moved shards (frozen since the fence) is on the target.
 	for _, name := range zenroute.ShardedTables() {
-		src := scanRange(t, peb, name, 16, 31)
-		dst := scanRange(t, hb, name, 16, 31)
+		srcRows := scanRange(t, src, name, 16, 31)
 		have := map[string]bool{}
-		for _, kv := range dst {
+		for _, kv := range scanRange(t, dst, name, 16, 31) {
 			have[string(kv.Key)] = true
 		}
 		missing := 0
-		for _, kv := range src {
+		for _, kv := range srcRows {
 			if !have[string(kv.Key)] {
 				missing++
 			}
 		}
-		if missing > 0 || (len(src) == 0 && name != "worker") { // no worker runs here
-			t.Errorf("%s: %d of %d source rows missing on HBase", name, missing, len(src))
+		if missing > 0 || (len(srcRows) == 0 && name != "worker") { // no worker runs here
+			t.Errorf("%s: %d of %d source rows missing on the target", name, missing, len(srcRows))
 		}
-		if other := scanRange(t, hb, name, 0, 15); len(other) > 0 {
-			t.Errorf("%s: %d rows of unmoved shards on HBase", name, len(other))
+		if other := scanRange(t, dst, name, 0, 15); len(other) > 0 {
+			t.Errorf("%s: %d rows of unmoved shards on the target", name, len(other))
 		}
 	}
-	// Poison every Pebble row of the moved shards: from here a read that went to Pebble fails.
+	// Poison every source row of the moved shards: from here a read that went to the source fails.
 	for _, name := range zenroute.ShardedTables() {
-		tb, err := peb.Table(ctx, name)
+		tb, err := src.Table(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var muts []zen.Mutation
-		for _, kv := range scanRange(t, peb, name, 16, 31) {
+		for _, kv := range scanRange(t, src, name, 16, 31) {
 			muts = append(muts, zen.Mutation{Key: kv.Key, Value: []byte("POISON")})
 		}
 		if err := tb.Apply(ctx, muts); err != nil {
