@@ -18,12 +18,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
+	"math/bits"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenroute"
@@ -421,7 +424,7 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 			if err := mv.saveState(ctx, st); err != nil {
 				return res, err
 			}
-			put, del, err := mv.pass(ctx, eps, p, "pass", pass, total, report)
+			put, del, err := mv.pass(ctx, eps, p, "pass", pass, total, report, nil)
 			if err != nil {
 				return res, err
 			}
@@ -472,7 +475,8 @@ func (mv *Mover) fenceAndSwitch(ctx context.Context, eps map[string][2]zen.Table
 		mv.met.moves.WithLabelValues("rolled_back").Inc()
 		return res, err
 	}
-	put, del, err := mv.pass(ctx, eps, p, "final", st.Pass+1, st.Total, report)
+	dig := newDigests()
+	put, del, err := mv.pass(ctx, eps, p, "final", st.Pass+1, st.Total, report, dig)
 	if err != nil {
 		return fail(fmt.Errorf("final pass: %w", err))
 	}
@@ -480,7 +484,7 @@ func (mv *Mover) fenceAndSwitch(ctx context.Context, eps map[string][2]zen.Table
 	res.RowsCopied += put
 	res.RowsDeleted += del
 	report(Progress{Phase: "verify"})
-	stats, err := mv.verify(ctx, eps, p)
+	stats, err := dig.compare(mv.o.Tables, p)
 	if err != nil {
 		return fail(err)
 	}
@@ -515,127 +519,187 @@ func (mv *Mover) lift(unfenced *zen.ShardMap, p Plan) error {
 }
 
 // pass diffs every table's range on the source against the target and makes the target equal:
-// puts rows missing or different there, deletes rows the source no longer has.
+// puts rows missing or different there, deletes rows the source no longer has. The tables run in
+// parallel. With dig set (the final pass, under the fence) it also sums, per shard, the rows of
+// the source and those of the target as they stand after the pass: rows it left alone as it
+// read them, rows it wrote or deleted as it reads them back.
 func (mv *Mover) pass(ctx context.Context, eps map[string][2]zen.Table, p Plan, phase string, n int, total int64,
-	report func(Progress)) (put, del int64, err error) {
+	report func(Progress), dig *digests) (put, del int64, err error) {
 	mv.met.passes.Inc()
-	var done int64
+	var (
+		done, puts, dels atomic.Int64
+		repMu            sync.Mutex
+	)
+	rep := func(table string) {
+		repMu.Lock()
+		defer repMu.Unlock()
+		report(Progress{Phase: phase, Pass: n, Table: table, Done: done.Load(), Total: total, Changed: puts.Load() + dels.Load()})
+	}
+	g, gctx := errgroup.WithContext(ctx)
 	for _, name := range mv.o.Tables {
-		src, dst := newCursor(eps[name][0], p, mv.o.Batch), newCursor(eps[name][1], p, mv.o.Batch)
-		var muts []zen.Mutation
-		flush := func() error {
-			if len(muts) == 0 {
-				return nil
-			}
-			if err := eps[name][1].Apply(ctx, muts); err != nil {
-				return fmt.Errorf("write %d rows of %s: %w", len(muts), name, err)
-			}
-			for _, m := range muts {
-				if m.Delete {
-					del++
-					mv.met.deleted.Inc()
-				} else {
-					put++
-					mv.met.copied.Inc()
-				}
-			}
-			muts = muts[:0]
-			report(Progress{Phase: phase, Pass: n, Table: name, Done: done, Total: total, Changed: put + del})
+		g.Go(func() error {
+			return mv.diffTable(gctx, name, eps[name], p, &done, &puts, &dels, func() { rep(name) }, dig)
+		})
+	}
+	err = g.Wait()
+	return puts.Load(), dels.Load(), err
+}
+
+func (mv *Mover) diffTable(ctx context.Context, name string, ep [2]zen.Table, p Plan, done, puts, dels *atomic.Int64,
+	rep func(), dig *digests) error {
+	src, dst := newCursor(ep[0], p, mv.o.Batch), newCursor(ep[1], p, mv.o.Batch)
+	var muts []zen.Mutation
+	flush := func() error {
+		if len(muts) == 0 {
 			return nil
 		}
-		for {
-			a, aok, err := src.peek(ctx)
+		if err := ep[1].Apply(ctx, muts); err != nil {
+			return fmt.Errorf("write %d rows of %s: %w", len(muts), name, err)
+		}
+		if dig != nil { // read what the target now holds for the rows just written
+			keys := make([][]byte, len(muts))
+			for i, m := range muts {
+				keys[i] = m.Key
+			}
+			vals, err := zen.GetMany(ctx, ep[1], keys)
 			if err != nil {
-				return put, del, fmt.Errorf("scan %s on the source: %w", name, err)
+				return fmt.Errorf("read back %d rows of %s: %w", len(keys), name, err)
 			}
-			b, bok, err := dst.peek(ctx)
-			if err != nil {
-				return put, del, fmt.Errorf("scan %s on the target: %w", name, err)
-			}
-			if !aok && !bok {
-				break
-			}
-			c := 0
-			switch {
-			case !aok:
-				c = 1
-			case !bok:
-				c = -1
-			default:
-				c = bytes.Compare(a.Key, b.Key)
-			}
-			switch {
-			case c < 0:
-				muts = append(muts, zen.Mutation{Key: a.Key, Value: a.Value})
-				src.next()
-				done++
-			case c > 0:
-				muts = append(muts, zen.Mutation{Key: b.Key, Delete: true})
-				dst.next()
-			default:
-				if !bytes.Equal(a.Value, b.Value) {
-					muts = append(muts, zen.Mutation{Key: a.Key, Value: a.Value})
-				}
-				src.next()
-				dst.next()
-				done++
-			}
-			if len(muts) >= mv.o.Batch {
-				if err := flush(); err != nil {
-					return put, del, err
+			for i, v := range vals {
+				if v != nil {
+					dig.add(name, 1, zen.KV{Key: keys[i], Value: v})
 				}
 			}
 		}
-		if err := flush(); err != nil {
-			return put, del, err
+		for _, m := range muts {
+			if m.Delete {
+				dels.Add(1)
+				mv.met.deleted.Inc()
+			} else {
+				puts.Add(1)
+				mv.met.copied.Inc()
+			}
 		}
-		report(Progress{Phase: phase, Pass: n, Table: name, Done: done, Total: total, Changed: put + del})
+		muts = muts[:0]
+		rep()
+		return nil
 	}
-	return put, del, nil
+	for {
+		a, aok, err := src.peek(ctx)
+		if err != nil {
+			return fmt.Errorf("scan %s on the source: %w", name, err)
+		}
+		b, bok, err := dst.peek(ctx)
+		if err != nil {
+			return fmt.Errorf("scan %s on the target: %w", name, err)
+		}
+		if !aok && !bok {
+			break
+		}
+		c := 0
+		switch {
+		case !aok:
+			c = 1
+		case !bok:
+			c = -1
+		default:
+			c = bytes.Compare(a.Key, b.Key)
+		}
+		if aok && c <= 0 && dig != nil {
+			dig.add(name, 0, a)
+		}
+		switch {
+		case c < 0:
+			muts = append(muts, zen.Mutation{Key: a.Key, Value: a.Value})
+			src.next()
+			done.Add(1)
+		case c > 0:
+			muts = append(muts, zen.Mutation{Key: b.Key, Delete: true})
+			dst.next()
+		default:
+			if !bytes.Equal(a.Value, b.Value) {
+				muts = append(muts, zen.Mutation{Key: a.Key, Value: a.Value})
+			} else if dig != nil {
+				dig.add(name, 1, b)
+			}
+			src.next()
+			dst.next()
+			done.Add(1)
+		}
+		if len(muts) >= mv.o.Batch {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	rep()
+	return nil
 }
 
-// digest is one shard's row count and checksum on one store.
+// digests sums rows per (table, shard) on the source (side 0) and the target (side 1): a count,
+// the bytes, and an order-free checksum (the sum of SHA-256 of each length-prefixed key and
+// value, as two 128-bit halves added mod 2^128 each), so rows may be added in any order.
+type digests struct {
+	mu sync.Mutex
+	m  map[digestKey]*digest
+}
+
+type digestKey struct {
+	table string
+	shard uint16
+	side  int
+}
+
+// digest is one (table, shard, side)'s rows.
 type digest struct {
 	rows, bytes int64
-	h           hash.Hash
+	sum         [4]uint64
 }
 
-// verify compares, per shard and table, the row counts and SHA-256 checksums (over every key and
-// value, length-prefixed, in key order) of source and target.
-func (mv *Mover) verify(ctx context.Context, eps map[string][2]zen.Table, p Plan) ([]ShardStat, error) {
+func newDigests() *digests { return &digests{m: map[digestKey]*digest{}} }
+
+func (d *digests) add(table string, side int, kv zen.KV) {
+	var l [8]byte
+	binary.BigEndian.PutUint32(l[:4], uint32(len(kv.Key)))
+	binary.BigEndian.PutUint32(l[4:], uint32(len(kv.Value)))
+	h := sha256.New()
+	h.Write(l[:])
+	h.Write(kv.Key)
+	h.Write(kv.Value)
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	k := digestKey{table: table, shard: uint16(zen.KeyShard(kv.Key)), side: side}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	g := d.m[k]
+	if g == nil {
+		g = &digest{}
+		d.m[k] = g
+	}
+	g.rows++
+	g.bytes += int64(len(kv.Key) + len(kv.Value))
+	for i := 0; i < 4; i += 2 { // two 128-bit lanes, each with its carry
+		lo, c := bits.Add64(g.sum[i+1], binary.BigEndian.Uint64(sum[8*i+8:]), 0)
+		hi, _ := bits.Add64(g.sum[i], binary.BigEndian.Uint64(sum[8*i:]), c)
+		g.sum[i], g.sum[i+1] = hi, lo
+	}
+}
+
+// compare checks, per table and shard of the plan, that source and target have the same row
+// count and checksum, and returns the source's rows and bytes per shard.
+func (d *digests) compare(tables []string, p Plan) ([]ShardStat, error) {
 	stats := map[uint16]*ShardStat{}
 	var bad []string
-	for _, name := range mv.o.Tables {
-		var sides [2]map[uint16]*digest
-		for i := range sides {
-			d := map[uint16]*digest{}
-			err := mv.each(ctx, eps[name][i], p, func(kv zen.KV) {
-				sh := uint16(zen.KeyShard(kv.Key))
-				g := d[sh]
-				if g == nil {
-					g = &digest{h: sha256.New()}
-					d[sh] = g
-				}
-				g.rows++
-				g.bytes += int64(len(kv.Key) + len(kv.Value))
-				var l [8]byte
-				binary.BigEndian.PutUint32(l[:4], uint32(len(kv.Key)))
-				binary.BigEndian.PutUint32(l[4:], uint32(len(kv.Value)))
-				g.h.Write(l[:])
-				g.h.Write(kv.Key)
-				g.h.Write(kv.Value)
-			})
-			if err != nil {
-				return nil, fmt.Errorf("verify %s: %w", name, err)
-			}
-			sides[i] = d
-		}
+	for _, name := range tables {
 		for sh := int(p.From); sh <= int(p.To); sh++ {
-			s, t := sides[0][uint16(sh)], sides[1][uint16(sh)]
+			s, t := d.m[digestKey{name, uint16(sh), 0}], d.m[digestKey{name, uint16(sh), 1}]
 			switch {
 			case s == nil && t == nil:
 				continue
-			case s == nil || t == nil || s.rows != t.rows || !bytes.Equal(s.h.Sum(nil), t.h.Sum(nil)):
+			case s == nil || t == nil || s.rows != t.rows || s.sum != t.sum:
 				bad = append(bad, fmt.Sprintf("%s shard %d (source %d rows, target %d)", name, sh, rowsOf(s), rowsOf(t)))
 				continue
 			}
