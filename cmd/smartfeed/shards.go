@@ -40,7 +40,7 @@ Flags (each with its SMARTFEED_* twin) may come before or after FILE.`
 func newShardsCmd(getenv func(string) string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "shards",
-		Short: "check a shard map file, or publish it to the ZooKeeper znode running processes watch",
+		Short: "check a shard map file, publish it to the ZooKeeper znode running processes watch, or move shards between stores",
 		Long:  shardsLong,
 		Args:  cobra.ArbitraryArgs,
 		RunE:  groupRunE,
