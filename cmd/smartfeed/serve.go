@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -375,6 +378,13 @@ func (a *app) buildRouter(ctx context.Context, main zen.Store) (*zenroute.Store,
 	return r, nil
 }
 
+// processAckID names this process among those acknowledging shard maps: host, pid, random.
+func processAckID() string {
+	host, _ := os.Hostname()
+	host = strings.ReplaceAll(host, "/", "_")
+	return fmt.Sprintf("%s-%d-%08x", host, os.Getpid(), rand.Uint32())
+}
+
 // setShards installs a new shard map: in the router (which waits for the writes in flight under
 // the previous one) and in the graph (which places new objects by it).
 func (a *app) setShards(m *zen.ShardMap) {
@@ -392,8 +402,13 @@ func (a *app) buildShardWatch(ctx context.Context) error {
 	if sm.File == "" && sm.ZK == "" {
 		return nil
 	}
-	w, err := shardwatch.New(a.setShards, shardwatch.Options{KnownStores: shardStores(a.cfg.Storage),
-		Logger: a.log.Named("shardmap"), Registerer: a.reg})
+	opts := shardwatch.Options{KnownStores: shardStores(a.cfg.Storage), Logger: a.log.Named("shardmap"), Registerer: a.reg}
+	if a.router != nil && sm.ZK != "" {
+		// A shard move waits until every process routing by the znode's map has applied its
+		// fence and switch: each acknowledges every version it handles.
+		opts.AckID = processAckID()
+	}
+	w, err := shardwatch.New(a.setShards, opts)
 	if err != nil {
 		return err
 	}

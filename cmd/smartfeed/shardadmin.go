@@ -20,23 +20,21 @@ import (
 	"github.com/smartfeed/smartfeed/zen/zenroute"
 )
 
-// shardMoveGrace is how long a move waits after publishing a map to ZooKeeper before it relies
-// on it, so the other processes watching the znode apply it (and finish the writes they started
-// under the previous one). They apply a change within one watch round trip; acknowledgements
-// from each process are not built.
-const shardMoveGrace = 3 * time.Second
+// shardAckWait bounds how long a move waits for every process watching the ZooKeeper shard map
+// to acknowledge a map it published (each acknowledges once the writes it started under the
+// previous map have landed).
+const shardAckWait = 15 * time.Second
 
 // publishedMaps is the zenmove.Maps of a serving process: a map is written where the process's
 // shard map comes from (the file, the znode), installed in the router here at once (waiting for
-// the writes in flight), and handed to the watcher, which passes it to the graph.
+// the writes in flight), and handed to the watcher, which passes it to the graph. With
+// ZooKeeper, Publish returns once every process watching the znode has acknowledged the map.
 type publishedMaps struct {
-	router       *zenroute.Store
-	watch        *shardwatch.Watcher
-	file         string
-	zk, zkPath   string
-	grace        time.Duration
-	publishZK    func(ctx context.Context, quorum, zpath string, m *zen.ShardMap) error
-	afterPublish func(ctx context.Context, d time.Duration) error
+	router     *zenroute.Store
+	watch      *shardwatch.Watcher
+	file       string
+	zk, zkPath string
+	log        *zap.Logger
 }
 
 func (p *publishedMaps) Current() *zen.ShardMap { return p.router.Shards() }
@@ -51,8 +49,9 @@ func (p *publishedMaps) Publish(ctx context.Context, m *zen.ShardMap) error {
 			return err
 		}
 	}
+	var version int32
 	if p.zk != "" {
-		if err := p.publishZK(ctx, p.zk, p.zkPath, m); err != nil {
+		if version, err = shardwatch.PublishVersion(ctx, p.zk, p.zkPath, m); err != nil {
 			return err
 		}
 	}
@@ -66,8 +65,14 @@ func (p *publishedMaps) Publish(ctx context.Context, m *zen.ShardMap) error {
 	if err := p.watch.Offer(source, b); err != nil {
 		return fmt.Errorf("apply shard map: %w", err)
 	}
-	if p.zk != "" && p.grace > 0 {
-		return p.afterPublish(ctx, p.grace)
+	if p.zk != "" {
+		actx, cancel := context.WithTimeout(ctx, shardAckWait)
+		defer cancel()
+		n, err := shardwatch.WaitAcks(actx, p.zk, p.zkPath, version)
+		if err != nil {
+			return err
+		}
+		p.log.Info("shard map acknowledged", zap.Int32("version", version), zap.Int("processes", n))
 	}
 	return nil
 }
@@ -96,22 +101,11 @@ func writeFileAtomic(path string, b []byte) error {
 	return nil
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // shardAdmin serves ShardAdmin: one move at a time, run by this process's mover.
 type shardAdmin struct {
 	shardv1.UnimplementedShardAdminServer
 	mover *zenmove.Mover
-	// persistent is why moves are refused ("" when the map is persisted: file or znode).
+	// refuse is why moves are refused ("" when the map is persisted: file or znode).
 	refuse string
 	log    *zap.Logger
 	mu     sync.Mutex
@@ -135,8 +129,7 @@ func (a *app) newShardAdmin() (*shardAdmin, error) {
 			"so the switched map outlives a restart"
 	} else {
 		sm := a.cfg.Storage.ShardMap
-		maps = &publishedMaps{router: a.router, watch: a.shardWatch, file: sm.File, zk: sm.ZK, zkPath: sm.ZKPath,
-			grace: shardMoveGrace, publishZK: shardwatch.Publish, afterPublish: sleepCtx}
+		maps = &publishedMaps{router: a.router, watch: a.shardWatch, file: sm.File, zk: sm.ZK, zkPath: sm.ZKPath, log: sa.log}
 	}
 	if sa.mover, err = zenmove.New(backs, maps, zenmove.Options{State: meta, Logger: sa.log, Registerer: a.reg}); err != nil {
 		return nil, err

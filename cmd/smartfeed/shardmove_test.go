@@ -10,31 +10,71 @@ import (
 	"testing"
 	"time"
 
+	gozk "github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	shardv1 "github.com/smartfeed/smartfeed/proto/shard/v1"
 	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/shardwatch"
 	"github.com/smartfeed/smartfeed/zen/zenhbase"
 	"github.com/smartfeed/smartfeed/zen/zenroute"
 )
 
 // TestShardsMoveCommand runs `smartfeed all` on Pebble with an extra HBase store (--stores) and a
-// shard map file, and drives `shards move` against its admin gRPC port: a dry run changes
-// nothing, the move switches the range to HBase and rewrites the map file, users on the moved
-// shards read back from HBase, and a second run reports the move done.
+// shard map in a file or in ZooKeeper, and drives `shards move` against its admin gRPC port: a
+// dry run changes nothing, the move switches the range to HBase and rewrites the map where it
+// lives (with ZooKeeper, once the process acknowledged each map), users on the moved shards read
+// back from HBase, and a second run reports the move done.
 func TestShardsMoveCommand(t *testing.T) {
+	t.Run("file", func(t *testing.T) { testShardsMove(t, false) })
+	t.Run("zookeeper", func(t *testing.T) { testShardsMove(t, true) })
+}
+
+func testShardsMove(t *testing.T, useZK bool) {
 	zk := testenv.HBase(t)
 	cfg := testConfig(t)
 	prefix := fmt.Sprintf("cmdmv%d_", time.Now().UnixNano())
 	cfg.Storage.HBase.TablePrefix = prefix
 	cfg.Storage.Stores = "cold=hbase:" + zk
+	initial := []byte(`{"ranges": [{"from": 0, "to": 7, "store": "default", "open": true},
+		{"from": 8, "to": 4095, "store": "default", "open": false}]}`)
 	mapFile := filepath.Join(t.TempDir(), "shards.json")
-	if err := os.WriteFile(mapFile, []byte(`{"ranges": [{"from": 0, "to": 7, "store": "default", "open": true},
-		{"from": 8, "to": 4095, "store": "default", "open": false}]}`), 0o600); err != nil {
-		t.Fatal(err)
+	readMap := func() []byte {
+		b, err := os.ReadFile(mapFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
-	cfg.Storage.ShardMap.File = mapFile
+	if useZK {
+		cfg.Storage.ShardMap.ZK = zk
+		cfg.Storage.ShardMap.ZKPath = fmt.Sprintf("/smartfeed-test/%d/shardmap", time.Now().UnixNano())
+		m0, err := zen.ParseShardMap(initial)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := shardwatch.Publish(t.Context(), zk, cfg.Storage.ShardMap.ZKPath, m0); err != nil {
+			t.Fatal(err)
+		}
+		readMap = func() []byte {
+			conn, _, err := gozk.Connect([]string{zk}, 5*time.Second, gozk.WithLogger(nopPrintf{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			b, _, err := conn.Get(cfg.Storage.ShardMap.ZKPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+	} else {
+		if err := os.WriteFile(mapFile, initial, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg.Storage.ShardMap.File = mapFile
+	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -92,16 +132,16 @@ func TestShardsMoveCommand(t *testing.T) {
 	if !strings.Contains(out, "moved shards 4–7 from default to cold") || !strings.Contains(out, "fenced for") {
 		t.Errorf("move output:\n%s", out)
 	}
-	b, err := os.ReadFile(mapFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := readMap()
 	m, err := zen.ParseShardMap(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r, _ := m.RangeFor(6); r.Store != "cold" || r.Fenced || !r.Open {
-		t.Errorf("map file after the move: %s", b)
+		t.Errorf("published map after the move: %s", b)
+	}
+	if !a.router.Shards().Equal(m) || !a.graph.Shards().Equal(m) {
+		t.Errorf("maps in use after the move: router %v, graph %v", a.router.Shards().Ranges(), a.graph.Shards().Ranges())
 	}
 	// Users on the moved shards read back, from HBase.
 	cold, _ := a.router.Backend("cold")
@@ -139,3 +179,7 @@ func TestShardsMoveCommand(t *testing.T) {
 		t.Errorf("move of a range over two stores: %v", err)
 	}
 }
+
+type nopPrintf struct{}
+
+func (nopPrintf) Printf(string, ...any) {}
