@@ -152,11 +152,10 @@ func (a *app) buildAdminGRPC() error {
 		feedv1.RegisterFeedAdminServer(a.adminGRPC, adm)
 	}
 	if a.router != nil {
-		sa, err := a.newShardAdmin()
-		if err != nil {
+		if a.shardAdmin, err = a.newShardAdmin(); err != nil {
 			return err
 		}
-		shardv1.RegisterShardAdminServer(a.adminGRPC, sa)
+		shardv1.RegisterShardAdminServer(a.adminGRPC, a.shardAdmin)
 	}
 	healthpb.RegisterHealthServer(a.adminGRPC, a.health)
 	lis, err := net.Listen("tcp", addr)

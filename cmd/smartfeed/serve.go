@@ -144,8 +144,10 @@ type app struct {
 	reg  *prometheus.Registry
 
 	stores *stores
-	// router routes the shard-keyed tables over the stores of --stores (nil without any).
-	router *zenroute.Store
+	// router routes the shard-keyed tables over the stores of --stores (nil without any);
+	// shardAdmin serves ShardAdmin over it on the admin gRPC port (nil when that is off).
+	router     *zenroute.Store
+	shardAdmin *shardAdmin
 	graph  *zen.Graph
 	pools  *zen.Pools
 	gen    *generator.Generator
@@ -694,6 +696,11 @@ func (a *app) run(ctx context.Context) error {
 		if sm.ZK != "" {
 			g.Go(func() error { _ = a.shardWatch.WatchZK(gctx, sm.ZK, sm.ZKPath); return nil })
 		}
+	}
+	if a.shardAdmin != nil && a.shardAdmin.refuse == "" {
+		// A move that crashed while fenced must not keep its shards' writes waiting: lift the
+		// fence (the shards stay on the source; rerunning the move finishes it).
+		g.Go(func() error { a.shardAdmin.recoverMove(gctx); return nil })
 	}
 	if a.canary != nil {
 		g.Go(func() error {

@@ -137,6 +137,30 @@ func (a *app) newShardAdmin() (*shardAdmin, error) {
 	return sa, nil
 }
 
+// recoverMove lifts the fence of a move that crashed while fenced (see zenmove.Mover.Recover),
+// retrying while ctx lasts, since the map's source may not answer yet.
+func (s *shardAdmin) recoverMove(ctx context.Context) {
+	if !s.mu.TryLock() {
+		return
+	}
+	defer s.mu.Unlock()
+	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+		p, lifted, err := s.mover.Recover(ctx)
+		if err == nil {
+			if p != nil {
+				s.log.Warn("an unfinished shard move is waiting for its rerun", zap.Stringer("plan", *p), zap.Bool("fence_lifted", lifted))
+			}
+			return
+		}
+		s.log.Error("shard move recovery", zap.Error(err))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+}
+
 // MoveShards runs one move (or dry run), streaming progress and then the result.
 func (s *shardAdmin) MoveShards(req *shardv1.MoveShardsRequest, stream shardv1.ShardAdmin_MoveShardsServer) error {
 	if req.GetFrom() > zen.MaxShard || req.GetTo() > zen.MaxShard || req.GetFrom() > req.GetTo() {

@@ -183,3 +183,81 @@ func testShardsMove(t *testing.T, useZK bool) {
 type nopPrintf struct{}
 
 func (nopPrintf) Printf(string, ...any) {}
+
+// TestShardsMoveRecoversFromACrashWhileFenced starts a process on the state a crash while fenced
+// leaves (the map file with the range fenced, the progress row in the meta table): once serving,
+// it lifts the fence, so the shards take writes again, and the rerun of the move finishes it.
+func TestShardsMoveRecoversFromACrashWhileFenced(t *testing.T) {
+	zk := testenv.HBase(t)
+	cfg := testConfig(t)
+	prefix := fmt.Sprintf("cmdmvr%d_", time.Now().UnixNano())
+	cfg.Storage.HBase.TablePrefix = prefix
+	cfg.Storage.Stores = "cold=hbase:" + zk
+	mapFile := filepath.Join(t.TempDir(), "shards.json")
+	if err := os.WriteFile(mapFile, []byte(`{"ranges": [{"from": 0, "to": 3, "store": "default", "open": true},
+		{"from": 4, "to": 7, "store": "default", "open": true, "fenced": true},
+		{"from": 8, "to": 4095, "store": "default", "open": false}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Storage.ShardMap.File = mapFile
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix}); err == nil {
+			for _, name := range zenroute.ShardedTables() {
+				_ = hb.Drop(ctx, name)
+			}
+			hb.Close()
+		}
+	})
+	a, err := newApp(t.Context(), roleAll, cfg, zap.NewNop(), newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := a.stores.table(t.Context(), storeMain, tableMeta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := meta.Apply(t.Context(), []zen.Mutation{{Key: []byte("shardmove"),
+		Value: []byte(`{"plan":{"From":4,"To":7,"Target":"cold"},"source":"default","phase":"fenced","pass":2}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if r, _ := a.router.Shards().RangeFor(5); !r.Fenced {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stale fence was not lifted within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if b, _ := os.ReadFile(mapFile); strings.Contains(string(b), "fenced") {
+		t.Errorf("map file still fenced: %s", b)
+	}
+	u, err := a.graph.Create(t.Context(), zen.TypeUser, 0, map[string]any{"username": "after"})
+	if err != nil {
+		t.Fatalf("create after the fence was lifted: %v", err)
+	}
+	adm := cfg.Admin
+	adm.GRPCAddr = a.adminGRPCAddr()
+	var out bytes.Buffer
+	if err := shardsMove(t.Context(), adm, &shardv1.MoveShardsRequest{From: 4, To: 7, Target: "cold"}, &out); err != nil {
+		t.Fatalf("rerun: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "(resumed an unfinished move)") {
+		t.Errorf("rerun output:\n%s", out.String())
+	}
+	if _, err := a.graph.Get(t.Context(), u.ID); err != nil {
+		t.Errorf("user after the move: %v", err)
+	}
+}

@@ -440,6 +440,39 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 	return mv.fenceAndSwitch(ctx, eps, p, st, fenced, res, report)
 }
 
+// Recover lifts a fence that a move which crashed while fenced left in the map, so the shards'
+// writes do not wait on a mover that is gone; the shards stay on the source and a rerun of the
+// move finishes it. It reports the unfinished plan (nil when there is none) and whether it lifted
+// a fence. A process that runs moves calls it once it serves.
+func (mv *Mover) Recover(ctx context.Context) (*Plan, bool, error) {
+	st, err := mv.loadState(ctx)
+	if err != nil || st == nil {
+		return nil, false, err
+	}
+	p := st.Plan
+	cur := mv.maps.Current()
+	_, fenced, onTarget, err := source(cur, p)
+	if err != nil {
+		return &p, false, err
+	}
+	if !fenced {
+		return &p, false, nil
+	}
+	if onTarget { // switched, then the fence came back with a stale map: only lift it
+		return &p, true, mv.maps.Publish(ctx, mustWith(cur, p, func(r *zen.ShardRange) { r.Fenced = false }))
+	}
+	if err := mv.maps.Publish(ctx, mustWith(cur, p, func(r *zen.ShardRange) { r.Fenced = false })); err != nil {
+		return &p, false, fmt.Errorf("lift the fence of an unfinished move: %w", err)
+	}
+	st.Phase = "passes"
+	if err := mv.saveState(ctx, st); err != nil {
+		return &p, true, err
+	}
+	mv.met.moves.WithLabelValues("rolled_back").Inc()
+	mv.log.Warn("shard move: lifted the fence an unfinished move left; rerun the move to finish it", zap.Stringer("plan", p))
+	return &p, true, nil
+}
+
 func mustWith(m *zen.ShardMap, p Plan, fn func(r *zen.ShardRange)) *zen.ShardMap {
 	out, err := m.With(p.From, p.To, fn)
 	if err != nil {

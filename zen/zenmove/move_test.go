@@ -448,3 +448,42 @@ func TestCounterUnderMove(t *testing.T) {
 		t.Errorf("counter on the target = %d, %d increments acknowledged", n, a)
 	}
 }
+
+// TestRecoverLiftsAStaleFence: a process that restarts after a crash while fenced lifts the fence
+// (the shards stay on the source and take writes again), and the rerun of the move finishes it.
+func TestRecoverLiftsAStaleFence(t *testing.T) {
+	r := newRig(t, 200*time.Millisecond)
+	r.fill(t, []uint16{8}, 10)
+	mv := r.mover(t, zenmove.Options{})
+	if p, lifted, err := mv.Recover(t.Context()); p != nil || lifted || err != nil {
+		t.Fatalf("Recover with no move under way = %v, %v, %v", p, lifted, err)
+	}
+	fenced, _ := r.router.Shards().With(8, 8, func(x *zen.ShardRange) { x.Fenced = true })
+	if err := r.maps.Publish(t.Context(), fenced); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.state.Apply(t.Context(), []zen.Mutation{{Key: []byte("shardmove"),
+		Value: []byte(`{"plan":{"From":8,"To":8,"Target":"target"},"source":"default","phase":"fenced","pass":1}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.tables[zen.TableObjects].Apply(t.Context(), []zen.Mutation{{Key: key(8, 1), Value: []byte("x")}}); !errors.Is(err, zenroute.ErrFenced) {
+		t.Fatalf("write under the stale fence: %v, want ErrFenced", err)
+	}
+	p, lifted, err := mv.Recover(t.Context())
+	if err != nil || !lifted || p == nil || *p != (zenmove.Plan{From: 8, To: 8, Target: "target"}) {
+		t.Fatalf("Recover = %v, %v, %v", p, lifted, err)
+	}
+	if rg, _ := r.router.Shards().RangeFor(8); rg.Fenced || rg.Store != "default" {
+		t.Fatalf("range after Recover: %+v", rg)
+	}
+	if err := r.tables[zen.TableObjects].Apply(t.Context(), []zen.Mutation{{Key: key(8, 1), Value: []byte("x")}}); err != nil {
+		t.Fatalf("write after Recover: %v", err)
+	}
+	res, err := mv.Move(t.Context(), *p, nil)
+	if err != nil || !res.Resumed {
+		t.Fatalf("rerun after Recover: %+v, %v", res, err)
+	}
+	if rg, _ := r.router.Shards().RangeFor(8); rg.Store != "target" {
+		t.Errorf("range after the rerun: %+v", rg)
+	}
+}
