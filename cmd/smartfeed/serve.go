@@ -148,12 +148,12 @@ type app struct {
 	// shardAdmin serves ShardAdmin over it on the admin gRPC port (nil when that is off).
 	router     *zenroute.Store
 	shardAdmin *shardAdmin
-	graph  *zen.Graph
-	pools  *zen.Pools
-	gen    *generator.Generator
-	worker *worker.Worker
-	boards *graphsvc.BoardService
-	feed   *feedsvc.Service
+	graph      *zen.Graph
+	pools      *zen.Pools
+	gen        *generator.Generator
+	worker     *worker.Worker
+	boards     *graphsvc.BoardService
+	feed       *feedsvc.Service
 	// inflight is the generator as the feed's crash recovery sees it: in this process or over
 	// gRPC (nil without a feed role).
 	inflight feedsvc.InFlight
