@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +15,13 @@ import (
 	gozk "github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
+	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	shardv1 "github.com/smartfeed/smartfeed/proto/shard/v1"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/shardwatch"
 	"github.com/smartfeed/smartfeed/zen/zenhbase"
+	"github.com/smartfeed/smartfeed/zen/zenpebble"
 	"github.com/smartfeed/smartfeed/zen/zenroute"
 )
 
@@ -260,4 +264,164 @@ func TestShardsMoveRecoversFromACrashWhileFenced(t *testing.T) {
 	if _, err := a.graph.Get(t.Context(), u.ID); err != nil {
 		t.Errorf("user after the move: %v", err)
 	}
+}
+
+// TestDemoWhileShardsMove is issue #23's acceptance on the real demo: `smartfeed demo` runs on
+// Pebble (graph on shards 0–15) with an extra HBase store, and `shards move --shards 8-15 --to
+// cold` runs while its events write and its GetFeed calls read. Afterwards every row Pebble held
+// for shards 8–15 is on HBase, the rows written after the switch are on HBase only, the demo
+// logged no failed write and kept serving feeds, and the fence's duration is reported.
+func TestDemoWhileShardsMove(t *testing.T) {
+	zk := testenv.HBase(t)
+	redis := testenv.Redis(t)
+	dir := t.TempDir()
+	prefix := fmt.Sprintf("demomv%d_", time.Now().UnixNano())
+	mapFile := filepath.Join(t.TempDir(), "shards.json")
+	if err := os.WriteFile(mapFile, []byte(`{"ranges": [{"from": 0, "to": 15, "store": "default", "open": true},
+		{"from": 16, "to": 4095, "store": "default"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix}); err == nil {
+			for _, name := range zenroute.ShardedTables() {
+				_ = hb.Drop(ctx, name)
+			}
+			hb.Close()
+		}
+	})
+	args := []string{"demo", "--duration", "25s", "--data-dir", dir, "--redis-addr", redis,
+		"--redis-namespace", fmt.Sprintf("demomv_%d", time.Now().UnixNano()),
+		"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--admin-grpc-addr", "127.0.0.1:0",
+		"--demo-users", "120", "--demo-follows", "10", "--demo-events-per-sec", "40", "--demo-reads-per-sec", "40",
+		"--stores", "cold=hbase:" + zk, "--hbase-table-prefix", prefix, "--shard-map-file", mapFile}
+	out := &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- run(t.Context(), args, out, io.Discard) }()
+	admRe := regexp.MustCompile(`--admin-grpc-addr (\S+)`)
+	var admAddr string
+	deadline := time.Now().Add(60 * time.Second)
+	for admAddr == "" {
+		if m := admRe.FindStringSubmatch(out.String()); m != nil && strings.Contains(out.String(), "Ctrl-C stops") {
+			admAddr = m[1]
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("demo ended before serving: %v\n%s", err, out.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("demo not serving within 60s:\n%s", out.String())
+		}
+	}
+	time.Sleep(5 * time.Second) // events and reads under way
+	adm := config.DefaultConfig().Admin
+	adm.GRPCAddr = admAddr
+	var mv bytes.Buffer
+	if err := shardsMove(t.Context(), adm, &shardv1.MoveShardsRequest{From: 8, To: 15, Target: "cold"}, &mv); err != nil {
+		t.Fatalf("shards move: %v\n%s", err, mv.String())
+	}
+	t.Logf("shards move during the demo:\n%s", lastLines(mv.String(), 1))
+	if err := <-done; err != nil {
+		t.Fatalf("demo: %v\n%s", err, out.String())
+	}
+	t.Logf("demo: %s", lastLines(out.String(), 2))
+	sum := summaryNumbers(t, out.String())
+	if sum["events"] == 0 || sum["GetFeed"] == 0 {
+		t.Errorf("demo summary %v", sum)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "smartfeed.log")); bytes.Contains(b, []byte("\tERROR\t")) {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, "\tERROR\t") {
+				t.Errorf("demo log: %s", l)
+			}
+		}
+	}
+	// Pebble (frozen for shards 8–15 since the fence) against HBase.
+	peb, err := zenpebble.Open(filepath.Join(dir, storeMain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peb.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hb.Close()
+	start, stop := zen.ShardKeyRange(8, 15)
+	var moved, after int
+	for _, name := range zenroute.ShardedTables() {
+		scan := func(s zen.Store) map[string]string {
+			tb, err := s.Table(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kvs, err := tb.Scan(ctx, zen.ScanOptions{Start: start, Stop: stop})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]string{}
+			for _, kv := range kvs {
+				m[string(kv.Key)] = string(kv.Value)
+			}
+			return m
+		}
+		src, dst := scan(peb), scan(hb)
+		missing, consumed := 0, 0
+		for k := range src {
+			if _, ok := dst[k]; ok {
+				continue
+			}
+			// The generator consumes pools after the switch: a pool row (user|source|^score|pin)
+			// may go once its pin's index row (user|0|pin, the truth) has changed on HBase, or
+			// if it was already stale on Pebble (its index row names another source or score).
+			if name == tablePools && len(k) == 25 {
+				idx := k[:8] + "\x00" + k[17:]
+				sv := src[idx]
+				live := len(sv) >= 9 && sv[0] != 0 && sv[0] == k[8] && xorFF(sv[1:9]) == k[9:17]
+				if !live || dst[idx] != sv {
+					consumed++
+					continue
+				}
+			}
+			missing++
+		}
+		if missing > 0 {
+			t.Errorf("%s: %d of %d Pebble rows of shards 8–15 missing on HBase", name, missing, len(src))
+		}
+		if consumed > 0 {
+			t.Logf("%s: %d Pebble pool rows consumed on HBase after the switch (their index rows changed there)", name, consumed)
+		}
+		for k := range dst {
+			if _, ok := src[k]; !ok {
+				after++
+			}
+		}
+		moved += len(src)
+	}
+	if moved == 0 {
+		t.Fatal("no rows on shards 8–15")
+	}
+	if after == 0 {
+		t.Error("no row written to shards 8–15 after the switch reached HBase")
+	}
+	t.Logf("%d rows moved; %d rows written to the moved shards after the switch, on HBase only", moved, after)
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// xorFF returns s with every byte inverted (a pool row stores the score's bytes inverted).
+func xorFF(s string) string {
+	b := []byte(s)
+	for i := range b {
+		b[i] = ^b[i]
+	}
+	return string(b)
 }
