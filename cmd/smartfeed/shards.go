@@ -152,7 +152,7 @@ func shardsMove(ctx context.Context, adm config.Admin, req *shardv1.MoveShardsRe
 	defer conn.Close()
 	stream, err := shardv1.NewShardAdminClient(conn).MoveShards(ctx, req)
 	if err != nil {
-		return fmt.Errorf("shards move: %w", err)
+		return fmt.Errorf("shards move via %s: %s", adm.GRPCAddr, status.Convert(err).Message())
 	}
 	tty := isTerminal(stdout)
 	var last time.Time
@@ -162,7 +162,8 @@ func shardsMove(ctx context.Context, adm config.Admin, req *shardv1.MoveShardsRe
 			if tty {
 				fmt.Fprintln(stdout)
 			}
-			return fmt.Errorf("shards move %d–%d to %s: %s", req.From, req.To, req.Target, status.Convert(err).Message())
+			return fmt.Errorf("shards move %d–%d to %s via %s: %s: %s", req.From, req.To, req.Target, adm.GRPCAddr,
+				status.Code(err), status.Convert(err).Message())
 		}
 		if p := ev.GetProgress(); p != nil {
 			line := progressLine(p)
