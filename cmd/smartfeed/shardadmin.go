@@ -173,7 +173,8 @@ func (s *shardAdmin) MoveShards(req *shardv1.MoveShardsRequest, stream shardv1.S
 		return status.Error(codes.FailedPrecondition, "another shard move is running in this process")
 	}
 	defer s.mu.Unlock()
-	plan := zenmove.Plan{From: uint16(req.GetFrom()), To: uint16(req.GetTo()), Target: req.GetTarget()}
+	plan := zenmove.Plan{From: uint16(req.GetFrom()), To: uint16(req.GetTo()), Target: req.GetTarget(),
+		MaxFence: time.Duration(req.GetMaxFenceMillis()) * time.Millisecond}
 	ctx := stream.Context()
 	s.log.Info("shard move requested", zap.Stringer("plan", plan), zap.Bool("dry_run", req.GetDryRun()),
 		zap.String("peer", peerAddr(ctx)))
@@ -207,7 +208,7 @@ func moveStatus(err error) error {
 	switch {
 	case errors.Is(err, zenmove.ErrPlan):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, zenmove.ErrUnfinished):
+	case errors.Is(err, zenmove.ErrUnfinished), errors.Is(err, zenmove.ErrFenceTooLong):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, zenmove.ErrMismatch):
 		return status.Error(codes.Aborted, err.Error())

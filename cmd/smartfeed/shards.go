@@ -76,8 +76,9 @@ func newShardsCmd(getenv func(string) string) *cobra.Command {
 // newShardsMoveCmd is "smartfeed shards move --shards A-B --to STORE [--dry-run]".
 func newShardsMoveCmd(resolve func(*cobra.Command) (config.Config, error)) *cobra.Command {
 	var (
-		rng, to string
-		dry     bool
+		rng, to  string
+		dry      bool
+		maxFence time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "move --shards A-B --to STORE",
@@ -95,13 +96,18 @@ func newShardsMoveCmd(resolve func(*cobra.Command) (config.Config, error)) *cobr
 			if to == "" {
 				return errors.New("shards move: --to STORE is required (a store of the process's --stores, or default)")
 			}
+			limit := maxFence.Milliseconds()
+			if maxFence < 0 {
+				limit = -1
+			}
 			return shardsMove(cmd.Context(), cfg.Admin, &shardv1.MoveShardsRequest{From: uint32(from), To: uint32(upto),
-				Target: to, DryRun: dry}, cmd.OutOrStdout())
+				Target: to, DryRun: dry, MaxFenceMillis: limit}, cmd.OutOrStdout())
 		},
 	}
 	c.Flags().StringVar(&rng, "shards", "", "the shards to move: A-B (inclusive) or one shard A")
 	c.Flags().StringVar(&to, "to", "", "name of the target store")
 	c.Flags().BoolVar(&dry, "dry-run", false, "report rows and bytes per shard and what would be done, changing nothing")
+	c.Flags().DurationVar(&maxFence, "max-fence", 0, "refuse to fence when a catch-up pass takes longer (0: the server's 4s; negative: no limit)")
 	noEnv(c.Flags(), "dry-run")
 	noEnv(c.Flags(), "shards")
 	noEnv(c.Flags(), "to")

@@ -46,9 +46,20 @@ type Maps interface {
 type Plan struct {
 	From, To uint16
 	Target   string
+	// MaxFence refuses to fence when the last catch-up pass took longer (the final pass, under
+	// the fence, reads the same rows): the range is too big for one move. 0 means
+	// DefaultMaxFence; a negative value means no limit. It is not part of the move's identity.
+	MaxFence time.Duration `json:"-"`
 }
 
+// DefaultMaxFence keeps a fence under the 5 s that writes to fenced shards wait by default
+// (zenroute.Options.FenceWait).
+const DefaultMaxFence = 4 * time.Second
+
 func (p Plan) String() string { return fmt.Sprintf("shards %d–%d to %s", p.From, p.To, p.Target) }
+
+// same reports whether o is the same move (range and target).
+func (p Plan) same(o Plan) bool { return p.From == o.From && p.To == o.To && p.Target == o.Target }
 
 // Options configures a Mover.
 type Options struct {
@@ -112,6 +123,11 @@ var ErrPlan = errors.New("zenmove: bad plan")
 
 // ErrUnfinished is wrapped by the refusal of a move while another one is unfinished.
 var ErrUnfinished = errors.New("zenmove: another move is unfinished")
+
+// ErrFenceTooLong is wrapped by the refusal to fence a range whose passes take longer than
+// Plan.MaxFence. Nothing was fenced; move smaller ranges (a later move reconciles the rows this
+// one copied).
+var ErrFenceTooLong = errors.New("zenmove: the fence would be too long")
 
 // ErrMismatch is returned when verification finds the target differing from the source: the
 // fence is lifted and the map keeps the shards on the source.
@@ -377,7 +393,7 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 	if err != nil {
 		return res, err
 	}
-	if prev != nil && prev.Plan != p {
+	if prev != nil && !prev.Plan.same(p) {
 		return res, fmt.Errorf("%w (%s, phase %s): rerun it to finish it first", ErrUnfinished, prev.Plan, prev.Phase)
 	}
 	res.Resumed = prev != nil
@@ -419,15 +435,18 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 		}
 		st.Total = total
 		last := int64(-1)
+		var lastDur time.Duration
 		for pass := 1; ; pass++ {
 			st.Pass = pass
 			if err := mv.saveState(ctx, st); err != nil {
 				return res, err
 			}
+			passStart := time.Now()
 			put, del, err := mv.pass(ctx, eps, p, "pass", pass, total, report, nil)
 			if err != nil {
 				return res, err
 			}
+			lastDur = time.Since(passStart)
 			res.Passes, res.RowsCopied, res.RowsDeleted = pass, res.RowsCopied+put, res.RowsDeleted+del
 			changed := put + del
 			mv.log.Info("shard move pass", zap.Stringer("plan", p), zap.Int("pass", pass), zap.Int64("copied", put), zap.Int64("deleted", del))
@@ -435,6 +454,17 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 				break
 			}
 			last = changed
+		}
+		maxFence := p.MaxFence
+		if maxFence == 0 {
+			maxFence = DefaultMaxFence
+		}
+		if maxFence > 0 && lastDur > maxFence {
+			if err := mv.clearState(ctx); err != nil {
+				return res, err
+			}
+			return res, fmt.Errorf("%w: a pass over shards %d–%d takes %v, over the %v limit: move a smaller range",
+				ErrFenceTooLong, p.From, p.To, lastDur.Round(time.Millisecond), maxFence)
 		}
 	}
 	return mv.fenceAndSwitch(ctx, eps, p, st, fenced, res, report)

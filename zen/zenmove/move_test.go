@@ -487,3 +487,50 @@ func TestRecoverLiftsAStaleFence(t *testing.T) {
 		t.Errorf("range after the rerun: %+v", rg)
 	}
 }
+
+// slowScanTable makes every scan take a while, so a pass is slow.
+type slowScanTable struct{ zen.Table }
+
+func (s slowScanTable) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
+	time.Sleep(5 * time.Millisecond)
+	return s.Table.Scan(ctx, o)
+}
+
+type slowScanStore struct{ zen.Store }
+
+func (s slowScanStore) Table(ctx context.Context, name string) (zen.Table, error) {
+	t, err := s.Store.Table(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return slowScanTable{t}, nil
+}
+
+// TestFenceTooLongRefused: a range whose passes take longer than MaxFence is not fenced (the map
+// and the shards' writes are untouched, no move is left unfinished); without the limit it moves.
+func TestFenceTooLongRefused(t *testing.T) {
+	r := newRig(t, time.Second)
+	r.fill(t, []uint16{8}, 100)
+	before := r.router.Shards()
+	backs := map[string]zen.Store{"default": r.backs["default"], "target": slowScanStore{r.backs["target"]}}
+	mv, err := zenmove.New(backs, r.maps, zenmove.Options{State: r.state, Batch: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := zenmove.Plan{From: 8, To: 8, Target: "target", MaxFence: 10 * time.Millisecond}
+	if _, err := mv.Move(t.Context(), plan, nil); !errors.Is(err, zenmove.ErrFenceTooLong) {
+		t.Fatalf("move with a fence over its limit: %v, want ErrFenceTooLong", err)
+	}
+	if !r.router.Shards().Equal(before) {
+		t.Errorf("map after a refused fence: %v", r.router.Shards().Ranges())
+	}
+	if _, err := r.state.Get(t.Context(), []byte("shardmove")); !errors.Is(err, zen.ErrNotFound) {
+		t.Errorf("progress row after a refused fence: %v", err)
+	}
+	plan.MaxFence = -1
+	res, err := mv.Move(t.Context(), plan, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("without a limit: fence %v", res.Fence)
+}

@@ -29,9 +29,12 @@ type MoveShardsRequest struct {
 	// Name of the target store (a store of the process's --stores, or "default").
 	Target string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
 	// Report rows and bytes per shard and what would be done, changing nothing.
-	DryRun        bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DryRun bool `protobuf:"varint,4,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// Refuse to fence when a catch-up pass takes longer than this (the fence takes about as
+	// long): 0 means the server's default (4 s), a negative value no limit.
+	MaxFenceMillis int64 `protobuf:"varint,5,opt,name=max_fence_millis,json=maxFenceMillis,proto3" json:"max_fence_millis,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MoveShardsRequest) Reset() {
@@ -90,6 +93,13 @@ func (x *MoveShardsRequest) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *MoveShardsRequest) GetMaxFenceMillis() int64 {
+	if x != nil {
+		return x.MaxFenceMillis
+	}
+	return 0
 }
 
 // MoveProgress is reported as the move goes.
@@ -468,12 +478,13 @@ var File_shard_v1_shards_proto protoreflect.FileDescriptor
 
 const file_shard_v1_shards_proto_rawDesc = "" +
 	"\n" +
-	"\x15shard/v1/shards.proto\x12\x12smartfeed.shard.v1\"h\n" +
+	"\x15shard/v1/shards.proto\x12\x12smartfeed.shard.v1\"\x92\x01\n" +
 	"\x11MoveShardsRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\rR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\rR\x02to\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\tR\x06target\x12\x17\n" +
-	"\adry_run\x18\x04 \x01(\bR\x06dryRun\"\x92\x01\n" +
+	"\adry_run\x18\x04 \x01(\bR\x06dryRun\x12(\n" +
+	"\x10max_fence_millis\x18\x05 \x01(\x03R\x0emaxFenceMillis\"\x92\x01\n" +
 	"\fMoveProgress\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x12\n" +
 	"\x04pass\x18\x02 \x01(\x05R\x04pass\x12\x14\n" +

@@ -36,8 +36,9 @@ type ShardAdminClient interface {
 	// The stream carries progress events and ends with the result. Cancelling the call stops the
 	// move (a fence is lifted); a rerun resumes it.
 	// INVALID_ARGUMENT: a bad range, an unknown store, a range spread over several stores.
-	// FAILED_PRECONDITION: another move is running or unfinished, or the process has no persistent
-	// shard map (--shard-map-file or --shard-map-zk).
+	// FAILED_PRECONDITION: another move is running or unfinished, the process has no persistent
+	// shard map (--shard-map-file or --shard-map-zk), or the range's fence would be longer than
+	// max_fence_millis (nothing was fenced: move a smaller range).
 	// ABORTED: verification failed; the fence was lifted and the shards stay on the source.
 	MoveShards(ctx context.Context, in *MoveShardsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[MoveShardsEvent], error)
 }
@@ -83,8 +84,9 @@ type ShardAdminServer interface {
 	// The stream carries progress events and ends with the result. Cancelling the call stops the
 	// move (a fence is lifted); a rerun resumes it.
 	// INVALID_ARGUMENT: a bad range, an unknown store, a range spread over several stores.
-	// FAILED_PRECONDITION: another move is running or unfinished, or the process has no persistent
-	// shard map (--shard-map-file or --shard-map-zk).
+	// FAILED_PRECONDITION: another move is running or unfinished, the process has no persistent
+	// shard map (--shard-map-file or --shard-map-zk), or the range's fence would be longer than
+	// max_fence_millis (nothing was fenced: move a smaller range).
 	// ABORTED: verification failed; the fence was lifted and the shards stay on the source.
 	MoveShards(*MoveShardsRequest, grpc.ServerStreamingServer[MoveShardsEvent]) error
 	mustEmbedUnimplementedShardAdminServer()
