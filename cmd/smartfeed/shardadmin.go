@@ -37,8 +37,11 @@ type publishedMaps struct {
 	log        *zap.Logger
 }
 
+// Current returns the router's map.
 func (p *publishedMaps) Current() *zen.ShardMap { return p.router.Shards() }
 
+// Publish writes m to the file and/or the znode, installs it here, and with ZooKeeper waits for
+// every process's acknowledgement.
 func (p *publishedMaps) Publish(ctx context.Context, m *zen.ShardMap) error {
 	b, err := m.MarshalJSON()
 	if err != nil {

@@ -56,6 +56,7 @@ type Plan struct {
 // (zenroute.Options.FenceWait).
 const DefaultMaxFence = 4 * time.Second
 
+// String names the move: "shards 16–31 to cold".
 func (p Plan) String() string { return fmt.Sprintf("shards %d–%d to %s", p.From, p.To, p.Target) }
 
 // same reports whether o is the same move (range and target).
