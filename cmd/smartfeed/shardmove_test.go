@@ -82,7 +82,7 @@ func testShardsMove(t *testing.T, useZK bool) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix})
+		hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: namedStorePrefix(prefix, "cold")})
 		if err != nil {
 			t.Logf("drop tables: %v", err)
 			return
@@ -207,7 +207,7 @@ func TestShardsMoveRecoversFromACrashWhileFenced(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix}); err == nil {
+		if hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: namedStorePrefix(prefix, "cold")}); err == nil {
 			for _, name := range zenroute.ShardedTables() {
 				_ = hb.Drop(ctx, name)
 			}
@@ -284,7 +284,7 @@ func TestDemoWhileShardsMove(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix}); err == nil {
+		if hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: namedStorePrefix(prefix, "cold")}); err == nil {
 			for _, name := range zenroute.ShardedTables() {
 				_ = hb.Drop(ctx, name)
 			}
@@ -347,7 +347,7 @@ func TestDemoWhileShardsMove(t *testing.T) {
 	defer peb.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix})
+	hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: namedStorePrefix(prefix, "cold")})
 	if err != nil {
 		t.Fatal(err)
 	}

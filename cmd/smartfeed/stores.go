@@ -116,7 +116,8 @@ func (s *stores) named(ctx context.Context, ns config.NamedStore) (zen.Store, er
 		st = p
 	case config.BackendHBase:
 		h := s.cfg.HBase
-		hb, err := zenhbase.Open(ctx, ns.Addr, zenhbase.Options{TablePrefix: h.TablePrefix, ZookeeperRoot: h.ZookeeperRoot})
+		hb, err := zenhbase.Open(ctx, ns.Addr, zenhbase.Options{TablePrefix: namedStorePrefix(h.TablePrefix, ns.Name),
+			ZookeeperRoot: h.ZookeeperRoot})
 		if err != nil {
 			return nil, fmt.Errorf("open store %s (hbase at %s): %w", ns.Name, ns.Addr, err)
 		}
@@ -128,6 +129,10 @@ func (s *stores) named(ctx context.Context, ns config.NamedStore) (zen.Store, er
 	s.order = append(s.order, key)
 	return st, nil
 }
+
+// namedStorePrefix is the HBase table prefix of an extra store: the configured prefix and the
+// store's name ("smartfeed_cold_objects"), so two stores on one cluster never share a table.
+func namedStorePrefix(prefix, name string) string { return prefix + name + "_" }
 
 // table opens one table of the named store.
 func (s *stores) table(ctx context.Context, store, table string) (zen.Table, error) {

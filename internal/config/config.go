@@ -74,7 +74,8 @@ type Storage struct {
 	ShardMap ShardMap `json:"shard_map"`
 	// Stores names extra stores the shard map may route shard ranges to, besides "default"
 	// (the main store): "NAME=hbase:QUORUM" or "NAME=pebble:DIR", separated by ";" (e.g.
-	// "cold=hbase:10.0.0.5:2181,10.0.0.6:2181"). Names are 1–32 of [a-z0-9-]. With any, the
+	// "cold=hbase:10.0.0.5:2181,10.0.0.6:2181"; its tables are named with the HBase table prefix
+	// and the store's name: smartfeed_cold_objects). Names are 1–32 of [a-z0-9-]. With any, the
 	// shard-keyed tables (objects, edges, counters, modshard, pools) are routed by the map
 	// and `smartfeed shards move` can move ranges between the stores. Default none.
 	Stores string `json:"stores"`
