@@ -3,12 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -424,4 +427,152 @@ func xorFF(s string) string {
 		b[i] = ^b[i]
 	}
 	return string(b)
+}
+
+// TestShardsMoveAcrossProcesses runs two processes on HBase that share the shard map through
+// ZooKeeper (a graph process writing users, and an `all` process the move runs in): the fence
+// and the switch wait for both processes' acknowledgements, every user the writer was told was
+// created reads back afterwards from both processes, and both route shards 4–7 to the new store.
+func TestShardsMoveAcrossProcesses(t *testing.T) {
+	zk := testenv.HBase(t)
+	prefix := fmt.Sprintf("cmdmvp%d_", time.Now().UnixNano())
+	zpath := fmt.Sprintf("/smartfeed-test/%d/shardmap", time.Now().UnixNano())
+	m0, err := zen.ParseShardMap([]byte(`{"ranges": [{"from": 0, "to": 7, "store": "default", "open": true},
+		{"from": 8, "to": 4095, "store": "default"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := shardwatch.Publish(t.Context(), zk, zpath, m0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, p := range []string{prefix, namedStorePrefix(prefix, "cold")} {
+			if hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: p}); err == nil {
+				for _, name := range append(zenroute.ShardedTables(), tableMeta, tableGenState, tableFeed, zen.OutboxTable) {
+					_ = hb.Drop(ctx, name)
+				}
+				hb.Close()
+			}
+		}
+	})
+	ns := fmt.Sprintf("cmdmvp_%d", time.Now().UnixNano())
+	start := func(role string) *app {
+		cfg := testConfig(t)
+		cfg.Redis.Namespace = ns
+		cfg.Storage.Backend = config.BackendHBase
+		cfg.Storage.HBase.PoolsZK, cfg.Storage.HBase.PrimaryZK, cfg.Storage.HBase.StandbyZK = zk, zk, zk
+		cfg.Storage.HBase.TablePrefix = prefix
+		cfg.Storage.Stores = "cold=hbase:" + zk
+		cfg.Storage.ShardMap.ZK, cfg.Storage.ShardMap.ZKPath = zk, zpath
+		a, err := newApp(t.Context(), role, cfg, zap.NewNop(), newRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- a.run(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run %s: %v", role, err)
+			}
+		})
+		return a
+	}
+	mover, writer := start(roleAll), start(roleGraph)
+
+	// The writer process creates users on shards 0–7 and updates them, the whole time.
+	wctx, stop := context.WithCancel(t.Context())
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		acked    []zen.ID
+		refused  int
+		writeErr error
+	)
+	wg.Go(func() {
+		for i := 0; wctx.Err() == nil; i++ {
+			o, err := writer.graph.Create(wctx, zen.TypeUser, 0, map[string]any{"username": fmt.Sprint("w", i)})
+			mu.Lock()
+			switch {
+			case err == nil:
+				acked = append(acked, o.ID)
+			case errors.Is(err, zenroute.ErrFenced):
+				refused++
+			case wctx.Err() == nil:
+				writeErr = err
+			}
+			mu.Unlock()
+			if err != nil && !errors.Is(err, zenroute.ErrFenced) {
+				return
+			}
+		}
+	})
+	time.Sleep(time.Second)
+	adm := mover.cfg.Admin
+	adm.GRPCAddr = mover.adminGRPCAddr()
+	var out bytes.Buffer
+	if err := shardsMove(t.Context(), adm, &shardv1.MoveShardsRequest{From: 4, To: 7, Target: "cold"}, &out); err != nil {
+		t.Fatalf("shards move: %v\n%s", err, out.String())
+	}
+	t.Logf("move: %s", lastLines(out.String(), 1))
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	wg.Wait()
+	if writeErr != nil {
+		t.Fatalf("writer process: %v", writeErr)
+	}
+	// Both processes acknowledged the last version of the map, and route by it.
+	conn, _, err := gozk.Connect([]string{zk}, 5*time.Second, gozk.WithLogger(nopPrintf{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_, st, err := conn.Get(zpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _, err := conn.Children(shardwatch.AckPath(zpath))
+	if err != nil || len(ids) != 2 {
+		t.Fatalf("acknowledging processes: %v, %v; want 2", ids, err)
+	}
+	for _, id := range ids {
+		b, _, err := conn.Get(shardwatch.AckPath(zpath) + "/" + id)
+		if err != nil || !strings.Contains(string(b), fmt.Sprintf(`"version":%d,`, st.Version)) {
+			t.Errorf("acknowledgement of %s: %s, %v; want version %d", id, b, err, st.Version)
+		}
+	}
+	for name, a := range map[string]*app{"mover": mover, "writer": writer} {
+		if r, _ := a.router.Shards().RangeFor(5); r.Store != "cold" || r.Fenced {
+			t.Errorf("%s routes shard 5 by %+v", name, r)
+		}
+	}
+	// Every acknowledged user reads back from both processes; those on 4–7 are on the new store.
+	mu.Lock()
+	defer mu.Unlock()
+	cold, _ := mover.router.Backend("cold")
+	objs, err := cold.Table(t.Context(), zen.TableObjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0
+	for _, id := range acked {
+		for name, a := range map[string]*app{"mover": mover, "writer": writer} {
+			if _, err := a.graph.Get(t.Context(), id); err != nil {
+				t.Fatalf("%s: acknowledged user %v (shard %d): %v", name, id, id.Shard(), err)
+			}
+		}
+		if id.Shard() >= 4 && id.Shard() <= 7 {
+			moved++
+			if _, err := objs.Get(t.Context(), binary.BigEndian.AppendUint64(nil, uint64(id))); err != nil {
+				t.Fatalf("user %v (shard %d) is not on the new store: %v", id, id.Shard(), err)
+			}
+		}
+	}
+	t.Logf("%d users acknowledged (%d on the moved shards), %d writes refused as fenced", len(acked), moved, refused)
+	if moved == 0 {
+		t.Error("no user on the moved shards")
+	}
 }
