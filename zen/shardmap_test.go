@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -254,5 +255,49 @@ func TestShardKeyRange(t *testing.T) {
 	}
 	if start, _ := zen.ShardKeyRange(1, 1); !bytes.Equal(start, []byte{0x00, 0x00, 0x40}) {
 		t.Errorf("start of shard 1 = %x, want the trimmed 000040", start)
+	}
+}
+
+// TestShardMapWithRandom: for random maps and random ranges, With changes exactly the shards of
+// the range, as fn says, and leaves every other shard as it was.
+func TestShardMapWithRandom(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 11))
+	stores := []string{"a", "b", "c"}
+	for round := range 2000 {
+		var ranges []zen.ShardRange
+		for from := 0; from < 300; {
+			to := min(from+r.IntN(60), 299)
+			ranges = append(ranges, zen.ShardRange{From: uint16(from), To: uint16(to), Store: stores[r.IntN(3)],
+				Open: r.IntN(2) == 0 || from == 0, Fenced: r.IntN(4) == 0})
+			from = to + 1
+		}
+		m, err := zen.NewShardMap(ranges)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := uint16(r.IntN(300))
+		to := from + uint16(r.IntN(300-int(from)))
+		store, fenced := stores[r.IntN(3)], r.IntN(2) == 0
+		got, err := m.With(from, to, func(x *zen.ShardRange) { x.Store, x.Fenced = store, fenced })
+		if err != nil {
+			t.Fatalf("round %d: With(%d, %d): %v", round, from, to, err)
+		}
+		for s := range uint16(300) {
+			old, _ := m.RangeFor(s)
+			want := old
+			if s >= from && s <= to {
+				want.Store, want.Fenced = store, fenced
+			}
+			g, ok := got.RangeFor(s)
+			if !ok || g.Store != want.Store || g.Open != want.Open || g.Fenced != want.Fenced {
+				t.Fatalf("round %d: With(%d, %d) shard %d = %+v, want %+v", round, from, to, s, g, want)
+			}
+		}
+		rs := got.Ranges()
+		for i := 1; i < len(rs); i++ {
+			if rs[i-1].Store == rs[i].Store && rs[i-1].Open == rs[i].Open && rs[i-1].Fenced == rs[i].Fenced {
+				t.Fatalf("round %d: equal neighbours left unmerged: %+v %+v", round, rs[i-1], rs[i])
+			}
+		}
 	}
 }
