@@ -165,6 +165,17 @@ func moveUnderLoad(t *testing.T, src, dst zen.Store) {
 		ack.mu.Unlock()
 		return nil
 	}
+	// Tags whose mod shard is in the moved range (usernames and slugs hash all over 0–4095).
+	var tags []string
+	for i := 0; len(tags) < 20; i++ {
+		tag := fmt.Sprint("tag-", i)
+		if s := zen.ModShard(tag, 4096); s >= 16 && s <= 31 {
+			if ok, err := g.MapKey(ctx, "tag", tag, users[i%len(users)]); err != nil || !ok {
+				t.Fatalf("map %s: %v, %v", tag, ok, err)
+			}
+			tags = append(tags, tag)
+		}
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for range 1500 {
 		if err := pin(ctx, rng); err != nil {
@@ -311,7 +322,8 @@ func moveUnderLoad(t *testing.T, src, dst zen.Store) {
 			}
 		}
 		if missing > 0 || (len(srcRows) == 0 && name != "worker") { // no worker runs here
-			t.Errorf("%s: %d of %d source rows missing on the target", name, missing, len(srcRows))
+			t.Errorf("%s: %d of %d source rows missing on the target (in 16–31 by a full scan: source %d, target %d)",
+				name, missing, len(srcRows), countShards(t, src, name, 16, 31), countShards(t, dst, name, 16, 31))
 		}
 		if other := scanRange(t, dst, name, 0, 15); len(other) > 0 {
 			t.Errorf("%s: %d rows of unmoved shards on the target", name, len(other))
@@ -376,6 +388,12 @@ func moveUnderLoad(t *testing.T, src, dst zen.Store) {
 		}
 		checked["usernames"]++
 	}
+	for _, tag := range tags {
+		if _, err := g.LookupKey(ctx, "tag", tag); err != nil {
+			t.Fatalf("tag %s (mod shard %d): %v", tag, zen.ModShard(tag, 4096), err)
+		}
+		checked["moved tags"]++
+	}
 	// A new object on a moved shard gets a fresh ID from the moved counter (no reuse).
 	u := users[0]
 	for _, x := range users {
@@ -436,4 +454,24 @@ func seqGen(t *testing.T) func() seq.Seq {
 		last = ms
 		return seq.FromMillis(ms)
 	}
+}
+
+// countShards counts the rows of shards from..to by a scan of the whole table.
+func countShards(t *testing.T, s zen.Store, table string, from, to uint32) int {
+	t.Helper()
+	tb, err := s.Table(t.Context(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kvs, err := tb.Scan(t.Context(), zen.ScanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, kv := range kvs {
+		if sh := zen.KeyShard(kv.Key); sh >= from && sh <= to {
+			n++
+		}
+	}
+	return n
 }
