@@ -2,6 +2,7 @@ package feedsvc
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	"github.com/smartfeed/smartfeed/zen"
 )
 
 func dial(t *testing.T, e *env) (feedv1.FeedServiceClient, feedv1.FeedAdminClient) {
@@ -161,5 +163,13 @@ func TestGRPCAdminPolicy(t *testing.T) {
 	c.MaxItems = MinLiveMaxItems
 	if _, err := admin.SetServiceConfig(ctx, c); err != nil {
 		t.Errorf("max items at the floor: %v", err)
+	}
+}
+
+// TestGRPCErrorUnavailable: a store error a retry may not meet (zen.ErrUnavailable, e.g. shards
+// fenced for a move) is Unavailable.
+func TestGRPCErrorUnavailable(t *testing.T) {
+	if got := status.Code(grpcError(fmt.Errorf("x: %w", zen.ErrUnavailable))); got != codes.Unavailable {
+		t.Errorf("code %v, want Unavailable", got)
 	}
 }

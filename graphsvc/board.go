@@ -102,6 +102,8 @@ func (s *BoardService) fail(op string, err error) error {
 		return status.Errorf(codes.FailedPrecondition, "%s: %v", op, err)
 	case errors.Is(err, zen.ErrNotFound):
 		return status.Errorf(codes.NotFound, "%s: %v", op, err)
+	case errors.Is(err, zen.ErrUnavailable):
+		return status.Errorf(codes.Unavailable, "%s: %v", op, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Errorf(codes.DeadlineExceeded, "%s: %v", op, err)
 	case errors.Is(err, context.Canceled):

@@ -98,6 +98,8 @@ func (s *GraphService) fail(op string, err error) error {
 		return status.Errorf(codes.NotFound, "%s: %v", op, err)
 	case errors.Is(err, zen.ErrBadCursor):
 		return status.Errorf(codes.InvalidArgument, "%s: %v", op, err)
+	case errors.Is(err, zen.ErrUnavailable):
+		return status.Errorf(codes.Unavailable, "%s: %v", op, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Errorf(codes.DeadlineExceeded, "%s: %v", op, err)
 	case errors.Is(err, context.Canceled):

@@ -15,6 +15,9 @@
 // the sorted rows are views checked against them. Pools keeps the per-(user, source) priority
 // queues (row key user | source | ^score | pin, best first).
 //
+// zen/zenroute routes the shard-keyed tables over several named stores by the live shard map,
+// and zen/zenmove moves a shard range from one store to another while the graph serves.
+//
 // zen imports none of the services and nothing of gRPC or pinlater. zen/zentest holds the
 // acceptance suites every backend runs (RunTable, RunModel, RunModelRandomized, BenchModel).
 package zen

@@ -2,6 +2,7 @@ package zen
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +11,15 @@ import (
 )
 
 // ShardRange maps the shards From..To (inclusive) to a named store. New objects are only placed
-// on shards of an Open range; closed ranges keep serving the objects they already hold.
+// on shards of an Open range; closed ranges keep serving the objects they already hold. A Fenced
+// range is being moved to another store (zen/zenmove): its reads still go to Store, its writes
+// wait for the fence to lift (a few seconds at most) and then go wherever the map says.
 type ShardRange struct {
-	From  uint16 `json:"from"`
-	To    uint16 `json:"to"`
-	Store string `json:"store"`
-	Open  bool   `json:"open"`
+	From   uint16 `json:"from"`
+	To     uint16 `json:"to"`
+	Store  string `json:"store"`
+	Open   bool   `json:"open"`
+	Fenced bool   `json:"fenced,omitempty"`
 }
 
 // ShardMap maps shard ranges to named stores (clusters) with open flags. Capacity moves by
@@ -142,6 +146,94 @@ func LoadShardMap(path string) (*ShardMap, error) {
 
 // Ranges returns a copy of the ranges, sorted by From.
 func (m *ShardMap) Ranges() []ShardRange { return append([]ShardRange(nil), m.ranges...) }
+
+// RangeFor returns the range holding shard, and false when no range covers it.
+func (m *ShardMap) RangeFor(shard uint16) (ShardRange, bool) { return m.lookup(shard) }
+
+// HighestShard returns the highest shard the map covers (the last range's To).
+func (m *ShardMap) HighestShard() uint16 { return m.ranges[len(m.ranges)-1].To }
+
+// With returns a new map in which the shards from..to (inclusive) carry the attributes fn sets on
+// a copy of their range (fn must leave From and To alone); ranges cut by from or to are split,
+// and neighbours left with equal attributes are merged. The result is validated like any map.
+func (m *ShardMap) With(from, to uint16, fn func(r *ShardRange)) (*ShardMap, error) {
+	if from > to {
+		return nil, fmt.Errorf("shard map: range %d–%d: from above to", from, to)
+	}
+	if to > m.HighestShard() {
+		return nil, fmt.Errorf("shard map: shards %d–%d: the map covers shards 0–%d only", from, to, m.HighestShard())
+	}
+	var out []ShardRange
+	add := func(r ShardRange) {
+		if n := len(out); n > 0 && sameAttrs(out[n-1], r) && int(out[n-1].To)+1 == int(r.From) {
+			out[n-1].To = r.To
+			return
+		}
+		out = append(out, r)
+	}
+	for _, r := range m.ranges {
+		if r.To < from || r.From > to {
+			add(r)
+			continue
+		}
+		if r.From < from {
+			head := r
+			head.To = from - 1
+			add(head)
+		}
+		mid := r
+		mid.From, mid.To = max(r.From, from), min(r.To, to)
+		fn(&mid)
+		mid.From, mid.To = max(r.From, from), min(r.To, to)
+		add(mid)
+		if r.To > to {
+			tail := r
+			tail.From = to + 1
+			add(tail)
+		}
+	}
+	return NewShardMap(out)
+}
+
+func sameAttrs(a, b ShardRange) bool {
+	return a.Store == b.Store && a.Open == b.Open && a.Fenced == b.Fenced
+}
+
+// ShardKeyRange returns the key range [start, stop) of the rows of shards from..to in every table
+// whose keys lead with an ID or a shard base (objects, edges, counters, modshard, pools): an ID is
+// shard<<46 | …, big-endian, so one shard range is one contiguous key range. The bounds are the
+// smallest keys KeyShard places on from and on to+1 (trailing zero bytes trimmed, so even keys
+// shorter than 8 bytes fall on the side KeyShard says); start is nil for shard 0 and stop is nil
+// past shard 65535.
+func ShardKeyRange(from, to uint16) (start, stop []byte) {
+	start = shardBase(uint64(from))
+	if int(to) < MaxShard {
+		stop = shardBase(uint64(to) + 1)
+	}
+	return start, stop
+}
+
+// shardBase is the smallest key on shard s: s<<46 big-endian without trailing zero bytes (nil
+// for shard 0).
+func shardBase(s uint64) []byte {
+	b := binary.BigEndian.AppendUint64(nil, s<<46)
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// KeyShard returns the shard of a row key: bits 61–46 of its first 8 bytes read big-endian (a
+// shorter key is padded with zero bytes), so shards grow with keys in bytewise order. A key
+// whose top two bits are set is beyond every shard: it reports MaxShard+1 or more.
+func KeyShard(key []byte) uint32 {
+	var b [8]byte
+	copy(b[:], key)
+	return uint32(binary.BigEndian.Uint64(b[:]) >> 46)
+}
 
 // lookup returns the range holding shard.
 func (m *ShardMap) lookup(shard uint16) (ShardRange, bool) {

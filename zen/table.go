@@ -14,6 +14,10 @@ var ErrNotFound = errors.New("zen: not found")
 // not care; callers that must tell a deleted object from one this store never had test it.
 var ErrDeleted = fmt.Errorf("deleted: %w", ErrNotFound)
 
+// ErrUnavailable is wrapped by errors that a retry shortly after may not meet: a write to shards
+// fenced while they move between stores (zen/zenroute). The gRPC services answer it Unavailable.
+var ErrUnavailable = errors.New("zen: temporarily unavailable, retry")
+
 // KV is one row of a Table: its key and its value.
 type KV struct {
 	Key   []byte

@@ -21,6 +21,7 @@ import (
 	"github.com/smartfeed/smartfeed/auth"
 	"github.com/smartfeed/smartfeed/feedsvc"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	shardv1 "github.com/smartfeed/smartfeed/proto/shard/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -105,11 +106,11 @@ func (o graphOwners) Owner(ctx context.Context, id zen.ID) (zen.ID, error) {
 	return owner, nil
 }
 
-// buildAdminGRPC builds the admin gRPC server (FeedAdmin) on its own listener. Without an admin
-// token it must listen on loopback.
+// buildAdminGRPC builds the admin gRPC server (FeedAdmin with the feed role, ShardAdmin with
+// routed stores) on its own listener. Without an admin token it must listen on loopback.
 func (a *app) buildAdminGRPC() error {
 	addr := a.cfg.Admin.GRPCAddr
-	if addr == "" || a.feed == nil {
+	if addr == "" || (a.feed == nil && a.router == nil) {
 		return nil
 	}
 	token := ""
@@ -128,7 +129,10 @@ func (a *app) buildAdminGRPC() error {
 	if !loopback(addr) && a.cfg.TLS.CertFile == "" && !a.cfg.Auth.Insecure {
 		return fmt.Errorf("the admin gRPC port %s is not on loopback and has no TLS (--tls-cert-file): its credential would travel in clear", addr)
 	}
-	adm := feedsvc.NewAdminServer(a.feed, a.faultsIfEnabled(0), a.faultsIfEnabled(1))
+	var adm *feedsvc.AdminServer
+	if a.feed != nil {
+		adm = feedsvc.NewAdminServer(a.feed, a.faultsIfEnabled(0), a.faultsIfEnabled(1))
+	}
 	audit := auditUnary(a.log.Named("audit"), adminBefore(adm))
 	var opts []grpc.ServerOption
 	if token != "" {
@@ -145,7 +149,15 @@ func (a *app) buildAdminGRPC() error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
 	a.adminGRPC = grpc.NewServer(opts...)
-	feedv1.RegisterFeedAdminServer(a.adminGRPC, adm)
+	if adm != nil {
+		feedv1.RegisterFeedAdminServer(a.adminGRPC, adm)
+	}
+	if a.router != nil {
+		if a.shardAdmin, err = a.newShardAdmin(); err != nil {
+			return err
+		}
+		shardv1.RegisterShardAdminServer(a.adminGRPC, a.shardAdmin)
+	}
 	healthpb.RegisterHealthServer(a.adminGRPC, a.health)
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -156,9 +168,13 @@ func (a *app) buildAdminGRPC() error {
 	return nil
 }
 
-// adminBefore reads the state a FeedAdmin Set* call is about to change.
+// adminBefore reads the state a FeedAdmin Set* call is about to change (nothing without the feed
+// role's adm).
 func adminBefore(adm *feedsvc.AdminServer) func(ctx context.Context, method string, req any) any {
 	return func(ctx context.Context, method string, req any) any {
+		if adm == nil {
+			return nil
+		}
 		var v any
 		var err error
 		switch m := req.(type) {

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +45,7 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/shardwatch"
 	"github.com/smartfeed/smartfeed/zen/zencache"
+	"github.com/smartfeed/smartfeed/zen/zenroute"
 )
 
 // Roles: which services one process runs.
@@ -140,12 +144,16 @@ type app struct {
 	reg  *prometheus.Registry
 
 	stores *stores
-	graph  *zen.Graph
-	pools  *zen.Pools
-	gen    *generator.Generator
-	worker *worker.Worker
-	boards *graphsvc.BoardService
-	feed   *feedsvc.Service
+	// router routes the shard-keyed tables over the stores of --stores (nil without any);
+	// shardAdmin serves ShardAdmin over it on the admin gRPC port (nil when that is off).
+	router     *zenroute.Store
+	shardAdmin *shardAdmin
+	graph      *zen.Graph
+	pools      *zen.Pools
+	gen        *generator.Generator
+	worker     *worker.Worker
+	boards     *graphsvc.BoardService
+	feed       *feedsvc.Service
 	// inflight is the generator as the feed's crash recovery sees it: in this process or over
 	// gRPC (nil without a feed role).
 	inflight feedsvc.InFlight
@@ -235,17 +243,25 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		if err != nil {
 			return nil, err
 		}
-		poolsT, err := a.stores.table(ctx, storeMain, tablePools)
+		// With extra stores (--stores) the shard-keyed tables are routed by the shard map.
+		var zstore zen.Store = main
+		if a.router, err = a.buildRouter(ctx, main); err != nil {
+			return nil, err
+		}
+		if a.router != nil {
+			zstore = a.router
+		}
+		poolsT, err := a.shardTable(ctx, tablePools)
 		if err != nil {
 			return nil, err
 		}
 		a.pools = zen.NewPools(poolsT, nil)
 		// The graph: the worker's, and the deleted-pin filter of the generator and the feed.
-		var graphStore zen.Store = main
+		graphStore := zstore
 		if a.cfg.Cache.Enabled {
 			rdb := goredis.NewClient(&goredis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB})
 			a.conns = append(a.conns, rdb)
-			cached, err := zencache.Wrap(main, rdb, zencache.Options{Prefix: "zc:" + a.cfg.Redis.Namespace + ":",
+			cached, err := zencache.Wrap(zstore, rdb, zencache.Options{Prefix: "zc:" + a.cfg.Redis.Namespace + ":",
 				TTL: a.cfg.Cache.TTL.D(), NegativeTTL: a.cfg.Cache.NegativeTTL.D(), Registerer: a.reg})
 			if err != nil {
 				return nil, fmt.Errorf("join cache: %w", err)
@@ -255,7 +271,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		if a.graph, err = zen.NewGraph(ctx, graphStore, nil, nil); err != nil {
 			return nil, fmt.Errorf("graph: %w", err)
 		}
-		if err := a.buildShardWatch(); err != nil {
+		if err := a.buildShardWatch(ctx); err != nil {
 			return nil, err
 		}
 		// The read path asks whether every candidate pin is live on every chunk; the answers
@@ -333,24 +349,80 @@ func (a *app) buildGenerator(ctx context.Context) error {
 	return nil
 }
 
-// shardStores are the store names a shard map may use: this binary opens one main store, so
-// every range names "default" until ranges can be routed to several stores.
-var shardStores = []string{"default"}
+// shardStores are the store names a shard map may use: "default" (the main store) and the
+// extra stores of --stores.
+func shardStores(cfg config.Storage) []string {
+	names := []string{zenroute.DefaultStore}
+	extra, _ := config.ParseStores(cfg.Stores) // validated with the configuration
+	for _, ns := range extra {
+		names = append(names, ns.Name)
+	}
+	return names
+}
 
-// buildShardWatch loads the configured shard map (a bad file refuses the start) and prepares
+// buildRouter opens the extra stores of --stores and routes the shard-keyed tables over them and
+// main by the shard map; without extra stores it returns nil and the graph uses main alone.
+func (a *app) buildRouter(ctx context.Context, main zen.Store) (*zenroute.Store, error) {
+	extra, err := config.ParseStores(a.cfg.Storage.Stores)
+	if err != nil || len(extra) == 0 {
+		return nil, err
+	}
+	backs := map[string]zen.Store{zenroute.DefaultStore: main}
+	for _, ns := range extra {
+		if backs[ns.Name], err = a.stores.named(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	r, err := zenroute.New(backs, nil, zenroute.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("shard routing: %w", err)
+	}
+	return r, nil
+}
+
+// processAckID names this process among those acknowledging shard maps: host, pid, random.
+func processAckID() string {
+	host, _ := os.Hostname()
+	host = strings.ReplaceAll(host, "/", "_")
+	return fmt.Sprintf("%s-%d-%08x", host, os.Getpid(), rand.Uint32())
+}
+
+// setShards installs a new shard map: in the router (which waits for the writes in flight under
+// the previous one) and in the graph (which places new objects by it).
+func (a *app) setShards(m *zen.ShardMap) {
+	if a.router != nil {
+		a.router.SetShards(m)
+	}
+	a.graph.SetShards(m)
+}
+
+// buildShardWatch loads the configured shard map (a bad file refuses the start; with routed
+// stores the ZooKeeper map too, so no write is routed by the default map meanwhile) and prepares
 // its watchers, which run loops.
-func (a *app) buildShardWatch() error {
+func (a *app) buildShardWatch(ctx context.Context) error {
 	sm := a.cfg.Storage.ShardMap
 	if sm.File == "" && sm.ZK == "" {
 		return nil
 	}
-	w, err := shardwatch.New(a.graph.SetShards, shardwatch.Options{KnownStores: shardStores,
-		Logger: a.log.Named("shardmap"), Registerer: a.reg})
+	opts := shardwatch.Options{KnownStores: shardStores(a.cfg.Storage), Logger: a.log.Named("shardmap"), Registerer: a.reg}
+	if a.router != nil && sm.ZK != "" {
+		// A shard move waits until every process routing by the znode's map has applied its
+		// fence and switch: each acknowledges every version it handles.
+		opts.AckID = processAckID()
+	}
+	w, err := shardwatch.New(a.setShards, opts)
 	if err != nil {
 		return err
 	}
 	if sm.File != "" {
 		if err := w.LoadFile(sm.File); err != nil {
+			return fmt.Errorf("shard map: %w", err)
+		}
+	}
+	if sm.ZK != "" && a.router != nil {
+		zctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := w.LoadZK(zctx, sm.ZK, sm.ZKPath); err != nil {
 			return fmt.Errorf("shard map: %w", err)
 		}
 	}
@@ -620,6 +692,11 @@ func (a *app) run(ctx context.Context) error {
 		if sm.ZK != "" {
 			g.Go(func() error { _ = a.shardWatch.WatchZK(gctx, sm.ZK, sm.ZKPath); return nil })
 		}
+	}
+	if a.shardAdmin != nil && a.shardAdmin.refuse == "" {
+		// A move that crashed while fenced must not keep its shards' writes waiting: lift the
+		// fence (the shards stay on the source; rerunning the move finishes it).
+		g.Go(func() error { a.shardAdmin.recoverMove(gctx); return nil })
 	}
 	if a.canary != nil {
 		g.Go(func() error {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,3 +72,50 @@ func TestLiveShardMapFromZooKeeper(t *testing.T) {
 		t.Errorf("shard map updates counted %v, want the applied and the refused", got)
 	}
 }
+
+func TestParseShardRange(t *testing.T) {
+	for _, tc := range []struct {
+		in       string
+		from, to uint16
+		ok       bool
+	}{
+		{"16-31", 16, 31, true}, {"7", 7, 7, true}, {"0-65535", 0, 65535, true}, {"5-5", 5, 5, true},
+		{"", 0, 0, false}, {"31-16", 0, 0, false}, {"1-65536", 0, 0, false}, {"-3", 0, 0, false}, {"3-", 0, 0, false},
+		{"1-2-3", 0, 0, false}, {"a-b", 0, 0, false}, {" 1-2", 0, 0, false}, {"+1-2", 0, 0, false}, {"1..2", 0, 0, false},
+	} {
+		from, to, err := parseShardRange(tc.in)
+		if (err == nil) != tc.ok || from != tc.from || to != tc.to {
+			t.Errorf("parseShardRange(%q) = %d, %d, %v; want %d, %d, ok %v", tc.in, from, to, err, tc.from, tc.to, tc.ok)
+		}
+	}
+}
+
+// FuzzParseShardRange: any input either is digits, optionally a dash and digits, and parses to
+// from ≤ to (as its canonical form does), or fails with an error that quotes a bounded part of
+// it; never a panic.
+func FuzzParseShardRange(f *testing.F) {
+	for _, s := range []string{"16-31", "7", "", "31-16", "1-2-3", "65535-65535", strings.Repeat("9", 100)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		from, to, err := parseShardRange(s)
+		if err != nil {
+			if len(err.Error()) > 400 {
+				t.Fatalf("error of %d bytes for a %d-byte input", len(err.Error()), len(s))
+			}
+			return
+		}
+		if from > to {
+			t.Fatalf("%q parsed to %d > %d", s, from, to)
+		}
+		if !shardRangeRe.MatchString(s) {
+			t.Fatalf("%q accepted", s)
+		}
+		f2, t2, err := parseShardRange(fmt.Sprintf("%d-%d", from, to))
+		if err != nil || f2 != from || t2 != to {
+			t.Fatalf("%q parsed to %d-%d, whose canonical form parses to %d-%d, %v", s, from, to, f2, t2, err)
+		}
+	})
+}
+
+var shardRangeRe = regexp.MustCompile(`^[0-9]+(-[0-9]+)?$`)

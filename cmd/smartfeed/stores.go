@@ -98,6 +98,44 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 	return st, nil
 }
 
+// named opens (once) an extra store of --stores, under the key "store:NAME".
+func (s *stores) named(ctx context.Context, ns config.NamedStore) (zen.Store, error) {
+	key := "store:" + ns.Name
+	if st, ok := s.opened[key]; ok {
+		return st, nil
+	}
+	var st zen.Store
+	switch ns.Backend {
+	case config.BackendPebble:
+		opts := []zenpebble.Option{zenpebble.WithLogger(s.log.Named("pebble").With(zap.String("store", ns.Name)))}
+		if s.cfg.PebbleNoSync {
+			opts = append(opts, zenpebble.WithNoSync())
+		}
+		p, err := zenpebble.Open(ns.Addr, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("open store %s (pebble %s): %w", ns.Name, ns.Addr, err)
+		}
+		st = p
+	case config.BackendHBase:
+		h := s.cfg.HBase
+		hb, err := zenhbase.Open(ctx, ns.Addr, zenhbase.Options{TablePrefix: namedStorePrefix(h.TablePrefix, ns.Name),
+			ZookeeperRoot: h.ZookeeperRoot})
+		if err != nil {
+			return nil, fmt.Errorf("open store %s (hbase at %s): %w", ns.Name, ns.Addr, err)
+		}
+		st = hb
+	default:
+		return nil, fmt.Errorf("store %s: unknown backend %q", ns.Name, ns.Backend)
+	}
+	s.opened[key] = st
+	s.order = append(s.order, key)
+	return st, nil
+}
+
+// namedStorePrefix is the HBase table prefix of an extra store: the configured prefix and the
+// store's name ("smartfeed_cold_objects"), so two stores on one cluster never share a table.
+func namedStorePrefix(prefix, name string) string { return prefix + name + "_" }
+
 // table opens one table of the named store.
 func (s *stores) table(ctx context.Context, store, table string) (zen.Table, error) {
 	st, err := s.get(ctx, store)

@@ -13,16 +13,29 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
+// shardTable opens a shard-keyed table: routed by the shard map when there are extra stores,
+// else the main store's.
+func (a *app) shardTable(ctx context.Context, name string) (zen.Table, error) {
+	if a.router == nil {
+		return a.stores.table(ctx, storeMain, name)
+	}
+	t, err := a.router.Table(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("open table %s: %w", name, err)
+	}
+	return t, nil
+}
+
 // buildWorker builds the worker over the main store (the graph, the pools table and the
 // worker's state table) and the board service; the tasks they spawn go through the outbox and
 // the pinlater client. The graph role builds them too: its Graph, Board and Ingest APIs enqueue
 // through the same outbox, and a worker process runs what they enqueue.
 func (a *app) buildWorker(ctx context.Context) error {
-	poolsT, err := a.stores.table(ctx, storeMain, tablePools)
+	poolsT, err := a.shardTable(ctx, tablePools)
 	if err != nil {
 		return err
 	}
-	stateT, err := a.stores.table(ctx, storeMain, worker.StateTable)
+	stateT, err := a.shardTable(ctx, worker.StateTable)
 	if err != nil {
 		return err
 	}

@@ -74,6 +74,66 @@ type Storage struct {
 	// ShardMap is where the live shard map comes from; empty fields mean the default map
 	// (shards 0–4095 on store "default", all open).
 	ShardMap ShardMap `json:"shard_map"`
+	// Stores names extra stores the shard map may route shard ranges to, besides "default"
+	// (the main store): "NAME=hbase:QUORUM" or "NAME=pebble:DIR", separated by ";" (e.g.
+	// "cold=hbase:10.0.0.5:2181,10.0.0.6:2181"; its tables are named with the HBase table prefix
+	// and the store's name: smartfeed_cold_objects). Names are 1–32 of [a-z0-9-]. With any, the
+	// shard-keyed tables (objects, edges, counters, modshard, pools) are routed by the map
+	// and `smartfeed shards move` can move ranges between the stores. Default none.
+	Stores string `json:"stores"`
+}
+
+// NamedStore is one entry of Storage.Stores.
+type NamedStore struct {
+	Name    string
+	Backend string // BackendHBase or BackendPebble
+	// Addr is the ZooKeeper quorum (hbase) or the data directory (pebble).
+	Addr string
+}
+
+// ParseStores parses Storage.Stores, refusing a bad or repeated name, an unknown backend or an
+// empty address.
+func ParseStores(s string) ([]NamedStore, error) {
+	var out []NamedStore
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, spec, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("stores: %q: want NAME=hbase:QUORUM or NAME=pebble:DIR", part)
+		}
+		if !validStoreName(name) {
+			return nil, fmt.Errorf("stores: name %q: want 1–32 of [a-z0-9-]", name)
+		}
+		if name == "default" || seen[name] {
+			return nil, fmt.Errorf("stores: name %q is already taken", name)
+		}
+		seen[name] = true
+		backend, addr, _ := strings.Cut(spec, ":")
+		if backend != BackendHBase && backend != BackendPebble {
+			return nil, fmt.Errorf("stores: %s: backend %q is neither hbase nor pebble", name, backend)
+		}
+		if addr == "" {
+			return nil, fmt.Errorf("stores: %s: empty %s address", name, backend)
+		}
+		out = append(out, NamedStore{Name: name, Backend: backend, Addr: addr})
+	}
+	return out, nil
+}
+
+func validStoreName(n string) bool {
+	if n == "" || len(n) > 32 {
+		return false
+	}
+	for _, c := range n {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // ShardMap locates the live shard map: a JSON file, a ZooKeeper znode, or both (each change of
@@ -348,6 +408,9 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("storage.backend: %q is neither %q nor %q", c.Storage.Backend, BackendPebble, BackendHBase)
+	}
+	if _, err := ParseStores(c.Storage.Stores); err != nil {
+		bad("storage.%v", err)
 	}
 	if c.Storage.ShardMap.ZK != "" && !strings.HasPrefix(c.Storage.ShardMap.ZKPath, "/") {
 		bad("storage.shard_map.zk_path: %q must be an absolute znode path", c.Storage.ShardMap.ZKPath)

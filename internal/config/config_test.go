@@ -166,3 +166,26 @@ func TestHelpNamesEnvTwins(t *testing.T) {
 		t.Errorf("only %d flags", n)
 	}
 }
+
+func TestParseStores(t *testing.T) {
+	got, err := ParseStores(" cold=hbase:10.0.0.5:2181,10.0.0.6:2181 ; b-2=pebble:/data/b;")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []NamedStore{{Name: "cold", Backend: BackendHBase, Addr: "10.0.0.5:2181,10.0.0.6:2181"},
+		{Name: "b-2", Backend: BackendPebble, Addr: "/data/b"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("stores (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"cold", "=hbase:x", "Cold=hbase:x", "default=hbase:x", "a=hbase:x;a=pebble:y",
+		"a=redis:x", "a=hbase:", "a=hbase", strings.Repeat("a", 33) + "=hbase:x"} {
+		if _, err := ParseStores(bad); err == nil {
+			t.Errorf("ParseStores(%q): no error", bad)
+		}
+	}
+	c := DefaultConfig()
+	c.Storage.Stores = "x=nope:1"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "storage.stores") {
+		t.Errorf("Validate with bad stores: %v", err)
+	}
+}

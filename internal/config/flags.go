@@ -45,6 +45,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.Storage.ShardMap.File, "shard-map-file", c.Storage.ShardMap.File, "JSON shard map, watched and applied live (empty: the default map)")
 	s(&c.Storage.ShardMap.ZK, "shard-map-zk", c.Storage.ShardMap.ZK, "ZooKeeper quorum holding the live shard map (empty: none)")
 	s(&c.Storage.ShardMap.ZKPath, "shard-map-zk-path", c.Storage.ShardMap.ZKPath, "znode of the live shard map")
+	s(&c.Storage.Stores, "stores", c.Storage.Stores, "extra stores shard ranges may live on: NAME=hbase:QUORUM or NAME=pebble:DIR, separated by ';'")
 	s(&c.Redis.Addr, "redis-addr", c.Redis.Addr, "pinlater Redis host:port")
 	s(&c.Redis.PasswordFile, "redis-password-file", c.Redis.PasswordFile, "file holding the pinlater Redis password (or set SMARTFEED_REDIS_PASSWORD; never a flag)")
 	i(&c.Redis.DB, "redis-db", c.Redis.DB, "pinlater Redis database")

@@ -8,6 +8,7 @@ package shardwatch
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -32,12 +33,18 @@ type Options struct {
 	// Registerer receives smartfeed_shardmap_updates_total{source,result} and
 	// smartfeed_shardmap_ranges; nil registers nothing.
 	Registerer prometheus.Registerer
+	// AckID, when set, makes WatchZK acknowledge every version of the znode it has handled: an
+	// ephemeral znode AckPath(zpath)/AckID holds the version and whether the map was applied,
+	// written once the setter has returned. A publisher waits for them with WaitAcks. AckID must
+	// be unique per process; empty acknowledges nothing.
+	AckID string
 }
 
 // Watcher validates offered shard maps and passes the good ones on. It is safe for concurrent use.
 type Watcher struct {
 	set     func(*zen.ShardMap)
 	known   []string
+	ackID   string
 	log     *zap.Logger
 	updates *prometheus.CounterVec
 	ranges  prometheus.Gauge
@@ -55,7 +62,10 @@ func New(set func(*zen.ShardMap), o Options) (*Watcher, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
-	w := &Watcher{set: set, known: o.KnownStores, log: o.Logger,
+	if strings.ContainsAny(o.AckID, "/") {
+		return nil, fmt.Errorf("shardwatch: ack id %q has a slash", o.AckID)
+	}
+	w := &Watcher{set: set, known: o.KnownStores, log: o.Logger, ackID: o.AckID,
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_shardmap_updates_total",
 			Help: "Shard maps offered by a source: applied, unchanged or refused (the map in use is kept)."},
@@ -171,7 +181,7 @@ func (w *Watcher) WatchZK(ctx context.Context, quorum, zpath string) error {
 	defer conn.Close()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		data, _, ch, err := conn.GetW(zpath)
+		data, stat, ch, err := conn.GetW(zpath)
 		if errors.Is(err, zk.ErrNoNode) {
 			var ok bool
 			ok, _, ch, err = conn.ExistsW(zpath)
@@ -179,7 +189,12 @@ func (w *Watcher) WatchZK(ctx context.Context, quorum, zpath string) error {
 				continue // created in between
 			}
 		} else if err == nil {
-			_ = w.Offer("zookeeper", data)
+			oerr := w.Offer("zookeeper", data)
+			if w.ackID != "" {
+				if aerr := ack(conn, zpath, w.ackID, Ack{Version: stat.Version, Applied: oerr == nil}); aerr != nil {
+					w.log.Warn("shard map acknowledgement", zap.String("path", zpath), zap.Error(aerr))
+				}
+			}
 		}
 		if err != nil {
 			w.log.Warn("shard map znode", zap.String("path", zpath), zap.Error(err))
@@ -203,48 +218,201 @@ func (w *Watcher) WatchZK(ctx context.Context, quorum, zpath string) error {
 	return ctx.Err()
 }
 
-// Publish validates m and writes it to the znode at zpath (creating it and its parents), the
-// way an operator pushes a new shard map to every running process.
-func Publish(ctx context.Context, quorum, zpath string, m *zen.ShardMap) error {
-	b, err := m.MarshalJSON()
-	if err != nil {
-		return fmt.Errorf("publish shard map: %w", err)
-	}
-	conn, err := connect(quorum, zap.NewNop())
+// LoadZK offers the map in the znode at zpath of the quorum once (a missing znode offers
+// nothing), so a process starts routing by the map its peers use before it serves.
+func (w *Watcher) LoadZK(ctx context.Context, quorum, zpath string) error {
+	conn, err := connect(quorum, w.log)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	done := make(chan error, 1)
-	go func() { done <- put(conn, zpath, b) }()
+	type got struct {
+		b   []byte
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		b, _, err := conn.Get(zpath)
+		done <- got{b, err}
+	}()
 	select {
 	case <-ctx.Done():
-		return fmt.Errorf("publish shard map: %w", ctx.Err())
-	case err := <-done:
-		if err != nil {
-			return fmt.Errorf("publish shard map to %s: %w", zpath, err)
+		return fmt.Errorf("shard map znode %s: %w", zpath, ctx.Err())
+	case g := <-done:
+		if errors.Is(g.err, zk.ErrNoNode) {
+			return nil
 		}
-		return nil
+		if g.err != nil {
+			return fmt.Errorf("shard map znode %s: %w", zpath, g.err)
+		}
+		return w.Offer("zookeeper", g.b)
 	}
 }
 
-func put(conn *zk.Conn, zpath string, b []byte) error {
-	acl := zk.WorldACL(zk.PermAll)
-	// Parents first (persistent, empty).
+// Publish validates m and writes it to the znode at zpath (creating it and its parents), the
+// way an operator pushes a new shard map to every running process.
+func Publish(ctx context.Context, quorum, zpath string, m *zen.ShardMap) error {
+	_, err := PublishVersion(ctx, quorum, zpath, m)
+	return err
+}
+
+// PublishVersion is Publish, and returns the znode's version after the write (for WaitAcks).
+func PublishVersion(ctx context.Context, quorum, zpath string, m *zen.ShardMap) (int32, error) {
+	b, err := m.MarshalJSON()
+	if err != nil {
+		return 0, fmt.Errorf("publish shard map: %w", err)
+	}
+	conn, err := connect(quorum, zap.NewNop())
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	type res struct {
+		v   int32
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		v, err := put(conn, zpath, b)
+		done <- res{v, err}
+	}()
+	select {
+	case <-ctx.Done():
+		return 0, fmt.Errorf("publish shard map: %w", ctx.Err())
+	case r := <-done:
+		if r.err != nil {
+			return 0, fmt.Errorf("publish shard map to %s: %w", zpath, r.err)
+		}
+		return r.v, nil
+	}
+}
+
+// mkdirs creates the parents of zpath (persistent, empty) that do not exist.
+func mkdirs(conn *zk.Conn, zpath string) error {
 	var parents []string
 	for p := path.Dir(zpath); p != "/" && p != "."; p = path.Dir(p) {
 		parents = append([]string{p}, parents...)
 	}
 	for _, p := range parents {
-		if _, err := conn.Create(p, nil, 0, acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		if _, err := conn.Create(p, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
 			return err
 		}
 	}
-	if _, err := conn.Create(zpath, b, 0, acl); err == nil {
-		return nil
+	return nil
+}
+
+func put(conn *zk.Conn, zpath string, b []byte) (int32, error) {
+	if err := mkdirs(conn, zpath); err != nil {
+		return 0, err
+	}
+	if _, err := conn.Create(zpath, b, 0, zk.WorldACL(zk.PermAll)); err == nil {
+		return 0, nil
 	} else if !errors.Is(err, zk.ErrNodeExists) {
+		return 0, err
+	}
+	st, err := conn.Set(zpath, b, -1)
+	if err != nil {
+		return 0, err
+	}
+	return st.Version, nil
+}
+
+// Ack is a process's acknowledgement of a version of the shard map znode.
+type Ack struct {
+	Version int32 `json:"version"`
+	// Applied is false when the process refused the map (it keeps routing by the previous one).
+	Applied bool `json:"applied"`
+}
+
+// AckPath is the znode whose ephemeral children are the acknowledgements of the map at zpath.
+func AckPath(zpath string) string { return zpath + "-acks" }
+
+func ack(conn *zk.Conn, zpath, id string, a Ack) error {
+	b, err := json.Marshal(a)
+	if err != nil {
 		return err
 	}
-	_, err := conn.Set(zpath, b, -1)
-	return err
+	p := AckPath(zpath) + "/" + id
+	if _, err := conn.Set(p, b, -1); err == nil {
+		return nil
+	} else if !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	if err := mkdirs(conn, p); err != nil {
+		return err
+	}
+	if _, err := conn.Create(p, b, zk.FlagEphemeral, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		return err
+	}
+	return nil
+}
+
+// WaitAcks waits until every process acknowledging the map at zpath (its live ephemeral
+// acknowledgement znodes) has handled version or a later one, and reports how many did. A
+// process that refused that version fails the wait; one whose session ends stops being waited
+// for. It polls every 20 ms until ctx is done.
+func WaitAcks(ctx context.Context, quorum, zpath string, version int32) (int, error) {
+	conn, err := connect(quorum, zap.NewNop())
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	type res struct {
+		n       int
+		pending []string
+		err     error
+	}
+	poll := func() res {
+		ids, _, err := conn.Children(AckPath(zpath))
+		if errors.Is(err, zk.ErrNoNode) {
+			return res{}
+		}
+		if err != nil {
+			return res{err: err}
+		}
+		var r res
+		for _, id := range ids {
+			b, _, err := conn.Get(AckPath(zpath) + "/" + id)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // the process went away
+			}
+			if err != nil {
+				return res{err: err}
+			}
+			var a Ack
+			if err := json.Unmarshal(b, &a); err != nil {
+				return res{err: fmt.Errorf("acknowledgement %s: %w", id, err)}
+			}
+			switch {
+			case a.Version < version:
+				r.pending = append(r.pending, id)
+			case a.Version == version && !a.Applied:
+				return res{err: fmt.Errorf("process %s refused shard map version %d", id, version)}
+			default:
+				r.n++
+			}
+		}
+		return r
+	}
+	for {
+		done := make(chan res, 1)
+		go func() { done <- poll() }()
+		var r res
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("wait for shard map acknowledgements: %w", ctx.Err())
+		case r = <-done:
+		}
+		if r.err != nil {
+			return 0, fmt.Errorf("wait for shard map acknowledgements: %w", r.err)
+		}
+		if len(r.pending) == 0 {
+			return r.n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("wait for shard map version %d: not acknowledged by %v: %w", version, r.pending, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

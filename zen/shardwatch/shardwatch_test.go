@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,5 +157,62 @@ func waitFor(t *testing.T, ok func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestAcknowledgements: a publisher waits until every watching process has applied the version
+// it wrote (here one process is slow to apply it: its setter blocks), and a process that refuses
+// the map fails the wait.
+func TestAcknowledgements(t *testing.T) {
+	quorum := testenv.HBase(t)
+	zpath := fmt.Sprintf("/smartfeed-test/%d/shardmap", time.Now().UnixNano())
+	a, _ := zen.ParseShardMap([]byte(mapA))
+	if err := Publish(t.Context(), quorum, zpath, a); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var slowMaps atomic.Int32
+	slowSet := func(m *zen.ShardMap) {
+		if slowMaps.Add(1) == 2 { // the second map (B) is applied only once released
+			<-release
+		}
+	}
+	fast := &recorder{}
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for i, set := range []func(*zen.ShardMap){fast.set, slowSet} {
+		w, err := New(set, Options{KnownStores: []string{"default"}, AckID: fmt.Sprint("p", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() { _ = w.WatchZK(ctx, quorum, zpath) })
+	}
+	waitFor(t, func() bool { return fast.count() == 1 && slowMaps.Load() == 1 })
+	b, _ := zen.ParseShardMap([]byte(mapB))
+	v, err := PublishVersion(t.Context(), quorum, zpath, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	if _, err := WaitAcks(wctx, quorum, zpath, v); err == nil {
+		t.Error("WaitAcks returned while a process had not applied the map")
+	}
+	wcancel()
+	close(release)
+	wctx, wcancel = context.WithTimeout(t.Context(), 10*time.Second)
+	defer wcancel()
+	n, err := WaitAcks(wctx, quorum, zpath, v)
+	if err != nil || n != 2 {
+		t.Fatalf("WaitAcks after both applied = %d, %v; want 2", n, err)
+	}
+	// A map naming a store the processes do not know is refused: the wait fails.
+	bad, _ := zen.NewShardMap([]zen.ShardRange{{From: 0, To: 4095, Store: "elsewhere", Open: true}})
+	v, err = PublishVersion(t.Context(), quorum, zpath, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := WaitAcks(wctx, quorum, zpath, v); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("WaitAcks of a refused map: %v", err)
 	}
 }

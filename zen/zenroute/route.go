@@ -1,0 +1,550 @@
+// Package zenroute routes the shard-keyed zen tables over several named stores by the live shard
+// map: a row goes to the store of the range holding its key's shard (zen.KeyShard), so shard
+// ranges can live on different clusters and move between them (zen/zenmove).
+//
+// Point operations go to one store. A scan inside one store's ranges goes to that store; a scan
+// spanning stores is the concatenation of one scan per run of ranges, in key order (shards grow
+// with keys, so this is the merge). Batches (Apply, CheckAndSetMany, GetMany) are split by store;
+// Apply was already atomic per row only on HBase (see zen.Table). A compare-and-set or increment
+// that carries extra rows (zen.Carrier) must stay in one store: across stores it fails with an
+// error wrapping errors.ErrUnsupported, having written nothing, and callers fall back.
+//
+// A fenced range (zen.ShardRange.Fenced) is being moved: reads keep going to its store, writes
+// wait for the fence to lift (Options.FenceWait) and then follow the new map, or fail with
+// ErrFenced. Swap, which installs a new map, returns only once every write that started under the
+// previous map has finished, so after a Swap to a fenced map no write to those shards is still
+// on its way to the old store. Writes to other shards never wait.
+//
+// Tables that are not shard-keyed (the outbox, the feed stores, generator state) are not routed:
+// Store.Table returns the default store's table for them.
+package zenroute
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// ErrFenced is returned by a write to shards whose fence did not lift within Options.FenceWait.
+// It is retryable (it wraps zen.ErrUnavailable): the move either switches the shards or lifts
+// the fence within seconds.
+var ErrFenced = fmt.Errorf("zenroute: shards fenced for a move: %w", zen.ErrUnavailable)
+
+// DefaultStore is the name of the store that holds unrouted tables when Options.Default is empty.
+const DefaultStore = "default"
+
+// ShardedTables returns the names of the tables whose row keys lead with an ID or a shard base,
+// and so are routed: zen.Graph's objects, edges, counters and modshard, the pools table, and the
+// worker's state table ("worker", rows led by the user ID).
+func ShardedTables() []string {
+	return []string{zen.TableObjects, zen.TableEdges, zen.TableCounters, zen.TableModShard, "pools", "worker"}
+}
+
+// Options configures a Store.
+type Options struct {
+	// Default names the store of unrouted tables; empty means DefaultStore.
+	Default string
+	// Routed lists the tables routed by shard; nil means ShardedTables().
+	Routed []string
+	// FenceWait bounds how long a write to fenced shards waits for the fence to lift before it
+	// fails with ErrFenced; 0 means 5 seconds.
+	FenceWait time.Duration
+}
+
+// Store is a zen.Store over several named stores, routed by a live shard map. It is safe for
+// concurrent use. It does not own the stores: Close closes nothing.
+type Store struct {
+	stores map[string]zen.Store
+	names  []string
+	def    string
+	routed map[string]bool
+	wait   time.Duration
+
+	swapMu sync.Mutex // one Swap at a time
+	cur    atomic.Pointer[state]
+
+	tmu    sync.Mutex
+	tables map[string]*Table
+}
+
+// state is one installed map with the writes in flight under it.
+type state struct {
+	m       *zen.ShardMap
+	segs    []segment
+	changed chan struct{} // closed when a newer map replaces this one
+
+	mu      sync.Mutex
+	n       int  // writes in flight under this map
+	retired bool // replaced: no new writes start under it
+	drained chan struct{}
+}
+
+// segment is the key range [start, stop) of a run of ranges on one store (nil: unbounded).
+type segment struct {
+	start, stop []byte
+	store       string
+}
+
+// New returns a Store routing over stores (by name) with the map m, which must name only those
+// stores.
+func New(stores map[string]zen.Store, m *zen.ShardMap, o Options) (*Store, error) {
+	if o.Default == "" {
+		o.Default = DefaultStore
+	}
+	if o.Routed == nil {
+		o.Routed = ShardedTables()
+	}
+	if o.FenceWait <= 0 {
+		o.FenceWait = 5 * time.Second
+	}
+	if _, ok := stores[o.Default]; !ok {
+		return nil, fmt.Errorf("zenroute: no default store %q", o.Default)
+	}
+	s := &Store{stores: stores, def: o.Default, routed: map[string]bool{}, wait: o.FenceWait,
+		tables: map[string]*Table{}}
+	for name := range stores {
+		s.names = append(s.names, name)
+	}
+	sort.Strings(s.names)
+	for _, t := range o.Routed {
+		s.routed[t] = true
+	}
+	if m == nil {
+		m = zen.DefaultShardMap()
+	}
+	st, err := s.newState(m)
+	if err != nil {
+		return nil, err
+	}
+	s.cur.Store(st)
+	return s, nil
+}
+
+// StoreNames returns the names of the stores routed over, sorted.
+func (s *Store) StoreNames() []string { return slices.Clone(s.names) }
+
+// Backend returns the named store, or false.
+func (s *Store) Backend(name string) (zen.Store, bool) {
+	st, ok := s.stores[name]
+	return st, ok
+}
+
+// Shards returns the map in use.
+func (s *Store) Shards() *zen.ShardMap { return s.cur.Load().m }
+
+func (s *Store) newState(m *zen.ShardMap) (*state, error) {
+	if err := m.CheckStores(s.names...); err != nil {
+		return nil, fmt.Errorf("zenroute: %w", err)
+	}
+	st := &state{m: m, changed: make(chan struct{}), drained: make(chan struct{})}
+	rs := m.Ranges()
+	for i, r := range rs {
+		start, stop := zen.ShardKeyRange(r.From, r.To)
+		if i == 0 {
+			start = nil
+		}
+		if i == len(rs)-1 {
+			stop = nil // keys past the last shard (zen writes none) belong to the last range
+		}
+		if n := len(st.segs); n > 0 && st.segs[n-1].store == r.Store {
+			st.segs[n-1].stop = stop
+			continue
+		}
+		st.segs = append(st.segs, segment{start: start, stop: stop, store: r.Store})
+	}
+	return st, nil
+}
+
+// Swap installs m and waits until every write that started under the previous map has finished
+// (or ctx is done). Writes that start afterwards route by m. A map naming an unknown store is
+// refused and changes nothing.
+func (s *Store) Swap(ctx context.Context, m *zen.ShardMap) error {
+	s.swapMu.Lock()
+	defer s.swapMu.Unlock()
+	next, err := s.newState(m)
+	if err != nil {
+		return err
+	}
+	old := s.cur.Swap(next)
+	old.mu.Lock()
+	old.retired = true
+	if old.n == 0 {
+		close(old.drained)
+	}
+	old.mu.Unlock()
+	close(old.changed)
+	select {
+	case <-old.drained:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("zenroute: wait for writes under the previous shard map: %w", ctx.Err())
+	}
+}
+
+// SetShards installs m, as zen.Graph.SetShards does (the setter of a shardwatch.Watcher), and
+// waits for the writes in flight under the previous map. A nil or invalid map is ignored.
+func (s *Store) SetShards(m *zen.ShardMap) {
+	if m != nil {
+		_ = s.Swap(context.Background(), m)
+	}
+}
+
+// range index of a key's shard (keys past the map belong to its last range).
+func rangeOf(m *zen.ShardMap, key []byte) zen.ShardRange {
+	sh := min(zen.KeyShard(key), uint32(m.HighestShard()))
+	r, _ := m.RangeFor(uint16(sh))
+	return r
+}
+
+// acquire returns the state a write of keys may run under, counted in flight: the current one
+// once none of keys is fenced in it. The caller must release it.
+func (s *Store) acquire(ctx context.Context, keys [][]byte) (*state, error) {
+	for _, k := range keys {
+		if len(k) == 0 {
+			return nil, errors.New("zenroute: empty row key") // refused before any store writes
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var timer <-chan time.Time
+	for {
+		st := s.cur.Load()
+		st.mu.Lock()
+		if st.retired {
+			st.mu.Unlock()
+			continue // a Swap is installing a newer map right now
+		}
+		fenced := -1
+		for i, k := range keys {
+			if rangeOf(st.m, k).Fenced {
+				fenced = i
+				break
+			}
+		}
+		if fenced < 0 {
+			st.n++
+			st.mu.Unlock()
+			return st, nil
+		}
+		st.mu.Unlock()
+		if timer == nil {
+			t := time.NewTimer(s.wait)
+			defer t.Stop()
+			timer = t.C
+		}
+		select {
+		case <-st.changed:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-timer:
+			r := rangeOf(st.m, keys[fenced])
+			return nil, fmt.Errorf("write to shard %d (range %d–%d): %w", zen.KeyShard(keys[fenced]), r.From, r.To, ErrFenced)
+		}
+	}
+}
+
+func (st *state) release() {
+	st.mu.Lock()
+	st.n--
+	if st.n == 0 && st.retired {
+		close(st.drained)
+	}
+	st.mu.Unlock()
+}
+
+// Table returns the named table: routed over every store when it is shard-keyed, else the
+// default store's table itself.
+func (s *Store) Table(ctx context.Context, name string) (zen.Table, error) {
+	if !s.routed[name] {
+		return s.stores[s.def].Table(ctx, name)
+	}
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if t, ok := s.tables[name]; ok {
+		return t, nil
+	}
+	t := &Table{s: s, name: name, inner: map[string]zen.Table{}}
+	for _, n := range s.names {
+		it, err := s.stores[n].Table(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("zenroute: open %s on store %s: %w", name, n, err)
+		}
+		t.inner[n] = it
+	}
+	s.tables[name] = t
+	return t, nil
+}
+
+// Close closes nothing: the caller owns the stores routed over.
+func (s *Store) Close() error { return nil }
+
+// Table is one shard-keyed table routed over the stores. It implements zen.Table,
+// zen.MultiGetter, zen.CondBatcher and zen.Carrier (within one store).
+type Table struct {
+	s     *Store
+	name  string
+	inner map[string]zen.Table
+}
+
+var (
+	_ zen.Table       = (*Table)(nil)
+	_ zen.MultiGetter = (*Table)(nil)
+	_ zen.CondBatcher = (*Table)(nil)
+	_ zen.Carrier     = (*Table)(nil)
+)
+
+// Inner returns this table on the named store (for the mover and for tests), or false.
+func (t *Table) Inner(store string) (zen.Table, bool) {
+	it, ok := t.inner[store]
+	return it, ok
+}
+
+func (t *Table) at(m *zen.ShardMap, key []byte) zen.Table { return t.inner[rangeOf(m, key).Store] }
+
+// Get reads key from its shard's store (a fenced shard is read from the store it is leaving).
+func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
+	return t.at(t.s.Shards(), key).Get(ctx, key)
+}
+
+// GetMany reads keys from their stores, one batch per store.
+func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
+	m := t.s.Shards()
+	groups, order := group(m, keys, func(k []byte) []byte { return k })
+	out := make([][]byte, len(keys))
+	for _, name := range order {
+		idx := groups[name]
+		sub := make([][]byte, len(idx))
+		for j, i := range idx {
+			sub[j] = keys[i]
+		}
+		vals, err := zen.GetMany(ctx, t.inner[name], sub)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range idx {
+			out[i] = vals[j]
+		}
+	}
+	return out, nil
+}
+
+// group returns, per store, the indexes of items whose key it holds (in input order), and the
+// stores in order of first appearance.
+func group[T any](m *zen.ShardMap, items []T, key func(T) []byte) (map[string][]int, []string) {
+	g := map[string][]int{}
+	var order []string
+	for i, it := range items {
+		n := rangeOf(m, key(it)).Store
+		if _, ok := g[n]; !ok {
+			order = append(order, n)
+		}
+		g[n] = append(g[n], i)
+	}
+	return g, order
+}
+
+// Apply writes muts, one batch per store (each atomic as its store makes it).
+func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
+	keys := make([][]byte, len(muts))
+	for i, mu := range muts {
+		keys[i] = mu.Key
+	}
+	st, err := t.s.acquire(ctx, keys)
+	if err != nil {
+		return err
+	}
+	defer st.release()
+	groups, order := group(st.m, muts, func(mu zen.Mutation) []byte { return mu.Key })
+	if len(order) == 1 {
+		return t.inner[order[0]].Apply(ctx, muts)
+	}
+	for _, name := range order {
+		sub := make([]zen.Mutation, 0, len(groups[name]))
+		for _, i := range groups[name] {
+			sub = append(sub, muts[i])
+		}
+		if err := t.inner[name].Apply(ctx, sub); err != nil {
+			return fmt.Errorf("store %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// CheckAndSet runs on the key's store.
+func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
+	st, err := t.s.acquire(ctx, [][]byte{key})
+	if err != nil {
+		return false, err
+	}
+	defer st.release()
+	return t.at(st.m, key).CheckAndSet(ctx, key, expected, value)
+}
+
+// Increment runs on the key's store.
+func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
+	st, err := t.s.acquire(ctx, [][]byte{key})
+	if err != nil {
+		return 0, err
+	}
+	defer st.release()
+	return t.at(st.m, key).Increment(ctx, key, delta)
+}
+
+// carrierFor returns the store's table as a zen.Carrier when key and every extra row live on the
+// same store and it can carry them; else an error wrapping errors.ErrUnsupported.
+func (t *Table) carrierFor(m *zen.ShardMap, key []byte, extra []zen.Mutation) (zen.Carrier, error) {
+	name := rangeOf(m, key).Store
+	for _, e := range extra {
+		if o := rangeOf(m, e.Key).Store; o != name {
+			return nil, fmt.Errorf("zenroute: %s: extra row on store %s, key on store %s: %w", t.name, o, name, errors.ErrUnsupported)
+		}
+	}
+	c, ok := t.inner[name].(zen.Carrier)
+	if !ok {
+		return nil, fmt.Errorf("zenroute: %s on store %s carries no extra rows: %w", t.name, name, errors.ErrUnsupported)
+	}
+	return c, nil
+}
+
+func withExtra(key []byte, extra []zen.Mutation) [][]byte {
+	keys := make([][]byte, 0, 1+len(extra))
+	keys = append(keys, key)
+	for _, e := range extra {
+		keys = append(keys, e.Key)
+	}
+	return keys
+}
+
+// CheckAndSetWith runs on the key's store when the extra rows live there too.
+func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
+	st, err := t.s.acquire(ctx, withExtra(key, extra))
+	if err != nil {
+		return false, err
+	}
+	defer st.release()
+	c, err := t.carrierFor(st.m, key, extra)
+	if err != nil {
+		return false, err
+	}
+	return c.CheckAndSetWith(ctx, key, expected, value, extra)
+}
+
+// IncrementWith runs on the key's store when the extra rows live there too.
+func (t *Table) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
+	st, err := t.s.acquire(ctx, withExtra(key, extra))
+	if err != nil {
+		return 0, err
+	}
+	defer st.release()
+	c, err := t.carrierFor(st.m, key, extra)
+	if err != nil {
+		return 0, err
+	}
+	return c.IncrementWith(ctx, key, delta, extra)
+}
+
+// CheckAndSetMany runs the elements on their stores, one batch per store; elements on one key
+// are on one store, so their order is kept.
+func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
+	keys := make([][]byte, len(conds))
+	for i, c := range conds {
+		keys[i] = c.Key
+	}
+	st, err := t.s.acquire(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	defer st.release()
+	groups, order := group(st.m, conds, func(c zen.Cond) []byte { return c.Key })
+	out := make([]bool, len(conds))
+	for _, name := range order {
+		sub := make([]zen.Cond, 0, len(groups[name]))
+		for _, i := range groups[name] {
+			sub = append(sub, conds[i])
+		}
+		res, err := casMany(ctx, t.inner[name], sub)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range groups[name] {
+			out[i] = res[j]
+		}
+	}
+	return out, nil
+}
+
+func casMany(ctx context.Context, tb zen.Table, conds []zen.Cond) ([]bool, error) {
+	if cb, ok := tb.(zen.CondBatcher); ok {
+		return cb.CheckAndSetMany(ctx, conds)
+	}
+	out := make([]bool, len(conds))
+	for i, c := range conds {
+		ok, err := tb.CheckAndSet(ctx, c.Key, c.Expected, c.Value)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = ok
+	}
+	return out, nil
+}
+
+// Scan reads the range from each store holding part of it, in key order (or reverse), and stops
+// at the limit.
+func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
+	segs := t.s.cur.Load().segs
+	var parts []segment
+	for _, sg := range segs {
+		start, stop := maxStart(o.Start, sg.start), minStop(o.Stop, sg.stop)
+		if stop != nil && start != nil && bytes.Compare(start, stop) >= 0 {
+			continue
+		}
+		parts = append(parts, segment{start: start, stop: stop, store: sg.store})
+	}
+	if len(parts) == 1 {
+		return t.inner[parts[0].store].Scan(ctx, zen.ScanOptions{Start: parts[0].start, Stop: parts[0].stop, Reverse: o.Reverse, Limit: o.Limit})
+	}
+	if o.Reverse {
+		slices.Reverse(parts)
+	}
+	var out []zen.KV
+	for _, p := range parts {
+		left := 0
+		if o.Limit > 0 {
+			left = o.Limit - len(out)
+			if left <= 0 {
+				break
+			}
+		}
+		kvs, err := t.inner[p.store].Scan(ctx, zen.ScanOptions{Start: p.start, Stop: p.stop, Reverse: o.Reverse, Limit: left})
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %w", p.store, err)
+		}
+		out = append(out, kvs...)
+	}
+	return out, nil
+}
+
+// maxStart is the higher of two start bounds (nil = the lowest key).
+func maxStart(a, b []byte) []byte {
+	if a == nil || (b != nil && bytes.Compare(b, a) > 0) {
+		return b
+	}
+	return a
+}
+
+// minStop is the lower of two stop bounds (nil = past the highest key).
+func minStop(a, b []byte) []byte {
+	if a == nil || (b != nil && bytes.Compare(b, a) < 0) {
+		return b
+	}
+	return a
+}
