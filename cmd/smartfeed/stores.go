@@ -119,7 +119,7 @@ func (s *stores) named(ctx context.Context, ns config.NamedStore) (zen.Store, er
 	case config.BackendHBase:
 		h := s.cfg.HBase
 		hb, err := zenhbase.Open(ctx, ns.Addr, zenhbase.Options{TablePrefix: namedStorePrefix(h.TablePrefix, ns.Name),
-			ZookeeperRoot: h.ZookeeperRoot})
+			ZookeeperRoot: h.ZookeeperRoot, FlushInterval: time.Duration(h.WriteFlush)})
 		if err != nil {
 			return nil, fmt.Errorf("open store %s (hbase at %s): %w", ns.Name, ns.Addr, err)
 		}
