@@ -136,6 +136,7 @@ func Markdown(r *Results, plotDir string) string {
 	p("![hedging](%s)", img("hedging.png"))
 	p("")
 	b.WriteString(replicationMarkdown(r.Replication))
+	b.WriteString(graphReadsMarkdown(r.GraphReads))
 	p("## Growth")
 	p("")
 	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed p99 |")

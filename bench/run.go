@@ -126,6 +126,10 @@ type Results struct {
 	// the System has no replicated standby.
 	Replication *ReplicationResult `json:"replication,omitempty"`
 
+	// GraphReads is the join cache against the store alone (GraphReads); absent when not
+	// measured.
+	GraphReads []GraphReadResult `json:"graph_reads,omitempty"`
+
 	lagSeries []lagPoint
 	getfeed   []time.Duration
 	redis     []time.Duration

@@ -137,6 +137,17 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	if err != nil {
 		return err
 	}
+	main, err := sys.a.stores.get(ctx, storeMain)
+	if err != nil {
+		return err
+	}
+	if res.GraphReads, err = bench.GraphReads(ctx, main, rdb, fmt.Sprintf("benchgr%d", time.Now().UnixNano())); err != nil {
+		return err
+	}
+	for _, r := range res.GraphReads {
+		fmt.Fprintf(stdout, "graph reads: %s cache %v: p50 %.3f ms, p99 %.3f ms, %.2f store calls a read\n",
+			r.Read, r.Cache, r.Latency.P50, r.Latency.P99, r.StoreCallsPer)
+	}
 	if err := bench.Write(bf.out, res); err != nil {
 		return err
 	}
