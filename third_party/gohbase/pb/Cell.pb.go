@@ -39,7 +39,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-//*
+// *
 // The type of the key in a Cell
 type CellType int32
 
@@ -110,7 +110,7 @@ func (CellType) EnumDescriptor() ([]byte, []int) {
 	return file_Cell_proto_rawDescGZIP(), []int{0}
 }
 
-//*
+// *
 // Protocol buffer version of Cell.
 type Cell struct {
 	state         protoimpl.MessageState
@@ -207,7 +207,7 @@ func (x *Cell) GetTags() []byte {
 	return nil
 }
 
-//*
+// *
 // Protocol buffer version of KeyValue.
 // It doesn't have those transient parameters
 type KeyValue struct {

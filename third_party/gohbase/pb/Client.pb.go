@@ -39,7 +39,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-//*
+// *
 // Consistency defines the expected consistency level for an operation.
 type Consistency int32
 
@@ -286,7 +286,7 @@ func (MutationProto_DeleteType) EnumDescriptor() ([]byte, []int) {
 	return file_Client_proto_rawDescGZIP(), []int{8, 2}
 }
 
-//*
+// *
 // The protocol buffer version of Authorizations.
 type Authorizations struct {
 	state         protoimpl.MessageState
@@ -335,7 +335,7 @@ func (x *Authorizations) GetLabel() []string {
 	return nil
 }
 
-//*
+// *
 // The protocol buffer version of CellVisibility.
 type CellVisibility struct {
 	state         protoimpl.MessageState
@@ -384,7 +384,7 @@ func (x *CellVisibility) GetExpression() string {
 	return ""
 }
 
-//*
+// *
 // Container for a list of column qualifier names of a family.
 type Column struct {
 	state         protoimpl.MessageState
@@ -441,7 +441,7 @@ func (x *Column) GetQualifier() [][]byte {
 	return nil
 }
 
-//*
+// *
 // The protocol buffer version of Get.
 // Unless existence_only is specified, return all the requested data
 // for the row that matches exactly, or the one that immediately
@@ -702,7 +702,7 @@ func (x *Result) GetPartial() bool {
 	return Default_Result_Partial
 }
 
-//*
+// *
 // The get request. Perform a single Get operation.
 type GetRequest struct {
 	state         protoimpl.MessageState
@@ -806,7 +806,7 @@ func (x *GetResponse) GetResult() *Result {
 	return nil
 }
 
-//*
+// *
 // Condition to check if the value of a given cell (row,
 // family, qualifier) matches a value via a given comparator.
 //
@@ -890,7 +890,7 @@ func (x *Condition) GetComparator() *Comparator {
 	return nil
 }
 
-//*
+// *
 // A specific mutation inside a mutate request.
 // It can be an append, increment, put or delete based
 // on the mutation type.  It can be fully filled in or
@@ -1020,7 +1020,7 @@ func (x *MutationProto) GetNonce() uint64 {
 	return 0
 }
 
-//*
+// *
 // The mutate request. Perform a single Mutate operation.
 //
 // Optionally, you can specify a condition. The mutate
@@ -1155,7 +1155,7 @@ func (x *MutateResponse) GetProcessed() bool {
 	return false
 }
 
-//*
+// *
 // Instead of get from a table, you can scan it with optional filters.
 // You can specify the row key range, time range, the columns/families
 // to scan and so on.
@@ -1362,7 +1362,7 @@ func (x *Scan) GetCfTimeRange() []*ColumnFamilyTimeRange {
 	return nil
 }
 
-//*
+// *
 // A scan request. Initially, it should specify a scan. Later on, you
 // can use the scanner id returned to fetch result batches with a different
 // scan request.
@@ -1496,7 +1496,7 @@ func (x *ScanRequest) GetRenew() bool {
 	return Default_ScanRequest_Renew
 }
 
-//*
+// *
 // The scan response. If there are no more results, more_results will
 // be false.  If it is not specified, it means there are more.
 type ScanResponse struct {
@@ -1634,7 +1634,7 @@ func (x *ScanResponse) GetHeartbeatMessage() bool {
 	return false
 }
 
-//*
+// *
 // Atomically bulk load multiple HFiles (say from different column families)
 // into an open region.
 type BulkLoadHFileRequest struct {
@@ -2049,7 +2049,7 @@ func (x *Action) GetServiceCall() *CoprocessorServiceCall {
 	return nil
 }
 
-//*
+// *
 // Actions to run against a Region.
 type RegionAction struct {
 	state         protoimpl.MessageState
@@ -2115,7 +2115,6 @@ func (x *RegionAction) GetAction() []*Action {
 	return nil
 }
 
-//
 // Statistics about the current load on the region
 type RegionLoadStats struct {
 	state         protoimpl.MessageState
@@ -2246,7 +2245,7 @@ func (x *MultiRegionLoadStats) GetStat() []*RegionLoadStats {
 	return nil
 }
 
-//*
+// *
 // Either a Result or an Exception NameBytesPair (keyed by
 // exception name whose value is the exception stringified)
 // or maybe empty if no result and no exception.
@@ -2336,7 +2335,7 @@ func (x *ResultOrException) GetLoadStats() *RegionLoadStats {
 	return nil
 }
 
-//*
+// *
 // The result of a RegionAction.
 type RegionActionResult struct {
 	state         protoimpl.MessageState
@@ -2394,12 +2393,13 @@ func (x *RegionActionResult) GetException() *NameBytesPair {
 	return nil
 }
 
-//*
+// *
 // Execute a list of actions on a given region in order.
 // Nothing prevents a request to contains a set of RegionAction on the same region.
 // For this reason, the matching between the MultiRequest and the MultiResponse is not
-//  done by the region specifier but by keeping the order of the RegionActionResult vs.
-//  the order of the RegionAction.
+//
+//	done by the region specifier but by keeping the order of the RegionActionResult vs.
+//	the order of the RegionAction.
 type MultiRequest struct {
 	state         protoimpl.MessageState
 	sizeCache     protoimpl.SizeCache

@@ -39,7 +39,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-//*
+// *
 // Content of the '/hbase/hbaseid', cluster id, znode.
 // Also cluster of the ${HBASE_ROOTDIR}/hbase.id file.
 type ClusterId struct {

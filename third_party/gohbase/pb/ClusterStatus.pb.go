@@ -254,7 +254,7 @@ func (x *RegionInTransition) GetRegionState() *RegionState {
 	return nil
 }
 
-//*
+// *
 // sequence Id of a store
 type StoreSequenceId struct {
 	state         protoimpl.MessageState
@@ -311,7 +311,7 @@ func (x *StoreSequenceId) GetSequenceId() uint64 {
 	return 0
 }
 
-//*
+// *
 // contains a sequence id of a region which should be the minimum of its store sequence ids and
 // list of sequence ids of the region's stores
 type RegionStoreSequenceIds struct {

@@ -39,7 +39,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-//*
+// *
 // Protobuf version of a java.lang.StackTraceElement
 // so we can serialize exceptions.
 type StackTraceElementMessage struct {
@@ -113,7 +113,7 @@ func (x *StackTraceElementMessage) GetLineNumber() int32 {
 	return 0
 }
 
-//*
+// *
 // Cause of a remote failure for a generic exception. Contains
 // all the information for a generic exception as well as
 // optional info about the error for generic info passing
@@ -189,7 +189,7 @@ func (x *GenericExceptionMessage) GetTrace() []*StackTraceElementMessage {
 	return nil
 }
 
-//*
+// *
 // Exception sent across the wire when a remote task needs
 // to notify other tasks that it failed and why
 type ForeignExceptionMessage struct {

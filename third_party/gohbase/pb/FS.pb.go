@@ -95,7 +95,7 @@ func (Reference_Range) EnumDescriptor() ([]byte, []int) {
 	return file_FS_proto_rawDescGZIP(), []int{1, 0}
 }
 
-//*
+// *
 // The ${HBASE_ROOTDIR}/hbase.version file content
 type HBaseVersionFileContent struct {
 	state         protoimpl.MessageState
@@ -144,7 +144,7 @@ func (x *HBaseVersionFileContent) GetVersion() string {
 	return ""
 }
 
-//*
+// *
 // Reference file content used when we split an hfile under a region.
 type Reference struct {
 	state         protoimpl.MessageState

@@ -299,7 +299,7 @@ func (SnapshotDescription_Type) EnumDescriptor() ([]byte, []int) {
 	return file_HBase_proto_rawDescGZIP(), []int{14, 0}
 }
 
-//*
+// *
 // Table Name
 type TableName struct {
 	state         protoimpl.MessageState
@@ -356,7 +356,7 @@ func (x *TableName) GetQualifier() []byte {
 	return nil
 }
 
-//*
+// *
 // Table Schema
 // Inspired by the rest TableSchema
 type TableSchema struct {
@@ -430,7 +430,7 @@ func (x *TableSchema) GetConfiguration() []*NameStringPair {
 	return nil
 }
 
-//*
+// *
 // Column Family Schema
 // Inspired by the rest ColumSchemaMessage
 type ColumnFamilySchema struct {
@@ -496,7 +496,7 @@ func (x *ColumnFamilySchema) GetConfiguration() []*NameStringPair {
 	return nil
 }
 
-//*
+// *
 // Protocol buffer version of HRegionInfo.
 type RegionInfo struct {
 	state         protoimpl.MessageState
@@ -598,7 +598,7 @@ func (x *RegionInfo) GetReplicaId() int32 {
 	return Default_RegionInfo_ReplicaId
 }
 
-//*
+// *
 // Protocol buffer for favored nodes
 type FavoredNodes struct {
 	state         protoimpl.MessageState
@@ -647,7 +647,7 @@ func (x *FavoredNodes) GetFavoredNode() []*ServerName {
 	return nil
 }
 
-//*
+// *
 // Container protocol buffer to specify a region.
 // You can specify region by region name, or the hash
 // of the region name, which is known as encoded
@@ -707,7 +707,7 @@ func (x *RegionSpecifier) GetValue() []byte {
 	return nil
 }
 
-//*
+// *
 // A range of time. Both from and to are Java time
 // stamp in milliseconds. If you don't specify a time
 // range, it means all time.  By default, if not
@@ -823,7 +823,7 @@ func (x *ColumnFamilyTimeRange) GetTimeRange() *TimeRange {
 	return nil
 }
 
-//*
+// *
 // Protocol buffer version of ServerName
 type ServerName struct {
 	state         protoimpl.MessageState
@@ -1155,7 +1155,7 @@ func (x *NameInt64Pair) GetValue() int64 {
 	return 0
 }
 
-//*
+// *
 // Description of the snapshot to take
 type SnapshotDescription struct {
 	state         protoimpl.MessageState
@@ -1250,7 +1250,7 @@ func (x *SnapshotDescription) GetOwner() string {
 	return ""
 }
 
-//*
+// *
 // Description of the distributed procedure to take
 type ProcedureDescription struct {
 	state         protoimpl.MessageState
@@ -1721,7 +1721,7 @@ func (x *VersionInfo) GetVersionMinor() uint32 {
 	return 0
 }
 
-//*
+// *
 // Description of the region server info
 type RegionServerInfo struct {
 	state         protoimpl.MessageState

@@ -658,7 +658,7 @@ func (*MoveRegionResponse) Descriptor() ([]byte, []int) {
 	return file_Master_proto_rawDescGZIP(), []int{7}
 }
 
-//*
+// *
 // Dispatch merging the specified regions.
 type DispatchMergingRegionsRequest struct {
 	state         protoimpl.MessageState

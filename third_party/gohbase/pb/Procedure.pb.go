@@ -173,7 +173,7 @@ func (ProcedureWALEntry_Type) EnumDescriptor() ([]byte, []int) {
 	return file_Procedure_proto_rawDescGZIP(), []int{6, 0}
 }
 
-//*
+// *
 // Procedure metadata, serialized by the ProcedureStore to be able to recover the old state.
 type Procedure struct {
 	state         protoimpl.MessageState
@@ -336,7 +336,7 @@ func (x *Procedure) GetNonce() uint64 {
 	return Default_Procedure_Nonce
 }
 
-//*
+// *
 // SequentialProcedure data
 type SequentialProcedureData struct {
 	state         protoimpl.MessageState
@@ -385,7 +385,7 @@ func (x *SequentialProcedureData) GetExecuted() bool {
 	return false
 }
 
-//*
+// *
 // StateMachineProcedure data
 type StateMachineProcedureData struct {
 	state         protoimpl.MessageState
@@ -434,7 +434,7 @@ func (x *StateMachineProcedureData) GetState() []uint32 {
 	return nil
 }
 
-//*
+// *
 // Procedure WAL header
 type ProcedureWALHeader struct {
 	state         protoimpl.MessageState
@@ -507,7 +507,7 @@ func (x *ProcedureWALHeader) GetMinProcId() uint64 {
 	return 0
 }
 
-//*
+// *
 // Procedure WAL trailer
 type ProcedureWALTrailer struct {
 	state         protoimpl.MessageState

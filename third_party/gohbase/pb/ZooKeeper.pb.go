@@ -283,7 +283,7 @@ func (ReplicationState_State) EnumDescriptor() ([]byte, []int) {
 	return file_ZooKeeper_proto_rawDescGZIP(), []int{7, 0}
 }
 
-//*
+// *
 // Content of the meta-region-server znode.
 type MetaRegionServer struct {
 	state         protoimpl.MessageState
@@ -354,7 +354,7 @@ func (x *MetaRegionServer) GetState() RegionState_State {
 	return RegionState_OFFLINE
 }
 
-//*
+// *
 // Content of the master znode.
 type Master struct {
 	state         protoimpl.MessageState
@@ -421,7 +421,7 @@ func (x *Master) GetInfoPort() uint32 {
 	return 0
 }
 
-//*
+// *
 // Content of the '/hbase/running', cluster state, znode.
 type ClusterUp struct {
 	state         protoimpl.MessageState
@@ -472,7 +472,7 @@ func (x *ClusterUp) GetStartDate() string {
 	return ""
 }
 
-//*
+// *
 // What we write under unassigned up in zookeeper as a region moves through
 // open/close, etc., regions.  Details a region in transition.
 type RegionTransition struct {
@@ -557,7 +557,7 @@ func (x *RegionTransition) GetPayload() []byte {
 	return nil
 }
 
-//*
+// *
 // WAL SplitLog directory znodes have this for content.  Used doing distributed
 // WAL splitting.  Holds current state and name of server that originated split.
 type SplitLogTask struct {
@@ -628,7 +628,7 @@ func (x *SplitLogTask) GetMode() SplitLogTask_RecoveryMode {
 	return Default_SplitLogTask_Mode
 }
 
-//*
+// *
 // The znode that holds state of table.
 type Table struct {
 	state         protoimpl.MessageState
@@ -685,7 +685,7 @@ func (x *Table) GetState() Table_State {
 	return Default_Table_State
 }
 
-//*
+// *
 // Used by replication. Holds a replication peer key.
 type ReplicationPeer struct {
 	state         protoimpl.MessageState
@@ -760,7 +760,7 @@ func (x *ReplicationPeer) GetConfiguration() []*NameStringPair {
 	return nil
 }
 
-//*
+// *
 // Used by replication. Holds whether enabled or disabled
 type ReplicationState struct {
 	state         protoimpl.MessageState
@@ -809,7 +809,7 @@ func (x *ReplicationState) GetState() ReplicationState_State {
 	return ReplicationState_ENABLED
 }
 
-//*
+// *
 // Used by replication. Holds the current position in an WAL file.
 type ReplicationHLogPosition struct {
 	state         protoimpl.MessageState
@@ -858,7 +858,7 @@ func (x *ReplicationHLogPosition) GetPosition() int64 {
 	return 0
 }
 
-//*
+// *
 // Used by replication. Used to lock a region server during failover.
 type ReplicationLock struct {
 	state         protoimpl.MessageState
@@ -907,7 +907,7 @@ func (x *ReplicationLock) GetLockOwner() string {
 	return ""
 }
 
-//*
+// *
 // Metadata associated with a table lock in zookeeper
 type TableLock struct {
 	state         protoimpl.MessageState
@@ -996,7 +996,7 @@ func (x *TableLock) GetCreateTime() int64 {
 	return 0
 }
 
-//*
+// *
 // State of the switch.
 type SwitchState struct {
 	state         protoimpl.MessageState
