@@ -360,7 +360,7 @@ func failover[T any](ctx context.Context, h *Hedger, p Policy, primary, standby 
 	if ctx.Err() != nil {
 		return v, out, ctx.Err()
 	}
-	return v, out, fmt.Errorf("%w: %w", ErrBothFailed, errors.Join(fmt.Errorf("standby: %w", serr), fmt.Errorf("primary: %w", err)))
+	return v, out, fmt.Errorf("%w: %w", ErrBothFailed, errors.Join(fmt.Errorf("primary: %w", err), fmt.Errorf("standby: %w", serr)))
 }
 
 // warm starts a warm-up read of the standby whose answer is dropped. It is detached from ctx's
