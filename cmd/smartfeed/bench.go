@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -34,7 +35,7 @@ import (
 )
 
 // benchFlags are the bench command's own flags.
-type benchFlags struct{ profile, out, docs string }
+type benchFlags struct{ profile, out, docs, cpuprofile string }
 
 // newBenchCmd is "smartfeed bench": the end-to-end benchmark (bench.Run) on an in-process
 // `all` over the real Redis and store, with fsync on; it writes results.json, report.md and
@@ -53,6 +54,7 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	fs.StringVar(&bf.profile, "profile", "quick", "quick (≤ 5 minutes here; what make bench runs) or full (users ×10 and ×100)")
 	fs.StringVar(&bf.out, "out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
 	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
+	fs.StringVar(&bf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (pprof format) to FILE")
 	base := config.DefaultConfig()
 	base.GRPC.Addr, base.Admin.Addr, base.Admin.GRPCAddr, base.Feed.Faults = "127.0.0.1:0", "", "", true
 	resolve := configFlags(fs, base, getenv)
@@ -132,6 +134,17 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 			fmt.Fprintf(stdout, "%s: %d/%d\n", phase, done, total)
 			last = time.Now()
 		}
+	}
+	if bf.cpuprofile != "" {
+		f, err := os.Create(bf.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := bench.Run(ctx, sys, zs, opts, stdout, progress)
 	if err != nil {
