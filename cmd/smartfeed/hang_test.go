@@ -5,18 +5,25 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 )
 
 // TestHangingPrimaryFeed: the primary feed store hangs (every call +2 s, it never fails) under
-// a stream of GetFeed calls of users whose feeds are materialized: every call succeeds, and the
-// p99 stays within the hedge cutoff + the standby's p99 + 50 ms (the primary's own deadline and
-// the circuit breaker send reads to the standby instead of waiting on the primary).
+// a stream of GetFeed calls of users whose feeds are materialized: every call succeeds; the
+// circuit breaker opens after at most BreakerFailures reads of the hung primary and stays open
+// (each probe reopens it); the reads that do meet the primary are cut by a hedge to the standby,
+// not by the primary's own timeout. It asserts counts (the hedger's metrics, and calls that took
+// the whole primary timeout), not latencies against a bound, so a loaded machine does not fail it;
+// the latencies are logged.
 func TestHangingPrimaryFeed(t *testing.T) {
 	a, conn := startAll(t)
 	ctx := t.Context()
@@ -88,27 +95,82 @@ func TestHangingPrimaryFeed(t *testing.T) {
 		return took
 	}
 	healthy := read(100, 0)
+	before := hedgeCounts(t, a)
 	if err := a.faults[0].Set(faults.Config{SlowFraction: 1, Slow: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	defer a.faults[0].Set(faults.Config{})
 	// Long enough for the breaker's probes (every BreakerOpenFor) to meet the hung primary.
 	hung := read(200, 3*a.hedger.Policy().BreakerOpenFor)
+	after := hedgeCounts(t, a)
 	pol := a.hedger.Policy()
 	cutoff, _ := a.hedger.Cutoff()
 	p99 := func(d []time.Duration) time.Duration { return d[len(d)*99/100] }
 	t.Logf("healthy: p50 %v p99 %v; primary hanging: %d calls, p50 %v p99 %v max %v (cutoff %v, primary timeout %v)",
 		healthy[len(healthy)/2], p99(healthy), len(hung), hung[len(hung)/2], p99(hung), hung[len(hung)-1], cutoff, pol.PrimaryTimeout)
-	bound := cutoff + p99(healthy) + 50*time.Millisecond
-	if p99(hung) > bound {
-		t.Errorf("GetFeed p99 with the primary hanging %v, want at most cutoff + healthy p99 + 50 ms = %v", p99(hung), bound)
+	d := func(k string) int { return int(after[k] - before[k]) }
+	toPrimary, probes, toStandby := d(`routed{route="primary"}`), d(`routed{route="probe"}`), d(`routed{route="standby"}`)
+	opened, closed := d(`breaker_transitions{to="open"}`), d(`breaker_transitions{to="closed"}`)
+	atCutoff, onError, refused := d(`issued{reason="cutoff"}`), d(`issued{reason="error"}`), d("budget_exhausted")
+	t.Logf("while the primary hung: %d calls routed to the primary, %d probes, %d failed over to the standby; breaker opened %d times, closed %d; hedges: %d at the cutoff, %d on a primary error (%d refused by the budget)",
+		toPrimary, probes, toStandby, opened, closed, atCutoff, onError, refused)
+	// The breaker: each call is one read (calls are sequential here), and every read of the hung
+	// primary is slow, so the breaker opens at the BreakerFailures-th at the latest; before
+	// consecutive slow reads counted, it waited for half its window (10) and calls waited for Max.
+	if toPrimary > pol.BreakerFailures {
+		t.Errorf("%d calls went to the hung primary with the breaker closed, want at most %d (BreakerFailures): the breaker opened late or not at all",
+			toPrimary, pol.BreakerFailures)
 	}
-	// The p99 of thousands of calls hides the calls made before the breaker opened; count
-	// them: the breaker must open within a few reads, not after a window of reads that each
-	// waited for Max.
-	over := len(hung) - sort.Search(len(hung), func(i int) bool { return hung[i] > bound })
-	t.Logf("%d calls over %v", over, bound)
-	if over > 3 {
-		t.Errorf("%d calls took over %v while the primary hung: the breaker opened late", over, bound)
+	if opened == 0 || toStandby == 0 {
+		t.Errorf("the breaker sent no call to the standby first (%d transitions to open, %d calls failed over)", opened, toStandby)
 	}
+	// Three BreakerOpenFor periods: probes met the hung primary, and each one reopened the breaker.
+	if probes == 0 || closed > 0 || a.hedger.BreakerState() == hedge.BreakerClosed {
+		t.Errorf("breaker while the primary hung: %d probes, %d closes, now %s; want probes, no close, not closed",
+			probes, closed, a.hedger.BreakerState())
+	}
+	// The hedging: a probe is hedged at the cutoff whatever the budget, and a call with the
+	// breaker closed whenever the budget allows; none of them waits for the primary's own timeout
+	// (the only way this primary fails) unless the budget refused its hedge.
+	if atCutoff < probes {
+		t.Errorf("%d hedges at the cutoff for %d probes of the hung primary: probes must be hedged at the cutoff", atCutoff, probes)
+	}
+	if onError > refused {
+		t.Errorf("%d reads waited for the hung primary's %v timeout with the budget refusing only %d hedges: the cutoff did not hedge them",
+			onError, pol.PrimaryTimeout, refused)
+	}
+	// And from the client's side: a call that took the whole primary timeout waited on the
+	// primary. The breaker bounds those to BreakerFailures even with no hedging at all; a GetFeed
+	// that read the primary around the breaker and the hedge would wait on every call.
+	waited := len(hung) - sort.Search(len(hung), func(i int) bool { return hung[i] >= pol.PrimaryTimeout })
+	if waited > pol.BreakerFailures {
+		t.Errorf("%d of %d calls took at least the primary timeout (%v) while the primary hung, want at most %d",
+			waited, len(hung), pol.PrimaryTimeout, pol.BreakerFailures)
+	}
+}
+
+// hedgeCounts reads the feed hedger's counters from the app's registry, keyed by the name after
+// smartfeed_hedge_ and without _total, with the label when there is one: routed{route="probe"}.
+func hedgeCounts(t *testing.T, a *app) map[string]float64 {
+	t.Helper()
+	mfs, err := a.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		name, ok := strings.CutPrefix(mf.GetName(), "smartfeed_hedge_")
+		if !ok || mf.GetType() != dto.MetricType_COUNTER {
+			continue
+		}
+		name = strings.TrimSuffix(name, "_total")
+		for _, m := range mf.GetMetric() {
+			k := name
+			for _, l := range m.GetLabel() {
+				k += fmt.Sprintf("{%s=%q}", l.GetName(), l.GetValue())
+			}
+			out[k] += m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
