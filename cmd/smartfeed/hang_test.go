@@ -96,6 +96,7 @@ func TestHangingPrimaryFeed(t *testing.T) {
 	}
 	healthy := read(100, 0)
 	before := hedgeCounts(t, a)
+	persistFailed := gaugeOrCounter(t, a.reg, "smartfeed_feed_persist_failed_total")
 	if err := a.faults[0].Set(faults.Config{SlowFraction: 1, Slow: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -108,6 +109,11 @@ func TestHangingPrimaryFeed(t *testing.T) {
 	p99 := func(d []time.Duration) time.Duration { return d[len(d)*99/100] }
 	t.Logf("healthy: p50 %v p99 %v; primary hanging: %d calls, p50 %v p99 %v max %v (cutoff %v, primary timeout %v)",
 		healthy[len(healthy)/2], p99(healthy), len(hung), hung[len(hung)/2], p99(hung), hung[len(hung)-1], cutoff, pol.PrimaryTimeout)
+	// A first page with a fresh chunk (pins the worker delivered late) records it on the primary
+	// before answering, bounded by PersistTimeout (200 ms): with the primary hung that write
+	// fails every time, a write the hedge does not cover. Logged, not checked.
+	t.Logf("first pages whose fresh chunk could not be recorded on the hung primary: %v",
+		gaugeOrCounter(t, a.reg, "smartfeed_feed_persist_failed_total")-persistFailed)
 	d := func(k string) int { return int(after[k] - before[k]) }
 	toPrimary, probes, toStandby := d(`routed{route="primary"}`), d(`routed{route="probe"}`), d(`routed{route="standby"}`)
 	opened, closed := d(`breaker_transitions{to="open"}`), d(`breaker_transitions{to="closed"}`)
