@@ -446,6 +446,9 @@ func (r *chunkRun) readCandidates(ctx context.Context) ([][]zen.PoolEntry, error
 				}
 			}
 		}
+		// A pin in two pools (append-only inserts) counts once, from the pool where it scores
+		// best.
+		lists = zen.BestAcrossSources(lists)
 		r.t = g.m.since(stageRead, r.t)
 		if g.live == nil {
 			break

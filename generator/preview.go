@@ -80,6 +80,7 @@ func (g *Generator) Preview(ctx context.Context, user zen.ID, max int) (Preview,
 			ask = append(ask, e.Pin)
 		}
 	}
+	lists = zen.BestAcrossSources(lists)
 	if g.live != nil && len(ask) > 0 {
 		live, err := g.live.Live(ctx, ask)
 		if err != nil {

@@ -11,9 +11,10 @@
 // Every row key starts with the owning ID, so rows of one user or board live on its shard and
 // writes spread by shard. The HBase backend has no multi-row transactions, so every multi-row
 // write is ordered so that a failure part-way leaves only rows that readers recognise as stale,
-// and a retry finishes the job: an edge's point row and an entry's index row are the truth,
-// the sorted rows are views checked against them. Pools keeps the per-(user, source) priority
-// queues (row key user | source | ^score | pin, best first).
+// and a retry finishes the job: an edge's point row is the truth, the sorted rows are views
+// checked against it. Pools keeps the per-(user, source) priority queues (row key user | source
+// | ^score | pin, best first), written blind and append-only; dedup and tombstones apply when
+// reading (docs/pools.md).
 //
 // zen/zenroute routes the shard-keyed tables over several named stores by the live shard map,
 // and zen/zenmove moves a shard range from one store to another while the graph serves.

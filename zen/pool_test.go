@@ -39,6 +39,27 @@ func scorePins(es []zen.PoolEntry) []sp {
 	return out
 }
 
+// bestTops reads the Top(n) of every source and keeps each pin's best across them, as the
+// generator does; it returns the three lists (following, interest, related).
+func bestTops(t *testing.T, p *zen.Pools, user zen.ID, n int) [3][]sp {
+	t.Helper()
+	var lists [][]zen.PoolEntry
+	for src := zen.Source(1); src <= 3; src++ {
+		es, err := p.Top(context.Background(), user, src, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lists = append(lists, es)
+	}
+	var out [3][]sp
+	for i, l := range zen.BestAcrossSources(lists) {
+		if len(l) > 0 {
+			out[i] = scorePins(l)
+		}
+	}
+	return out
+}
+
 func top(t *testing.T, p *zen.Pools, user zen.ID, src zen.Source, n int) []sp {
 	t.Helper()
 	es, err := p.Top(context.Background(), user, src, n)
@@ -50,7 +71,7 @@ func top(t *testing.T, p *zen.Pools, user zen.ID, src zen.Source, n int) []sp {
 
 func TestPoolInsertTop(t *testing.T) {
 	ctx := context.Background()
-	p, c, _ := memPools(t)
+	p, c, tb := memPools(t)
 	u := mustID(t, 3429, zen.TypeUser, 733)
 	pin := func(l uint64) zen.ID { return mustID(t, 3429, zen.TypePin, l) }
 	author := mustID(t, 1, zen.TypeUser, 5)
@@ -78,9 +99,13 @@ func TestPoolInsertTop(t *testing.T) {
 	if diff := cmp.Diff(wantE, es[3]); diff != "" {
 		t.Errorf("entry payload (-want +got):\n%s", diff)
 	}
-	// The same batch again changes nothing.
-	if n, err := p.Insert(ctx, in); err != nil || n != 0 {
-		t.Errorf("re-Insert = %d, %v; want 0", n, err)
+	// The same batch again writes the same rows: nothing changes.
+	before, _ := tb.Scan(ctx, zen.ScanOptions{})
+	if n, err := p.Insert(ctx, in); err != nil || n != 6 {
+		t.Errorf("re-Insert = %d, %v; want 6 rows written", n, err)
+	}
+	if after, _ := tb.Scan(ctx, zen.ScanOptions{}); !cmp.Equal(before, after) {
+		t.Errorf("re-Insert changed the table: %d rows before, %d after", len(before), len(after))
 	}
 	for src, want := range map[zen.Source]int{zen.SourceFollowing: 5, zen.SourceInterest: 1, zen.SourceRelated: 0, 0: 6} {
 		if got, err := p.Size(ctx, u, src); err != nil || got != want {
@@ -89,7 +114,8 @@ func TestPoolInsertTop(t *testing.T) {
 	}
 }
 
-// TestPoolDedupAcrossSources: per (user, pin) the better score wins, whatever the source.
+// TestPoolDedupAcrossSources: per (user, pin) the better score wins, whatever the source (an
+// equal score: the smaller source), as readers see it.
 func TestPoolDedupAcrossSources(t *testing.T) {
 	ctx := context.Background()
 	p, _, _ := memPools(t)
@@ -101,8 +127,8 @@ func TestPoolDedupAcrossSources(t *testing.T) {
 		related []sp
 	}{
 		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceFollowing, Score: 0.5}, 1, []sp{{0.5, 1, 1}}, nil},
-		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.4}, 0, []sp{{0.5, 1, 1}}, nil},
-		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.5}, 0, []sp{{0.5, 1, 1}}, nil},
+		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.4}, 1, []sp{{0.5, 1, 1}}, nil},
+		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.5}, 1, []sp{{0.5, 1, 1}}, nil},
 		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.7}, 1, nil, []sp{{0.7, 1, 3}}},
 		{zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceRelated, Score: 0.9}, 1, nil, []sp{{0.9, 1, 3}}},
 	}
@@ -111,7 +137,8 @@ func TestPoolDedupAcrossSources(t *testing.T) {
 		if err != nil || n != s.wantN {
 			t.Fatalf("step %d: Insert = %d, %v; want %d", i, n, err, s.wantN)
 		}
-		f, r := top(t, p, u, zen.SourceFollowing, 10), top(t, p, u, zen.SourceRelated, 10)
+		b := bestTops(t, p, u, 10)
+		f, r := b[0], b[2]
 		if diff := cmp.Diff(s.follow, f, cmpEmpty); diff != "" {
 			t.Errorf("step %d following (-want +got):\n%s", i, diff)
 		}
@@ -126,10 +153,10 @@ func TestPoolDedupAcrossSources(t *testing.T) {
 		{User: u, Pin: pin2, Source: zen.SourceInterest, Score: 0.3},
 		{User: u, Pin: pin2, Source: zen.SourceRelated, Score: 0.2},
 	})
-	if err != nil || n != 1 {
+	if err != nil || n != 3 {
 		t.Fatalf("batch Insert = %d, %v", n, err)
 	}
-	if diff := cmp.Diff([]sp{{0.3, 2, 2}}, top(t, p, u, zen.SourceInterest, 10)); diff != "" {
+	if diff := cmp.Diff([]sp{{0.3, 2, 2}}, bestTops(t, p, u, 10)[1]); diff != "" {
 		t.Errorf("batch dedup (-want +got):\n%s", diff)
 	}
 }
@@ -195,8 +222,8 @@ func TestPoolTakeRemoveTrimExpire(t *testing.T) {
 	if again, _ := p.Take(ctx, u, in[8:]); len(again) != 0 {
 		t.Errorf("second Take won %v", scorePins(again))
 	}
-	if n, err := p.Remove(ctx, u, []zen.ID{in[7].Pin, in[9].Pin}); err != nil || n != 1 {
-		t.Errorf("Remove = %d, %v; want 1", n, err)
+	if n, err := p.Remove(ctx, u, []zen.ID{in[7].Pin, in[9].Pin}); err != nil || n != 2 {
+		t.Errorf("Remove = %d, %v; want 2 (both marked)", n, err)
 	}
 	// Remaining scores 0..6. Trim to 5 drops 0 and 1.
 	if n, err := p.Trim(ctx, u, zen.SourceFollowing, 5); err != nil || n != 2 {
@@ -309,7 +336,7 @@ func TestPoolTakeConcurrent(t *testing.T) {
 }
 
 // TestPoolInsertConcurrent: concurrent inserts of the same pins from different sources leave one
-// entry per pin, holding the best score, with exactly one row in the sorted views.
+// live entry per pin, holding the best score; Upkeep then leaves exactly one row per pin.
 func TestPoolInsertConcurrent(t *testing.T) {
 	ctx := context.Background()
 	p, _, tb := memPools(t)
@@ -343,27 +370,37 @@ func TestPoolInsertConcurrent(t *testing.T) {
 			}
 		}
 	}
-	seen := map[uint64]float64{}
-	for _, src := range []zen.Source{1, 2, 3} {
-		for _, e := range top(t, p, u, src, 1000) {
-			if _, dup := seen[e.Pin]; dup {
-				t.Errorf("pin %d in two pools", e.Pin)
+	seen := func() map[uint64]float64 {
+		out := map[uint64]float64{}
+		for _, l := range bestTops(t, p, u, 1000) {
+			for _, e := range l {
+				if _, dup := out[e.Pin]; dup {
+					t.Errorf("pin %d in two pools", e.Pin)
+				}
+				out[e.Pin] = e.Score
 			}
-			seen[e.Pin] = e.Score
 		}
+		return out
 	}
-	if diff := cmp.Diff(best, seen); diff != "" {
+	if diff := cmp.Diff(best, seen()); diff != "" {
 		t.Errorf("best scores (-want +got):\n%s", diff)
 	}
+	if _, _, err := p.Upkeep(ctx, u, 1000, 0); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(best, seen()); diff != "" {
+		t.Errorf("best scores after Upkeep (-want +got):\n%s", diff)
+	}
 	rows, _ := tb.Scan(ctx, zen.ScanOptions{})
-	if len(rows) != 2*pins {
-		t.Errorf("%d rows, want %d (one index and one pool row per pin)", len(rows), 2*pins)
+	if len(rows) != pins {
+		t.Errorf("%d rows after Upkeep, want %d (one row per pin)", len(rows), pins)
 	}
 }
 
-// TestPoolCrashRetry fails each write of an improving Insert and of a Take in turn, before and
-// after the write lands; afterwards the pin is never shown twice, the better score is never
-// lost, a retry converges, and a claim is won exactly once.
+// TestPoolCrashRetry fails the write of an improving Insert (its only one) and each write of a
+// Take and of a Restore in turn, before and after the write lands; afterwards the pin is never
+// shown twice, the better score is never lost, a retry converges, and a claim is won exactly
+// once.
 func TestPoolCrashRetry(t *testing.T) {
 	ctx := context.Background()
 	u, pin := mustID(t, 1, zen.TypeUser, 1), mustID(t, 1, zen.TypePin, 1)
@@ -383,27 +420,33 @@ func TestPoolCrashRetry(t *testing.T) {
 			if ierr != nil && !errors.Is(ierr, errInjected) {
 				t.Fatal(ierr)
 			}
-			f, r := top(t, p, u, zen.SourceFollowing, 10), top(t, p, u, zen.SourceRelated, 10)
-			if len(f)+len(r) != 1 {
-				t.Errorf("fault at write %d after=%v: pin shown %d times (%v %v)", k, after, len(f)+len(r), f, r)
+			if (ierr != nil) != (k == 1) {
+				t.Errorf("fault at write %d after=%v: Insert = %v", k, after, ierr)
+			}
+			want := [3][]sp{{{0.5, 1, 1}}}
+			if k > 1 || after {
+				want = [3][]sp{2: {{0.8, 1, 3}}}
+			}
+			if diff := cmp.Diff(want, bestTops(t, p, u, 10)); diff != "" {
+				t.Errorf("fault at write %d after=%v (-want +got):\n%s", k, after, diff)
 			}
 			if _, err := p.Insert(ctx, []zen.PoolEntry{better}); err != nil {
 				t.Fatal(err)
 			}
-			c.Add(2 * zen.StaleGrace) // let Top sweep rows of the failed attempt
-			f, r = top(t, p, u, zen.SourceFollowing, 10), top(t, p, u, zen.SourceRelated, 10)
-			if diff := cmp.Diff([]sp{{0.8, 1, 3}}, append(f, r...)); diff != "" {
+			if diff := cmp.Diff([3][]sp{2: {{0.8, 1, 3}}}, bestTops(t, p, u, 10)); diff != "" {
 				t.Errorf("fault at write %d after=%v, after retry (-want +got):\n%s", k, after, diff)
 			}
-			rows, _ := tb.Scan(ctx, zen.ScanOptions{})
-			if len(rows) != 2 {
-				t.Errorf("fault at write %d after=%v: %d rows left, want 2", k, after, len(rows))
+			if _, _, err := p.Upkeep(ctx, u, 100, 0); err != nil {
+				t.Fatal(err)
+			}
+			if rows, _ := tb.Scan(ctx, zen.ScanOptions{}); len(rows) != 1 {
+				t.Errorf("fault at write %d after=%v: %d rows left after Upkeep, want 1", k, after, len(rows))
 			}
 			// A Take that fails part-way: the pin is either still takeable or gone, never shown.
 			fs.arm(k, after)
-			got, terr := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin}})
+			got, terr := p.Take(ctx, u, []zen.PoolEntry{better})
 			fs.arm(0, false)
-			again, _ := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin}})
+			again, _ := p.Take(ctx, u, []zen.PoolEntry{better})
 			total := len(got) + len(again)
 			if terr != nil && !errors.Is(terr, errInjected) {
 				t.Fatal(terr)
@@ -415,49 +458,95 @@ func TestPoolCrashRetry(t *testing.T) {
 			if r := top(t, p, u, zen.SourceRelated, 10); len(r) != 0 {
 				t.Errorf("take, fault at write %d after=%v: still shown %v", k, after, r)
 			}
-			// The taken tombstone reads as absent, ignores a later insert, and yields to Restore.
+			// The taken tombstone reads as absent, hides a later insert, and yields to Restore.
 			if n, err := p.Size(ctx, u, 0); err != nil || n != 0 {
 				t.Errorf("take, fault at write %d after=%v: Size = %d, %v; want 0", k, after, n, err)
 			}
 			back := zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceInterest, Score: 0.1}
-			if n, err := p.Insert(ctx, []zen.PoolEntry{back}); err != nil || n != 0 {
-				t.Errorf("take, fault at write %d after=%v: re-Insert = %d, %v; want 0 (taken)", k, after, n, err)
+			if _, err := p.Insert(ctx, []zen.PoolEntry{back}); err != nil {
+				t.Fatal(err)
 			}
 			if got := top(t, p, u, zen.SourceInterest, 10); len(got) != 0 {
 				t.Errorf("take, fault at write %d after=%v: re-Insert shown %v", k, after, got)
 			}
-			if n, err := p.Restore(ctx, []zen.PoolEntry{back}); err != nil || n != 1 {
-				t.Errorf("take, fault at write %d after=%v: Restore = %d, %v; want 1", k, after, n, err)
+			// A Restore that fails part-way is retried (the generator's release is); then the pin
+			// is back once.
+			fs.arm(k, after)
+			_, rerr := p.Restore(ctx, []zen.PoolEntry{back})
+			fs.arm(0, false)
+			if rerr != nil && !errors.Is(rerr, errInjected) {
+				t.Fatal(rerr)
 			}
-			if diff := cmp.Diff([]sp{{0.1, 1, 2}}, top(t, p, u, zen.SourceInterest, 10)); diff != "" {
-				t.Errorf("take, fault at write %d after=%v: restored (-want +got):\n%s", k, after, diff)
+			if b := bestTops(t, p, u, 10); len(b[0])+len(b[1])+len(b[2]) > 1 {
+				t.Errorf("restore, fault at write %d after=%v: shown %v", k, after, b)
+			}
+			if n, err := p.Restore(ctx, []zen.PoolEntry{back}); err != nil || n != 1 {
+				t.Errorf("restore, fault at write %d after=%v: Restore = %d, %v; want 1", k, after, n, err)
+			}
+			// Restore lifts the tombstone off every row of the pin: one the Take failed to delete
+			// (k=2, before landing) is back too, and the best row wins.
+			want = [3][]sp{1: {{0.1, 1, 2}}}
+			if k == 2 && !after {
+				want = [3][]sp{2: {{0.8, 1, 3}}}
+			}
+			if diff := cmp.Diff(want, bestTops(t, p, u, 10)); diff != "" {
+				t.Errorf("restore, fault at write %d after=%v: restored (-want +got):\n%s", k, after, diff)
 			}
 		}
 	}
 }
 
-// TestPoolStaleInFlightRow: a pool row without its index row (an insert in flight) is skipped by
-// Top but kept until it is older than StaleGrace.
-func TestPoolStaleInFlightRow(t *testing.T) {
+// TestPoolRestoringMark: a Restore that stops after writing the rows (its mark not lifted)
+// leaves the pin out, and readers keep its rows, however old the mark (only Expire's age rule
+// deletes them); a retried Restore puts the pin back. A row of the older layout (an 8-byte
+// value) is never shown, and is deleted.
+func TestPoolRestoringMark(t *testing.T) {
 	ctx := context.Background()
-	p, c, tb := memPools(t)
+	fs := &faultStore{Store: zenmem.New()}
+	tb, _ := fs.Table(ctx, "pools")
+	c := newClock()
+	p := zen.NewPools(tb, c.Now)
 	u, pin := mustID(t, 1, zen.TypeUser, 1), mustID(t, 1, zen.TypePin, 1)
-	k, _ := zen.PoolKey(u, zen.SourceFollowing, 0.5, pin)
-	ms := c.Now().UnixMilli()
-	v := []byte{byte(ms >> 56), byte(ms >> 48), byte(ms >> 40), byte(ms >> 32), byte(ms >> 24), byte(ms >> 16), byte(ms >> 8), byte(ms)}
-	if err := tb.Apply(ctx, []zen.Mutation{{Key: k, Value: v}}); err != nil {
+	e := zen.PoolEntry{User: u, Pin: pin, Source: zen.SourceFollowing, Score: 0.5}
+	if _, err := p.Insert(ctx, []zen.PoolEntry{e}); err != nil {
 		t.Fatal(err)
 	}
+	if got, err := p.Take(ctx, u, []zen.PoolEntry{e}); err != nil || len(got) != 1 {
+		t.Fatalf("Take = %v, %v", got, err)
+	}
+	fs.arm(3, false) // Restore: mark, rows, lift: the lift fails
+	if _, err := p.Restore(ctx, []zen.PoolEntry{e}); !errors.Is(err, errInjected) {
+		t.Fatalf("Restore = %v, want the injected fault", err)
+	}
+	fs.arm(0, false)
+	k, _ := zen.PoolKey(u, zen.SourceFollowing, 0.5, pin)
 	if got := top(t, p, u, zen.SourceFollowing, 5); len(got) != 0 {
-		t.Errorf("in-flight row shown: %v", got)
+		t.Errorf("restoring pin shown: %v", got)
+	}
+	c.Add(time.Hour)
+	top(t, p, u, zen.SourceFollowing, 5)
+	if _, _, err := p.Upkeep(ctx, u, 100, 0); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := tb.Get(ctx, k); err != nil {
-		t.Errorf("in-flight row deleted within the grace: %v", err)
+		t.Errorf("row under a restoring mark deleted by a reader: %v", err)
 	}
-	c.Add(zen.StaleGrace + time.Second)
-	top(t, p, u, zen.SourceFollowing, 5)
-	if _, err := tb.Get(ctx, k); !errors.Is(err, zen.ErrNotFound) {
-		t.Errorf("old stale row kept: %v", err)
+	if n, err := p.Restore(ctx, []zen.PoolEntry{e}); err != nil || n != 1 {
+		t.Errorf("retried Restore = %d, %v; want 1", n, err)
+	}
+	if diff := cmp.Diff([]sp{{0.5, 1, 1}}, top(t, p, u, zen.SourceFollowing, 5)); diff != "" {
+		t.Errorf("after the retried Restore (-want +got):\n%s", diff)
+	}
+	// A row of the older layout.
+	old, _ := zen.PoolKey(u, zen.SourceFollowing, 0.9, mustID(t, 1, zen.TypePin, 2))
+	if err := tb.Apply(ctx, []zen.Mutation{{Key: old, Value: make([]byte, 8)}}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]sp{{0.5, 1, 1}}, top(t, p, u, zen.SourceFollowing, 5)); diff != "" {
+		t.Errorf("with an older-layout row (-want +got):\n%s", diff)
+	}
+	if _, err := tb.Get(ctx, old); !errors.Is(err, zen.ErrNotFound) {
+		t.Errorf("older-layout row kept: %v", err)
 	}
 }
 
@@ -486,8 +575,8 @@ func TestPoolTombstones(t *testing.T) {
 	all := func() []sp {
 		t.Helper()
 		var out []sp
-		for _, src := range []zen.Source{1, 2, 3} {
-			out = append(out, top(t, p, u, src, 100)...)
+		for _, l := range bestTops(t, p, u, 100) {
+			out = append(out, l...)
 		}
 		return out
 	}
@@ -496,8 +585,8 @@ func TestPoolTombstones(t *testing.T) {
 		t.Fatalf("Take = %v, %v", got, err)
 	}
 	// Taken: the same entry, a better score, another source: all ignored.
-	insert("taken, same", 0, e(1, 1, 0.5))
-	insert("taken, better", 0, e(1, 3, 9))
+	insert("taken, same", 1, e(1, 1, 0.5)) // written blind, hidden by the tombstone
+	insert("taken, better", 1, e(1, 3, 9))
 	if diff := cmp.Diff([]sp{{0.4, 2, 1}, {0.3, 3, 2}, {0.2, 4, 3}}, all()); diff != "" {
 		t.Errorf("after re-inserting a taken pin (-want +got):\n%s", diff)
 	}
@@ -505,31 +594,32 @@ func TestPoolTombstones(t *testing.T) {
 	if n, err := p.Insert(ctx, []zen.PoolEntry{{User: other, Pin: pin(1), Source: 1, Score: 0.1}}); err != nil || n != 1 {
 		t.Errorf("other user's Insert = %d, %v; want 1", n, err)
 	}
-	// Restore gives the taken pin back (a Restore of a live entry is an Insert).
-	restore("taken", 1, e(1, 1, 0.5), e(2, 1, 0.4))
-	restore("again", 0, e(1, 1, 0.5))
-	if diff := cmp.Diff([]sp{{0.5, 1, 1}, {0.4, 2, 1}, {0.3, 3, 2}, {0.2, 4, 3}}, all()); diff != "" {
+	// Restore gives the taken pin back (a Restore of a live entry writes its row, as Insert),
+	// with its best row: the better one a late job wrote while it was taken.
+	restore("taken", 2, e(1, 1, 0.5), e(2, 1, 0.4))
+	restore("again", 1, e(1, 1, 0.5))
+	if diff := cmp.Diff([]sp{{0.4, 2, 1}, {0.3, 3, 2}, {9, 1, 3}, {0.2, 4, 3}}, all()); diff != "" {
 		t.Errorf("after Restore (-want +got):\n%s", diff)
 	}
 	// Remove: forgotten, so neither Insert nor Restore brings it back.
 	if n, err := p.Remove(ctx, u, []zen.ID{pin(2)}); err != nil || n != 1 {
 		t.Errorf("Remove = %d, %v; want 1", n, err)
 	}
-	insert("removed", 0, e(2, 1, 0.9))
+	insert("removed", 1, e(2, 1, 0.9))
 	restore("removed", 0, e(2, 1, 0.9))
-	// Forget: a live pin (counted), an absent one, a taken one (not counted); all stay out.
+	// Forget: a live pin, an absent one, a taken one (each marked once); all stay out.
 	if _, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(3)}}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := p.Forget(ctx, u, []zen.ID{pin(4), pin(5), pin(3), pin(4)}); err != nil || n != 1 {
-		t.Errorf("Forget = %d, %v; want 1", n, err)
+	if n, err := p.Forget(ctx, u, []zen.ID{pin(4), pin(5), pin(3), pin(4)}); err != nil || n != 3 {
+		t.Errorf("Forget = %d, %v; want 3", n, err)
 	}
-	if n, err := p.Forget(ctx, u, []zen.ID{pin(4), pin(5)}); err != nil || n != 0 {
-		t.Errorf("second Forget = %d, %v; want 0", n, err)
+	if n, err := p.Forget(ctx, u, []zen.ID{pin(4), pin(5)}); err != nil || n != 2 {
+		t.Errorf("second Forget = %d, %v; want 2", n, err)
 	}
-	insert("forgotten", 0, e(3, 1, 1), e(4, 1, 1), e(5, 1, 1))
+	insert("forgotten", 3, e(3, 1, 1), e(4, 1, 1), e(5, 1, 1))
 	restore("forgotten", 0, e(3, 1, 1), e(4, 1, 1), e(5, 1, 1))
-	if diff := cmp.Diff([]sp{{0.5, 1, 1}}, all()); diff != "" {
+	if diff := cmp.Diff([]sp{{9, 1, 3}}, all()); diff != "" {
 		t.Errorf("after Forget (-want +got):\n%s", diff)
 	}
 	// Readers treat tombstones as absent.
@@ -589,19 +679,21 @@ func TestPoolTakeInsertConcurrent(t *testing.T) {
 			}
 		})
 	}
+	done := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(won) == pins
+	}
 	var takers sync.WaitGroup
 	for w := range 6 {
 		takers.Go(func() {
-			for {
+			for !done() {
 				es, err := p.Top(ctx, u, zen.Source(1+w%3), 7)
 				if err != nil {
 					t.Error(err)
 					return
 				}
 				if len(es) == 0 {
-					if n, _ := p.Size(ctx, u, 0); n == 0 {
-						return
-					}
 					continue
 				}
 				got, err := p.Take(ctx, u, es)
@@ -628,22 +720,24 @@ func TestPoolTakeInsertConcurrent(t *testing.T) {
 			t.Errorf("pin %d taken %d times", pin, n)
 		}
 	}
-	if n, err := p.Insert(ctx, offer(1000)); err != nil || n != 0 {
-		t.Errorf("late Insert = %d, %v; want 0", n, err)
+	if _, err := p.Insert(ctx, offer(1000)); err != nil {
+		t.Fatal(err)
 	}
 	if n, _ := p.Size(ctx, u, 0); n != 0 {
 		t.Errorf("Size after everything was taken = %d", n)
 	}
-	// Rows left: one tombstone per pin; the pool rows of lost inserts are gone once stale.
-	c.Add(2 * zen.StaleGrace)
 	for _, src := range []zen.Source{1, 2, 3} {
 		if got := top(t, p, u, src, 1000); len(got) != 0 {
 			t.Errorf("source %d shows %v", src, got)
 		}
 	}
+	// The rows of late inserts stay hidden under the tombstones until they expire.
+	if n, err := p.Expire(ctx, u, c.Now().Add(time.Hour).UnixMilli()); err != nil || n != 0 {
+		t.Errorf("Expire = %d, %v; want 0 (nothing live)", n, err)
+	}
 	rows, _ := tb.Scan(ctx, zen.ScanOptions{})
-	if len(rows) != pins {
-		t.Errorf("%d rows left, want %d (one tombstone per pin)", len(rows), pins)
+	if len(rows) != 0 {
+		t.Errorf("%d rows left after Expire past everything, want 0", len(rows))
 	}
 }
 
@@ -684,16 +778,18 @@ func TestPoolTombstoneExpiry(t *testing.T) {
 		if err != nil || n != 0 {
 			t.Errorf("ttl %v: Expire(before all) = %d, %v; want 0", ttl, n, err)
 		}
-		wantRows := 4 // pin 2's entry (2 rows), two tombstones
+		wantRows := 3 // pin 2's row, two tombstones
 		if ttl > 0 {
-			wantRows = 3
+			wantRows = 2
 		}
 		if got := rowCount(); got != wantRows {
 			t.Errorf("ttl %v: %d rows after the first Expire, want %d", ttl, got, wantRows)
 		}
-		ins, _ := p.Insert(ctx, []zen.PoolEntry{e(1)})
-		if want := map[bool]int{false: 0, true: 1}[ttl > 0]; ins != want {
-			t.Errorf("ttl %v: Insert of the taken pin after the first Expire = %d, want %d", ttl, ins, want)
+		if _, err := p.Insert(ctx, []zen.PoolEntry{e(1)}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := len(top(t, p, u, zen.SourceFollowing, 10)), map[bool]int{false: 1, true: 2}[ttl > 0]; got != want {
+			t.Errorf("ttl %v: %d pins shown after inserting the taken pin past the first Expire, want %d", ttl, got, want)
 		}
 		if ttl > 0 {
 			if _, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(1)}}); err != nil {

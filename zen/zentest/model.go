@@ -434,7 +434,7 @@ func modelScorePins(es []zen.PoolEntry) []modelSP {
 
 func modelPoolsBasic(t *testing.T, s zen.Store) {
 	ctx, c := modelCtx(t), newModelClock()
-	p, _ := modelPools(t, s, c)
+	p, tb := modelPools(t, s, c)
 	u := modelID(t, 3429, zen.TypeUser, 733)
 	pin := func(l uint64) zen.ID { return modelID(t, 3429, zen.TypePin, l) }
 	in := []zen.PoolEntry{
@@ -446,11 +446,19 @@ func modelPoolsBasic(t *testing.T, s zen.Store) {
 		{User: u, Source: zen.SourceRelated, Score: 0.2, Pin: pin(5)}, // worse: dropped
 		{User: u, Source: zen.SourceRelated, Score: 0.7, Pin: pin(6), CreatedMs: 5},
 	}
-	if n, err := p.Insert(ctx, in); err != nil || n != 6 {
-		t.Fatalf("Insert = %d, %v; want 6", n, err)
+	// Append-only: one row per (user, source, pin); the same batch again writes the same rows.
+	if n, err := p.Insert(ctx, in); err != nil || n != 7 {
+		t.Fatalf("Insert = %d, %v; want 7", n, err)
 	}
-	if n, err := p.Insert(ctx, in); err != nil || n != 0 {
-		t.Fatalf("re-Insert = %d, %v; want 0", n, err)
+	rows := func() int {
+		kvs, err := tb.Scan(ctx, userRange(u))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(kvs)
+	}
+	if n, err := p.Insert(ctx, in); err != nil || n != 7 || rows() != 7 {
+		t.Fatalf("re-Insert = %d, %v, %d rows; want 7 rows written, 7 stored", n, err, rows())
 	}
 	top := func(src zen.Source) []modelSP {
 		es, err := p.Top(ctx, u, src, 100)
@@ -466,8 +474,30 @@ func modelPoolsBasic(t *testing.T, s zen.Store) {
 	if n, _ := p.Insert(ctx, []zen.PoolEntry{{User: u, Source: zen.SourceRelated, Score: 0.8, Pin: pin(3)}}); n != 1 {
 		t.Errorf("improving insert = %d", n)
 	}
-	if diff := cmp.Diff([]modelSP{{0.8, 3, 3}, {0.7, 6, 3}}, top(zen.SourceRelated)); diff != "" {
+	if diff := cmp.Diff([]modelSP{{0.8, 3, 3}, {0.7, 6, 3}, {0.2, 5, 3}}, top(zen.SourceRelated)); diff != "" {
 		t.Errorf("Top related (-want +got):\n%s", diff)
+	}
+	// Across sources a pin's best row wins: 5 stays in following, 3 moved to related.
+	tops := func() [][]modelSP {
+		var lists [][]zen.PoolEntry
+		for _, src := range []zen.Source{zen.SourceFollowing, zen.SourceRelated} {
+			es, err := p.Top(ctx, u, src, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lists = append(lists, es)
+		}
+		var out [][]modelSP
+		for _, l := range zen.BestAcrossSources(lists) {
+			out = append(out, modelScorePins(l))
+		}
+		return out
+	}
+	if diff := cmp.Diff([][]modelSP{{{1, 5, 1}, {0.93, 1, 1}, {0.93, 2, 1}, {-0.1, 4, 1}}, {{0.8, 3, 3}, {0.7, 6, 3}}}, tops()); diff != "" {
+		t.Errorf("best across sources (-want +got):\n%s", diff)
+	}
+	if n, err := p.Size(ctx, u, zen.SourceRelated); err != nil || n != 2 {
+		t.Errorf("Size related = %d, %v; want 2", n, err)
 	}
 	got, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(5)}, {Pin: pin(3)}, {Pin: pin(5)}})
 	if err != nil {
@@ -588,11 +618,15 @@ func modelPoolsTombstones(t *testing.T, s zen.Store) {
 	if got, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(1)}}); err != nil || len(got) != 1 {
 		t.Fatalf("Take = %v, %v", got, err)
 	}
-	if n, err := p.Forget(ctx, u, []zen.ID{pin(3)}); err != nil || n != 0 {
-		t.Errorf("Forget(absent) = %d, %v; want 0", n, err)
+	if n, err := p.Forget(ctx, u, []zen.ID{pin(3)}); err != nil || n != 1 {
+		t.Errorf("Forget(absent) = %d, %v; want 1 (an absent pin is remembered too)", n, err)
 	}
-	if n, err := p.Insert(ctx, []zen.PoolEntry{e(1, 5), e(3, 5)}); err != nil || n != 0 {
-		t.Errorf("Insert of taken and forgotten pins = %d, %v; want 0", n, err)
+	// Inserts are blind: the rows are written, and readers leave the pins out.
+	if n, err := p.Insert(ctx, []zen.PoolEntry{e(1, 5), e(3, 5)}); err != nil || n != 2 {
+		t.Errorf("Insert of taken and forgotten pins = %d, %v; want 2 rows written", n, err)
+	}
+	if n, err := p.Size(ctx, u, 0); err != nil || n != 1 {
+		t.Errorf("Size after late inserts = %d, %v; want 1", n, err)
 	}
 	if diff := cmp.Diff([]uint64{2}, pins()); diff != "" {
 		t.Errorf("after late inserts (-want +got):\n%s", diff)
