@@ -99,7 +99,7 @@ func Quick() Options {
 		StepRates: []float64{5, 20, 80, 320, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second,
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
 		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60,
-		ReadStepRates: []float64{200, 500, 1000, 2000, 5000, 10000}, ReadStepFor: 3 * time.Second,
+		ReadStepRates: []float64{50, 100, 200, 500, 1000, 2000, 5000, 10000}, ReadStepFor: 3 * time.Second,
 		ReadStepConcurrency: 128, ReadP99Bound: 10 * time.Millisecond}
 }
 
