@@ -68,9 +68,12 @@ func Markdown(r *Results, plotDir string) string {
 		"getfeed_p99_vs_redis": "GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
 		"getfeed_max_rate_vs_redis": "highest offered GetFeed rate held with p99 under the bound over the same for Redis ZREVRANGE, same steps " +
 			"(when Redis held every step this is an upper bound)",
-		"hedged_p999_vs_bound": "hedged GetFeed p99.9 over (cutoff + standby p99.9)",
-		"hedge_extra_load":     "fraction of calls that also read the standby, hedging on",
-		"scale_cost_growth":    "CPU per event at the largest size over the smallest",
+		"hedged_p999_vs_bound":      "hedged GetFeed p99.9 over (cutoff + standby p99.9)",
+		"hedge_extra_load":          "fraction of calls that also read the standby, hedging on",
+		"scale_cost_growth":         "CPU per event at the largest size over the smallest",
+		"hbase_get_p99_vs_java":     "zen Get p99 (the worse of before and after PE) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, one at a time",
+		"hbase_top50_p99_vs_java":   "zen Top(50) p99 over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
+		"getfeed_p99_vs_hbase_java": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
 	}
 	keys := make([]string, 0, len(r.Ratios))
 	for k := range r.Ratios {
@@ -140,6 +143,7 @@ func Markdown(r *Results, plotDir string) string {
 	p("")
 	b.WriteString(replicationMarkdown(r.Replication))
 	b.WriteString(graphReadsMarkdown(r.GraphReads))
+	b.WriteString(hbaseJavaMarkdown(r.HBaseJava))
 	p("## Growth")
 	p("")
 	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed p99 |")

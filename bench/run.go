@@ -152,6 +152,10 @@ type Results struct {
 	RateStepBoundMs  float64    `json:"rate_steps_p99_bound_ms"`
 	RateStepConc     int        `json:"rate_steps_concurrency"`
 
+	// HBaseJava is zen on HBase against HBase's own Java client on the same server; absent
+	// when not measured (Pebble, or no PerformanceEvaluation).
+	HBaseJava *HBaseJava `json:"hbase_java,omitempty"`
+
 	lagSeries []lagPoint
 	getfeed   []time.Duration
 	redis     []time.Duration
