@@ -60,10 +60,11 @@ func readStep(ctx context.Context, rate float64, d time.Duration, conc int, boun
 	return st
 }
 
-// rateSteps offers call at each rate in turn, for d each with conc in flight, and stops after
-// the first step that is not held. It returns the steps and the highest offered rate held (0
-// when the first step was not).
-func rateSteps(ctx context.Context, name string, rates []float64, d time.Duration, conc int, bound time.Duration,
+// rateSteps offers call at each rate in turn, for d each (longer at low rates, until minCalls
+// calls are offered, so that the p99 is not the worst call or two) with conc in flight, and
+// stops after the first step that is not held. It returns the steps and the highest offered
+// rate held (0 when the first step was not).
+func rateSteps(ctx context.Context, name string, rates []float64, d time.Duration, minCalls, conc int, bound time.Duration,
 	call func(i int) error, say func(string, ...any)) ([]ReadStep, float64) {
 	var steps []ReadStep
 	best := 0.0
@@ -71,7 +72,8 @@ func rateSteps(ctx context.Context, name string, rates []float64, d time.Duratio
 		if ctx.Err() != nil {
 			break
 		}
-		st := readStep(ctx, rate, d, conc, bound, call)
+		sd := max(d, time.Duration(float64(minCalls)/rate*float64(time.Second)))
+		st := readStep(ctx, rate, sd, conc, bound, call)
 		steps = append(steps, st)
 		verdict := "held"
 		if !st.Held {
@@ -114,14 +116,18 @@ func readRates(ctx context.Context, sys System, base Baseline, w *World, readers
 	go func() {
 		defer close(done)
 		// Long enough for both searches at every rate; cancelled when they end.
-		d := 2 * time.Duration(len(opts.ReadStepRates)+1) * opts.ReadStepFor
+		var d time.Duration
+		for _, r := range opts.ReadStepRates {
+			d += 2 * max(opts.ReadStepFor, time.Duration(float64(opts.ReadStepMinCalls)/r*float64(time.Second)))
+		}
+		d += opts.ReadStepFor
 		_, _, _ = fanout(bg, sys, w, opts.EventRate, d, 5, nil, t0)
 	}()
-	say("read rates: GetFeed and then Redis ZREVRANGE at %v/s, %v each, %d concurrent, fanout running; stop at p99 ≥ %v or under %.0f%% of offered achieved",
-		opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepConcurrency, opts.ReadP99Bound, 100*MinAchievedShare)
-	gsteps, gbest = rateSteps(ctx, "GetFeed", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepConcurrency, opts.ReadP99Bound,
+	say("read rates: GetFeed and then Redis ZREVRANGE at %v/s, %v each (at least %d calls), %d concurrent, fanout running; stop at p99 ≥ %v or under %.0f%% of offered achieved",
+		opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound, 100*MinAchievedShare)
+	gsteps, gbest = rateSteps(ctx, "GetFeed", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
 		func(i int) error { return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize) }, say)
-	rsteps, rbest = rateSteps(ctx, "Redis ZREVRANGE", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepConcurrency, opts.ReadP99Bound,
+	rsteps, rbest = rateSteps(ctx, "Redis ZREVRANGE", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
 		func(i int) error {
 			_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 			return err

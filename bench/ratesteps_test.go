@@ -116,7 +116,7 @@ func TestRateStepsStopRule(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var lines []string
 			say := func(f string, a ...any) { lines = append(lines, f) }
-			steps, best := rateSteps(context.Background(), "GetFeed", tc.rates, testStepFor, tc.conc, testBound,
+			steps, best := rateSteps(context.Background(), "GetFeed", tc.rates, testStepFor, 0, tc.conc, testBound,
 				func(int) error { return tc.sys.GetFeed(context.Background(), 0, 50) }, say)
 			if len(steps) != tc.wantSteps || best != tc.wantBest {
 				t.Fatalf("%d steps, best %.0f/s; want %d steps, best %.0f/s: %+v", len(steps), best, tc.wantSteps, tc.wantBest, steps)
@@ -145,7 +145,8 @@ func TestRateStepsStopRule(t *testing.T) {
 // readRates drives the System's GetFeed and then the peer over the same steps, with fanout
 // publishing beside them.
 func TestReadRatesOnFakeSystem(t *testing.T) {
-	sys := &stepSystem{fastCalls: 65, slow: 120 * time.Millisecond}
+	// 41 + 41 calls in the first two steps; from the third step's ninth call on, 120 ms.
+	sys := &stepSystem{fastCalls: 90, slow: 120 * time.Millisecond}
 	base := &instantBaseline{}
 	m := NewModel(50, 1)
 	w := &World{M: m, IDs: make([]uint64, m.Users)}
@@ -154,17 +155,21 @@ func TestReadRatesOnFakeSystem(t *testing.T) {
 	}
 	opts := Quick()
 	opts.EventRate, opts.ReadStepRates, opts.ReadStepFor, opts.ReadP99Bound = 20, []float64{50, 100, 200, 400}, testStepFor, testBound
+	opts.ReadStepMinCalls = 40 // the 50/s step runs 800 ms (41 calls), the others testStepFor
 	var said strings.Builder
 	say := func(f string, a ...any) { fmt.Fprintf(&said, f+"\n", a...) }
 	gs, gbest, rs, rbest := readRates(context.Background(), sys, base, w, m.Readers(100, 3), opts, time.Now(), say)
 	if len(gs) != 3 || gbest != 100 {
 		t.Errorf("GetFeed: %d steps, best %.0f/s; want 3 steps, best 100/s: %+v", len(gs), gbest, gs)
 	}
+	if len(gs) > 0 && (gs[0].Calls != 41 || gs[0].Seconds < 0.8) {
+		t.Errorf("the 50/s step made %d calls in %.2f s; want 41 in at least 0.8 s (ReadStepMinCalls 40)", gs[0].Calls, gs[0].Seconds)
+	}
 	if len(rs) != 4 || rbest != 400 {
 		t.Errorf("Redis: %d steps, best %.0f/s; want 4 steps, best 400/s: %+v", len(rs), rbest, rs)
 	}
 	if n := base.reads.Load(); n < 280 {
-		t.Errorf("the peer was read %d times, want about 300 (21 + 41 + 81 + 161)", n)
+		t.Errorf("the peer was read %d times, want about 324 (41 + 41 + 81 + 161)", n)
 	}
 	if sys.pins.Load() == 0 {
 		t.Error("no fanout ran beside the searches")

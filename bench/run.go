@@ -82,9 +82,11 @@ type Options struct {
 	Commit        string
 
 	// ReadStepRates are the offered GetFeed (and ZREVRANGE) rates tried, ReadStepFor long each
-	// with ReadStepConcurrency in flight, for the highest rate held with p99 under ReadP99Bound.
+	// (or long enough to offer ReadStepMinCalls) with ReadStepConcurrency in flight, for the
+	// highest rate held with p99 under ReadP99Bound.
 	ReadStepRates       []float64
 	ReadStepFor         time.Duration
+	ReadStepMinCalls    int
 	ReadStepConcurrency int
 	ReadP99Bound        time.Duration
 
@@ -100,7 +102,7 @@ func Quick() Options {
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
 		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60,
 		ReadStepRates: []float64{50, 100, 200, 500, 1000, 2000, 5000, 10000}, ReadStepFor: 3 * time.Second,
-		ReadStepConcurrency: 128, ReadP99Bound: 10 * time.Millisecond}
+		ReadStepMinCalls: 500, ReadStepConcurrency: 128, ReadP99Bound: 10 * time.Millisecond}
 }
 
 // Full is the scale profile: users ×1, ×10 and ×100, longer phases.
