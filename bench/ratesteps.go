@@ -141,3 +141,9 @@ func readRates(ctx context.Context, sys System, base Baseline, w *World, readers
 		rateStepsLabel(gsteps, gbest), opts.ReadP99Bound, rateStepsLabel(rsteps, rbest))
 	return gsteps, gbest, rsteps, rbest
 }
+
+// RateStepsSummary is the read-throughput search in one line, for the command's output.
+func (r *Results) RateStepsSummary() string {
+	return fmt.Sprintf("GetFeed held %s with p99 under %.0f ms; Redis ZREVRANGE held %s",
+		rateStepsLabel(r.GetFeedRateSteps, r.GetFeedMaxRate), r.RateStepBoundMs, rateStepsLabel(r.RedisRateSteps, r.RedisMaxRate))
+}

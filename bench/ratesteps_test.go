@@ -187,6 +187,9 @@ func TestReportHasRateSteps(t *testing.T) {
 		GetFeedMaxRate: 200,
 		RedisRateSteps: []ReadStep{{Offered: 200, Achieved: 200, P99Ms: 0.5, Held: true}, {Offered: 500, Achieved: 500, P99Ms: 0.6, Held: true}},
 		RedisMaxRate:   500}
+	if got, want := r.RateStepsSummary(), "GetFeed held 200/s with p99 under 10 ms; Redis ZREVRANGE held ≥ 500/s (held every step tried)"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
 	md := Markdown(r, "")
 	for _, want := range []string{"## Read throughput", "| GetFeed | 500 | 410 | 9.00 ms | 31.50 ms |",
 		"GetFeed held **200/s**", "Redis ZREVRANGE held **≥ 500/s (held every step tried)**"} {

@@ -195,8 +195,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	}
 	fmt.Fprintln(stdout)
 	if len(res.GetFeedRateSteps) > 0 {
-		fmt.Fprintf(stdout, "read rates: GetFeed held %.0f/s with p99 under %.0f ms (Redis ZREVRANGE %.0f/s; 0 = not even the first step)\n",
-			res.GetFeedMaxRate, res.RateStepBoundMs, res.RedisMaxRate)
+		fmt.Fprintf(stdout, "read rates: %s\n", res.RateStepsSummary())
 	}
 	if bf.docs != "" {
 		if err := writeBenchDocs(bf.docs, bf.out, res); err != nil {
