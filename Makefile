@@ -4,7 +4,7 @@ GO ?= go
 FUZZTIME ?= 10s
 SERVICES := scripts/with-services.sh
 
-.PHONY: help build test test-long test-failover test-short lint proto check-generated bench bench-full bench-docs bench-micro fuzz demo helm-lint services-up services-down
+.PHONY: help build test test-long test-failover test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo helm-lint services-up services-down
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
@@ -50,6 +50,12 @@ bench: ## the end-to-end benchmark, quick profile (≤ 5 min): results.json, rep
 bench-full: ## the end-to-end benchmark, full profile (users ×10 and ×100; long)
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile full --out $(BENCH_OUT)
+
+BENCH_HBASE_OUT ?= bench/out/hbase
+bench-hbase: ## the quick profile on one standalone HBase (app replication), with HBase's own Java client (PerformanceEvaluation) on it; out in BENCH_HBASE_OUT
+	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
+	SMARTFEED_NO_HBASE_STANDBY=1 $(SERVICES) sh -c 'bin/smartfeed bench --profile quick --storage hbase --hbase-pools-zk "$$SMARTFEED_HBASE_ZK" \
+		--hbase-primary-zk "$$SMARTFEED_HBASE_ZK" --hbase-standby-zk "$$SMARTFEED_HBASE_ZK" --hbase-replication app --out $(BENCH_HBASE_OUT)'
 
 bench-docs: ## run the quick profile and regenerate docs/benchmarks.md and docs/bench/*.png from it
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed

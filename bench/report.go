@@ -17,7 +17,7 @@ import (
 
 // RatioKeys are the keys results.json's "ratios" always carries.
 var RatioKeys = []string{"fanout_vs_redis", "fanout_vs_raw_store", "getfeed_p99_vs_redis",
-	"hedged_p999_vs_bound", "hedge_extra_load", "scale_cost_growth"}
+	"getfeed_max_rate_vs_redis", "hedged_p999_vs_bound", "hedge_extra_load", "scale_cost_growth"}
 
 // Write writes results.json, report.md and the plots into dir.
 func Write(dir string, r *Results) error {
@@ -66,9 +66,14 @@ func Markdown(r *Results, plotDir string) string {
 		"fanout_vs_redis":      "our pool inserts/s (events published at once, until drained) over the Redis sorted-set feed's inserts/s (same number of events)",
 		"fanout_vs_raw_store":  "our pool inserts/s (events published at once, until drained) over the store's raw batched write rate",
 		"getfeed_p99_vs_redis": "GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
-		"hedged_p999_vs_bound": "hedged GetFeed p99.9 over (cutoff + standby p99.9)",
-		"hedge_extra_load":     "fraction of calls that also read the standby, hedging on",
-		"scale_cost_growth":    "CPU per event at the largest size over the smallest",
+		"getfeed_max_rate_vs_redis": "highest offered GetFeed rate held with p99 under the bound over the same for Redis ZREVRANGE, same steps " +
+			"(when Redis held every step this is an upper bound)",
+		"hedged_p999_vs_bound":      "hedged GetFeed p99.9 over (cutoff + standby p99.9)",
+		"hedge_extra_load":          "fraction of calls that also read the standby, hedging on",
+		"scale_cost_growth":         "CPU per event at the largest size over the smallest",
+		"hbase_get_p99_vs_java":     "zen Get p99 (the worse of before and after PE) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, one at a time",
+		"hbase_top50_p99_vs_java":   "zen Top(50) p99 over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
+		"getfeed_p99_vs_hbase_java": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
 	}
 	keys := make([]string, 0, len(r.Ratios))
 	for k := range r.Ratios {
@@ -125,6 +130,7 @@ func Markdown(r *Results, plotDir string) string {
 	p("")
 	p("![GetFeed CDF](%s)", img("getfeed_cdf.png"))
 	p("")
+	b.WriteString(rateStepsMarkdown(r))
 	p("## Tail under trouble")
 	p("")
 	p("| hedging | GetFeed p50 | p99 | p99.9 | extra load | cutoff | standby p99.9 |")
@@ -137,6 +143,7 @@ func Markdown(r *Results, plotDir string) string {
 	p("")
 	b.WriteString(replicationMarkdown(r.Replication))
 	b.WriteString(graphReadsMarkdown(r.GraphReads))
+	b.WriteString(hbaseJavaMarkdown(r.HBaseJava))
 	p("## Growth")
 	p("")
 	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed p99 |")
@@ -248,4 +255,33 @@ func plotScale(path string, r *Results) error {
 		}
 	}
 	return save(p, path)
+}
+
+// rateStepsMarkdown is the read-throughput section: both searches, step by step.
+func rateStepsMarkdown(r *Results) string {
+	if len(r.GetFeedRateSteps) == 0 && len(r.RedisRateSteps) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	p := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
+	p("## Read throughput (fanout running)")
+	p("")
+	p("Offered rate stepped up, %d calls in flight at most, each step held when p99 < %.0f ms and at least %.0f%% of the offered rate succeeded;", r.RateStepConc, r.RateStepBoundMs, 100*MinAchievedShare)
+	p("the search stops at the first step not held. \"from schedule\" counts from each call's scheduled send time, so it includes the wait for a free slot.")
+	p("")
+	p("| reads | offered/s | achieved/s | p50 | p99 | p99.9 | p99 from schedule | errors | held |")
+	p("|---|---|---|---|---|---|---|---|---|")
+	for _, t := range []struct {
+		name  string
+		steps []ReadStep
+	}{{"GetFeed", r.GetFeedRateSteps}, {"Redis ZREVRANGE", r.RedisRateSteps}} {
+		for _, s := range t.steps {
+			p("| %s | %.0f | %.0f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %d | %v |", t.name, s.Offered, s.Achieved, s.P50Ms, s.P99Ms, s.P999Ms, s.SchedP99Ms, s.Errors, s.Held)
+		}
+	}
+	p("")
+	p("GetFeed held **%s** with p99 under %.0f ms; Redis ZREVRANGE held **%s**.", rateStepsLabel(r.GetFeedRateSteps, r.GetFeedMaxRate),
+		r.RateStepBoundMs, rateStepsLabel(r.RedisRateSteps, r.RedisMaxRate))
+	p("")
+	return b.String()
 }

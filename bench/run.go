@@ -80,6 +80,16 @@ type Options struct {
 	ScaleEvents   int
 	MachineString string
 	Commit        string
+
+	// ReadStepRates are the offered GetFeed (and ZREVRANGE) rates tried, ReadStepFor long each
+	// (or long enough to offer ReadStepMinCalls) with ReadStepConcurrency in flight, for the
+	// highest rate held with p99 under ReadP99Bound.
+	ReadStepRates       []float64
+	ReadStepFor         time.Duration
+	ReadStepMinCalls    int
+	ReadStepConcurrency int
+	ReadP99Bound        time.Duration
+
 	// Scale builds a fresh system of the given number of users for the scale curve; nil
 	// measures the main size only.
 	Scale func(ctx context.Context, users int) (System, func(), error)
@@ -90,7 +100,9 @@ func Quick() Options {
 	return Options{Profile: "quick", Seed: 8, Users: []int{500, 1000}, EventRate: 10, FanoutFor: 20 * time.Second,
 		StepRates: []float64{5, 20, 80, 320, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second,
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
-		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60}
+		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60,
+		ReadStepRates: []float64{50, 100, 200, 500, 1000, 2000, 5000, 10000}, ReadStepFor: 3 * time.Second,
+		ReadStepMinCalls: 500, ReadStepConcurrency: 128, ReadP99Bound: 10 * time.Millisecond}
 }
 
 // Full is the scale profile: users ×1, ×10 and ×100, longer phases.
@@ -99,6 +111,7 @@ func Full() Options {
 	o.Profile, o.Users = "full", []int{1000, 10000, 100000}
 	o.EventRate = 20
 	o.FanoutFor, o.ReadFor, o.HedgeFor, o.StepFor = time.Minute, 30*time.Second, 30*time.Second, 20*time.Second
+	o.ReadStepFor = 10 * time.Second
 	o.StepRates = []float64{10, 40, 160, 640, 2560}
 	o.ScaleEvents = 200
 	return o
@@ -129,6 +142,21 @@ type Results struct {
 	// GraphReads is the join cache against the store alone (GraphReads); absent when not
 	// measured.
 	GraphReads []GraphReadResult `json:"graph_reads,omitempty"`
+
+	// GetFeedRateSteps are the offered GetFeed rates tried (fanout running), up to the first
+	// not held; GetFeedMaxRate is the highest offered rate held with p99 under the bound
+	// (RateStepBoundMs, 10 ms in both profiles). RedisRateSteps and RedisMaxRate: the same
+	// for the peer's ZREVRANGE.
+	GetFeedRateSteps []ReadStep `json:"getfeed_rate_steps"`
+	GetFeedMaxRate   float64    `json:"getfeed_max_rate_p99_under_10ms"`
+	RedisRateSteps   []ReadStep `json:"redis_rate_steps"`
+	RedisMaxRate     float64    `json:"redis_max_rate_p99_under_10ms"`
+	RateStepBoundMs  float64    `json:"rate_steps_p99_bound_ms"`
+	RateStepConc     int        `json:"rate_steps_concurrency"`
+
+	// HBaseJava is zen on HBase against HBase's own Java client on the same server; absent
+	// when not measured (Pebble, or no PerformanceEvaluation).
+	HBaseJava *HBaseJava `json:"hbase_java,omitempty"`
 
 	lagSeries []lagPoint
 	getfeed   []time.Duration
@@ -266,6 +294,12 @@ feed:
 // paced calls fn at rate per second for d (or n times when n > 0), each in its own goroutine
 // bounded by conc, and waits for them.
 func paced(ctx context.Context, rate float64, d time.Duration, n, conc int, fn func(i int)) int {
+	return pacedAt(ctx, rate, d, n, conc, func(i int, _ time.Time) { fn(i) })
+}
+
+// pacedAt is paced that also hands fn the time its call was scheduled for (a call starts later
+// when the conc slots are all busy).
+func pacedAt(ctx context.Context, rate float64, d time.Duration, n, conc int, fn func(i int, due time.Time)) int {
 	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -290,7 +324,7 @@ func paced(ctx context.Context, rate float64, d time.Duration, n, conc int, fn f
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			fn(i)
+			fn(i, due)
 		}(i)
 	}
 	wg.Wait()
@@ -536,6 +570,13 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, grate, gerrs, res.Reads.Redis.P50, res.Reads.Redis.P99,
 		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
 
+	// 3b. Read throughput: the highest offered GetFeed rate held with p99 under the bound,
+	// fanout running, then the same steps on the Redis peer's ZREVRANGE.
+	if len(opts.ReadStepRates) > 0 {
+		res.GetFeedRateSteps, res.GetFeedMaxRate, res.RedisRateSteps, res.RedisMaxRate = readRates(ctx, sys, base, w, readers, opts, t0, say)
+		res.RateStepBoundMs, res.RateStepConc = ms(opts.ReadP99Bound), opts.ReadStepConcurrency
+	}
+
 	// 4. Tail under trouble: a slice of the primary's reads slowed, hedging off then on.
 	if err := sys.SlowPrimary(ctx, opts.SlowFraction, opts.SlowBy); err != nil {
 		res.Notes = append(res.Notes, "hedging: "+err.Error())
@@ -608,6 +649,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	res.Ratios["fanout_vs_redis"] = ratio(res.Fanout.BurstInsertsPerSec, res.Fanout.RedisInsertsPerSec)
 	res.Ratios["fanout_vs_raw_store"] = ratio(res.Fanout.BurstInsertsPerSec, res.Fanout.RawRowsPerSec)
 	res.Ratios["getfeed_p99_vs_redis"] = ratio(res.Reads.GetFeed.P99, res.Reads.Redis.P99)
+	res.Ratios["getfeed_max_rate_vs_redis"] = ratio(res.GetFeedMaxRate, res.RedisMaxRate)
 	res.Ratios["hedge_extra_load"] = 0
 	res.Ratios["hedged_p999_vs_bound"] = 0
 	for _, h := range res.Hedging {

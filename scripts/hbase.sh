@@ -12,6 +12,8 @@
 #           replays the dead region server's WAL), for crash tests.
 #   down:   stops only the pid that `up` started and waits for it to exit.
 #   status: prints the env line and exits 0 when it is up, exits 1 otherwise.
+#   classpath: resolves the classpath (as up does) and prints the path of the file holding it
+#           (run/hbase-cp/cp.txt), for Java tools run against the same jars (scripts/hbase-pe.sh).
 #   replicate PRIMARY STANDBY: HBase's own replication from instance PRIMARY to STANDBY (both
 #           up): adds the peer on PRIMARY (idempotent) through test/hbase/tools/Replication.java,
 #           compiled against the same jars, then checks that a row written on PRIMARY reaches
@@ -218,5 +220,6 @@ restart) restart ;;
 down) down ;;
 status) status ;;
 replicate) replicate "${2:-}" "${3:-}" ;;
-*) echo "usage: $0 up|restart|down|status [NAME] | replicate PRIMARY STANDBY" >&2; exit 2 ;;
+classpath) ensure_tools; classpath; echo "$CPDIR/cp.txt" ;;
+*) echo "usage: $0 up|restart|down|status [NAME] | replicate PRIMARY STANDBY | classpath" >&2; exit 2 ;;
 esac

@@ -35,7 +35,7 @@ import (
 )
 
 // benchFlags are the bench command's own flags.
-type benchFlags struct{ profile, out, docs, cpuprofile string }
+type benchFlags struct{ profile, out, docs, cpuprofile, hbasePE string }
 
 // newBenchCmd is "smartfeed bench": the end-to-end benchmark (bench.Run) on an in-process
 // `all` over the real Redis and store, with fsync on; it writes results.json, report.md and
@@ -55,6 +55,8 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	fs.StringVar(&bf.out, "out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
 	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
 	fs.StringVar(&bf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (pprof format) to FILE")
+	fs.StringVar(&bf.hbasePE, "hbase-pe", filepath.Join("scripts", "hbase-pe.sh"), "with --storage hbase: the script that runs HBase's own Java client "+
+		"(PerformanceEvaluation randomRead) on the pools' HBase, to compare zen's Get and Top(50) with it in the same run (empty: skip)")
 	base := config.DefaultConfig()
 	base.GRPC.Addr, base.Admin.Addr, base.Admin.GRPCAddr, base.Feed.Faults = "127.0.0.1:0", "", "", true
 	resolve := configFlags(fs, base, getenv)
@@ -161,6 +163,19 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		fmt.Fprintf(stdout, "graph reads: %s cache %v: p50 %.3f ms, p99 %.3f ms, %.2f store calls a read\n",
 			r.Read, r.Cache, r.Latency.P50, r.Latency.P99, r.StoreCallsPer)
 	}
+	if cfg.Storage.Backend == config.BackendHBase && bf.hbasePE != "" {
+		h, err := benchHBaseJava(ctx, sys, cfg.Storage.HBase, bf.hbasePE, logFile)
+		if err != nil {
+			res.Notes = append(res.Notes, "zen against HBase's Java client: "+err.Error())
+			fmt.Fprintf(stdout, "hbase java: not measured: %v\n", err)
+		} else {
+			res.SetHBaseJava(h)
+			fmt.Fprintf(stdout, "hbase java: zen Get p50 %.3f p99 %.3f ms (%d), zen Top(50) p50 %.3f p99 %.3f ms (%d); "+
+				"Java client (PE randomRead) p50 %.3f p99 %.3f ms (%d); zen Get after PE p50 %.3f p99 %.3f ms\n", h.ZenGet.P50, h.ZenGet.P99, h.ZenGet.N,
+				h.ZenTop50.P50, h.ZenTop50.P99, h.ZenTop50.N, h.JavaRandomRead.P50, h.JavaRandomRead.P99, h.JavaRandomRead.N,
+				h.ZenGetAfter.P50, h.ZenGetAfter.P99)
+		}
+	}
 	if err := bench.Write(bf.out, res); err != nil {
 		return err
 	}
@@ -168,7 +183,20 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	for _, k := range bench.RatioKeys {
 		fmt.Fprintf(stdout, " %s=%.3f", k, res.Ratios[k])
 	}
+	var extra []string
+	for k := range res.Ratios {
+		if !slices.Contains(bench.RatioKeys, k) {
+			extra = append(extra, k)
+		}
+	}
+	slices.Sort(extra)
+	for _, k := range extra {
+		fmt.Fprintf(stdout, " %s=%.3f", k, res.Ratios[k])
+	}
 	fmt.Fprintln(stdout)
+	if len(res.GetFeedRateSteps) > 0 {
+		fmt.Fprintf(stdout, "read rates: %s\n", res.RateStepsSummary())
+	}
 	if bf.docs != "" {
 		if err := writeBenchDocs(bf.docs, bf.out, res); err != nil {
 			return err
@@ -176,6 +204,70 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		fmt.Fprintf(stdout, "docs: %s\n", filepath.Join(bf.docs, "benchmarks.md"))
 	}
 	return nil
+}
+
+// benchHBaseJavaReads is how many zen Gets (and a quarter as many Top(50)s) are timed against
+// PE's randomRead, each after benchHBaseJavaWarmup calls not timed.
+const benchHBaseJavaReads, benchHBaseJavaWarmup = 9000, 1000
+
+// benchHBaseJava times zen Gets of the bench's users and boards and Top(50) of their following
+// pools, one at a time, then runs script (scripts/hbase-pe.sh: HBase's own Java client,
+// PerformanceEvaluation randomRead) on the HBase holding them.
+func benchHBaseJava(ctx context.Context, sys *benchSystem, h config.HBase, script string, logw io.Writer) (*bench.HBaseJava, error) {
+	if _, err := os.Stat(script); err != nil {
+		return nil, fmt.Errorf("--hbase-pe: %w", err)
+	}
+	zk := strings.Split(h.PoolsZK, ",")[0]
+	sys.mu.Lock()
+	var users, objs []zen.ID
+	for u, b := range sys.boards {
+		users = append(users, zen.ID(u))
+		objs = append(objs, zen.ID(u), b)
+	}
+	sys.mu.Unlock()
+	if len(users) == 0 {
+		return nil, errors.New("no users to read")
+	}
+	slices.Sort(users)
+	slices.Sort(objs)
+	// A graph straight on the main store: the service's may sit behind the join cache.
+	main, err := sys.a.stores.get(ctx, storeMain)
+	if err != nil {
+		return nil, err
+	}
+	g, err := zen.NewGraph(ctx, main, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	r := rand.New(rand.NewPCG(17, 1))
+	get := func(ctx context.Context, _ int) error {
+		_, err := g.Get(ctx, objs[r.IntN(len(objs))])
+		return err
+	}
+	top := func(ctx context.Context, _ int) error {
+		_, err := sys.a.pools.Top(ctx, users[r.IntN(len(users))], zen.SourceFollowing, 50)
+		return err
+	}
+	pe := func(ctx context.Context) (bench.PEResult, string, error) {
+		args := []string{"--zk", zk, "--rows", fmt.Sprint(benchHBaseJavaReads + benchHBaseJavaWarmup), "--warmup", fmt.Sprint(benchHBaseJavaWarmup),
+			"--table", fmt.Sprintf("benchpe%d", time.Now().UnixNano())}
+		if h.ZookeeperRoot != "" {
+			args = append(args, "--znode", h.ZookeeperRoot)
+		}
+		cmdline := script + " " + strings.Join(args, " ")
+		cmd := exec.CommandContext(ctx, script, args...)
+		cmd.Stderr = logw
+		out, err := cmd.Output()
+		if err != nil {
+			return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w (its log lines are in smartfeed.log)", cmdline, err)
+		}
+		res, err := bench.ParsePE(out)
+		if err != nil {
+			return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w", cmdline, err)
+		}
+		return res, cmdline, nil
+	}
+	return bench.HBaseJavaReads(ctx, zk, benchHBaseJavaReads, benchHBaseJavaWarmup, get, top, pe)
 }
 
 // writeBenchDocs writes docs/benchmarks.md from a run's report and copies its plots.

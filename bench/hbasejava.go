@@ -1,0 +1,152 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// PEResult is the JSON line scripts/hbase-pe.sh prints: HBase's own Java client
+// (org.apache.hadoop.hbase.PerformanceEvaluation) timing randomRead, latencies in microseconds.
+type PEResult struct {
+	Tool          string  `json:"tool"`
+	PEVersion     string  `json:"pe_version"`
+	ClientVersion string  `json:"client_version"`
+	Command       string  `json:"command"`
+	Clients       int     `json:"clients"`
+	Rows          int     `json:"rows"`
+	Warmup        int     `json:"warmup"`
+	ValueSize     int     `json:"value_size"`
+	Table         string  `json:"table"`
+	N             int     `json:"n"`
+	MeanUs        float64 `json:"mean_us"`
+	MinUs         float64 `json:"min_us"`
+	P50Us         float64 `json:"p50_us"`
+	P95Us         float64 `json:"p95_us"`
+	P99Us         float64 `json:"p99_us"`
+	P999Us        float64 `json:"p999_us"`
+	MaxUs         float64 `json:"max_us"`
+	OpsPerSec     float64 `json:"ops_per_sec"`
+}
+
+// ParsePE reads the last line scripts/hbase-pe.sh printed.
+func ParsePE(out []byte) (PEResult, error) {
+	line := strings.TrimSpace(string(out))
+	if i := strings.LastIndexByte(line, '\n'); i >= 0 {
+		line = line[i+1:]
+	}
+	var r PEResult
+	if err := json.Unmarshal([]byte(line), &r); err != nil {
+		return PEResult{}, fmt.Errorf("PE result %q: %w", line, err)
+	}
+	if r.N == 0 || r.P99Us == 0 {
+		return PEResult{}, fmt.Errorf("PE measured nothing: %s", line)
+	}
+	return r, nil
+}
+
+// Summary is the PE result as a Summary in milliseconds.
+func (p PEResult) Summary() Summary {
+	return Summary{N: p.N, P50: p.P50Us / 1000, P99: p.P99Us / 1000, P999: p.P999Us / 1000, Max: p.MaxUs / 1000, Mean: p.MeanUs / 1000}
+}
+
+// HBaseJava is zen's reads through gohbase against HBase's own Java client on the same HBase
+// in the same run, both one call at a time.
+type HBaseJava struct {
+	// Server is the ZooKeeper of the HBase measured (the one holding the graph and pools).
+	Server string `json:"server"`
+	// ZenGet: zen.Graph.Get of objects chosen at random, one at a time, before PE ran;
+	// ZenGetAfter: the same after it (PE's writes may leave the server flushing).
+	ZenGet      Summary `json:"zen_get"`
+	ZenGetAfter Summary `json:"zen_get_after_pe"`
+	// ZenTop50: the best 50 of a user's following pool (zen.Pools.Top), one at a time.
+	ZenTop50 Summary `json:"zen_top50"`
+	// JavaRandomRead: PE randomRead, 1 client, Gets of random rows one after the other.
+	JavaRandomRead Summary  `json:"hbase_java_randomread"`
+	PE             PEResult `json:"hbase_java_pe"`
+	PECommand      string   `json:"pe_command"`
+}
+
+// HBaseJavaReads times n zen Gets (get) and n/4 Top(50)s (top), one at a time after warmup
+// untimed calls of each, then runs pe (HBase's own Java client on the same server, which
+// should leave as many calls untimed), then times the Gets again, and returns them side by side.
+func HBaseJavaReads(ctx context.Context, server string, n, warmup int, get, top func(ctx context.Context, i int) error,
+	pe func(ctx context.Context) (PEResult, string, error)) (*HBaseJava, error) {
+	serial := func(n int, f func(ctx context.Context, i int) error) (Summary, error) {
+		d := make([]time.Duration, 0, n)
+		for i := range warmup + n {
+			t := time.Now()
+			if err := f(ctx, i); err != nil {
+				return Summary{}, err
+			}
+			if i >= warmup {
+				d = append(d, time.Since(t))
+			}
+		}
+		return Summarize(d), nil
+	}
+	r := &HBaseJava{Server: server}
+	var err error
+	if r.ZenGet, err = serial(n, get); err != nil {
+		return nil, fmt.Errorf("zen get: %w", err)
+	}
+	if r.ZenTop50, err = serial(max(1, n/4), top); err != nil {
+		return nil, fmt.Errorf("zen top(50): %w", err)
+	}
+	if r.PE, r.PECommand, err = pe(ctx); err != nil {
+		return nil, fmt.Errorf("hbase java client (PerformanceEvaluation): %w", err)
+	}
+	r.JavaRandomRead = r.PE.Summary()
+	if r.ZenGetAfter, err = serial(n, get); err != nil {
+		return nil, fmt.Errorf("zen get after PE: %w", err)
+	}
+	return r, nil
+}
+
+// hbaseJavaRatios adds the ratios of zen's reads, and of GetFeed, to the Java client's p99.
+func hbaseJavaRatios(r *Results) {
+	h := r.HBaseJava
+	if h == nil {
+		return
+	}
+	j := h.JavaRandomRead.P99
+	// The worse of zen's two runs, before and after PE.
+	r.Ratios["hbase_get_p99_vs_java"] = ratio(max(h.ZenGet.P99, h.ZenGetAfter.P99), j)
+	r.Ratios["hbase_top50_p99_vs_java"] = ratio(h.ZenTop50.P99, j)
+	r.Ratios["getfeed_p99_vs_hbase_java"] = ratio(r.Reads.GetFeed.P99, j)
+}
+
+// SetHBaseJava records h in r with its ratios.
+func (r *Results) SetHBaseJava(h *HBaseJava) {
+	r.HBaseJava = h
+	hbaseJavaRatios(r)
+}
+
+// hbaseJavaMarkdown is the report's section for HBaseJava.
+func hbaseJavaMarkdown(h *HBaseJava) string {
+	if h == nil {
+		return ""
+	}
+	var b strings.Builder
+	p := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
+	p("## zen on HBase against HBase's own Java client")
+	p("")
+	p("Same HBase (%s), same run, one call at a time, the first %d calls of each not timed. The Java client is `%s` %s (PE's jar; "+
+		"the HBase client classes are %s), `randomRead` with 1 client over %d rows of %d bytes that PE wrote just before: `%s`. "+
+		"zen reads the bench's users and boards (Get) and their following pools (Top).",
+		h.Server, h.PE.Warmup, h.PE.Tool, h.PE.PEVersion, h.PE.ClientVersion, h.PE.Rows, h.PE.ValueSize, h.PECommand)
+	p("")
+	p("| reads | calls | p50 | p99 | p99.9 | mean |")
+	p("|---|---|---|---|---|---|")
+	for _, row := range []struct {
+		name string
+		s    Summary
+	}{{"zen Get (gohbase), before PE", h.ZenGet}, {"zen Top(50) of a pool (gohbase scan), before PE", h.ZenTop50},
+		{"HBase Java client Get (PE randomRead)", h.JavaRandomRead}, {"zen Get (gohbase), after PE", h.ZenGetAfter}} {
+		p("| %s | %d | %.3f ms | %.3f ms | %.3f ms | %.3f ms |", row.name, row.s.N, row.s.P50, row.s.P99, row.s.P999, row.s.Mean)
+	}
+	p("")
+	return b.String()
+}

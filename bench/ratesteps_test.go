@@ -1,0 +1,200 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestReadStepHeld(t *testing.T) {
+	bound := 10 * time.Millisecond
+	for _, tc := range []struct {
+		name string
+		s    ReadStep
+		want bool
+	}{
+		{"fast and on rate", ReadStep{Offered: 1000, Calls: 3000, Achieved: 1000, P99Ms: 4}, true},
+		{"p99 at the bound", ReadStep{Offered: 1000, Calls: 3000, Achieved: 1000, P99Ms: 10}, false},
+		{"p99 over the bound", ReadStep{Offered: 1000, Calls: 3000, Achieved: 1000, P99Ms: 25}, false},
+		{"90% achieved", ReadStep{Offered: 1000, Calls: 2700, Achieved: 900, P99Ms: 4}, true},
+		{"under 90% achieved", ReadStep{Offered: 1000, Calls: 2690, Achieved: 899, P99Ms: 4}, false},
+		{"fast errors are not achieved", ReadStep{Offered: 1000, Calls: 3000, Errors: 600, Achieved: 800, P99Ms: 1}, false},
+		{"nothing succeeded", ReadStep{Offered: 1000, Calls: 10, Errors: 10}, false},
+	} {
+		if got := tc.s.held(bound); got != tc.want {
+			t.Errorf("%s: held = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// stepSystem is a System whose GetFeed is instant (or takes service) for its first fastCalls
+// calls and then takes slow, and every failEvery-th call fails at once. Pin, InPool and
+// FanoutPending are there for the fanout that runs beside the searches.
+type stepSystem struct {
+	System
+	calls     atomic.Int64
+	pins      atomic.Int64
+	fastCalls int64
+	slow      time.Duration
+	service   time.Duration
+	failEvery int64
+}
+
+func (f *stepSystem) GetFeed(ctx context.Context, _ uint64, _ int) error {
+	n := f.calls.Add(1)
+	if f.failEvery > 0 && n%f.failEvery == 0 {
+		return errors.New("unavailable")
+	}
+	d := f.service
+	if n > f.fastCalls {
+		d = f.slow
+	}
+	if d > 0 {
+		time.Sleep(d)
+	}
+	return nil
+}
+
+func (f *stepSystem) Pin(context.Context, uint64) (uint64, error) { return uint64(f.pins.Add(1)), nil }
+func (f *stepSystem) InPool(context.Context, uint64, uint64) (bool, error) {
+	return true, nil
+}
+func (f *stepSystem) FanoutPending(context.Context) (int, error) { return 0, nil }
+
+// instantBaseline is a Redis peer that answers at once.
+type instantBaseline struct{ reads atomic.Int64 }
+
+func (b *instantBaseline) Push(context.Context, []uint64, uint64, float64) (int, error) {
+	return 0, nil
+}
+func (b *instantBaseline) Read(context.Context, uint64, int) ([]uint64, error) {
+	b.reads.Add(1)
+	return nil, nil
+}
+
+// Wide margins: the steps run on a real clock on a shared machine.
+const (
+	testBound   = 50 * time.Millisecond
+	testStepFor = 400 * time.Millisecond
+)
+
+func TestRateStepsStopRule(t *testing.T) {
+	four := []float64{50, 100, 200, 400}
+	for _, tc := range []struct {
+		name      string
+		sys       *stepSystem
+		rates     []float64
+		conc      int
+		wantSteps int
+		wantBest  float64
+		label     string
+	}{{
+		// 21 + 41 calls in the first two steps (both ends of each step are scheduled); from
+		// the third step's fourth call on, calls take 120 ms.
+		name: "stops at the first step whose p99 reaches the bound", sys: &stepSystem{fastCalls: 65, slow: 120 * time.Millisecond},
+		rates: four, conc: 64, wantSteps: 3, wantBest: 100, label: "100/s",
+	}, {
+		// 2 calls of 10 ms at once: at most 200 calls/s, so 400/s offered achieves half of it
+		// while each call still takes 10 ms (the wait for a slot shows only from the schedule).
+		name: "stops at the first step under 90% of offered achieved", sys: &stepSystem{fastCalls: 1 << 40, service: 10 * time.Millisecond},
+		rates: []float64{50, 100, 400}, conc: 2, wantSteps: 3, wantBest: 100, label: "100/s",
+	}, {
+		name: "a first step not held holds nothing", sys: &stepSystem{slow: 120 * time.Millisecond},
+		rates: four, conc: 64, wantSteps: 1, wantBest: 0, label: "none (not even 50/s)",
+	}, {
+		name: "every step held", sys: &stepSystem{fastCalls: 1 << 40},
+		rates: four, conc: 64, wantSteps: 4, wantBest: 400, label: "≥ 400/s (held every step tried)",
+	}, {
+		// Every 4th call fails at once: 75% achieved at every rate.
+		name: "errors are not achieved", sys: &stepSystem{fastCalls: 1 << 40, failEvery: 4},
+		rates: four, conc: 64, wantSteps: 1, wantBest: 0, label: "none (not even 50/s)",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var lines []string
+			say := func(f string, a ...any) { lines = append(lines, f) }
+			steps, best := rateSteps(context.Background(), "GetFeed", tc.rates, testStepFor, 0, tc.conc, testBound,
+				func(int) error { return tc.sys.GetFeed(context.Background(), 0, 50) }, say)
+			if len(steps) != tc.wantSteps || best != tc.wantBest {
+				t.Fatalf("%d steps, best %.0f/s; want %d steps, best %.0f/s: %+v", len(steps), best, tc.wantSteps, tc.wantBest, steps)
+			}
+			for i, s := range steps {
+				if s.Offered != tc.rates[i] {
+					t.Errorf("step %d offered %.0f/s, want %.0f/s", i, s.Offered, tc.rates[i])
+				}
+				if want := i < len(steps)-1 || tc.wantBest == tc.rates[len(tc.rates)-1]; s.Held != want {
+					t.Errorf("step %d (%.0f/s) held = %v, want %v: %+v", i, s.Offered, s.Held, want, s)
+				}
+				if s.SchedP99Ms < s.P99Ms {
+					t.Errorf("step %d: p99 from schedule %.2f ms under the p99 %.2f ms", i, s.SchedP99Ms, s.P99Ms)
+				}
+			}
+			if len(lines) != len(steps) {
+				t.Errorf("%d lines said for %d steps", len(lines), len(steps))
+			}
+			if got := rateStepsLabel(steps, best); got != tc.label {
+				t.Errorf("label %q, want %q", got, tc.label)
+			}
+		})
+	}
+}
+
+// readRates drives the System's GetFeed and then the peer over the same steps, with fanout
+// publishing beside them.
+func TestReadRatesOnFakeSystem(t *testing.T) {
+	// 41 + 41 calls in the first two steps; from the third step's ninth call on, 120 ms.
+	sys := &stepSystem{fastCalls: 90, slow: 120 * time.Millisecond}
+	base := &instantBaseline{}
+	m := NewModel(50, 1)
+	w := &World{M: m, IDs: make([]uint64, m.Users)}
+	for i := range w.IDs {
+		w.IDs[i] = uint64(i + 1)
+	}
+	opts := Quick()
+	opts.EventRate, opts.ReadStepRates, opts.ReadStepFor, opts.ReadP99Bound = 20, []float64{50, 100, 200, 400}, testStepFor, testBound
+	opts.ReadStepMinCalls = 40 // the 50/s step runs 800 ms (41 calls), the others testStepFor
+	var said strings.Builder
+	say := func(f string, a ...any) { fmt.Fprintf(&said, f+"\n", a...) }
+	gs, gbest, rs, rbest := readRates(context.Background(), sys, base, w, m.Readers(100, 3), opts, time.Now(), say)
+	if len(gs) != 3 || gbest != 100 {
+		t.Errorf("GetFeed: %d steps, best %.0f/s; want 3 steps, best 100/s: %+v", len(gs), gbest, gs)
+	}
+	if len(gs) > 0 && (gs[0].Calls != 41 || gs[0].Seconds < 0.8) {
+		t.Errorf("the 50/s step made %d calls in %.2f s; want 41 in at least 0.8 s (ReadStepMinCalls 40)", gs[0].Calls, gs[0].Seconds)
+	}
+	if len(rs) != 4 || rbest != 400 {
+		t.Errorf("Redis: %d steps, best %.0f/s; want 4 steps, best 400/s: %+v", len(rs), rbest, rs)
+	}
+	if n := base.reads.Load(); n < 280 {
+		t.Errorf("the peer was read %d times, want about 324 (41 + 41 + 81 + 161)", n)
+	}
+	if sys.pins.Load() == 0 {
+		t.Error("no fanout ran beside the searches")
+	}
+	if !strings.Contains(said.String(), "GetFeed held 100/s with p99 under 50ms; Redis ZREVRANGE ≥ 400/s (held every step tried)") {
+		t.Errorf("summary line missing:\n%s", said.String())
+	}
+}
+
+// The report shows both searches and the highest rates held.
+func TestReportHasRateSteps(t *testing.T) {
+	r := &Results{Profile: "quick", Ratios: map[string]float64{}, RateStepBoundMs: 10, RateStepConc: 128,
+		GetFeedRateSteps: []ReadStep{{Offered: 200, Achieved: 199, P50Ms: 1.5, P99Ms: 4.25, Held: true},
+			{Offered: 500, Achieved: 410, P50Ms: 9, P99Ms: 31.5, Errors: 3}},
+		GetFeedMaxRate: 200,
+		RedisRateSteps: []ReadStep{{Offered: 200, Achieved: 200, P99Ms: 0.5, Held: true}, {Offered: 500, Achieved: 500, P99Ms: 0.6, Held: true}},
+		RedisMaxRate:   500}
+	if got, want := r.RateStepsSummary(), "GetFeed held 200/s with p99 under 10 ms; Redis ZREVRANGE held ≥ 500/s (held every step tried)"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+	md := Markdown(r, "")
+	for _, want := range []string{"## Read throughput", "| GetFeed | 500 | 410 | 9.00 ms | 31.50 ms |",
+		"GetFeed held **200/s**", "Redis ZREVRANGE held **≥ 500/s (held every step tried)**"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
