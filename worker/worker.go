@@ -52,9 +52,9 @@ type Config struct {
 	// (default 800, Mastodon's MAX_ITEMS).
 	PoolCap int
 	// TrimEvery: a receiver's pools are trimmed and expired after 1 in TrimEvery inserts, chosen by
-	// a hash of (user, pin) so a retry trims the same receivers (default 64; 1 = every insert).
-	// A pool may exceed PoolCap by about TrimEvery entries between trims; each trim reads the
-	// receiver's whole pool index (up to PoolCap entries per source, and its tombstones).
+	// a hash of (user, pin) so a retry trims the same receivers (default 256; 1 = every insert).
+	// A pool may exceed PoolCap by about TrimEvery entries between trims; each trim reads all
+	// the receiver's rows (up to PoolCap entries per source, their older rows, tombstones).
 	TrimEvery int
 	// TTL: pool entries whose pin was created longer ago than this expire (default 14 days).
 	TTL time.Duration
@@ -104,7 +104,7 @@ func (c Config) withDefaults() Config {
 		c.InlineReceivers = c.ChunkSize
 	}
 	def(&c.PoolCap, 800)
-	def(&c.TrimEvery, 64)
+	def(&c.TrimEvery, 256)
 	defDur(&c.TTL, 14*24*time.Hour)
 	defDur(&c.InactiveAfter, 14*24*time.Hour)
 	defDur(&c.TouchEvery, time.Minute)
