@@ -553,11 +553,16 @@ func (e *e2e) locateWith(user zen.ID, gen *generator.Generator) map[zen.ID][]str
 		}
 	}
 	loc := map[zen.ID][]string{}
+	// The pools as readers see them: each pin once, in the source of its best row.
+	var lists [][]zen.PoolEntry
 	for _, src := range allSources {
 		es, err := e.a.pools.Top(e.ctx, user, src, 10000)
 		e.must(err)
+		lists = append(lists, es)
+	}
+	for i, es := range zen.BestAcrossSources(lists) {
 		for _, pe := range es {
-			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+src.String())
+			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+allSources[i].String())
 		}
 	}
 	rows, err := scanFeed(e.ctx, e.a.feedPrimary, user)
@@ -1091,9 +1096,13 @@ func (e *e2e) snapshot(users ...zen.ID) snapshot {
 	e.t.Helper()
 	s := snapshot{Pools: map[zen.ID][]poolRow{}, Feed: map[string]string{}}
 	for _, u := range users {
+		var lists [][]zen.PoolEntry
 		for _, src := range allSources {
 			es, err := e.a.pools.Top(e.ctx, u, src, 10000)
 			e.must(err)
+			lists = append(lists, es)
+		}
+		for _, es := range zen.BestAcrossSources(lists) {
 			for _, pe := range es {
 				s.Pools[u] = append(s.Pools[u], poolRow(pe))
 			}
