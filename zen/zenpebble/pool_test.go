@@ -121,19 +121,6 @@ type pinScore struct {
 	Score float64
 }
 
-func topOf(t *testing.T, p *zen.Pools, user zen.ID, src zen.Source) []pinScore {
-	t.Helper()
-	es, err := p.Top(t.Context(), user, src, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []pinScore
-	for _, e := range es {
-		out = append(out, pinScore{e.Pin, e.Score})
-	}
-	return out
-}
-
 // TestPoolInsertBlind: Insert is one write and no read, whatever is stored (a taken pin, worse
 // and better rows in another source); readers apply dedup and tombstones, and Upkeep deletes the
 // rows that lost.
