@@ -533,6 +533,20 @@ func (e *e2e) materialized(user zen.ID) []zen.ID {
 
 var allSources = []zen.Source{zen.SourceFollowing, zen.SourceInterest, zen.SourceRelated}
 
+// readerPools returns user's pools as readers see them, one list per allSources: each pin once,
+// in the source of its best row (zen.BestAcrossSources over every source's whole Top).
+func readerPools(ctx context.Context, p *zen.Pools, user zen.ID) ([][]zen.PoolEntry, error) {
+	var lists [][]zen.PoolEntry
+	for _, src := range allSources {
+		es, err := p.Top(ctx, user, src, 10000)
+		if err != nil {
+			return nil, err
+		}
+		lists = append(lists, es)
+	}
+	return zen.BestAcrossSources(lists), nil
+}
+
 // locate lists, for each pin of user's, every place it is found: "pool:<source>",
 // "inflight:generator", "inflight:pending" (a served chunk not yet materialized; counted with the
 // generator's in-flight record as one place), "feed".
@@ -553,14 +567,9 @@ func (e *e2e) locateWith(user zen.ID, gen *generator.Generator) map[zen.ID][]str
 		}
 	}
 	loc := map[zen.ID][]string{}
-	// The pools as readers see them: each pin once, in the source of its best row.
-	var lists [][]zen.PoolEntry
-	for _, src := range allSources {
-		es, err := e.a.pools.Top(e.ctx, user, src, 10000)
-		e.must(err)
-		lists = append(lists, es)
-	}
-	for i, es := range zen.BestAcrossSources(lists) {
+	lists, err := readerPools(e.ctx, e.a.pools, user)
+	e.must(err)
+	for i, es := range lists {
 		for _, pe := range es {
 			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+allSources[i].String())
 		}
@@ -1096,13 +1105,9 @@ func (e *e2e) snapshot(users ...zen.ID) snapshot {
 	e.t.Helper()
 	s := snapshot{Pools: map[zen.ID][]poolRow{}, Feed: map[string]string{}}
 	for _, u := range users {
-		var lists [][]zen.PoolEntry
-		for _, src := range allSources {
-			es, err := e.a.pools.Top(e.ctx, u, src, 10000)
-			e.must(err)
-			lists = append(lists, es)
-		}
-		for _, es := range zen.BestAcrossSources(lists) {
+		lists, err := readerPools(e.ctx, e.a.pools, u)
+		e.must(err)
+		for _, es := range lists {
 			for _, pe := range es {
 				s.Pools[u] = append(s.Pools[u], poolRow(pe))
 			}

@@ -630,14 +630,9 @@ func (s *split) locate(user zen.ID) map[zen.ID][]string {
 		}
 	}
 	loc := map[zen.ID][]string{}
-	// The pools as readers see them: each pin once, in the source of its best row.
-	var lists [][]zen.PoolEntry
-	for _, src := range allSources {
-		es, err := s.pools.Top(s.ctx, user, src, 10000)
-		s.must(err)
-		lists = append(lists, es)
-	}
-	for i, es := range zen.BestAcrossSources(lists) {
+	lists, err := readerPools(s.ctx, s.pools, user)
+	s.must(err)
+	for i, es := range lists {
 		for _, pe := range es {
 			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+allSources[i].String())
 		}
