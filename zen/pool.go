@@ -555,7 +555,8 @@ func (p *Pools) Top(ctx context.Context, user ID, src Source, n int) ([]PoolEntr
 			out = append(out, e)
 		}
 		if len(dead) > 0 {
-			_ = p.t.Apply(ctx, dead) // best effort: readers skip dead rows either way
+			// Best effort, and lazily: readers skip dead rows either way.
+			_ = ApplyLazy(ctx, p.t, dead)
 		}
 		if len(rows) < want {
 			break
@@ -726,8 +727,9 @@ func (p *Pools) claim(ctx context.Context, user ID, es []PoolEntry) ([]PoolEntry
 		}
 	}
 	if len(dels) > 0 {
-		// The claim stands even if this fails: rows under a tombstone are dead to readers.
-		_ = p.t.Apply(ctx, dels)
+		// The claim stands even if this fails or is lost in a crash: rows under a tombstone are
+		// dead to readers. So the deletes need not wait for their own fsync.
+		_ = ApplyLazy(ctx, p.t, dels)
 	}
 	if cerr != nil {
 		return out, fmt.Errorf("claim: %w", cerr)
@@ -886,8 +888,10 @@ func (v *poolView) entries(src Source) []PoolEntry {
 }
 
 // drop deletes every row of the pins of es, after the view's dead rows (no tombstone: a later
-// job may bring the pin back), and returns how many pins it dropped.
-func (p *Pools) drop(ctx context.Context, v *poolView, es []PoolEntry) (int, error) {
+// job may bring the pin back), and returns how many pins it dropped. Lazy deletes do not wait
+// for their fsync (zen.Lazy): for upkeep (trim, expiry, dedup), which a crash that loses them
+// merely leaves to be done again, not for a removal a caller relies on.
+func (p *Pools) drop(ctx context.Context, v *poolView, es []PoolEntry, lazy bool) (int, error) {
 	muts := v.dead
 	for _, e := range es {
 		for _, k := range v.rowsOf[e.Pin] {
@@ -896,7 +900,13 @@ func (p *Pools) drop(ctx context.Context, v *poolView, es []PoolEntry) (int, err
 	}
 	for len(muts) > 0 {
 		n := min(len(muts), scanPage)
-		if err := p.t.Apply(ctx, muts[:n]); err != nil {
+		var err error
+		if lazy {
+			err = ApplyLazy(ctx, p.t, muts[:n])
+		} else {
+			err = p.t.Apply(ctx, muts[:n])
+		}
+		if err != nil {
 			return 0, err
 		}
 		muts = muts[n:]
@@ -920,7 +930,7 @@ func (p *Pools) RemoveWhere(ctx context.Context, user ID, src Source, match func
 			drop = append(drop, e)
 		}
 	}
-	n, err := p.drop(ctx, v, drop)
+	n, err := p.drop(ctx, v, drop, false)
 	if err != nil {
 		return 0, fmt.Errorf("remove where %d/%d: %w", user, src, err)
 	}
@@ -953,7 +963,7 @@ func (p *Pools) Trim(ctx context.Context, user ID, src Source, keep int) (int, e
 		return 0, fmt.Errorf("trim %d/%d: %w", user, src, err)
 	}
 	es := v.entries(src)
-	n, err := p.drop(ctx, v, es[min(keep, len(es)):])
+	n, err := p.drop(ctx, v, es[min(keep, len(es)):], true)
 	if err != nil {
 		return 0, fmt.Errorf("trim %d/%d: %w", user, src, err)
 	}
@@ -1024,7 +1034,7 @@ func (p *Pools) upkeep(ctx context.Context, user ID, keep int, olderThanMs int64
 			v.dead = append(v.dead, Mutation{Key: h.key, Delete: true})
 		}
 	}
-	if _, err := p.drop(ctx, v, drop); err != nil {
+	if _, err := p.drop(ctx, v, drop, true); err != nil {
 		return 0, 0, err
 	}
 	if err := p.expireTombs(ctx, v.tombs, olderThanMs); err != nil {

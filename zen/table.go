@@ -125,3 +125,22 @@ type Cond struct {
 type CondBatcher interface {
 	CheckAndSetMany(ctx context.Context, conds []Cond) ([]bool, error)
 }
+
+// Lazy is an optional extension of Table for backends that log a write before they make it
+// durable (the embedded backend: a write-ahead log, fsynced on commit). ApplyLazy writes like
+// Apply, and the batch is visible to every reader and compare-and-set when it returns, but it
+// does not wait for the write to be durable: a crash of the machine (not of the process) may lose
+// it, and any later write of the same store that waits for durability makes it durable too (the
+// log is sequential). It is for writes whose loss is harmless: cleanup that readers already
+// treat as done (a row under a tombstone) and hints that are rewritten.
+type Lazy interface {
+	ApplyLazy(ctx context.Context, muts []Mutation) error
+}
+
+// ApplyLazy writes muts with t's ApplyLazy when t has one, and with Apply (durable) otherwise.
+func ApplyLazy(ctx context.Context, t Table, muts []Mutation) error {
+	if l, ok := t.(Lazy); ok {
+		return l.ApplyLazy(ctx, muts)
+	}
+	return t.Apply(ctx, muts)
+}

@@ -250,6 +250,16 @@ func (t *Table) get(key []byte) ([]byte, error) {
 // Apply writes the batch atomically: after a crash either all or none of it is there. When a
 // key appears more than once the last mutation wins.
 func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
+	return t.apply(ctx, muts, false)
+}
+
+// ApplyLazy writes a batch like Apply without waiting for its WAL fsync (zen.Lazy): the batch
+// is in the log, visible, and made durable by the store's next synced commit.
+func (t *Table) ApplyLazy(ctx context.Context, muts []zen.Mutation) error {
+	return t.apply(ctx, muts, true)
+}
+
+func (t *Table) apply(ctx context.Context, muts []zen.Mutation, lazy bool) error {
 	if err := t.s.enter(ctx); err != nil {
 		return err
 	}
@@ -282,7 +292,15 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 	for _, i := range st {
 		t.s.locks[i].Lock()
 	}
-	wait, err := t.s.applyVisible(b)
+	var wait func() error
+	var err error
+	if lazy {
+		err = t.s.db.Apply(b, pebble.NoSync)
+		_ = b.Close()
+		wait = func() error { return nil }
+	} else {
+		wait, err = t.s.applyVisible(b)
+	}
 	for _, i := range st {
 		t.s.locks[i].Unlock()
 	}

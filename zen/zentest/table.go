@@ -41,6 +41,7 @@ func RunTable(t *testing.T, open func(t *testing.T) zen.Table) {
 	t.Run("CheckAndSetMany", func(t *testing.T) { tableCASMany(t, open(t), open(t)) })
 	t.Run("ConcurrentCheckAndSetMany", func(t *testing.T) { tableConcurrentCASMany(t, open(t)) })
 	t.Run("Carrier", func(t *testing.T) { tableCarrier(t, open(t)) })
+	t.Run("ApplyLazy", func(t *testing.T) { tableApplyLazy(t, open(t)) })
 }
 
 // tableCarrier checks the optional zen.Carrier: the extra rows land with a compare-and-set that
@@ -193,6 +194,30 @@ func tableApply(t *testing.T, tb zen.Table) {
 	if len(got) != 500 || string(got[0].Key) != "big/0000" || string(got[499].Value) != "499" {
 		t.Fatalf("Scan after a 500-row Apply: %d rows, want 500 from big/0000 to value 499", len(got))
 	}
+}
+
+// tableApplyLazy: a lazy write (zen.ApplyLazy: the backend's own where it has one) is visible
+// when it returns, to reads, scans and compare-and-sets, like Apply's.
+func tableApplyLazy(t *testing.T, tb zen.Table) {
+	ctx := tableCtx(t)
+	tableMustApply(t, tb, tablePut("lazy/gone", "x"))
+	if err := zen.ApplyLazy(ctx, tb, []zen.Mutation{tablePut("lazy/a", "1"), tablePut("lazy/b", "2"), tableDel("lazy/gone")}); err != nil {
+		t.Fatalf("ApplyLazy: %v", err)
+	}
+	tableWant(t, tb, "lazy/a", []byte("1"))
+	tableWant(t, tb, "lazy/gone", nil)
+	got, err := tb.Scan(ctx, zen.ScanOptions{Start: []byte("lazy/"), Stop: []byte("lazy0")})
+	if err != nil {
+		t.Fatalf("Scan: %v", err)
+	}
+	if len(got) != 2 || string(got[1].Value) != "2" {
+		t.Fatalf("Scan after ApplyLazy: %d rows, want lazy/a and lazy/b", len(got))
+	}
+	ok, err := tb.CheckAndSet(ctx, []byte("lazy/b"), []byte("2"), []byte("3"))
+	if err != nil || !ok {
+		t.Fatalf("CheckAndSet over a lazy write: %v, %v; want true", ok, err)
+	}
+	tableWant(t, tb, "lazy/b", []byte("3"))
 }
 
 func tableApplyLastWins(t *testing.T, tb zen.Table) {
