@@ -624,3 +624,58 @@ func TestExpiredCandidateStartsASweep(t *testing.T) {
 		t.Errorf("pools still hold %v", entryPins(left))
 	}
 }
+
+// TestEmptyVisitsWriteLittle: a visit that finds nothing new records the visit (the next chunk's
+// size counts hours away) but not within visitSlack of the last one recorded, so a user with an
+// empty pool costs no write per read; a visit that serves pins always records.
+func TestEmptyVisitsWriteLittle(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			cfg := DefaultConfig()
+			cfg.ExpireEvery = Duration(24 * time.Hour) // no sweep writes the state meanwhile
+			e := newEnv(t, b.make, &cfg)
+			lastVisit := func() int64 {
+				t.Helper()
+				st, _, err := e.gen.loadState(ctx, e.user)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st.LastVisitMs
+			}
+			gen := func() Chunk {
+				t.Helper()
+				c, err := e.gen.GenerateChunk(ctx, e.user, Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return c
+			}
+			if c := gen(); len(c.Items) != 0 {
+				t.Fatalf("first visit served %d pins from empty pools", len(c.Items))
+			}
+			first := e.clk.Now().UnixMilli()
+			if got := lastVisit(); got != first {
+				t.Fatalf("after the first visit: last visit %d, want %d (a first visit records)", got, first)
+			}
+			e.clk.Advance(visitSlack / 2)
+			gen()
+			if got := lastVisit(); got != first {
+				t.Errorf("empty visit within the slack: last visit %d, want it kept at %d", got, first)
+			}
+			e.clk.Advance(visitSlack)
+			gen()
+			if got, want := lastVisit(), e.clk.Now().UnixMilli(); got != want {
+				t.Errorf("empty visit past the slack: last visit %d, want %d", got, want)
+			}
+			e.fill(t, 5)
+			e.clk.Advance(time.Second)
+			if c := gen(); len(c.Items) == 0 {
+				t.Fatal("no pins served from a filled pool")
+			}
+			if got, want := lastVisit(), e.clk.Now().UnixMilli(); got != want {
+				t.Errorf("visit that served pins: last visit %d, want %d", got, want)
+			}
+		})
+	}
+}
