@@ -28,6 +28,8 @@ type ReadStep struct {
 	// Held: some call succeeded, p99 under the bound and at least MinAchievedShare of the
 	// offered rate achieved.
 	Held bool `json:"held"`
+	// Stages are the system's per-stage histograms over the step (GetFeed steps only).
+	Stages []StageResult `json:"stages,omitempty"`
 }
 
 // held is the stop rule of the search: a step is held when its p99 is under bound and it
@@ -64,8 +66,10 @@ func readStep(ctx context.Context, rate float64, d time.Duration, conc int, boun
 // calls are offered, so that the p99 is not the worst call or two) with conc in flight, and
 // stops after the first step that is not held. It returns the steps and the highest offered
 // rate held (0 when the first step was not).
+//
+// snap, when not nil, snapshots the system's stage histograms; each step then reports them.
 func rateSteps(ctx context.Context, name string, rates []float64, d time.Duration, minCalls, conc int, bound time.Duration,
-	call func(i int) error, say func(string, ...any)) ([]ReadStep, float64) {
+	call func(i int) error, snap func() []StageHist, say func(string, ...any)) ([]ReadStep, float64) {
 	var steps []ReadStep
 	best := 0.0
 	for _, rate := range rates {
@@ -73,7 +77,14 @@ func rateSteps(ctx context.Context, name string, rates []float64, d time.Duratio
 			break
 		}
 		sd := max(d, time.Duration(float64(minCalls)/rate*float64(time.Second)))
+		var before []StageHist
+		if snap != nil {
+			before = snap()
+		}
 		st := readStep(ctx, rate, sd, conc, bound, call)
+		if snap != nil {
+			st.Stages = stageDiff(before, snap())
+		}
 		steps = append(steps, st)
 		verdict := "held"
 		if !st.Held {
@@ -126,12 +137,13 @@ func readRates(ctx context.Context, sys System, base Baseline, w *World, readers
 	say("read rates: GetFeed and then Redis ZREVRANGE at %v/s, %v each (at least %d calls), %d concurrent, fanout running; stop at p99 ≥ %v or under %.0f%% of offered achieved",
 		opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound, 100*MinAchievedShare)
 	gsteps, gbest = rateSteps(ctx, "GetFeed", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
-		func(i int) error { return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize) }, say)
+		func(i int) error { return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize) },
+		func() []StageHist { return stages(sys) }, say)
 	rsteps, rbest = rateSteps(ctx, "Redis ZREVRANGE", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
 		func(i int) error {
 			_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 			return err
-		}, say)
+		}, nil, say)
 	stopBG()
 	<-done
 	// The steps past the limit leave work queued (materializations, fanout); let it finish

@@ -32,7 +32,7 @@ func TestReadStepHeld(t *testing.T) {
 }
 
 // stepSystem is a System whose GetFeed is instant (or takes service) for its first fastCalls
-// calls and then takes slow, and every failEvery-th call fails at once. Pin, InPool and
+// calls and then takes slow, and every failEvery-th call fails at once. Pin, Arrived and
 // FanoutPending are there for the fanout that runs beside the searches.
 type stepSystem struct {
 	System
@@ -59,9 +59,11 @@ func (f *stepSystem) GetFeed(ctx context.Context, _ uint64, _ int) error {
 	return nil
 }
 
-func (f *stepSystem) Pin(context.Context, uint64) (uint64, error) { return uint64(f.pins.Add(1)), nil }
-func (f *stepSystem) InPool(context.Context, uint64, uint64) (bool, error) {
-	return true, nil
+func (f *stepSystem) Pin(context.Context, uint64, []uint64) (uint64, error) {
+	return uint64(f.pins.Add(1)), nil
+}
+func (f *stepSystem) Arrived(context.Context, uint64, uint64) (time.Time, bool, error) {
+	return time.Now(), true, nil
 }
 func (f *stepSystem) FanoutPending(context.Context) (int, error) { return 0, nil }
 
@@ -117,7 +119,7 @@ func TestRateStepsStopRule(t *testing.T) {
 			var lines []string
 			say := func(f string, a ...any) { lines = append(lines, f) }
 			steps, best := rateSteps(context.Background(), "GetFeed", tc.rates, testStepFor, 0, tc.conc, testBound,
-				func(int) error { return tc.sys.GetFeed(context.Background(), 0, 50) }, say)
+				func(int) error { return tc.sys.GetFeed(context.Background(), 0, 50) }, nil, say)
 			if len(steps) != tc.wantSteps || best != tc.wantBest {
 				t.Fatalf("%d steps, best %.0f/s; want %d steps, best %.0f/s: %+v", len(steps), best, tc.wantSteps, tc.wantBest, steps)
 			}

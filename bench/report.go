@@ -128,6 +128,16 @@ func Markdown(r *Results, plotDir string) string {
 	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
 		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
 	p("")
+	if len(rd.Stages) > 0 {
+		p("Where the time went, from the service's own stage histograms over the same calls (p99: the upper bound of its bucket; -1: beyond the last):")
+		p("")
+		p("| histogram | stage | calls | mean | p99 ≤ |")
+		p("|---|---|---|---|---|")
+		for _, st := range rd.Stages {
+			p("| %s | %s | %d | %.3f ms | %.3g ms |", st.Metric, st.Stage, st.Calls, st.MeanMs, st.P99Ms)
+		}
+		p("")
+	}
 	p("![GetFeed CDF](%s)", img("getfeed_cdf.png"))
 	p("")
 	b.WriteString(rateStepsMarkdown(r))

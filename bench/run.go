@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -22,10 +21,13 @@ type System interface {
 	// Follow records that follower follows followee (both directions, as the graph API does).
 	Follow(ctx context.Context, follower, followee uint64) error
 	// Pin creates a pin by author and publishes its event through pinlater (the worker fans it
-	// out), returning the pin's ID once the event is enqueued.
-	Pin(ctx context.Context, author uint64) (uint64, error)
-	// InPool reports whether pin is in user's pools.
-	InPool(ctx context.Context, user, pin uint64) (bool, error)
+	// out), returning the pin's ID once the event is enqueued. Arrived reports when the pin
+	// reaches the pools of the users in watch.
+	Pin(ctx context.Context, author uint64, watch []uint64) (uint64, error)
+	// Arrived reports whether pin has been written to user's pools (a user watched in the Pin
+	// call) and when: as the worker saw it, not by reading the pools. A report of true is
+	// given once.
+	Arrived(ctx context.Context, user, pin uint64) (at time.Time, ok bool, err error)
 	// PoolInserts is the worker's cumulative pool-insert count.
 	PoolInserts() float64
 	// FanoutPending is the number of fanout tasks not yet done.
@@ -204,6 +206,9 @@ type ReadResult struct {
 	// pages) and their mean time, from the service's own histogram.
 	GeneratorCalls  float64 `json:"generator_calls"`
 	GeneratorMeanMs float64 `json:"generator_mean_ms"`
+	// Stages are the system's own per-stage histograms over the GetFeed calls of the phase
+	// (smartfeed_feed_stage_seconds, smartfeed_generator_stage_seconds).
+	Stages []StageResult `json:"stages,omitempty"`
 }
 
 // HedgeResult is GetFeed with the primary's tail slowed, hedging on or off.
@@ -341,42 +346,49 @@ func fanout(ctx context.Context, sys System, w *World, rate float64, d time.Dura
 	var pollers sync.WaitGroup
 	events = paced(ctx, rate, d, len(authors), 64, func(i int) {
 		a := authors[i]
+		// Sample up to 3 followers, the last ones of the list; the lag is the slowest.
+		fs := w.M.Follower[a]
+		var watch []uint64
+		if len(fs) > 0 && i%4 == 0 {
+			for _, f := range fs[max(0, len(fs)-3):] {
+				watch = append(watch, w.IDs[f])
+			}
+		}
 		enq := time.Now()
-		pin, err := sys.Pin(ctx, w.IDs[a])
+		pin, err := sys.Pin(ctx, w.IDs[a], watch)
 		if err != nil {
 			errs.Add(1)
 			return
 		}
-		fs := w.M.Follower[a]
-		if len(fs) == 0 || i%4 != 0 {
+		if len(watch) == 0 {
 			return
 		}
-		// Sample up to 3 followers, the last ones of the list; the lag is the slowest.
-		sample := fs[max(0, len(fs)-3):]
 		pollers.Add(1)
 		go func() {
 			defer pollers.Done()
 			deadline := enq.Add(30 * time.Second)
-			left := slices.Clone(sample)
-			// Polls back off from 10 ms to 100 ms: a lag is overstated by at most one interval
-			// (≤ 100 ms against the 2 s bound), and the probe leaves the CPU to the system
-			// (polling every 10 ms took most of the run's CPU at 320 events/s).
-			wait := 10 * time.Millisecond
+			left := watch
+			// The arrival time is the worker's, so the poll interval only delays noticing it.
+			var last time.Time
 			for len(left) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 				keep := left[:0]
 				for _, f := range left {
-					if ok, err := sys.InPool(ctx, w.IDs[f], pin); err != nil || !ok {
+					at, ok, err := sys.Arrived(ctx, f, pin)
+					if err != nil || !ok {
 						keep = append(keep, f)
+						continue
+					}
+					if at.After(last) {
+						last = at
 					}
 				}
 				left = keep
 				if len(left) > 0 {
-					time.Sleep(wait)
-					wait = min(2*wait, 100*time.Millisecond)
+					time.Sleep(20 * time.Millisecond)
 				}
 			}
 			if len(left) == 0 {
-				l := time.Since(enq)
+				l := last.Sub(enq)
 				lags.Add(l)
 				if series != nil {
 					mu.Lock()
@@ -549,10 +561,12 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	say("reads: GetFeed at %.0f/s, %d concurrent, for %v, fanout running", opts.ReadRate, opts.Concurrency, opts.ReadFor)
 	repl.begin()
 	genCalls0, genTime0 := sys.GeneratorTime()
+	st0 := stages(sys)
 	gl, order, gerrs, grate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
 		return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 	})
 	genCalls1, genTime1 := sys.GeneratorTime()
+	stagesServing := stageDiff(st0, stages(sys))
 	repl.end("serving")
 	rl, _, _, rrate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
 		_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
@@ -561,7 +575,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	stopBG()
 	bgw.Wait()
 	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: gl.Summary(), GetFeedRate: grate,
-		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate}
+		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate, Stages: stagesServing}
 	if n := genCalls1 - genCalls0; n > 0 {
 		res.Reads.GeneratorCalls = n
 		res.Reads.GeneratorMeanMs = float64((genTime1 - genTime0).Microseconds()) / 1000 / n

@@ -9,6 +9,7 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -144,6 +145,19 @@ type Worker struct {
 	now    func() time.Time
 	log    *zap.Logger
 	m      *metrics
+	// onInsert, when set, is called with each batch of entries written (OnInsert).
+	onInsert atomic.Pointer[func([]zen.PoolEntry)]
+}
+
+// OnInsert sets fn to be called with each batch of pool entries once Pools.Insert has written
+// them (nil: none): for monitoring, such as the benchmark's exact fanout-lag probe. fn runs on
+// the fanout path, so it must be fast, and it must not keep es.
+func (w *Worker) OnInsert(fn func(es []zen.PoolEntry)) {
+	if fn == nil {
+		w.onInsert.Store(nil)
+		return
+	}
+	w.onInsert.Store(&fn)
 }
 
 // New returns a worker over graph g, the pools table, the worker's state table (StateTable) and
@@ -740,6 +754,9 @@ func (w *Worker) insert(ctx context.Context, es []zen.PoolEntry) error {
 		return fmt.Errorf("insert: %w", err)
 	}
 	w.m.inserts.Add(float64(n))
+	if fn := w.onInsert.Load(); fn != nil {
+		(*fn)(es)
+	}
 	for _, e := range es {
 		if !w.trimPick(e.User, e.Pin) {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -526,5 +527,67 @@ func TestUnknownPinFails(t *testing.T) {
 	}
 	if err := handler(t, w.q, pinlater.TypeFanout).ProcessTask(ctx, w.fanoutTask(t, 1)); err != nil {
 		t.Errorf("fanout of a deleted pin: %v, want it to complete", err)
+	}
+}
+
+// TestOnInsertSeesWrittenEntries: the insert hook is called with exactly the entries the fanout
+// wrote, after they are in the pools, and not after it is cleared.
+func TestOnInsertSeesWrittenEntries(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, zenmem.New(), Config{ChunkSize: 100, TrimEvery: 1 << 20}, 5, nil)
+	var seen []zen.PoolEntry
+	w.w.OnInsert(func(es []zen.PoolEntry) {
+		for _, e := range es {
+			// Written before the hook runs: a reader finds it.
+			top, err := w.w.Pools().Top(ctx, e.User, e.Source, 100)
+			if err != nil {
+				t.Errorf("top: %v", err)
+			}
+			if !slices.ContainsFunc(top, func(x zen.PoolEntry) bool { return x.Pin == e.Pin }) {
+				t.Errorf("hook saw pin %d for %d before it was in the pool", e.Pin, e.User)
+			}
+		}
+		seen = append(seen, es...)
+	})
+	run := func(pin int) {
+		t.Helper()
+		if err := handler(t, w.q, w.fanoutTask(t, pin).Type()).ProcessTask(ctx, w.fanoutTask(t, pin)); err != nil {
+			t.Fatal(err)
+		}
+		for task := w.q.pop(); task != nil; task = w.q.pop() {
+			if err := handler(t, w.q, task.Type()).ProcessTask(ctx, task); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run(0)
+	var got, want []string
+	for _, e := range seen {
+		got = append(got, fmt.Sprintf("%d/%d", e.User, e.Pin))
+	}
+	for _, u := range append([]zen.ID{w.alice}, w.followers...) {
+		for _, src := range []zen.Source{zen.SourceFollowing, zen.SourceInterest, zen.SourceRelated} {
+			es, err := w.w.Pools().Top(ctx, u, src, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range es {
+				want = append(want, fmt.Sprintf("%d/%d", u, e.Pin))
+			}
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if len(want) == 0 {
+		t.Fatal("the fanout wrote nothing")
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("hook saw (-pools +hook):\n%s", d)
+	}
+	w.w.OnInsert(nil)
+	n := len(seen)
+	run(1)
+	if len(seen) != n {
+		t.Errorf("hook called %d more times after it was cleared", len(seen)-n)
 	}
 }

@@ -566,50 +566,6 @@ func (p *Pools) Top(ctx context.Context, user ID, src Source, n int) ([]PoolEntr
 	return out, nil
 }
 
-// Has reports whether pin is among the first within rows of (user, src) and has no tombstone:
-// a cheap probe (keys only, one point read) for monitoring and benchmarks, not a reader.
-func (p *Pools) Has(ctx context.Context, user ID, src Source, pin ID, within int) (bool, error) {
-	if err := user.Check(TypeUser); err != nil {
-		return false, fmt.Errorf("has: %w", err)
-	}
-	if src == 0 || within < 1 || within > MaxPoolPage {
-		return false, fmt.Errorf("has %d: source %d, within %d: want source ≥ 1 and within in [1, %d]", user, src, within, MaxPoolPage)
-	}
-	// Fresh pins score high: look at the head first, then deeper.
-	prefix := sourcePrefix(user, src)
-	start, stop := prefix, PrefixEnd(prefix)
-	found := false
-	for page, left := 64, within; left > 0 && !found; page *= 4 {
-		limit := min(page, left)
-		rows, err := p.t.Scan(ctx, ScanOptions{Start: start, Stop: stop, Limit: limit})
-		if err != nil {
-			return false, fmt.Errorf("has %d/%d: %w", user, src, err)
-		}
-		for _, r := range rows {
-			if len(r.Key) == poolKeyLen && ID(binary.BigEndian.Uint64(r.Key[17:])) == pin {
-				found = true
-				break
-			}
-		}
-		if len(rows) < limit {
-			break
-		}
-		left -= limit
-		start = keyAfter(rows[len(rows)-1].Key)
-	}
-	if !found {
-		return false, nil
-	}
-	g, err := p.t.Get(ctx, goneKey(user, pin))
-	if errors.Is(err, ErrNotFound) {
-		return true, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("has %d/%d: %w", user, src, err)
-	}
-	return !isTomb(g), nil
-}
-
 // Take claims the pins of es for user: each pin is won by exactly one caller across concurrent
 // Takes, Removes and Forgets (the one that creates its tombstone). An entry names the row it was
 // read from (its Source and Score, as Top returns it): the pin is won only while that row is

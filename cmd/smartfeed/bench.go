@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
@@ -310,6 +311,9 @@ type benchSystem struct {
 	mu     sync.Mutex
 	boards map[uint64]zen.ID
 	raw    int
+	// arrivals are the watched (user, pin) pairs: arrivalKey → *atomic.Int64, the Unix time
+	// in ns the worker wrote the pin to the user's pools (0: not yet).
+	arrivals sync.Map
 }
 
 func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tmp string) (*benchSystem, func(), error) {
@@ -332,6 +336,7 @@ func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tm
 	}
 	s := &benchSystem{a: a, feed: feedv1.NewFeedServiceClient(conn), boards: map[uint64]zen.ID{},
 		pub: worker.NewPublisher(a.durable, a.graph, a.worker.Config().HotFollowers)}
+	a.worker.OnInsert(s.inserted)
 	closeFn := func() {
 		conn.Close()
 		stop()
@@ -402,7 +407,7 @@ func (s *benchSystem) Follow(ctx context.Context, follower, followee uint64) err
 	return addBoth(ctx, s.a.graph, zen.Edge{From: zen.ID(follower), Type: zen.EdgeFollowsUser, To: zen.ID(followee)})
 }
 
-func (s *benchSystem) Pin(ctx context.Context, author uint64) (uint64, error) {
+func (s *benchSystem) Pin(ctx context.Context, author uint64, watch []uint64) (uint64, error) {
 	s.mu.Lock()
 	board := s.boards[author]
 	s.mu.Unlock()
@@ -416,19 +421,44 @@ func (s *benchSystem) Pin(ctx context.Context, author uint64) (uint64, error) {
 			return 0, err
 		}
 	}
+	for _, u := range watch {
+		s.arrivals.Store(arrivalKey{u, uint64(p.ID)}, new(atomic.Int64))
+	}
 	if _, err := s.pub.PinSaved(ctx, worker.PinSaved{Pin: p.ID, User: zen.ID(author), Board: board, CreatedMs: now.UnixMilli()}); err != nil {
 		return 0, err
 	}
 	return uint64(p.ID), nil
 }
 
-func (s *benchSystem) InPool(ctx context.Context, user, pin uint64) (bool, error) {
-	// A probe, not a reader: keys of the first rows (head first) and one point read (a Top of
-	// 1,000 every 10 ms per sampled follower once took most of the run's CPU). 2,000 rows: at
-	// 320 events/s a follower's pool holds over 1,000 rows between trims (cap 800 + 1 trim in
-	// 256 inserts, plus the rows readers skip), and a pin below the first 1,000 read as lost.
-	return s.a.pools.Has(ctx, zen.ID(user), zen.SourceFollowing, zen.ID(pin), 2000)
+// Arrived reports the worker's own time of writing pin to user's pools (benchSystem.inserted,
+// the worker's insert hook): exact, and free for the system under test. Reading the pools for
+// it instead (a scan per poll per sampled follower) once took two thirds of the run's CPU.
+func (s *benchSystem) Arrived(_ context.Context, user, pin uint64) (time.Time, bool, error) {
+	k := arrivalKey{user, pin}
+	v, ok := s.arrivals.Load(k)
+	if !ok {
+		return time.Time{}, false, fmt.Errorf("pin %d for user %d: not watched", pin, user)
+	}
+	at := v.(*atomic.Int64).Load()
+	if at == 0 {
+		return time.Time{}, false, nil
+	}
+	s.arrivals.Delete(k)
+	return time.Unix(0, at), true, nil
 }
+
+// inserted is the worker's insert hook: it stamps the watched (user, pin) pairs of es.
+func (s *benchSystem) inserted(es []zen.PoolEntry) {
+	now := time.Now().UnixNano()
+	for _, e := range es {
+		if v, ok := s.arrivals.Load(arrivalKey{uint64(e.User), uint64(e.Pin)}); ok {
+			v.(*atomic.Int64).CompareAndSwap(0, now)
+		}
+	}
+}
+
+// arrivalKey is a watched (user, pin) pair.
+type arrivalKey struct{ user, pin uint64 }
 
 func (s *benchSystem) PoolInserts() float64 {
 	return float64(gatherSum(s.a.reg, "smartfeed_worker_pool_inserts_total"))
@@ -538,4 +568,21 @@ func (s *benchSystem) RawWrite(ctx context.Context, rows, keyLen, valueLen, batc
 		return 0, firstErr
 	}
 	return float64(perSecond(int64(per*writers*batch), time.Since(start))), nil
+}
+
+// Stages snapshots GetFeed's and the generator's stage histograms (bench.StageTimer).
+func (s *benchSystem) Stages() []bench.StageHist {
+	var out []bench.StageHist
+	for _, name := range []string{"smartfeed_feed_stage_seconds", "smartfeed_generator_stage_seconds"} {
+		for _, m := range gatherSeries(s.a.reg, name) {
+			h := m.GetHistogram()
+			sh := bench.StageHist{Metric: name, Stage: labelValue(m, "stage"), Count: h.GetSampleCount(), Sum: h.GetSampleSum()}
+			for _, b := range h.GetBucket() {
+				sh.Upper = append(sh.Upper, b.GetUpperBound())
+				sh.Counts = append(sh.Counts, b.GetCumulativeCount())
+			}
+			out = append(out, sh)
+		}
+	}
+	return out
 }
