@@ -96,6 +96,10 @@ type Generator struct {
 	log   *zap.Logger
 	cfg   atomic.Pointer[Config]
 	m     metrics
+	// lazySteps: the pools and the state table share one sequential log (zen.SameLog), so a
+	// chunk's writes before its ready record go lazily (zen.Lazily) and the ready record's
+	// synced commit makes them durable together (see chunkRun.stepCtx).
+	lazySteps bool
 	// roundNs is a moving average of one take round's duration (reads, claims, take), which
 	// short uses to decide whether another round fits before the caller's deadline.
 	roundNs atomic.Int64
@@ -197,6 +201,9 @@ func New(p Params) (*Generator, error) {
 		return nil, errors.New("generator: Pools and State are required")
 	}
 	g := &Generator{pools: p.Pools, state: p.State, live: p.Liveness, now: p.Now, log: p.Logger}
+	if pt, ok := p.Pools.(interface{ Table() zen.Table }); ok && p.State != nil {
+		g.lazySteps = zen.SameLog(pt.Table(), p.State)
+	}
 	if g.now == nil {
 		g.now = time.Now
 	}
@@ -469,6 +476,19 @@ func (r *chunkRun) readCandidates(ctx context.Context) ([][]zen.PoolEntry, error
 	return lists, nil
 }
 
+// stepCtx is the context of the writes of steps 1 and 2 (intent, claims, take, releases). When
+// the pools and the state share a log (Generator.lazySteps) they do not wait for their own
+// fsync: what a machine crash leaves of them is a prefix, in order, as a crash between synced
+// steps would, which recovery already handles; and the ready record (step 3), or the empty
+// chunk's drop, or abandon's writes on a failure, are synced writes to the same log that make
+// them durable before the chunk is answered. Everything else uses ctx.
+func (r *chunkRun) stepCtx(ctx context.Context) context.Context {
+	if r.g.lazySteps {
+		return zen.Lazily(ctx)
+	}
+	return ctx
+}
+
 // writeIntent is step 1, intent: the record lists every pin this chunk may hold before any is
 // claimed.
 func (r *chunkRun) writeIntent(ctx context.Context) error {
@@ -484,12 +504,12 @@ func (r *chunkRun) writeIntent(ctx context.Context) error {
 	if r.rec == nil {
 		// The record's first write numbers the chunk and indexes it for recovery
 		// (InFlightUsers).
-		if r.no, r.rec, r.intent, err = g.createRecord(ctx, user, r.nowMs, entries); err != nil {
+		if r.no, r.rec, r.intent, err = g.createRecord(r.stepCtx(ctx), user, r.nowMs, entries); err != nil {
 			return err
 		}
 	} else {
 		r.rec.Entries = entries
-		if r.intent, err = g.putRecordBytes(ctx, user, r.no, r.rec); err != nil {
+		if r.intent, err = g.putRecordBytes(r.stepCtx(ctx), user, r.no, r.rec); err != nil {
 			return g.abandon(ctx, user, r.no, r.rec, err)
 		}
 	}
@@ -506,7 +526,7 @@ func (r *chunkRun) claim(ctx context.Context) ([]pick, error) {
 		r.excluded[p.e.Pin] = true
 		conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Value: []byte(rec.ID)}
 	}
-	oks, err := casMany(ctx, g.state, conds)
+	oks, err := casMany(r.stepCtx(ctx), g.state, conds)
 	if err != nil {
 		return nil, g.abandon(ctx, user, r.no, rec, fmt.Errorf("claim %d pins: %w", len(conds), err))
 	}
@@ -530,7 +550,7 @@ func (r *chunkRun) takeClaimed(ctx context.Context, claimed []pick) error {
 		es[i] = p.e
 	}
 	r.t = g.m.since(stageClaim, r.t)
-	taken, err := g.pools.Take(ctx, user, es)
+	taken, err := g.pools.Take(r.stepCtx(ctx), user, es)
 	r.t = g.m.since(stageTake, r.t)
 	if err != nil {
 		return g.abandon(ctx, user, r.no, rec, fmt.Errorf("take from pools of %d: %w", uint64(user), err))
@@ -556,7 +576,7 @@ func (r *chunkRun) takeClaimed(ctx context.Context, claimed []pick) error {
 		releases = append(releases, zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Expected: []byte(rec.ID)})
 	}
 	if len(releases) > 0 {
-		if _, err := casMany(ctx, g.state, releases); err != nil {
+		if _, err := casMany(r.stepCtx(ctx), g.state, releases); err != nil {
 			return g.abandon(ctx, user, r.no, rec, fmt.Errorf("release %d pins: %w", len(releases), err))
 		}
 	}

@@ -100,6 +100,9 @@ func NewPools(t Table, now func() time.Time, opts ...PoolsOption) *Pools {
 	return p
 }
 
+// Table returns the table the pools are stored in.
+func (p *Pools) Table() Table { return p.t }
+
 const (
 	poolKeyLen = 8 + 1 + 8 + 8
 	goneKeyLen = 8 + 1 + 8
@@ -845,7 +848,7 @@ func (v *poolView) entries(src Source) []PoolEntry {
 
 // drop deletes every row of the pins of es, after the view's dead rows (no tombstone: a later
 // job may bring the pin back), and returns how many pins it dropped. Lazy deletes do not wait
-// for their fsync (zen.Lazy): for upkeep (trim, expiry, dedup), which a crash that loses them
+// for their fsync (zen.Lazily): for upkeep (trim, expiry, dedup), which a crash that loses them
 // merely leaves to be done again, not for a removal a caller relies on.
 func (p *Pools) drop(ctx context.Context, v *poolView, es []PoolEntry, lazy bool) (int, error) {
 	muts := v.dead

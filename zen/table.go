@@ -126,21 +126,42 @@ type CondBatcher interface {
 	CheckAndSetMany(ctx context.Context, conds []Cond) ([]bool, error)
 }
 
-// Lazy is an optional extension of Table for backends that log a write before they make it
-// durable (the embedded backend: a write-ahead log, fsynced on commit). ApplyLazy writes like
-// Apply, and the batch is visible to every reader and compare-and-set when it returns, but it
-// does not wait for the write to be durable: a crash of the machine (not of the process) may lose
-// it, and any later write of the same store that waits for durability makes it durable too (the
-// log is sequential). It is for writes whose loss is harmless: cleanup that readers already
-// treat as done (a row under a tombstone) and hints that are rewritten.
-type Lazy interface {
-	ApplyLazy(ctx context.Context, muts []Mutation) error
+// Lazily returns ctx marked for lazy writes: a write made with it to a backend that logs a write
+// before it makes it durable (the embedded backend: a write-ahead log, fsynced on commit) is
+// visible to every reader and compare-and-set when it returns, but does not wait to be durable.
+// A crash of the machine (not of the process) may lose it, and any later write of the same log
+// that waits for durability makes it durable too (the log is sequential: what survives a crash
+// is a prefix of it). Other backends write as usual. Use it for writes whose loss is harmless
+// (cleanup readers already treat as done), or for the steps of a sequence that ends with a
+// durable write to the same log (SameLog), where a crash leaves a prefix of the steps, as a
+// crash between durable steps would.
+func Lazily(ctx context.Context) context.Context { return context.WithValue(ctx, lazyKey{}, true) }
+
+// IsLazy reports whether ctx is marked by Lazily (for backends).
+func IsLazy(ctx context.Context) bool { v, _ := ctx.Value(lazyKey{}).(bool); return v }
+
+type lazyKey struct{}
+
+// ApplyLazy writes muts with t.Apply under Lazily(ctx).
+func ApplyLazy(ctx context.Context, t Table, muts []Mutation) error {
+	return t.Apply(Lazily(ctx), muts)
 }
 
-// ApplyLazy writes muts with t's ApplyLazy when t has one, and with Apply (durable) otherwise.
-func ApplyLazy(ctx context.Context, t Table, muts []Mutation) error {
-	if l, ok := t.(Lazy); ok {
-		return l.ApplyLazy(ctx, muts)
+// Logged is an optional extension of Table for backends whose writes go through a sequential
+// log shared by the tables of a store: Log identifies it (comparable; equal for two tables of
+// one store).
+type Logged interface {
+	Log() any
+}
+
+// SameLog reports whether a and b are known to commit through one sequential log (both Logged,
+// with equal logs), so that a durable write to either makes every earlier write to both
+// durable. Wrappers are not Logged: they may route one table's rows to several stores.
+func SameLog(a, b Table) bool {
+	la, ok := a.(Logged)
+	if !ok {
+		return false
 	}
-	return t.Apply(ctx, muts)
+	lb, ok := b.(Logged)
+	return ok && la.Log() == lb.Log()
 }

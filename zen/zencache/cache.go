@@ -413,11 +413,7 @@ func (t *Table) invalidate(ctx context.Context, keys ...[]byte) error {
 
 // Apply writes to the store, then invalidates the groups touched.
 func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
-	return t.applyThenInvalidate(ctx, muts, t.inner.Apply)
-}
-
-func (t *Table) applyThenInvalidate(ctx context.Context, muts []zen.Mutation, write func(context.Context, []zen.Mutation) error) error {
-	if err := write(ctx, muts); err != nil {
+	if err := t.inner.Apply(ctx, muts); err != nil {
 		return err
 	}
 	keys := make([][]byte, len(muts))
@@ -425,13 +421,6 @@ func (t *Table) applyThenInvalidate(ctx context.Context, muts []zen.Mutation, wr
 		keys[i] = m.Key
 	}
 	return t.invalidate(ctx, keys...)
-}
-
-// ApplyLazy writes on the store, lazily where it can (zen.Lazy), then invalidates as Apply does.
-func (t *Table) ApplyLazy(ctx context.Context, muts []zen.Mutation) error {
-	return t.applyThenInvalidate(ctx, muts, func(ctx context.Context, muts []zen.Mutation) error {
-		return zen.ApplyLazy(ctx, t.inner, muts)
-	})
 }
 
 // CheckAndSet runs on the store; a write (or an unknown outcome) invalidates the key's group.

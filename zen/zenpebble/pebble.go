@@ -58,6 +58,7 @@ type config struct {
 	sync   bool
 	logger *zap.Logger
 	cache  int64
+	fs     vfs.FS
 }
 
 // WithNoSync makes writes return once they are in the write-ahead log without waiting for
@@ -66,6 +67,10 @@ func WithNoSync() Option { return func(c *config) { c.sync = false } }
 
 // WithLogger sends Pebble's own log lines to l (default: discarded).
 func WithLogger(l *zap.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithFS opens the database in dir of fs instead of the operating system's file system (tests:
+// vfs.NewCrashableMem, whose CrashClone is what a machine crash would leave).
+func WithFS(fs vfs.FS) Option { return func(c *config) { c.fs = fs } }
 
 // WithCacheSize sets Pebble's block cache size in bytes (default: Pebble's, 8 MiB).
 func WithCacheSize(n int64) Option { return func(c *config) { c.cache = n } }
@@ -125,6 +130,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	if dir == "" {
 		po.FS = vfs.NewMem()
+	}
+	if cfg.fs != nil {
+		po.FS = cfg.fs
 	}
 	if cfg.cache > 0 {
 		c := pebble.NewCache(cfg.cache)
@@ -214,6 +222,9 @@ func checkKey(k []byte) error {
 }
 
 // Get returns the value at key, or zen.ErrNotFound.
+// Log identifies the store's write-ahead log (zen.Logged): the tables of one Store share it.
+func (t *Table) Log() any { return t.s }
+
 func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if err := t.s.enter(ctx); err != nil {
 		return nil, err
@@ -249,17 +260,10 @@ func (t *Table) get(key []byte) ([]byte, error) {
 
 // Apply writes the batch atomically: after a crash either all or none of it is there. When a
 // key appears more than once the last mutation wins.
+//
+// Under zen.Lazily the write does not wait for its WAL fsync: it is in the log and visible, and
+// the store's next synced commit makes it durable. So for every write below.
 func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
-	return t.apply(ctx, muts, false)
-}
-
-// ApplyLazy writes a batch like Apply without waiting for its WAL fsync (zen.Lazy): the batch
-// is in the log, visible, and made durable by the store's next synced commit.
-func (t *Table) ApplyLazy(ctx context.Context, muts []zen.Mutation) error {
-	return t.apply(ctx, muts, true)
-}
-
-func (t *Table) apply(ctx context.Context, muts []zen.Mutation, lazy bool) error {
 	if err := t.s.enter(ctx); err != nil {
 		return err
 	}
@@ -292,15 +296,7 @@ func (t *Table) apply(ctx context.Context, muts []zen.Mutation, lazy bool) error
 	for _, i := range st {
 		t.s.locks[i].Lock()
 	}
-	var wait func() error
-	var err error
-	if lazy {
-		err = t.s.db.Apply(b, pebble.NoSync)
-		_ = b.Close()
-		wait = func() error { return nil }
-	} else {
-		wait, err = t.s.applyVisible(b)
-	}
+	wait, err := t.s.applyVisible(ctx, b)
 	for _, i := range st {
 		t.s.locks[i].Unlock()
 	}
@@ -321,9 +317,11 @@ func (t *Table) apply(ctx context.Context, muts []zen.Mutation, lazy bool) error
 // is sequential, so a later write is never durable without the earlier ones). Holding the locks
 // across the fsync made every compare-and-set of a read request queue behind the fsyncs of
 // the fanout batches that happened to share a stripe.
-func (s *Store) applyVisible(b *pebble.Batch) (wait func() error, err error) {
-	if !s.wo.Sync {
-		if err := s.db.Apply(b, s.wo); err != nil {
+//
+// Under zen.Lazily (ctx) b is applied without a sync, and the wait returns at once.
+func (s *Store) applyVisible(ctx context.Context, b *pebble.Batch) (wait func() error, err error) {
+	if !s.wo.Sync || zen.IsLazy(ctx) {
+		if err := s.db.Apply(b, pebble.NoSync); err != nil {
 			_ = b.Close()
 			return nil, err
 		}
@@ -454,7 +452,7 @@ func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte
 	}
 	var wait func() error
 	if err == nil {
-		wait, err = t.s.applyVisible(b)
+		wait, err = t.s.applyVisible(ctx, b)
 	} else {
 		_ = b.Close()
 	}
@@ -520,7 +518,7 @@ func (t *Table) IncrementWith(ctx context.Context, key []byte, delta int64, extr
 		_ = batch.Close()
 		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
 	}
-	wait, err := t.s.applyVisible(batch)
+	wait, err := t.s.applyVisible(ctx, batch)
 	unlock()
 	locked = false
 	if err == nil {
@@ -700,7 +698,7 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 	}
 	slices.Sort(st)
 	st = slices.Compact(st)
-	wait, err := t.casManyLocked(conds, st, out)
+	wait, err := t.casManyLocked(ctx, conds, st, out)
 	if err != nil {
 		return nil, err
 	}
@@ -713,7 +711,7 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 // casManyLocked is CheckAndSetMany's evaluation and apply, under the stripe locks st (released
 // when the batch is visible, before the fsync: see applyVisible). It fills out and returns the
 // wait for durability.
-func (t *Table) casManyLocked(conds []zen.Cond, st []int, out []bool) (func() error, error) {
+func (t *Table) casManyLocked(ctx context.Context, conds []zen.Cond, st []int, out []bool) (func() error, error) {
 	for _, i := range st {
 		t.s.locks[i].Lock()
 	}
@@ -778,7 +776,7 @@ func (t *Table) casManyLocked(conds []zen.Cond, st []int, out []bool) (func() er
 		_ = b.Close()
 		return func() error { return nil }, nil
 	}
-	wait, err := t.s.applyVisible(b)
+	wait, err := t.s.applyVisible(ctx, b)
 	if err != nil {
 		clear(out)
 		return nil, fmt.Errorf("check-and-set many %s: %w", t.name, err)

@@ -354,18 +354,6 @@ func group[T any](m *zen.ShardMap, items []T, key func(T) []byte) (map[string][]
 
 // Apply writes muts, one batch per store (each atomic as its store makes it).
 func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
-	return t.apply(ctx, muts, zen.Table.Apply)
-}
-
-// ApplyLazy routes like Apply; each store's part is written lazily where that store can
-// (zen.Lazy).
-func (t *Table) ApplyLazy(ctx context.Context, muts []zen.Mutation) error {
-	return t.apply(ctx, muts, func(in zen.Table, ctx context.Context, muts []zen.Mutation) error {
-		return zen.ApplyLazy(ctx, in, muts)
-	})
-}
-
-func (t *Table) apply(ctx context.Context, muts []zen.Mutation, write func(zen.Table, context.Context, []zen.Mutation) error) error {
 	keys := make([][]byte, len(muts))
 	for i, mu := range muts {
 		keys[i] = mu.Key
@@ -377,14 +365,14 @@ func (t *Table) apply(ctx context.Context, muts []zen.Mutation, write func(zen.T
 	defer st.release()
 	groups, order := group(st.m, muts, func(mu zen.Mutation) []byte { return mu.Key })
 	if len(order) == 1 {
-		return write(t.inner[order[0]], ctx, muts)
+		return t.inner[order[0]].Apply(ctx, muts)
 	}
 	for _, name := range order {
 		sub := make([]zen.Mutation, 0, len(groups[name]))
 		for _, i := range groups[name] {
 			sub = append(sub, muts[i])
 		}
-		if err := write(t.inner[name], ctx, sub); err != nil {
+		if err := t.inner[name].Apply(ctx, sub); err != nil {
 			return fmt.Errorf("store %s: %w", name, err)
 		}
 	}

@@ -196,8 +196,8 @@ func tableApply(t *testing.T, tb zen.Table) {
 	}
 }
 
-// tableApplyLazy: a lazy write (zen.ApplyLazy: the backend's own where it has one) is visible
-// when it returns, to reads, scans and compare-and-sets, like Apply's.
+// tableApplyLazy: writes under zen.Lazily (Apply, CheckAndSet, CheckAndSetMany, the Carrier's)
+// are visible when they return, to reads, scans and compare-and-sets, as without it.
 func tableApplyLazy(t *testing.T, tb zen.Table) {
 	ctx := tableCtx(t)
 	tableMustApply(t, tb, tablePut("lazy/gone", "x"))
@@ -218,6 +218,30 @@ func tableApplyLazy(t *testing.T, tb zen.Table) {
 		t.Fatalf("CheckAndSet over a lazy write: %v, %v; want true", ok, err)
 	}
 	tableWant(t, tb, "lazy/b", []byte("3"))
+	lctx := zen.Lazily(ctx)
+	if ok, err := tb.CheckAndSet(lctx, []byte("lazy/b"), []byte("3"), []byte("4")); err != nil || !ok {
+		t.Fatalf("lazy CheckAndSet: %v, %v; want true", ok, err)
+	}
+	tableWant(t, tb, "lazy/b", []byte("4"))
+	if cb, ok := tb.(zen.CondBatcher); ok {
+		oks, err := cb.CheckAndSetMany(lctx, []zen.Cond{{Key: []byte("lazy/b"), Expected: []byte("4"), Value: []byte("5")},
+			{Key: []byte("lazy/a"), Expected: []byte("wrong"), Value: []byte("x")}})
+		if err != nil || len(oks) != 2 || !oks[0] || oks[1] {
+			t.Fatalf("lazy CheckAndSetMany: %v, %v; want [true false]", oks, err)
+		}
+		tableWant(t, tb, "lazy/b", []byte("5"))
+		tableWant(t, tb, "lazy/a", []byte("1"))
+	}
+	if c, ok := tb.(zen.Carrier); ok {
+		ok, err := c.CheckAndSetWith(lctx, []byte("lazy/d"), nil, []byte("d"), []zen.Mutation{tablePut("lazy/e", "e")})
+		if err == nil && !ok {
+			t.Fatal("lazy CheckAndSetWith on an absent row: false")
+		}
+		if err == nil {
+			tableWant(t, tb, "lazy/d", []byte("d"))
+			tableWant(t, tb, "lazy/e", []byte("e"))
+		}
+	}
 }
 
 func tableApplyLastWins(t *testing.T, tb zen.Table) {

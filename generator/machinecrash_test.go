@@ -1,0 +1,161 @@
+package generator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenpebble"
+)
+
+// crashPoints is a table of the embedded backend that calls before ahead of every write (the
+// embedded *zenpebble.Table keeps its Log, batched compare-and-set and Carrier methods, so the
+// generator still sees the pools and the state share one log).
+type crashPoints struct {
+	*zenpebble.Table
+	before func()
+}
+
+func (c crashPoints) Apply(ctx context.Context, muts []zen.Mutation) error {
+	c.before()
+	return c.Table.Apply(ctx, muts)
+}
+
+func (c crashPoints) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
+	c.before()
+	return c.Table.CheckAndSet(ctx, key, expected, value)
+}
+
+func (c crashPoints) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
+	c.before()
+	return c.Table.CheckAndSetMany(ctx, conds)
+}
+
+func (c crashPoints) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
+	c.before()
+	return c.Table.CheckAndSetWith(ctx, key, expected, value, extra)
+}
+
+// TestMachineCrashAtEveryWrite runs chunks over real Pebble pools and state that share a log, so
+// the steps before the ready record are written lazily, and simulates a machine crash (what was
+// fsynced, nothing more) before every write and after the last answer. From every crash, the
+// recovery must find every chunk answered before the crash, as answered, and (Pending, then
+// Settle not delivered) give every pin back to the pools exactly once.
+func TestMachineCrashAtEveryWrite(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewCrashableMem()
+	// A crash is the file system as fsynced at that moment, and the chunks answered by then.
+	type crash struct {
+		fs       *vfs.MemFS
+		answered int
+	}
+	var crashes []crash
+	var answered []Chunk
+	open := func(fs vfs.FS, crashing bool) (*zenpebble.Store, *Generator, *zen.Pools, *clock) {
+		t.Helper()
+		s, err := zenpebble.Open("db", zenpebble.WithFS(fs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		table := func(name string) zen.Table {
+			tb, err := s.Table(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !crashing {
+				return tb
+			}
+			return crashPoints{Table: tb.(*zenpebble.Table), before: func() {
+				crashes = append(crashes, crash{fs.(*vfs.MemFS).CrashClone(vfs.CrashCloneCfg{}), len(answered)})
+			}}
+		}
+		clk := &clock{t: t0}
+		pools := zen.NewPools(table("pools"), clk.Now)
+		cfg := DefaultConfig()
+		cfg.MaxChunk = 10
+		g, err := New(Params{Pools: pools, State: table("genstate"), Config: &cfg, Now: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, g, pools, clk
+	}
+	user := testUser(t)
+	s, g, pools, clk := open(fs, false)
+	if !g.lazySteps {
+		t.Fatal("pools and state of one Pebble store: the generator does not write its steps lazily")
+	}
+	var all []zen.PoolEntry
+	for i := 1; i <= 30; i++ {
+		all = append(all, zen.PoolEntry{User: user, Source: zen.SourceFollowing, Score: 1 - float64(i)/1000, Pin: pinID(t, uint64(i)),
+			Author: authorID(t, uint64(i)), Board: boardID(t, uint64(i)), CreatedMs: clk.Now().Add(-time.Hour).UnixMilli()})
+	}
+	if _, err := pools.Insert(ctx, all); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, g, _, clk = open(fs, true)
+	for range 3 {
+		c, err := g.GenerateChunk(ctx, user, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
+		c.Debug = nil
+		answered = append(answered, c)
+	}
+	crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), len(answered)})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if len(crashes) < 10 {
+		t.Fatalf("%d crash points for 3 chunks, want one per write", len(crashes))
+	}
+
+	pins := func(es []zen.PoolEntry) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, fmt.Sprint(e.Pin))
+		}
+		slices.Sort(out)
+		return out
+	}
+	for i, crashed := range crashes {
+		s, g, pools, clk := open(crashed.fs, false)
+		clk.Advance(time.Hour) // past InFlightGrace: unfinished chunks are recovered
+		pending, err := g.Pending(ctx, user)
+		if err != nil {
+			t.Fatalf("crash %d: pending: %v", i, err)
+		}
+		// Every chunk answered before the crash is there, as answered (ready).
+		for j := range pending {
+			pending[j].Debug = nil
+		}
+		if d := cmp.Diff(answered[:crashed.answered], pending[:min(len(pending), crashed.answered)], cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("crash %d, after %d answers: chunks (-answered +recovered):\n%s", i, crashed.answered, d)
+		}
+		for _, c := range pending {
+			if err := g.Settle(ctx, user, c.ID, false); err != nil {
+				t.Fatalf("crash %d: settle %s: %v", i, c.ID, err)
+			}
+		}
+		got, err := pools.Top(ctx, user, zen.SourceFollowing, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := cmp.Diff(pins(all), pins(got)); d != "" {
+			t.Errorf("crash %d of %d: pools after recovery (-want +got):\n%s", i, len(crashes), d)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
