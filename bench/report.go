@@ -98,7 +98,7 @@ func Markdown(r *Results, plotDir string) string {
 	p("| SmartFeed pool inserts/s, %d events published at once (to drained) | %.0f |", f.BurstEvents, f.BurstInsertsPerSec)
 	p("| Redis sorted-set feed inserts/s (same events) | %.0f |", f.RedisInsertsPerSec)
 	p("| raw store batched writes, rows/s | %.0f |", f.RawRowsPerSec)
-	p("| fanout lag p50 / p99 / max (sampled followers) | %.0f / %.0f / %.0f ms |", f.LagMs.P50, f.LagMs.P99, f.LagMs.Max)
+	p("| fanout lag p50 / p99 / max (sampled followers, to the worker's write) | %.0f / %.0f / %.0f ms |", f.LagMs.P50, f.LagMs.P99, f.LagMs.Max)
 	p("| drain after the phase | %.1f s |", f.DrainSeconds)
 	p("")
 	p("![fanout lag](%s)", img("fanout_lag.png"))

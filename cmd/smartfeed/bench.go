@@ -570,13 +570,19 @@ func (s *benchSystem) RawWrite(ctx context.Context, rows, keyLen, valueLen, batc
 	return float64(perSecond(int64(per*writers*batch), time.Since(start))), nil
 }
 
-// Stages snapshots GetFeed's and the generator's stage histograms (bench.StageTimer).
+// Stages snapshots GetFeed's and the generator's stage histograms, and GetFeed's whole time as
+// the service saw it (stage "all": what is not in it was spent in gRPC or the client)
+// (bench.StageTimer).
 func (s *benchSystem) Stages() []bench.StageHist {
 	var out []bench.StageHist
-	for _, name := range []string{"smartfeed_feed_stage_seconds", "smartfeed_generator_stage_seconds"} {
+	for _, name := range []string{"smartfeed_feed_request_seconds", "smartfeed_feed_stage_seconds", "smartfeed_generator_stage_seconds"} {
 		for _, m := range gatherSeries(s.a.reg, name) {
 			h := m.GetHistogram()
-			sh := bench.StageHist{Metric: name, Stage: labelValue(m, "stage"), Count: h.GetSampleCount(), Sum: h.GetSampleSum()}
+			stage := labelValue(m, "stage")
+			if stage == "" {
+				stage = "all"
+			}
+			sh := bench.StageHist{Metric: name, Stage: stage, Count: h.GetSampleCount(), Sum: h.GetSampleSum()}
 			for _, b := range h.GetBucket() {
 				sh.Upper = append(sh.Upper, b.GetUpperBound())
 				sh.Counts = append(sh.Counts, b.GetCumulativeCount())
