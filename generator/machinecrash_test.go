@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,6 +57,8 @@ func TestMachineCrashAtEveryWrite(t *testing.T) {
 		fs       *vfs.MemFS
 		answered int
 	}
+	// The generator's background sweep writes too, so the crash points are taken under a lock.
+	var mu sync.Mutex
 	var crashes []crash
 	var answered []Chunk
 	open := func(fs vfs.FS, crashing bool) (*zenpebble.Store, *Generator, *zen.Pools, *clock) {
@@ -73,6 +76,8 @@ func TestMachineCrashAtEveryWrite(t *testing.T) {
 				return tb
 			}
 			return crashPoints{Table: tb.(*zenpebble.Table), before: func() {
+				mu.Lock()
+				defer mu.Unlock()
 				crashes = append(crashes, crash{fs.(*vfs.MemFS).CrashClone(vfs.CrashCloneCfg{}), len(answered)})
 			}}
 		}
@@ -110,8 +115,11 @@ func TestMachineCrashAtEveryWrite(t *testing.T) {
 		}
 		clk.Advance(time.Second)
 		c.Debug = nil
+		mu.Lock()
 		answered = append(answered, c)
+		mu.Unlock()
 	}
+	g.Wait() // the last expiry sweep, which also writes
 	crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), len(answered)})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
