@@ -214,6 +214,7 @@ func (a *app) has(roles ...string) bool {
 // runs until run.
 func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger, reg *prometheus.Registry) (_ *app, err error) {
 	a := &app{role: role, cfg: cfg, log: log, reg: reg, stores: newStores(cfg.Storage, log)}
+	a.stores.reg = reg
 	defer func() {
 		if err != nil {
 			a.closeAll()

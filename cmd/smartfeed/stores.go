@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/config"
@@ -28,8 +30,12 @@ const (
 // and standby copies of the materialized feed. Each is opened on first use, so a role opens only
 // what it needs.
 type stores struct {
-	cfg    config.Storage
-	log    *zap.Logger
+	cfg config.Storage
+	log *zap.Logger
+	reg prometheus.Registerer // nil: the Pebble stores' LSM gauges are not registered
+	// stats holds, per store name, the open Pebble store its gauges read (registered once; a
+	// store reopened under the same name takes its place).
+	stats  map[string]*atomic.Pointer[zenpebble.Store]
 	opened map[string]zen.Store
 	order  []string // opening order, closed in reverse
 }
@@ -72,6 +78,10 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open pebble %s: %w", dir, err)
 		}
+		if err := s.registerPebbleStats(name, p); err != nil {
+			_ = p.Close()
+			return nil, err
+		}
 		st = p
 	case config.BackendHBase:
 		h := s.cfg.HBase
@@ -96,6 +106,42 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 	s.opened[name] = st
 	s.order = append(s.order, name)
 	return st, nil
+}
+
+// registerPebbleStats registers gauges of p's LSM shape (zenpebble.Stats), labelled store=name:
+// read amplification and L0 rising over a run mean reads slow down as compaction falls behind.
+func (s *stores) registerPebbleStats(name string, p *zenpebble.Store) error {
+	if s.reg == nil {
+		return nil
+	}
+	if cur, ok := s.stats[name]; ok {
+		cur.Store(p)
+		return nil
+	}
+	if s.stats == nil {
+		s.stats = map[string]*atomic.Pointer[zenpebble.Store]{}
+	}
+	cur := &atomic.Pointer[zenpebble.Store]{}
+	cur.Store(p)
+	s.stats[name] = cur
+	for _, g := range []struct {
+		name, help string
+		v          func(zenpebble.Stats) float64
+	}{
+		{"smartfeed_pebble_read_amp", "Memtables, L0 sublevels and non-empty levels a point read may look in.", func(s zenpebble.Stats) float64 { return float64(s.ReadAmp) }},
+		{"smartfeed_pebble_l0_files", "Sstables in L0.", func(s zenpebble.Stats) float64 { return float64(s.L0Files) }},
+		{"smartfeed_pebble_l0_sublevels", "Sublevels of L0.", func(s zenpebble.Stats) float64 { return float64(s.L0Sublevels) }},
+		{"smartfeed_pebble_memtables", "Memtables, the mutable one included.", func(s zenpebble.Stats) float64 { return float64(s.MemTables) }},
+		{"smartfeed_pebble_compaction_debt_bytes", "Pebble's estimate of the bytes left to compact.", func(s zenpebble.Stats) float64 { return float64(s.CompactionDebtBytes) }},
+		{"smartfeed_pebble_compactions_running", "Compactions in progress.", func(s zenpebble.Stats) float64 { return float64(s.Compactions) }},
+	} {
+		f := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help, ConstLabels: prometheus.Labels{"store": name}},
+			func() float64 { return g.v(cur.Load().Stats()) })
+		if err := s.reg.Register(f); err != nil {
+			return fmt.Errorf("register %s of %s: %w", g.name, name, err)
+		}
+	}
+	return nil
 }
 
 // named opens (once) an extra store of --stores, under the key "store:NAME".

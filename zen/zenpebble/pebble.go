@@ -792,3 +792,28 @@ func condHolds(cur, expected []byte) bool {
 	}
 	return bytes.Equal(cur, expected)
 }
+
+// Stats is the shape of the store's LSM tree, for monitoring: what a read pays (ReadAmp: the
+// memtables and L0 sublevels and levels a point read may look in) and what compaction owes.
+type Stats struct {
+	ReadAmp             int    // sublevels of L0 plus non-empty levels below, plus memtables
+	L0Files             int64  // sstables in L0
+	L0Sublevels         int32  // sublevels of L0
+	MemTables           int64  // memtables, the mutable one included
+	CompactionDebtBytes uint64 // Pebble's estimate of what is left to compact
+	Compactions         int64  // compactions running
+	Compacted           int64  // compactions done since the store opened
+}
+
+// Stats returns the store's LSM shape now (zero after Close).
+func (s *Store) Stats() Stats {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	if s.closed {
+		return Stats{}
+	}
+	m := s.db.Metrics()
+	return Stats{ReadAmp: m.ReadAmp() + int(m.MemTable.Count), L0Files: m.Levels[0].TablesCount, L0Sublevels: m.Levels[0].Sublevels,
+		MemTables: m.MemTable.Count, CompactionDebtBytes: m.Compact.EstimatedDebt, Compactions: m.Compact.NumInProgress,
+		Compacted: m.Compact.Count}
+}
