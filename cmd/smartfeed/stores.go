@@ -66,6 +66,9 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 		if s.cfg.PebbleCacheMB > 0 {
 			opts = append(opts, zenpebble.WithCacheSize(int64(s.cfg.PebbleCacheMB)<<20))
 		}
+		if s.cfg.PebbleMemTableMB > 0 {
+			opts = append(opts, zenpebble.WithMemTableSize(uint64(s.cfg.PebbleMemTableMB)<<20))
+		}
 		dir := filepath.Join(s.cfg.DataDir, name)
 		p, err := zenpebble.Open(dir, opts...)
 		if pebbleLocked(err) {

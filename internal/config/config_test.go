@@ -26,6 +26,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"backend", func(c *Config) { c.Storage.Backend = "mysql" }, "storage.backend"},
 		{"hbase needs quorums", func(c *Config) { c.Storage.Backend = BackendHBase; c.Storage.HBase.PoolsZK = "zk:2181" }, "storage.hbase.primary_zk"},
 		{"pebble needs dir", func(c *Config) { c.Storage.DataDir = "" }, "storage.data_dir"},
+		{"pebble memtable", func(c *Config) { c.Storage.PebbleMemTableMB = -1 }, "storage.pebble_memtable_mb"},
 		{"log level", func(c *Config) { c.Log.Level = "loud" }, "log.level"},
 		{"hedge percentile", func(c *Config) { c.Feed.Hedge.Percentile = 100 }, "feed.hedge: hedge policy: percentile"},
 		{"hedge budget", func(c *Config) { c.Feed.Hedge.Budget = 1.5 }, "feed.hedge: hedge policy: budget"},

@@ -58,6 +58,7 @@ type config struct {
 	sync   bool
 	logger *zap.Logger
 	cache  int64
+	mem    uint64
 	fs     vfs.FS
 }
 
@@ -74,6 +75,13 @@ func WithFS(fs vfs.FS) Option { return func(c *config) { c.fs = fs } }
 
 // WithCacheSize sets Pebble's block cache size in bytes (default: Pebble's, 8 MiB).
 func WithCacheSize(n int64) Option { return func(c *config) { c.cache = n } }
+
+// WithMemTableSize sets the size of Pebble's memtable in bytes (default: Pebble's, 4 MiB).
+// Every flush of a memtable becomes an L0 file that compaction merges into the base level; when
+// writes land all over the key space (a fanout writes to every receiver's pools), each L0 file
+// overlaps the whole base level, so small memtables make compaction rewrite it often. Up to
+// two memtables may be held at once.
+func WithMemTableSize(n uint64) Option { return func(c *config) { c.mem = n } }
 
 // Store is a zen.Store over one Pebble database. It is safe for concurrent use.
 type Store struct {
@@ -133,6 +141,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	if cfg.fs != nil {
 		po.FS = cfg.fs
+	}
+	if cfg.mem > 0 {
+		po.MemTableSize = cfg.mem
 	}
 	if cfg.cache > 0 {
 		c := pebble.NewCache(cfg.cache)
@@ -364,6 +375,10 @@ func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 		return nil, fmt.Errorf("scan %s: %w", t.name, err)
 	}
 	var out []zen.KV
+	if o.Limit > 0 {
+		out = make([]zen.KV, 0, min(o.Limit, 256))
+	}
+	var slab scanSlab
 	var valid bool
 	if o.Reverse {
 		valid = it.SeekLT(hi)
@@ -382,11 +397,7 @@ func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 			_ = it.Close()
 			return nil, fmt.Errorf("scan %s: %w", t.name, err)
 		}
-		kv := zen.KV{Key: bytes.Clone(it.Key()[len(t.prefix):]), Value: bytes.Clone(v)}
-		if kv.Value == nil {
-			kv.Value = []byte{}
-		}
-		out = append(out, kv)
+		out = append(out, zen.KV{Key: slab.clone(it.Key()[len(t.prefix):]), Value: slab.clone(v)})
 		if o.Limit > 0 && len(out) >= o.Limit {
 			break
 		}
@@ -395,6 +406,26 @@ func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 		return nil, fmt.Errorf("scan %s: %w", t.name, err)
 	}
 	return out, nil
+}
+
+// scanSlab copies a scan's keys and values into shared blocks, one allocation for many rows
+// instead of two a row (a pool upkeep reads thousands). A copy's capacity ends where it does, so
+// appending to it never overwrites the next.
+// Blocks start small (a page of 50 rows fits in one) and double up to 64 KiB.
+type scanSlab struct {
+	buf  []byte
+	next int
+}
+
+// clone returns a copy of b in the slab, never nil.
+func (s *scanSlab) clone(b []byte) []byte {
+	if len(b) > cap(s.buf)-len(s.buf) || s.buf == nil {
+		s.next = min(max(2*s.next, 4<<10), 64<<10)
+		s.buf = make([]byte, 0, max(s.next, len(b)))
+	}
+	n := len(s.buf)
+	s.buf = append(s.buf, b...)
+	return s.buf[n:len(s.buf):len(s.buf)]
 }
 
 func step(it *pebble.Iterator, reverse bool) bool {
