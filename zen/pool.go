@@ -594,13 +594,12 @@ func (p *Pools) Take(ctx context.Context, user ID, es []PoolEntry) ([]PoolEntry,
 			return nil, fmt.Errorf("take for %d: pin %d: score NaN", user, e.Pin)
 		}
 	}
-	var live map[ID]PoolEntry
+	var v *poolView
 	if lookup {
-		v, err := p.view(ctx, user)
-		if err != nil {
+		var err error
+		if v, err = p.view(ctx, user); err != nil {
 			return nil, fmt.Errorf("take for %d: %w", user, err)
 		}
-		live = v.live
 	}
 	pins := make([]PoolEntry, 0, len(es))
 	seen := make(map[ID]bool, len(es))
@@ -610,7 +609,7 @@ func (p *Pools) Take(ctx context.Context, user ID, es []PoolEntry) ([]PoolEntry,
 		}
 		seen[e.Pin] = true
 		if e.Source == 0 {
-			le, ok := live[e.Pin]
+			le, ok := v.liveEntry(e.Pin)
 			if !ok {
 				continue
 			}
@@ -748,14 +747,32 @@ func (p *Pools) forget(ctx context.Context, user ID, pins []ID) (int, error) {
 	return len(muts), nil
 }
 
-// poolView is one read of all of a user's rows: the live entry of each pin, every row of each
-// live pin, the dead rows to delete, and the tombstones.
+// poolView is one read of all of a user's rows: the rows of live pins in key order (so each
+// source's best first), the best row of each pin, the dead rows to delete (a live pin's worse
+// rows among them), and the tombstones.
 type poolView struct {
-	live   map[ID]PoolEntry
-	rowsOf map[ID][][]byte
+	rows   []viewRow
+	best   map[ID]int // pin -> its live entry, an index into rows
 	dead   []Mutation
 	tombs  []KV
 	hidden []hiddenRow // rows under a taken tombstone or a restoring mark
+}
+
+// viewRow is a row of a live pin; lost when a better row of the pin came later in the scan
+// (from another source).
+type viewRow struct {
+	e    PoolEntry
+	key  []byte
+	lost bool
+}
+
+// liveEntry returns pin's live entry, if the pin is in the pools.
+func (v *poolView) liveEntry(pin ID) (PoolEntry, bool) {
+	i, ok := v.best[pin]
+	if !ok {
+		return PoolEntry{}, false
+	}
+	return v.rows[i].e, true
 }
 
 // hiddenRow is a row under a taken tombstone or a restoring mark: readers skip it; only its
@@ -767,7 +784,7 @@ type hiddenRow struct {
 
 // view reads all of user's rows in one range scan (tombstones sort first, then the sources).
 func (p *Pools) view(ctx context.Context, user ID) (*poolView, error) {
-	v := &poolView{live: map[ID]PoolEntry{}, rowsOf: map[ID][][]byte{}}
+	v := &poolView{best: map[ID]int{}}
 	gone := map[ID][]byte{}
 	start, stop := userPrefix(user), PrefixEnd(userPrefix(user))
 	for {
@@ -801,10 +818,21 @@ func (p *Pools) view(ctx context.Context, user ID) (*poolView, error) {
 					v.dead = append(v.dead, Mutation{Key: r.Key, Delete: true})
 					continue
 				}
-				v.rowsOf[pin] = append(v.rowsOf[pin], r.Key)
-				if cur, ok := v.live[pin]; !ok || outranks(e, cur) {
-					v.live[pin] = e
+				// Every row of a live pin but its best one lost: rows come best first within a
+				// source, so a later row wins only from another source.
+				j, ok := v.best[pin]
+				switch {
+				case !ok:
+					v.best[pin] = len(v.rows)
+				case outranks(e, v.rows[j].e):
+					v.rows[j].lost = true
+					v.dead = append(v.dead, Mutation{Key: v.rows[j].key, Delete: true})
+					v.best[pin] = len(v.rows)
+				default:
+					v.dead = append(v.dead, Mutation{Key: r.Key, Delete: true})
+					continue
 				}
+				v.rows = append(v.rows, viewRow{e: e, key: r.Key})
 			default:
 				return nil, fmt.Errorf("malformed pools row key %x", r.Key)
 			}
@@ -814,28 +842,20 @@ func (p *Pools) view(ctx context.Context, user ID) (*poolView, error) {
 		}
 		start = keyAfter(rows[len(rows)-1].Key)
 	}
-	// Every row of a live pin but its best one lost.
-	for pin, ks := range v.rowsOf {
-		if len(ks) == 1 {
-			continue
-		}
-		best := rowKey(v.live[pin])
-		for _, k := range ks {
-			if !bytes.Equal(k, best) {
-				v.dead = append(v.dead, Mutation{Key: k, Delete: true})
-			}
-		}
-	}
 	return v, nil
 }
 
 // entries returns the live entries of src (0: every source), best first, ties by smaller pin.
+// Within a source that is key order, the order of the view's rows.
 func (v *poolView) entries(src Source) []PoolEntry {
 	var out []PoolEntry
-	for _, e := range v.live {
-		if src == 0 || e.Source == src {
-			out = append(out, e)
+	for _, r := range v.rows {
+		if !r.lost && (src == 0 || r.e.Source == src) {
+			out = append(out, r.e)
 		}
+	}
+	if src != 0 {
+		return out
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Score != out[j].Score {
@@ -846,15 +866,16 @@ func (v *poolView) entries(src Source) []PoolEntry {
 	return out
 }
 
-// drop deletes every row of the pins of es, after the view's dead rows (no tombstone: a later
-// job may bring the pin back), and returns how many pins it dropped. Lazy deletes do not wait
+// drop deletes every row of the pins of es (live entries of v: their best rows, the others
+// being among the view's dead rows), after the view's dead rows (no tombstone: a later job may
+// bring the pin back), and returns how many pins it dropped. Lazy deletes do not wait
 // for their fsync (zen.Lazily): for upkeep (trim, expiry, dedup), which a crash that loses them
 // merely leaves to be done again, not for a removal a caller relies on.
 func (p *Pools) drop(ctx context.Context, v *poolView, es []PoolEntry, lazy bool) (int, error) {
 	muts := v.dead
 	for _, e := range es {
-		for _, k := range v.rowsOf[e.Pin] {
-			muts = append(muts, Mutation{Key: k, Delete: true})
+		if i, ok := v.best[e.Pin]; ok {
+			muts = append(muts, Mutation{Key: v.rows[i].key, Delete: true})
 		}
 	}
 	for len(muts) > 0 {
@@ -970,7 +991,11 @@ func (p *Pools) upkeep(ctx context.Context, user ID, keep int, olderThanMs int64
 	}
 	var drop []PoolEntry
 	bySrc := map[Source][]PoolEntry{}
-	for _, e := range v.entries(0) {
+	for _, r := range v.rows { // key order: each source's entries best first
+		if r.lost {
+			continue
+		}
+		e := r.e
 		if e.CreatedMs < olderThanMs {
 			drop = append(drop, e)
 			expired++

@@ -78,33 +78,3 @@ func TestLazyWritesAfterMachineCrash(t *testing.T) {
 		t.Errorf("crash after lazy steps only: %q survived, want none (were they synced?)", got)
 	}
 }
-
-// TestStats: the LSM shape of an open store (one memtable at least: a read looks there), and
-// after a flush the sstables; nothing after Close.
-func TestStats(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tb := openTable(t, s, "t")
-	if err := tb.Apply(ctx, []zen.Mutation{{Key: []byte("k"), Value: []byte("v")}}); err != nil {
-		t.Fatal(err)
-	}
-	st := s.Stats()
-	if st.MemTables < 1 || st.ReadAmp < 1 {
-		t.Errorf("open store with a write: %+v, want a memtable and read amp ≥ 1", st)
-	}
-	if err := s.db.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if st := s.Stats(); st.L0Files+int64(st.ReadAmp) < 2 {
-		t.Errorf("after a flush: %+v, want an sstable counted", st)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if st := s.Stats(); st != (Stats{}) {
-		t.Errorf("closed store: %+v, want zero", st)
-	}
-}
