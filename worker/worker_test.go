@@ -591,3 +591,44 @@ func TestOnInsertSeesWrittenEntries(t *testing.T) {
 		t.Errorf("hook called %d more times after it was cleared", len(seen)-n)
 	}
 }
+
+// TestMinUpkeepInterval: a receiver is upkept at most once per interval; past it, the next
+// picked insert upkeeps it again.
+func TestMinUpkeepInterval(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name     string
+		interval time.Duration
+		want     []int // f0's following pool after pins 0, 1, and 2 (an interval later)
+	}{
+		{"no limit", 0, []int{1, 1, 1}},
+		{"a minute", time.Minute, []int{1, 2, 1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t, zenmem.New(), Config{TrimEvery: 1, PoolCap: 1, MinUpkeepInterval: tt.interval}, 1, nil)
+			var got []int
+			for pin := range 3 {
+				if pin == 2 {
+					w.clk.add(2 * time.Minute)
+				}
+				task := w.fanoutTask(t, pin)
+				if err := handler(t, w.q, task.Type()).ProcessTask(ctx, task); err != nil {
+					t.Fatal(err)
+				}
+				for task := w.q.pop(); task != nil; task = w.q.pop() {
+					if err := handler(t, w.q, task.Type()).ProcessTask(ctx, task); err != nil {
+						t.Fatal(err)
+					}
+				}
+				n, err := w.w.Pools().Size(ctx, w.followers[0], zen.SourceFollowing)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, n)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("pool sizes (-want +got):\n%s", d)
+			}
+		})
+	}
+}
