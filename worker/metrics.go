@@ -16,8 +16,6 @@ type metrics struct {
 	tasks    *prometheus.CounterVec
 	removed  *prometheus.CounterVec
 	unknown  *prometheus.CounterVec
-	// upkeepsSkipped counts upkeeps skipped by Config.MinUpkeepInterval.
-	upkeepsSkipped prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -40,13 +38,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Pool entries removed by upkeep, by cause (unfollow, pin_delete)."}, []string{"cause"}),
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_unknown_objects_total",
 			Help: "Task runs that named an object this store never had (failed, then dead-lettered), by task type."}, []string{"type"}),
-		upkeepsSkipped: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_upkeeps_skipped_total",
-			Help: "Receiver upkeeps skipped because the receiver was upkept within the minimum interval."}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.inline, m.resumed, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown, m.upkeepsSkipped} {
+	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.inline, m.resumed, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
 		}

@@ -9,7 +9,6 @@ import (
 	"math/big"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -58,12 +57,6 @@ type Config struct {
 	// A pool may exceed PoolCap by about TrimEvery entries between trims; each trim reads all
 	// the receiver's rows (up to PoolCap entries per source, their older rows, tombstones).
 	TrimEvery int
-	// MinUpkeepInterval: a receiver picked for upkeep within this interval of its last upkeep by
-	// this worker is skipped. A receiver whose pools fill fast (tens of inserts a second) is then
-	// read whole about once an interval rather than after every TrimEvery inserts, and may exceed
-	// PoolCap by what arrives meanwhile. Zero (the default): no limit; the smartfeed binary
-	// uses 5 s.
-	MinUpkeepInterval time.Duration
 	// TTL: pool entries whose pin was created longer ago than this expire (default 14 days).
 	TTL time.Duration
 	// InactiveAfter: receivers not seen for longer than this are skipped by fanout and rebuilt
@@ -154,41 +147,6 @@ type Worker struct {
 	m      *metrics
 	// onInsert, when set, is called with each batch of entries written (OnInsert).
 	onInsert atomic.Pointer[func([]zen.PoolEntry)]
-	upkept   upkeepGate
-}
-
-// upkeepGate remembers when this worker last upkept each receiver (Config.MinUpkeepInterval).
-type upkeepGate struct {
-	mu   sync.Mutex
-	last map[zen.ID]time.Time
-}
-
-// maxUpkeepGate bounds the receivers an upkeepGate remembers; past it, those upkept longer than
-// the interval ago are forgotten (and if none is, all are: the worst is an early upkeep).
-const maxUpkeepGate = 1 << 16
-
-// allow reports whether user may be upkept at now, and if so records it.
-func (g *upkeepGate) allow(user zen.ID, now time.Time, every time.Duration) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if t, ok := g.last[user]; ok && now.Sub(t) < every && !now.Before(t) {
-		return false
-	}
-	if g.last == nil {
-		g.last = map[zen.ID]time.Time{}
-	}
-	if len(g.last) >= maxUpkeepGate {
-		for u, t := range g.last {
-			if now.Sub(t) >= every {
-				delete(g.last, u)
-			}
-		}
-		if len(g.last) >= maxUpkeepGate {
-			clear(g.last)
-		}
-	}
-	g.last[user] = now
-	return true
 }
 
 // OnInsert sets fn to be called with each batch of pool entries once Pools.Insert has written
@@ -801,10 +759,6 @@ func (w *Worker) insert(ctx context.Context, es []zen.PoolEntry) error {
 	}
 	for _, e := range es {
 		if !w.trimPick(e.User, e.Pin) {
-			continue
-		}
-		if w.cfg.MinUpkeepInterval > 0 && !w.upkept.allow(e.User, w.now(), w.cfg.MinUpkeepInterval) {
-			w.m.upkeepsSkipped.Inc()
 			continue
 		}
 		if err := w.upkeep(ctx, e.User); err != nil {

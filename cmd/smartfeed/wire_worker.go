@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -67,9 +66,7 @@ func (a *app) buildWorker(ctx context.Context) error {
 	if a.has(roleFeed) {
 		opts.Feeds = feedRemover{a}
 	}
-	// A receiver's whole pools are read by an upkeep at most every 5 s: under a hot fanout
-	// (the demo at 500 events/s: ~70 inserts a second per receiver) that about halves the upkeeps.
-	a.worker, err = worker.New(a.graph, poolsT, stateT, a.durable, worker.Config{MinUpkeepInterval: 5 * time.Second}, opts)
+	a.worker, err = worker.New(a.graph, poolsT, stateT, a.durable, worker.Config{}, opts)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
