@@ -60,7 +60,7 @@ func resync(ctx context.Context, cfg config.Config, user zen.ID, stdout, stderr 
 		return errors.New("resync: HBase replicates this feed itself (storage.hbase.replication); " +
 			"repair a rebuilt standby with HBase's CopyTable or SyncTable")
 	}
-	st := newStores(cfg.Storage, zap.NewNop())
+	st := newStores(cfg.Storage, zap.NewNop(), nil)
 	defer func() { _ = st.close() }()
 	primary, err := st.table(ctx, storePrimary, tableFeed)
 	if err != nil {

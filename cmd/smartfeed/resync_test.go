@@ -28,7 +28,7 @@ func TestResyncUser(t *testing.T) {
 	}
 	cfg := config.DefaultConfig()
 	cfg.Storage.DataDir = dir
-	st := newStores(cfg.Storage, zap.NewNop())
+	st := newStores(cfg.Storage, zap.NewNop(), nil)
 	primary, err := st.table(ctx, storePrimary, tableFeed)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestResyncUser(t *testing.T) {
 		t.Errorf("resync said %q, want 2 standby rows changed", out.String())
 	}
 
-	st = newStores(cfg.Storage, zap.NewNop())
+	st = newStores(cfg.Storage, zap.NewNop(), nil)
 	defer func() { _ = st.close() }()
 	standby, err = st.table(ctx, storeStandby, tableFeed)
 	must(err)

@@ -213,8 +213,7 @@ func (a *app) has(roles ...string) bool {
 // newApp opens the stores and builds the services of role, and binds the listeners. Nothing
 // runs until run.
 func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger, reg *prometheus.Registry) (_ *app, err error) {
-	a := &app{role: role, cfg: cfg, log: log, reg: reg, stores: newStores(cfg.Storage, log)}
-	a.stores.reg = reg
+	a := &app{role: role, cfg: cfg, log: log, reg: reg, stores: newStores(cfg.Storage, log, reg)}
 	defer func() {
 		if err != nil {
 			a.closeAll()

@@ -40,8 +40,9 @@ type stores struct {
 	order  []string // opening order, closed in reverse
 }
 
-func newStores(cfg config.Storage, log *zap.Logger) *stores {
-	return &stores{cfg: cfg, log: log, opened: map[string]zen.Store{}}
+// newStores returns the stores of cfg; reg, when not nil, gets the Pebble stores' LSM gauges.
+func newStores(cfg config.Storage, log *zap.Logger, reg prometheus.Registerer) *stores {
+	return &stores{cfg: cfg, log: log, reg: reg, opened: map[string]zen.Store{}}
 }
 
 // Store names.

@@ -17,8 +17,7 @@ func TestPebbleStatsGauges(t *testing.T) {
 	cfg := config.DefaultConfig().Storage
 	cfg.DataDir = t.TempDir()
 	reg := newRegistry()
-	st := newStores(cfg, zap.NewNop())
-	st.reg = reg
+	st := newStores(cfg, zap.NewNop(), reg)
 	memtables := func() float64 {
 		t.Helper()
 		for _, m := range gatherSeries(reg, "smartfeed_pebble_memtables") {

@@ -833,7 +833,6 @@ type Stats struct {
 	MemTables           int64  // memtables, the mutable one included
 	CompactionDebtBytes uint64 // Pebble's estimate of what is left to compact
 	Compactions         int64  // compactions running
-	Compacted           int64  // compactions done since the store opened
 }
 
 // Stats returns the store's LSM shape now (zero after Close).
@@ -845,6 +844,5 @@ func (s *Store) Stats() Stats {
 	}
 	m := s.db.Metrics()
 	return Stats{ReadAmp: m.ReadAmp() + int(m.MemTable.Count), L0Files: m.Levels[0].TablesCount, L0Sublevels: m.Levels[0].Sublevels,
-		MemTables: m.MemTable.Count, CompactionDebtBytes: m.Compact.EstimatedDebt, Compactions: m.Compact.NumInProgress,
-		Compacted: m.Compact.Count}
+		MemTables: m.MemTable.Count, CompactionDebtBytes: m.Compact.EstimatedDebt, Compactions: m.Compact.NumInProgress}
 }
