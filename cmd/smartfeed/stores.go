@@ -60,18 +60,8 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 	var st zen.Store
 	switch s.cfg.Backend {
 	case config.BackendPebble:
-		opts := []zenpebble.Option{zenpebble.WithLogger(s.log.Named("pebble").With(zap.String("store", name)))}
-		if s.cfg.PebbleNoSync {
-			opts = append(opts, zenpebble.WithNoSync())
-		}
-		if s.cfg.PebbleCacheMB > 0 {
-			opts = append(opts, zenpebble.WithCacheSize(int64(s.cfg.PebbleCacheMB)<<20))
-		}
-		if s.cfg.PebbleMemTableMB > 0 {
-			opts = append(opts, zenpebble.WithMemTableSize(uint64(s.cfg.PebbleMemTableMB)<<20))
-		}
 		dir := filepath.Join(s.cfg.DataDir, name)
-		p, err := zenpebble.Open(dir, opts...)
+		p, err := zenpebble.Open(dir, s.pebbleOptions(name)...)
 		if pebbleLocked(err) {
 			// Pebble admits one process per directory. The worker and the generator (and a
 			// feedsvc without --generator-addr) all open the main store.
@@ -110,6 +100,22 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 	s.opened[name] = st
 	s.order = append(s.order, name)
 	return st, nil
+}
+
+// pebbleOptions are the options of every Pebble store opened, the store named name (a label
+// of its log lines): sync, block cache and memtable size from the storage config.
+func (s *stores) pebbleOptions(name string) []zenpebble.Option {
+	opts := []zenpebble.Option{zenpebble.WithLogger(s.log.Named("pebble").With(zap.String("store", name)))}
+	if s.cfg.PebbleNoSync {
+		opts = append(opts, zenpebble.WithNoSync())
+	}
+	if s.cfg.PebbleCacheMB > 0 {
+		opts = append(opts, zenpebble.WithCacheSize(int64(s.cfg.PebbleCacheMB)<<20))
+	}
+	if s.cfg.PebbleMemTableMB > 0 {
+		opts = append(opts, zenpebble.WithMemTableSize(uint64(s.cfg.PebbleMemTableMB)<<20))
+	}
+	return opts
 }
 
 // registerPebbleStats registers gauges of p's LSM shape (zenpebble.Stats), labelled store=name:
@@ -157,13 +163,13 @@ func (s *stores) named(ctx context.Context, ns config.NamedStore) (zen.Store, er
 	var st zen.Store
 	switch ns.Backend {
 	case config.BackendPebble:
-		opts := []zenpebble.Option{zenpebble.WithLogger(s.log.Named("pebble").With(zap.String("store", ns.Name)))}
-		if s.cfg.PebbleNoSync {
-			opts = append(opts, zenpebble.WithNoSync())
-		}
-		p, err := zenpebble.Open(ns.Addr, opts...)
+		p, err := zenpebble.Open(ns.Addr, s.pebbleOptions(ns.Name)...)
 		if err != nil {
 			return nil, fmt.Errorf("open store %s (pebble %s): %w", ns.Name, ns.Addr, err)
+		}
+		if err := s.registerPebbleStats(key, p); err != nil {
+			_ = p.Close()
+			return nil, err
 		}
 		st = p
 	case config.BackendHBase:

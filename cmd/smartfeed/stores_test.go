@@ -28,6 +28,17 @@ func TestPebbleStatsGauges(t *testing.T) {
 		t.Fatal("no smartfeed_pebble_memtables{store=main}")
 		return 0
 	}
+	// A --stores Pebble store gets the same options and gauges, labelled with its key.
+	if _, err := st.named(ctx, config.NamedStore{Name: "moved", Backend: config.BackendPebble, Addr: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	var named bool
+	for _, m := range gatherSeries(reg, "smartfeed_pebble_memtables") {
+		named = named || labelValue(m, "store") == "store:moved"
+	}
+	if !named {
+		t.Error("no smartfeed_pebble_memtables{store=\"store:moved\"} for a --stores Pebble store")
+	}
 	for round := range 2 {
 		if _, err := st.get(ctx, storeMain); err != nil {
 			t.Fatalf("round %d: %v", round, err)
