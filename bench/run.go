@@ -62,24 +62,28 @@ type Baseline interface {
 
 // Options sizes a run.
 type Options struct {
-	Profile       string
-	Storage       string
-	Seed          uint64
-	Users         []int         // the scale curve's sizes; the first is the main run's
-	EventRate     float64       // sustained events per second of the fanout phase
-	FanoutFor     time.Duration // length of the fanout phase
-	StepRates     []float64     // event rates tried for the highest sustainable rate
-	StepFor       time.Duration
-	ReadRate      float64 // offered GetFeed (and ZREVRANGE) calls per second
-	ReadFor       time.Duration
-	Concurrency   int
-	PageSize      int
-	SlowFraction  float64 // of primary reads slowed in the hedging phase
-	SlowBy        time.Duration
-	HedgeFor      time.Duration
-	LagBound      time.Duration
-	RawRows       int
-	ScaleEvents   int
+	Profile      string
+	Storage      string
+	Seed         uint64
+	Users        []int         // the scale curve's sizes; the first is the main run's
+	EventRate    float64       // sustained events per second of the fanout phase
+	FanoutFor    time.Duration // length of the fanout phase
+	StepRates    []float64     // event rates tried for the highest sustainable rate
+	StepFor      time.Duration
+	ReadRate     float64 // offered GetFeed (and ZREVRANGE) calls per second
+	ReadFor      time.Duration
+	Concurrency  int
+	PageSize     int
+	SlowFraction float64 // of primary reads slowed in the hedging phase
+	SlowBy       time.Duration
+	HedgeFor     time.Duration
+	LagBound     time.Duration
+	RawRows      int
+	ScaleEvents  int
+	// BurstEvents are published at once, with nobody polling for their arrival, for the
+	// fanout's capacity (0: as many as the sustained phase had). It is sized so that the
+	// fanout takes seconds, not the few hundred milliseconds the drain poll can blur.
+	BurstEvents   int
 	MachineString string
 	Commit        string
 
@@ -95,6 +99,20 @@ type Options struct {
 	// Scale builds a fresh system of the given number of users for the scale curve; nil
 	// measures the main size only.
 	Scale func(ctx context.Context, users int) (System, func(), error)
+	// Phase, when set, is called as each measured phase starts (one of Phases) and returns
+	// the function called as it ends: a CPU profile of one phase, for instance.
+	Phase func(name string) (end func())
+}
+
+// Phases are the names Options.Phase is called with, in the order a run goes through them.
+var Phases = []string{"fanout", "burst", "steps", "serving", "read-rates", "hedging", "scale"}
+
+// phase starts the named phase for Options.Phase and returns its end.
+func (o Options) phase(name string) func() {
+	if o.Phase == nil {
+		return func() {}
+	}
+	return o.Phase(name)
 }
 
 // Quick is the profile `make bench` runs (≤ 5 minutes on a 2-core machine).
@@ -102,7 +120,7 @@ func Quick() Options {
 	return Options{Profile: "quick", Seed: 8, Users: []int{500, 1000}, EventRate: 10, FanoutFor: 20 * time.Second,
 		StepRates: []float64{5, 20, 80, 320, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second,
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
-		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60,
+		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60, BurstEvents: 2000,
 		ReadStepRates: []float64{50, 100, 200, 500, 1000, 2000, 5000, 10000}, ReadStepFor: 3 * time.Second,
 		ReadStepMinCalls: 500, ReadStepConcurrency: 128, ReadP99Bound: 10 * time.Millisecond}
 }
@@ -116,6 +134,7 @@ func Full() Options {
 	o.ReadStepFor = 10 * time.Second
 	o.StepRates = []float64{10, 40, 160, 640, 2560}
 	o.ScaleEvents = 200
+	o.BurstEvents = 8000
 	return o
 }
 
@@ -181,6 +200,8 @@ type FanoutResult struct {
 	// sustained figure is bounded by the offered event rate).
 	BurstEvents        int     `json:"burst_events"`
 	BurstInsertsPerSec float64 `json:"burst_pool_inserts_per_sec"`
+	// BurstSeconds is the burst's time from its first publish until the queues drained.
+	BurstSeconds float64 `json:"burst_seconds"`
 }
 
 // StepResult is one rate of the sustainable-rate search.
@@ -407,6 +428,22 @@ func fanout(ctx context.Context, sys System, w *World, rate float64, d time.Dura
 	return events, lags, nil
 }
 
+// burst publishes one event per author as fast as 64 publishers can, with no follower watched
+// (the lag pollers would take CPU from the worker the peers do not pay), and returns how many
+// were published.
+func burst(ctx context.Context, sys System, w *World, authors []int) (int, error) {
+	var errs atomic.Int64
+	n := paced(ctx, math.Inf(1), 0, len(authors), 64, func(i int) {
+		if _, err := sys.Pin(ctx, w.IDs[authors[i]], nil); err != nil {
+			errs.Add(1)
+		}
+	})
+	if e := errs.Load(); e > 0 {
+		return n, fmt.Errorf("%d of %d events failed to publish", e, n)
+	}
+	return n, nil
+}
+
 // drain waits until no fanout task is pending (or limit passes) and returns how long it took.
 func drain(ctx context.Context, sys System, limit time.Duration) time.Duration {
 	start := time.Now()
@@ -483,11 +520,13 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	repl.begin()
 	say("fanout: %.0f events/s for %v", opts.EventRate, opts.FanoutFor)
 	ins0, cpu0, start := sys.PoolInserts(), cpuTime(), time.Now()
+	end := opts.phase("fanout")
 	events, lags, err := fanout(ctx, sys, w, opts.EventRate, opts.FanoutFor, 1, &res.lagSeries, t0)
 	if err != nil {
 		res.Notes = append(res.Notes, "fanout: "+err.Error())
 	}
 	dr := drain(ctx, sys, time.Minute)
+	end()
 	repl.end("fanout")
 	el := time.Since(start).Seconds()
 	inserts := sys.PoolInserts() - ins0
@@ -495,8 +534,13 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		LagMs: lags.Summary(), DrainSeconds: dr.Seconds()}
 	_ = cpu0
 
-	// Peers on the same events: the Redis sorted sets, and the store's raw batched writes.
-	authors := m.Authors(events, 1)
+	// Capacity: BurstEvents events published at once, and the peers on the same events, each
+	// as fast as it can: the Redis sorted sets, and the store's raw batched writes.
+	nburst := opts.BurstEvents
+	if nburst <= 0 {
+		nburst = max(events, 1)
+	}
+	authors := m.Authors(nburst, 2)
 	bstart := time.Now()
 	binserts := 0
 	for i, a := range authors {
@@ -517,22 +561,24 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	}
 	res.Fanout.RawRowsPerSec = raw
 
-	// Capacity: as many events as the sustained phase had, published at once; pool inserts per
-	// second until the queues drain.
 	bins0, bt0 := sys.PoolInserts(), time.Now()
-	bev, _, berr := fanout(ctx, sys, w, float64(max(events, 1)), time.Second, 2, nil, t0)
+	end = opts.phase("burst")
+	bev, berr := burst(ctx, sys, w, authors)
 	if berr != nil {
 		res.Notes = append(res.Notes, "burst: "+berr.Error())
 	}
 	drain(ctx, sys, 2*time.Minute)
+	end()
 	res.Fanout.BurstEvents = bev
 	res.Fanout.BurstInsertsPerSec = (sys.PoolInserts() - bins0) / time.Since(bt0).Seconds()
-	say("fanout: %d events at once: %.0f pool inserts/s until drained", bev, res.Fanout.BurstInsertsPerSec)
+	res.Fanout.BurstSeconds = time.Since(bt0).Seconds()
+	say("fanout: %d events at once: %.0f pool inserts/s until drained (%.1f s)", bev, res.Fanout.BurstInsertsPerSec, res.Fanout.BurstSeconds)
 	say("fanout: %.0f pool inserts/s (lag p50 %.0f ms, p99 %.0f ms); Redis %.0f inserts/s; raw store %.0f rows/s",
 		res.Fanout.InsertsPerSec, res.Fanout.LagMs.P50, res.Fanout.LagMs.P99, res.Fanout.RedisInsertsPerSec, raw)
 
 	// 2. The highest event rate whose lag p99 stays under the bound.
 	repl.begin()
+	end = opts.phase("steps")
 	for i, rate := range opts.StepRates {
 		n, l, _ := fanout(ctx, sys, w, rate, opts.StepFor, uint64(10+i), nil, t0)
 		drain(ctx, sys, time.Minute)
@@ -544,6 +590,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 			break
 		}
 	}
+	end()
 	repl.end("rate steps")
 
 	// 3. Reads while fanout runs: GetFeed against Redis ZREVRANGE, same offered load.
@@ -562,9 +609,11 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	repl.begin()
 	genCalls0, genTime0 := sys.GeneratorTime()
 	st0 := stages(sys)
+	end = opts.phase("serving")
 	gl, order, gerrs, grate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
 		return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 	})
+	end()
 	genCalls1, genTime1 := sys.GeneratorTime()
 	stagesServing := stageDiff(st0, stages(sys))
 	repl.end("serving")
@@ -592,8 +641,10 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	// 3b. Read throughput: the highest offered GetFeed rate held with p99 under the bound,
 	// fanout running, then the same steps on the Redis peer's ZREVRANGE.
 	if len(opts.ReadStepRates) > 0 {
+		end := opts.phase("read-rates")
 		res.GetFeedRateSteps, res.GetFeedMaxRate, res.RedisRateSteps, res.RedisMaxRate = readRates(ctx, sys, base, w, readers, opts, t0, say)
 		res.RateStepBoundMs, res.RateStepConc = ms(opts.ReadP99Bound), opts.ReadStepConcurrency
+		end()
 	}
 
 	// 4. Tail under trouble: a slice of the primary's reads slowed, hedging off then on.
@@ -601,6 +652,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Notes = append(res.Notes, "hedging: "+err.Error())
 	} else {
 		repl.begin()
+		end := opts.phase("hedging")
 		for _, on := range []bool{false, true} {
 			if err := sys.Hedging(ctx, on); err != nil {
 				return nil, err
@@ -617,6 +669,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 			say("hedging %v: GetFeed p99.9 %.1f ms, extra load %.2f%%, cutoff %.1f ms", on, hr.GetFeed.P999, 100*hr.ExtraLoad, hr.CutoffMs)
 		}
 		_ = sys.SlowPrimary(ctx, 0, 0)
+		end()
 		repl.end("hedging")
 	}
 	res.Replication = repl.result()
@@ -627,6 +680,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 
 	// 5. Scale: cost per event as users grow.
 	sizes := opts.Users
+	end = opts.phase("scale")
 	for i, n := range sizes {
 		s, closeS := sys, func() {}
 		sw := w
@@ -662,6 +716,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		say("scale: %d users: %.2f ms CPU per event, %.1f µs wall per insert, GetFeed p99 %.1f ms", n, sr.CPUSecPerEvent, sr.WallPerInsert, p99)
 		closeS()
 	}
+	end()
 	res.RSSMiB = peakRSSMiB()
 	res.Seconds = time.Since(res.Started).Seconds()
 

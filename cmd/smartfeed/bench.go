@@ -36,7 +36,7 @@ import (
 )
 
 // benchFlags are the bench command's own flags.
-type benchFlags struct{ profile, out, docs, cpuprofile, hbasePE string }
+type benchFlags struct{ profile, out, docs, cpuprofile, cpuPhase, hbasePE string }
 
 // newBenchCmd is "smartfeed bench": the end-to-end benchmark (bench.Run) on an in-process
 // `all` over the real Redis and store, with fsync on; it writes results.json, report.md and
@@ -56,6 +56,7 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	fs.StringVar(&bf.out, "out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
 	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
 	fs.StringVar(&bf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (pprof format) to FILE")
+	fs.StringVar(&bf.cpuPhase, "cpuprofile-phase", "", "with --cpuprofile: profile only this phase ("+strings.Join(bench.Phases, ", ")+")")
 	fs.StringVar(&bf.hbasePE, "hbase-pe", filepath.Join("scripts", "hbase-pe.sh"), "with --storage hbase: the script that runs HBase's own Java client "+
 		"(PerformanceEvaluation randomRead) on the pools' HBase, to compare zen's Get and Top(50) with it in the same run (empty: skip)")
 	base := config.DefaultConfig()
@@ -81,6 +82,9 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		opts = bench.Full()
 	default:
 		return fmt.Errorf("bench: --profile %q: want quick or full", bf.profile)
+	}
+	if bf.cpuPhase != "" && (bf.cpuprofile == "" || !slices.Contains(bench.Phases, bf.cpuPhase)) {
+		return fmt.Errorf("bench: --cpuprofile-phase %q: want --cpuprofile and one of %s", bf.cpuPhase, strings.Join(bench.Phases, ", "))
 	}
 	opts.Storage = cfg.Storage.Backend
 	opts.MachineString = machine()
@@ -144,10 +148,23 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 			return err
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+		defer pprof.StopCPUProfile() // a phase a failed run left open
+		if bf.cpuPhase == "" {
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+		} else {
+			opts.Phase = func(name string) func() {
+				if name != bf.cpuPhase {
+					return func() {}
+				}
+				if err := pprof.StartCPUProfile(f); err != nil {
+					fmt.Fprintf(stdout, "cpu profile of %s: %v\n", name, err)
+					return func() {}
+				}
+				return pprof.StopCPUProfile
+			}
 		}
-		defer pprof.StopCPUProfile()
 	}
 	res, err := bench.Run(ctx, sys, zs, opts, stdout, progress)
 	if err != nil {
