@@ -53,9 +53,11 @@ type Config struct {
 	// (default 800, Mastodon's MAX_ITEMS).
 	PoolCap int
 	// TrimEvery: a receiver's pools are trimmed and expired after 1 in TrimEvery inserts, chosen by
-	// a hash of (user, pin) so a retry trims the same receivers (default 256; 1 = every insert).
+	// a hash of (user, pin) so a retry trims the same receivers (default 1024; 1 = every insert).
 	// A pool may exceed PoolCap by about TrimEvery entries between trims; each trim reads all
-	// the receiver's rows (up to PoolCap entries per source, their older rows, tombstones).
+	// the receiver's rows (up to PoolCap entries per source, their older rows, tombstones), so
+	// a trim costs about (PoolCap×sources + TrimEvery)/TrimEvery rows read per insert: about 4
+	// at 256, under 2 at 1024.
 	TrimEvery int
 	// TTL: pool entries whose pin was created longer ago than this expire (default 14 days).
 	TTL time.Duration
@@ -105,7 +107,7 @@ func (c Config) withDefaults() Config {
 		c.InlineReceivers = c.ChunkSize
 	}
 	def(&c.PoolCap, 800)
-	def(&c.TrimEvery, 256)
+	def(&c.TrimEvery, 1024)
 	defDur(&c.TTL, 14*24*time.Hour)
 	defDur(&c.InactiveAfter, 14*24*time.Hour)
 	defDur(&c.TouchEvery, time.Minute)
