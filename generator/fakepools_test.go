@@ -9,17 +9,20 @@ import (
 )
 
 // fakePools is a hand-written in-memory Pools: one map per user, sorted on read. Like zen.Pools
-// it remembers taken pins (taken tombstones): Insert leaves them out, Restore puts them back.
+// it remembers taken pins (taken tombstones): Insert leaves them out, Restore puts them back;
+// and forgotten pins, which neither puts back.
 type fakePools struct {
-	mu    sync.Mutex
-	users map[zen.ID]map[zen.ID]zen.PoolEntry
-	taken map[zen.ID]map[zen.ID]bool
+	mu        sync.Mutex
+	users     map[zen.ID]map[zen.ID]zen.PoolEntry
+	taken     map[zen.ID]map[zen.ID]bool
+	forgotten map[zen.ID]map[zen.ID]bool
 }
 
 var _ Pools = (*fakePools)(nil)
 
 func newFakePools() *fakePools {
-	return &fakePools{users: map[zen.ID]map[zen.ID]zen.PoolEntry{}, taken: map[zen.ID]map[zen.ID]bool{}}
+	return &fakePools{users: map[zen.ID]map[zen.ID]zen.PoolEntry{}, taken: map[zen.ID]map[zen.ID]bool{},
+		forgotten: map[zen.ID]map[zen.ID]bool{}}
 }
 
 func (f *fakePools) Top(_ context.Context, user zen.ID, src zen.Source, n int) ([]zen.PoolEntry, error) {
@@ -73,6 +76,9 @@ func (f *fakePools) insert(es []zen.PoolEntry, restore bool) (int, error) {
 	defer f.mu.Unlock()
 	n := 0
 	for _, e := range es {
+		if f.forgotten[e.User][e.Pin] {
+			continue
+		}
 		if f.taken[e.User][e.Pin] {
 			if !restore {
 				continue
@@ -91,6 +97,20 @@ func (f *fakePools) insert(es []zen.PoolEntry, restore bool) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+func (f *fakePools) Forget(_ context.Context, user zen.ID, pins []zen.ID) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.forgotten[user] == nil {
+		f.forgotten[user] = map[zen.ID]bool{}
+	}
+	for _, pin := range pins {
+		delete(f.users[user], pin)
+		delete(f.taken[user], pin)
+		f.forgotten[user][pin] = true
+	}
+	return len(pins), nil
 }
 
 func (f *fakePools) Expire(_ context.Context, user zen.ID, olderThanMs int64) (int, error) {

@@ -33,6 +33,9 @@ type Pools interface {
 	Restore(ctx context.Context, es []zen.PoolEntry) (int, error)
 	// Expire removes the user's entries created before olderThanMs and returns how many.
 	Expire(ctx context.Context, user zen.ID, olderThanMs int64) (int, error)
+	// Forget removes pins for good: nothing puts them back, and readers delete the rows late
+	// jobs write for them. Idempotent.
+	Forget(ctx context.Context, user zen.ID, pins []zen.ID) (int, error)
 }
 
 var _ Pools = (*zen.Pools)(nil)
@@ -766,6 +769,21 @@ func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *re
 		// late fanout cannot re-add a served pin); giving the chunk back is what lifts them.
 		if _, err := g.pools.Restore(ctx, es); err != nil {
 			return fmt.Errorf("put back chunk %s: %w", rec.ID, err)
+		}
+	}
+	if delivered && len(own) > 0 {
+		// A delivered pin never comes back, so its taken tombstone becomes a forgotten one. Rows
+		// that late jobs write for it (append-only inserts: another source, a redelivered
+		// fanout) then are deleted by the readers that meet them. Under a taken tombstone they
+		// would stay until the pool TTL, because a Restore may still want them, and every read
+		// of the pool's head would step over them. Lazily: a crash that loses it leaves the
+		// tombstones taken, which only keeps those rows longer.
+		pins := make([]zen.ID, len(own))
+		for i, re := range own {
+			pins[i] = re.Entry.Pin
+		}
+		if _, err := g.pools.Forget(zen.Lazily(ctx), user, pins); err != nil {
+			return fmt.Errorf("forget delivered pins of chunk %s: %w", rec.ID, err)
 		}
 	}
 	if len(own) > 0 {

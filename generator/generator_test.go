@@ -483,6 +483,54 @@ func TestLateInsertThenGiveBack(t *testing.T) {
 	}
 }
 
+// TestDeliveredPinsAreForgotten: settling a chunk as delivered turns its pins' taken tombstones
+// into forgotten ones. Nothing puts them back (not even a Restore), and the rows that late jobs
+// write for them, in any source, are deleted by the reads that meet them instead of lying under
+// a taken tombstone until the pool TTL.
+func TestDeliveredPinsAreForgotten(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			ctx := context.Background()
+			e := newEnv(t, b.make, nil)
+			in := e.fill(t, 6)
+			c, err := e.gen.GenerateChunk(ctx, e.user, Options{})
+			if err != nil || len(c.Items) == 0 {
+				t.Fatalf("GenerateChunk = %d items, %v", len(c.Items), err)
+			}
+			served := map[zen.ID]bool{}
+			var servedEs, late []zen.PoolEntry
+			for _, en := range in {
+				for _, it := range c.Items {
+					if it.Pin == en.Pin {
+						served[en.Pin] = true
+						servedEs = append(servedEs, en)
+						other := en
+						other.Source, other.Score = zen.SourceInterest, en.Score+0.5
+						late = append(late, en, other)
+					}
+				}
+			}
+			if err := e.gen.Settle(ctx, e.user, c.ID, true); err != nil {
+				t.Fatal(err)
+			}
+			left := entryPins(e.pools.all(e.user))
+			if n, err := e.pools.Restore(ctx, servedEs); err != nil || n != 0 {
+				t.Errorf("Restore of delivered pins = %d, %v; want 0 (forgotten)", n, err)
+			}
+			e.insert(t, late...) // late jobs, one in another source with a better score
+			if diff := cmp.Diff(left, entryPins(e.pools.all(e.user))); diff != "" {
+				t.Errorf("delivered pins came back (-want +got):\n%s", diff)
+			}
+			if rp, ok := e.pools.(realPools); ok {
+				// The reads above met the late rows; under a forgotten tombstone they delete them.
+				if n := rp.rowsOf(t, e.user, served); n != 0 {
+					t.Errorf("%d rows of delivered pins still stored after a read", n)
+				}
+			}
+		})
+	}
+}
+
 // TestChunkNumbersUniqueAcrossProcesses: chunk numbers come from the clock, so two generator
 // processes over one state table can pick the same one in the same microsecond; the intent
 // record's compare-and-set makes the second take another number, and neither record is lost.

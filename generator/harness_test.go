@@ -2,6 +2,7 @@ package generator
 
 import (
 	"context"
+	"encoding/binary"
 	"sync"
 	"testing"
 	"time"
@@ -52,11 +53,31 @@ type testPools interface {
 }
 
 // realPools adapts zen.Pools over a zenmem table.
-type realPools struct{ *zen.Pools }
+type realPools struct {
+	*zen.Pools
+	t zen.Table
+}
 
 func newRealPools(now func() time.Time) realPools {
 	t, _ := zenmem.New().Table(context.Background(), "pools")
-	return realPools{zen.NewPools(t, now)}
+	return realPools{zen.NewPools(t, now), t}
+}
+
+// rowsOf counts the stored pool rows of user's pins in pins, live or not (every source).
+func (r realPools) rowsOf(t testing.TB, user zen.ID, pins map[zen.ID]bool) int {
+	t.Helper()
+	prefix := binary.BigEndian.AppendUint64(nil, uint64(user))
+	kvs, err := r.t.Scan(context.Background(), zen.ScanOptions{Start: prefix, Stop: zen.PrefixEnd(prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, kv := range kvs {
+		if len(kv.Key) == 8+1+8+8 && pins[zen.ID(binary.BigEndian.Uint64(kv.Key[17:]))] {
+			n++
+		}
+	}
+	return n
 }
 
 func (r realPools) all(user zen.ID) []zen.PoolEntry {
