@@ -802,8 +802,8 @@ func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *re
 	return nil
 }
 
-// Settle closes an in-flight chunk. delivered=true: it has been materialized, the record and
-// its claims go away. delivered=false: its pins return to the pools and the next chunk of the
+// Settle closes an in-flight chunk. delivered=true: it has been materialized, its pins are
+// forgotten in the pools (nothing puts them back), the record and its claims go away. delivered=false: its pins return to the pools and the next chunk of the
 // user is at least as large. Settling a chunk already settled (or the empty chunk ID) does
 // nothing; a malformed ID or one of another user is refused.
 func (g *Generator) Settle(ctx context.Context, user zen.ID, chunkID string, delivered bool) error {
