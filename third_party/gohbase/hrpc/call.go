@@ -194,7 +194,10 @@ func (c *Cell) String() string {
 	return (*pb.Cell)(c).String()
 }
 
-// cellFromCellBlock deserializes a cell from a reader
+// cellFromCellBlock deserializes a cell from a reader. Every length in the cell is checked
+// against the bytes it has before it is used: a cell block that does not add up is an error,
+// never a panic (SmartFeed patch; the unchecked slicing below panicked on a garbled multi
+// response, taking the whole process down: tsuna/gohbase#144).
 func cellFromCellBlock(b []byte) (*pb.Cell, uint32, error) {
 	if len(b) < 4 {
 		return nil, 0, fmt.Errorf(
@@ -202,42 +205,54 @@ func cellFromCellBlock(b []byte) (*pb.Cell, uint32, error) {
 	}
 
 	kvLen := binary.BigEndian.Uint32(b[0:4])
-	if len(b) < int(kvLen)+4 {
+	if uint64(len(b)) < uint64(kvLen)+4 {
 		return nil, 0, fmt.Errorf(
-			"buffer is too small: expected %d, got %d", int(kvLen)+4, len(b))
+			"buffer is too small: expected %d, got %d", uint64(kvLen)+4, len(b))
+	}
+	// The fixed part: key length, value length, row length, family length, timestamp, type.
+	const fixed = 4 + 4 + 2 + 1 + 8 + 1
+	if kvLen < fixed {
+		return nil, 0, fmt.Errorf("KeyValue of %d bytes, shorter than its fixed fields (%d)", kvLen, fixed)
+	}
+	kv := b[4 : 4+kvLen]
+
+	rowKeyLen := binary.BigEndian.Uint32(kv[0:4])
+	valueLen := binary.BigEndian.Uint32(kv[4:8])
+	keyLen := binary.BigEndian.Uint16(kv[8:10])
+	if uint64(4+4)+uint64(rowKeyLen)+uint64(valueLen) != uint64(kvLen) {
+		return nil, 0, fmt.Errorf("HBase has lied about KeyValue length: expected %d, got %d",
+			kvLen, uint64(4+4)+uint64(rowKeyLen)+uint64(valueLen))
+	}
+	// rowKeyLen covers row length (2), row, family length (1), family, qualifier, timestamp (8)
+	// and type (1).
+	if uint64(2)+uint64(keyLen)+1+8+1 > uint64(rowKeyLen) {
+		return nil, 0, fmt.Errorf("row of %d bytes does not fit a key of %d", keyLen, rowKeyLen)
+	}
+	rest := kv[10:]
+
+	key := rest[:keyLen]
+	rest = rest[keyLen:]
+
+	familyLen := rest[0]
+	rest = rest[1:]
+	if uint64(2)+uint64(keyLen)+1+uint64(familyLen)+8+1 > uint64(rowKeyLen) {
+		return nil, 0, fmt.Errorf("family of %d bytes does not fit a key of %d", familyLen, rowKeyLen)
 	}
 
-	rowKeyLen := binary.BigEndian.Uint32(b[4:8])
-	valueLen := binary.BigEndian.Uint32(b[8:12])
-	keyLen := binary.BigEndian.Uint16(b[12:14])
-	b = b[14:]
-
-	key := b[:keyLen]
-	b = b[keyLen:]
-
-	familyLen := uint8(b[0])
-	b = b[1:]
-
-	family := b[:familyLen]
-	b = b[familyLen:]
+	family := rest[:familyLen]
+	rest = rest[familyLen:]
 
 	qualifierLen := rowKeyLen - uint32(keyLen) - uint32(familyLen) - 2 - 1 - 8 - 1
-	if 4 /*rowKeyLen*/ +4 /*valueLen*/ +2 /*keyLen*/ +
-		uint32(keyLen)+1 /*familyLen*/ +uint32(familyLen)+qualifierLen+
-		8 /*timestamp*/ +1 /*cellType*/ +valueLen != kvLen {
-		return nil, 0, fmt.Errorf("HBase has lied about KeyValue length: expected %d, got %d",
-			kvLen, 4+4+2+uint32(keyLen)+1+uint32(familyLen)+qualifierLen+8+1+valueLen)
-	}
-	qualifier := b[:qualifierLen]
-	b = b[qualifierLen:]
+	qualifier := rest[:qualifierLen]
+	rest = rest[qualifierLen:]
 
-	timestamp := binary.BigEndian.Uint64(b[:8])
-	b = b[8:]
+	timestamp := binary.BigEndian.Uint64(rest[:8])
+	rest = rest[8:]
 
-	cellType := uint8(b[0])
-	b = b[1:]
+	cellType := uint8(rest[0])
+	rest = rest[1:]
 
-	value := b[:valueLen]
+	value := rest[:valueLen]
 
 	return &pb.Cell{
 		Row:       key,
