@@ -498,16 +498,15 @@ func TestDeliveredPinsAreForgotten(t *testing.T) {
 				t.Fatalf("GenerateChunk = %d items, %v", len(c.Items), err)
 			}
 			served := map[zen.ID]bool{}
+			for _, it := range c.Items {
+				served[it.Pin] = true
+			}
 			var servedEs, late []zen.PoolEntry
 			for _, en := range in {
-				for _, it := range c.Items {
-					if it.Pin == en.Pin {
-						served[en.Pin] = true
-						servedEs = append(servedEs, en)
-						other := en
-						other.Source, other.Score = zen.SourceInterest, en.Score+0.5
-						late = append(late, en, other)
-					}
+				if served[en.Pin] {
+					other := en
+					other.Source, other.Score = zen.SourceInterest, en.Score+0.5
+					servedEs, late = append(servedEs, en), append(late, en, other)
 				}
 			}
 			if err := e.gen.Settle(ctx, e.user, c.ID, true); err != nil {
