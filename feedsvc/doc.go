@@ -23,7 +23,8 @@
 //
 // Materialize (the pinlater "materialize" job, see RegisterHandlers) claims each pin in the
 // pin index (CheckAndSet), writes the item rows, replaces the pending row by a done marker,
-// trims the feed to Config.MaxItems and settles the chunk as delivered. Every step replays
+// trims the feed to Config.MaxItems (after 1 chunk in Deps.TrimEvery: a trim reads the whole
+// feed) and settles the chunk as delivered. Every step replays
 // safely; Recover completes pending chunks whose job was lost, and reads re-enqueue them.
 //
 // # Storage and replication

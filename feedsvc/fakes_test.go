@@ -166,8 +166,10 @@ func newEnv(t testing.TB, mod func(*Config, *hedge.Policy)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc, err = New(Deps{Primary: repl, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue,
-		Hedger: h, Registerer: e.reg}, cfg)
+	// Every chunk trims (TrimEvery 1): tests count feed rows exactly.
+	d := Deps{Primary: repl, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue,
+		Hedger: h, Registerer: e.reg, TrimEvery: 1}
+	e.svc, err = New(d, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"go.uber.org/zap"
@@ -118,17 +119,31 @@ func (s *Service) Materialize(ctx context.Context, t MaterializeTask) error {
 	return nil
 }
 
-// finish trims the feed and settles the chunk as delivered: the last steps of Materialize,
-// also run when a retry finds the chunk already saved.
+// finish trims the feed (when the chunk is one of those that trim: trimDue) and settles the
+// chunk as delivered: the last steps of Materialize, also run when a retry finds the chunk
+// already saved.
 func (s *Service) finish(ctx context.Context, t MaterializeTask, result string) error {
-	if _, err := s.Trim(ctx, t.User); err != nil {
-		return err
+	if s.trimDue(t.ChunkID) {
+		if _, err := s.Trim(ctx, t.User); err != nil {
+			return err
+		}
 	}
 	if err := s.gen.Settle(ctx, t.User, t.ChunkID, true); err != nil {
 		return fmt.Errorf("settle chunk %s: %w", t.ChunkID, err)
 	}
 	s.m.materialized.WithLabelValues(result).Inc()
 	return nil
+}
+
+// trimDue reports whether materializing chunkID trims the feed: 1 chunk in trimEvery, by a
+// hash of its ID (every run of the same task decides the same).
+func (s *Service) trimDue(chunkID string) bool {
+	if s.trimEvery <= 1 {
+		return true
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(chunkID))
+	return h.Sum32()%s.trimEvery == 0
 }
 
 // marker reads the chunk marker of chunkID.

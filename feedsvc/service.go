@@ -126,10 +126,20 @@ type Deps struct {
 	// the chunk by what it finds. Longer than any store write stays in flight; 0 means
 	// DefaultUnsureGrace.
 	UnsureGrace time.Duration
+	// TrimEvery is how often materializing a chunk trims the feed: after 1 chunk in TrimEvery,
+	// picked by the chunk's ID, so that a retried materialization decides the same. A trim
+	// reads the user's whole feed (up to Config.MaxItems rows and the done markers), so doing
+	// it after every chunk costs a read that grows with the feed; between trims the feed may
+	// exceed MaxItems by the chunks since the last one (about TrimEvery of them). 0 means
+	// DefaultTrimEvery; 1 trims after every chunk.
+	TrimEvery int
 }
 
 // DefaultUnsureGrace is Deps.UnsureGrace's default: beyond the HBase client's RPC timeouts.
 const DefaultUnsureGrace = 30 * time.Second
+
+// DefaultTrimEvery is Deps.TrimEvery's default.
+const DefaultTrimEvery = 8
 
 // Service serves home feeds. It is safe for concurrent use.
 type Service struct {
@@ -158,6 +168,8 @@ type Service struct {
 	// unsureGrace: see Deps.UnsureGrace. closing ends the waits of settleWhenSure.
 	unsureGrace time.Duration
 	closing     chan struct{}
+	// trimEvery: see Deps.TrimEvery.
+	trimEvery uint32
 	// lastSeq is the last chunk sequence handed out by this process (see nextSeq).
 	lastSeq   atomic.Uint64
 	closeOnce sync.Once
@@ -201,13 +213,20 @@ func New(d Deps, c Config) (*Service, error) {
 	if d.UnsureGrace <= 0 {
 		d.UnsureGrace = DefaultUnsureGrace
 	}
+	if d.TrimEvery == 0 {
+		d.TrimEvery = DefaultTrimEvery
+	}
+	if d.TrimEvery < 1 || d.TrimEvery > 1<<16 {
+		return nil, fmt.Errorf("feedsvc: trim every %d is not in [1, 65536]", d.TrimEvery)
+	}
 	if d.IndexShards < 0 || d.IndexShards > maxIndexShards {
 		return nil, fmt.Errorf("feedsvc: index shards %d is not in [1, %d]", d.IndexShards, maxIndexShards)
 	}
 	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
-		indexShards: d.IndexShards, gate: d.StandbyGate, unsureGrace: d.UnsureGrace, closing: make(chan struct{})}
+		indexShards: d.IndexShards, gate: d.StandbyGate, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
+		trimEvery: uint32(d.TrimEvery)}
 	s.cfg.Store(&c)
 	return s, nil
 }

@@ -414,6 +414,44 @@ func TestTrim(t *testing.T) {
 	}
 }
 
+// With TrimEvery > 1 a materialization trims only for the chunks trimDue picks: those leave
+// exactly MaxItems items, the others add their chunk and leave the rest of the feed as it is.
+func TestTrimEveryNth(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.MaxItems = 7 })
+	e.svc.trimEvery = 3
+	length := 0
+	var trimmed, grown int
+	for i := range 24 {
+		e.get(t, "", 100)
+		tasks := e.queue.take()
+		if len(tasks) != 1 {
+			t.Fatalf("chunk %d: %d tasks", i, len(tasks))
+		}
+		if err := e.svc.Materialize(t.Context(), tasks[0]); err != nil {
+			t.Fatal(err)
+		}
+		length += 5 // the fake generator's chunks hold 5 new pins
+		if e.svc.trimDue(tasks[0].ChunkID) {
+			length = min(length, 7)
+			trimmed++
+		} else {
+			grown++
+		}
+		e.gen.mu.Lock()
+		e.gen.err = errGen
+		e.gen.mu.Unlock()
+		if got := len(e.all(t, 50)); got != length {
+			t.Fatalf("after chunk %s (due %v): feed of %d items, want %d", tasks[0].ChunkID, e.svc.trimDue(tasks[0].ChunkID), got, length)
+		}
+		e.gen.mu.Lock()
+		e.gen.err = nil
+		e.gen.mu.Unlock()
+	}
+	if trimmed == 0 || grown == 0 {
+		t.Fatalf("%d chunks trimmed, %d grew the feed: the test needs both", trimmed, grown)
+	}
+}
+
 // A pin already in the feed is not served again in a fresh chunk, nor stored twice.
 func TestFreshPinAlreadyInFeed(t *testing.T) {
 	e := newEnv(t, nil)
@@ -443,7 +481,7 @@ func TestMaterializeCrashAndRetry(t *testing.T) {
 		q := &fakeQueue{}
 		// A frozen clock: the two runs compared row by row get the same chunk sequences.
 		svc, err := New(Deps{Primary: ct, Standby: inner, Generator: newFakeGen(5), Enqueuer: q,
-			Now: func() time.Time { return time.Unix(1_800_000_000, 0) }},
+			Now: func() time.Time { return time.Unix(1_800_000_000, 0) }, TrimEvery: 1},
 			func() Config { c := DefaultConfig(); c.MaxItems = 7; return c }())
 		if err != nil {
 			t.Fatal(err)
