@@ -40,6 +40,15 @@ type Pools interface {
 
 var _ Pools = (*zen.Pools)(nil)
 
+// multiTop is implemented by Pools that read several sources together (zen.Pools: in about
+// one round trip on HBase); the generator then reads a user's sources with one call.
+type multiTop interface {
+	// TopMany returns Top of each of srcs, one list per source, in order.
+	TopMany(ctx context.Context, user zen.ID, srcs []zen.Source, n int) ([][]zen.PoolEntry, error)
+}
+
+var _ multiTop = (*zen.Pools)(nil)
+
 // Item is one pin of a chunk.
 type Item struct {
 	Pin    zen.ID
@@ -443,11 +452,11 @@ func (r *chunkRun) readCandidates(ctx context.Context) ([][]zen.PoolEntry, error
 	var lists [][]zen.PoolEntry
 	for attempt := 0; ; attempt++ {
 		lists = make([][]zen.PoolEntry, len(plan))
-		for i, p := range plan {
-			top, err := g.pools.Top(ctx, user, p.src, min(r.k+len(excluded), HardMaxChunk*10))
-			if err != nil {
-				return nil, g.abandon(ctx, user, r.no, r.rec, fmt.Errorf("read pool %d/%s: %w", uint64(user), p.name, err))
-			}
+		tops, err := g.readTops(ctx, user, plan, min(r.k+len(excluded), HardMaxChunk*10))
+		if err != nil {
+			return nil, g.abandon(ctx, user, r.no, r.rec, err)
+		}
+		for i, top := range tops {
 			for _, e := range top {
 				switch {
 				case excluded[e.Pin]:
@@ -477,6 +486,31 @@ func (r *chunkRun) readCandidates(ctx context.Context) ([][]zen.PoolEntry, error
 		}
 	}
 	return lists, nil
+}
+
+// readTops reads the n best entries of each source of plan: with one TopMany when the pools
+// can, else one Top per source.
+func (g *Generator) readTops(ctx context.Context, user zen.ID, plan []sourcePlan, n int) ([][]zen.PoolEntry, error) {
+	if mt, ok := g.pools.(multiTop); ok {
+		srcs := make([]zen.Source, len(plan))
+		for i, p := range plan {
+			srcs[i] = p.src
+		}
+		tops, err := mt.TopMany(ctx, user, srcs, n)
+		if err != nil {
+			return nil, fmt.Errorf("read pools of %d: %w", uint64(user), err)
+		}
+		return tops, nil
+	}
+	tops := make([][]zen.PoolEntry, len(plan))
+	for i, p := range plan {
+		top, err := g.pools.Top(ctx, user, p.src, n)
+		if err != nil {
+			return nil, fmt.Errorf("read pool %d/%s: %w", uint64(user), p.name, err)
+		}
+		tops[i] = top
+	}
+	return tops, nil
 }
 
 // stepCtx is the context of the writes of steps 1 and 2 (intent, claims, take, releases). When

@@ -498,75 +498,115 @@ func (p *Pools) restore(ctx context.Context, es []PoolEntry) (int, error) {
 // tombstone met on the way are deleted, best effort (worse rows of a live pin are left to
 // Upkeep).
 func (p *Pools) Top(ctx context.Context, user ID, src Source, n int) ([]PoolEntry, error) {
+	out, err := p.TopMany(ctx, user, []Source{src}, n)
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// TopMany is Top of each of srcs (one list per source, in order), read together: the first
+// page of every source in one ScanMany (at once on a backend that sends scans concurrently,
+// such as HBase) and the tombstones of all their rows in one GetMany, so that reading k
+// sources costs about the round trips of one.
+func (p *Pools) TopMany(ctx context.Context, user ID, srcs []Source, n int) ([][]PoolEntry, error) {
 	if err := user.Check(TypeUser); err != nil {
 		return nil, fmt.Errorf("top: %w", err)
 	}
-	if src == 0 {
-		return nil, errors.New("top: source 0")
-	}
 	if n < 1 || n > MaxPoolPage {
-		return nil, fmt.Errorf("top %d/%d: n %d out of range [1, %d]", user, src, n, MaxPoolPage)
+		return nil, fmt.Errorf("top %d: n %d out of range [1, %d]", user, n, MaxPoolPage)
 	}
-	prefix := sourcePrefix(user, src)
-	start, stop := prefix, PrefixEnd(prefix)
-	seen := make(map[ID]bool, n)
-	var out []PoolEntry
-	for len(out) < n {
-		want := n - len(out)
-		rows, err := p.t.Scan(ctx, ScanOptions{Start: start, Stop: stop, Limit: want})
+	type srcRead struct {
+		start, stop []byte
+		seen        map[ID]bool
+		done        bool
+	}
+	reads := make([]srcRead, len(srcs))
+	for i, src := range srcs {
+		if src == 0 {
+			return nil, errors.New("top: source 0")
+		}
+		prefix := sourcePrefix(user, src)
+		reads[i] = srcRead{start: prefix, stop: PrefixEnd(prefix), seen: make(map[ID]bool, n)}
+	}
+	out := make([][]PoolEntry, len(srcs))
+	for {
+		var active []int
+		var opts []ScanOptions
+		for i := range reads {
+			if !reads[i].done && len(out[i]) < n {
+				active = append(active, i)
+				opts = append(opts, ScanOptions{Start: reads[i].start, Stop: reads[i].stop, Limit: n - len(out[i])})
+			}
+		}
+		if len(active) == 0 {
+			return out, nil
+		}
+		pages, err := ScanMany(ctx, p.t, opts)
 		if err != nil {
-			return nil, fmt.Errorf("top %d/%d: %w", user, src, err)
+			return nil, fmt.Errorf("top %d: %w", user, err)
 		}
 		var dead []Mutation
-		cand := make([]int, 0, len(rows))
-		keys := make([][]byte, 0, len(rows))
-		for i, r := range rows {
-			if len(r.Key) != poolKeyLen {
-				return nil, fmt.Errorf("top %d/%d: malformed row key %x", user, src, r.Key)
+		var keys [][]byte
+		var cand [][]int // per active source, the rows whose tombstone is read
+		for j, i := range active {
+			rs := &reads[i]
+			var c []int
+			for k, r := range pages[j] {
+				if len(r.Key) != poolKeyLen {
+					return nil, fmt.Errorf("top %d/%d: malformed row key %x", user, srcs[i], r.Key)
+				}
+				pin := ID(binary.BigEndian.Uint64(r.Key[17:]))
+				if rs.seen[pin] {
+					// A worse row of a pin read already: skipped, left to Upkeep (deleting it
+					// here would fail a concurrent Take that read it as the pin's best a
+					// moment ago).
+					continue
+				}
+				if len(r.Value) < rowValMin {
+					dead = append(dead, Mutation{Key: r.Key, Delete: true}) // not a row of this layout
+					continue
+				}
+				rs.seen[pin] = true
+				c = append(c, k)
+				keys = append(keys, goneKey(user, pin))
 			}
-			pin := ID(binary.BigEndian.Uint64(r.Key[17:]))
-			if seen[pin] {
-				// A worse row of a pin read already: skipped, left to Upkeep (deleting it here
-				// would fail a concurrent Take that read it as the pin's best a moment ago).
-				continue
-			}
-			if len(r.Value) < rowValMin {
-				dead = append(dead, Mutation{Key: r.Key, Delete: true}) // not a row of this layout
-				continue
-			}
-			seen[pin] = true
-			cand = append(cand, i)
-			keys = append(keys, goneKey(user, pin))
+			cand = append(cand, c)
 		}
 		gone, err := GetMany(ctx, p.t, keys)
 		if err != nil {
-			return nil, fmt.Errorf("top %d/%d: tombstones: %w", user, src, err)
+			return nil, fmt.Errorf("top %d: tombstones: %w", user, err)
 		}
-		for j, i := range cand {
-			r := rows[i]
-			if isTomb(gone[j]) {
-				if deadUnder(gone[j]) {
-					dead = append(dead, Mutation{Key: r.Key, Delete: true})
+		g := 0
+		for j, i := range active {
+			rows := pages[j]
+			for _, k := range cand[j] {
+				r, tomb := rows[k], gone[g]
+				g++
+				if isTomb(tomb) {
+					if deadUnder(tomb) {
+						dead = append(dead, Mutation{Key: r.Key, Delete: true})
+					}
+					continue
 				}
-				continue
+				e, err := decodeRow(user, r.Key, r.Value)
+				if err != nil {
+					dead = append(dead, Mutation{Key: r.Key, Delete: true})
+					continue
+				}
+				out[i] = append(out[i], e)
 			}
-			e, err := decodeRow(user, r.Key, r.Value)
-			if err != nil {
-				dead = append(dead, Mutation{Key: r.Key, Delete: true})
-				continue
+			if len(rows) < opts[j].Limit {
+				reads[i].done = true
+			} else {
+				reads[i].start = keyAfter(rows[len(rows)-1].Key)
 			}
-			out = append(out, e)
 		}
 		if len(dead) > 0 {
 			// Best effort, and lazily: readers skip dead rows either way.
 			_ = ApplyLazy(ctx, p.t, dead)
 		}
-		if len(rows) < want {
-			break
-		}
-		start = keyAfter(rows[len(rows)-1].Key)
 	}
-	return out, nil
 }
 
 // Take claims the pins of es for user: each pin is won by exactly one caller across concurrent

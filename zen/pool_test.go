@@ -114,6 +114,72 @@ func TestPoolInsertTop(t *testing.T) {
 	}
 }
 
+// TestPoolTopMany: TopMany reads, per source, exactly what Top reads, also when the head of a
+// source is taken pins and worse rows of one pin (rows read and skipped, so that a page of n
+// rows holds fewer than n entries and the read goes on after it).
+func TestPoolTopMany(t *testing.T) {
+	ctx := context.Background()
+	p, _, _ := memPools(t)
+	u := mustID(t, 3429, zen.TypeUser, 733)
+	pin := func(l uint64) zen.ID { return mustID(t, 3429, zen.TypePin, l) }
+	var in []zen.PoolEntry
+	for i := range uint64(12) {
+		in = append(in,
+			zen.PoolEntry{User: u, Source: zen.SourceFollowing, Score: 10 - float64(i)/2, Pin: pin(1 + i)},
+			// Pin 1+i twice more in following, worse: a skipped row each.
+			zen.PoolEntry{User: u, Source: zen.SourceFollowing, Score: 1 - float64(i)/20, Pin: pin(1 + i)},
+			zen.PoolEntry{User: u, Source: zen.SourceInterest, Score: 5 - float64(i)/4, Pin: pin(100 + i)})
+	}
+	if _, err := p.Insert(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	// The best four of each source taken: their rows go; late rows for them come back.
+	var taken []zen.PoolEntry
+	for i := range uint64(4) {
+		taken = append(taken, zen.PoolEntry{Pin: pin(1 + i)}, zen.PoolEntry{Pin: pin(100 + i)})
+	}
+	if got, err := p.Take(ctx, u, taken); err != nil || len(got) != len(taken) {
+		t.Fatalf("Take = %d entries, %v", len(got), err)
+	}
+	var late []zen.PoolEntry
+	for i := range uint64(4) {
+		late = append(late, zen.PoolEntry{User: u, Source: zen.SourceFollowing, Score: 20, Pin: pin(1 + i)},
+			zen.PoolEntry{User: u, Source: zen.SourceInterest, Score: 20, Pin: pin(100 + i)})
+	}
+	if _, err := p.Insert(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	srcs := []zen.Source{zen.SourceFollowing, zen.SourceRelated, zen.SourceInterest}
+	// The live entries, best first: pins 5..12 (following) and 104..111 (interest).
+	var wantF, wantI []sp
+	for i := range uint64(8) {
+		wantF = append(wantF, sp{10 - float64(i+4)/2, 5 + i, zen.SourceFollowing})
+		wantI = append(wantI, sp{5 - float64(i+4)/4, 104 + i, zen.SourceInterest})
+	}
+	for _, n := range []int{1, 3, 5, 8, 30} {
+		lists, err := p.TopMany(ctx, u, srcs, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(lists) != len(srcs) {
+			t.Fatalf("TopMany(%d): %d lists for %d sources", n, len(lists), len(srcs))
+		}
+		for i, src := range srcs {
+			if diff := cmp.Diff(top(t, p, u, src, n), scorePins(lists[i])); diff != "" {
+				t.Errorf("TopMany(%d), source %d (-Top +TopMany):\n%s", n, src, diff)
+			}
+		}
+		want := [][]sp{wantF[:min(n, 8)], {}, wantI[:min(n, 8)]}
+		got := [][]sp{scorePins(lists[0]), scorePins(lists[1]), scorePins(lists[2])}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("TopMany(%d) (-want +got):\n%s", n, diff)
+		}
+	}
+	if _, err := p.TopMany(ctx, u, []zen.Source{zen.SourceFollowing, 0}, 3); err == nil {
+		t.Error("TopMany with source 0: no error")
+	}
+}
+
 // TestPoolDedupAcrossSources: per (user, pin) the better score wins, whatever the source (an
 // equal score: the smaller source), as readers see it.
 func TestPoolDedupAcrossSources(t *testing.T) {

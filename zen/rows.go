@@ -11,6 +11,24 @@ import (
 // Insert): enough to hide round trips to a remote store, few enough to be polite to it.
 const maxParallel = 8
 
+// ScanMany runs every scan of opts on t and returns their rows, one list per scan, in order: in
+// one call when t is a MultiScanner, else one scan after another (an embedded store answers a
+// scan in microseconds; goroutines would cost more than they save).
+func ScanMany(ctx context.Context, t Table, opts []ScanOptions) ([][]KV, error) {
+	if ms, ok := t.(MultiScanner); ok {
+		return ms.ScanMany(ctx, opts)
+	}
+	out := make([][]KV, len(opts))
+	for i, o := range opts {
+		rows, err := t.Scan(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = rows
+	}
+	return out, nil
+}
+
 // GetMany reads keys from t: in one call when t is a MultiGetter, else by point reads with
 // bounded parallelism. The result has one entry per key: nil when the row is absent, the value
 // (possibly empty, never nil) when present. The first error other than ErrNotFound is returned.

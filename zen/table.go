@@ -93,6 +93,14 @@ type MultiGetter interface {
 	GetMany(ctx context.Context, keys [][]byte) ([][]byte, error)
 }
 
+// MultiScanner is an optional extension of Table for backends that answer several scans faster
+// together than one after another (the HBase backend sends them concurrently, so k scans cost
+// about one round trip). ScanMany returns one list of rows per element of opts, in order, each
+// what Scan would return for it; on an error it returns nil and the first error.
+type MultiScanner interface {
+	ScanMany(ctx context.Context, opts []ScanOptions) ([][]KV, error)
+}
+
 // Carrier is an optional extension of Table for backends that can write extra rows in the same
 // atomic commit as a compare-and-set or an increment (the embedded backend; HBase's atomic
 // operations are single-row). CheckAndSetWith writes extra only when the compare-and-set holds;

@@ -839,6 +839,27 @@ func RunModelRandomized(t *testing.T, a, b zen.Store, seed uint64, n int) {
 			u, src, k := pick(users), zen.Source(1+r.IntN(3)), 1+r.IntN(6)
 			what = fmt.Sprintf("Top(%d %d %d)", u, src, k)
 			run = func(s side) outcome { es, err := s.p.Top(ctx, u, src, k); return outcome{es, errKind(err)} }
+			if r.IntN(2) == 0 {
+				// TopMany of every source reads what Top of each does.
+				srcs := []zen.Source{1, 2, 3}
+				what = fmt.Sprintf("TopMany(%d %v %d)", u, srcs, k)
+				run = func(s side) outcome {
+					lists, err := s.p.TopMany(ctx, u, srcs, k)
+					if err != nil {
+						return outcome{nil, errKind(err)}
+					}
+					for i, src := range srcs {
+						one, err := s.p.Top(ctx, u, src, k)
+						if err != nil {
+							t.Fatalf("seed %d step %d Top(%d %d %d) after %s: %v", seed, step, u, src, k, what, err)
+						}
+						if diff := cmp.Diff(one, lists[i]); diff != "" {
+							t.Fatalf("seed %d step %d %s: source %d differs from Top (-Top +TopMany):\n%s", seed, step, what, src, diff)
+						}
+					}
+					return outcome{lists, ""}
+				}
+			}
 		case 18:
 			u := pick(users)
 			es := []zen.PoolEntry{{Pin: pick(pins)}, {Pin: pick(pins)}}
