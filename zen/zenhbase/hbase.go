@@ -63,10 +63,11 @@ type Options struct {
 	CallTimeout time.Duration
 	// CreateTimeout bounds the creation of a table on first use (default 2m).
 	CreateTimeout time.Duration
-	// FlushInterval is how long gohbase waits to batch writes to a region server (gohbase's
-	// default when zero: 20ms). Reads go through a second client that never waits: it sends
-	// at once whatever calls are queued (concurrent reads still share a multi request), so a
-	// Get does not pay the write batching's wait.
+	// FlushInterval is how long gohbase waits to batch blind writes (Apply) to a region server
+	// (gohbase's default when zero: 20ms). Reads, compare-and-sets and increments go through
+	// a second client that never waits: it sends at once whatever calls are queued (concurrent
+	// calls still share a multi request), so a Get, or a claim its caller waits on, does not
+	// pay the write batching's wait.
 	FlushInterval time.Duration
 	// RPCQueueSize is how many calls gohbase batches per region server before it flushes
 	// (gohbase's default when zero: 100; 1 disables batching).
@@ -132,9 +133,11 @@ func SplitKeys(every, shards int) [][]byte {
 // Store is a zen.Store over one HBase cluster. It is safe for concurrent use.
 type Store struct {
 	opts   Options
-	client gohbase.Client // writes, batched for FlushInterval
-	reader gohbase.Client // reads, sent at once
-	rpc    gohbase.RPCClient
+	client gohbase.Client // blind writes (Apply), batched for FlushInterval
+	// reader sends at once: reads, and the compare-and-sets and increments, whose caller
+	// waits on the answer to decide what to do next (a claim, a take, a recording).
+	reader gohbase.Client
+	rpc    gohbase.RPCClient // raw RPCs on reader
 	admin  gohbase.AdminClient
 	arpc   gohbase.RPCClient
 
@@ -167,7 +170,7 @@ func Open(ctx context.Context, zkQuorum string, opts Options) (*Store, error) {
 	// A zero flush interval makes gohbase send each batch as soon as no more calls are queued.
 	reader := gohbase.NewClient(zkQuorum, append(slices.Clone(gopts), gohbase.FlushInterval(0))...)
 	admin := gohbase.NewAdminClient(zkQuorum, gopts...)
-	rpc, ok1 := client.(gohbase.RPCClient)
+	rpc, ok1 := reader.(gohbase.RPCClient)
 	arpc, ok2 := admin.(gohbase.RPCClient)
 	if !ok1 || !ok2 {
 		client.Close()
@@ -647,7 +650,7 @@ func (t *Table) checkAndSet(ctx context.Context, key, expected, value []byte) (b
 		if err != nil {
 			return false, err
 		}
-		return t.s.client.CheckAndPut(put, t.fam, qualifier, exp)
+		return t.s.reader.CheckAndPut(put, t.fam, qualifier, exp)
 	}
 }
 
@@ -666,7 +669,7 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 	if err != nil {
 		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
 	}
-	n, err := t.s.client.Increment(inc)
+	n, err := t.s.reader.Increment(inc)
 	if err != nil {
 		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, ctxErr(ctx, err))
 	}
@@ -711,6 +714,37 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	for i, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("get many %s %x: %w", t.name, keys[i], err)
+		}
+	}
+	return out, nil
+}
+
+var _ zen.MultiScanner = (*Table)(nil)
+
+// maxInflightScans bounds the scans one ScanMany has in flight.
+const maxInflightScans = 16
+
+// ScanMany runs every scan at once (up to maxInflightScans), each as Scan would, so that the
+// sources of a user's pools read in about one round trip instead of one per source.
+func (t *Table) ScanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.KV, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([][]zen.KV, len(opts))
+	errs := make([]error, len(opts))
+	sem := make(chan struct{}, maxInflightScans)
+	var wg sync.WaitGroup
+	for i, o := range opts {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i], errs[i] = t.Scan(ctx, o)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
