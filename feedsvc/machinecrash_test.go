@@ -12,29 +12,8 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenmem"
 	"github.com/smartfeed/smartfeed/zen/zenpebble"
+	"github.com/smartfeed/smartfeed/zen/zenpebble/pebblecrash"
 )
-
-// crashBefore is the embedded backend's feed table with a call before each of its writes (it
-// embeds *zenpebble.Table, so the service still sees a Carrier).
-type crashBefore struct {
-	*zenpebble.Table
-	before func()
-}
-
-func (c crashBefore) Apply(ctx context.Context, muts []zen.Mutation) error {
-	c.before()
-	return c.Table.Apply(ctx, muts)
-}
-
-func (c crashBefore) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
-	c.before()
-	return c.Table.CheckAndSet(ctx, key, expected, value)
-}
-
-func (c crashBefore) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
-	c.before()
-	return c.Table.CheckAndSetWith(ctx, key, expected, value, extra)
-}
 
 // TestMaterializeMachineCrash: Materialize writes its pin claims and item rows lazily and only
 // the close (done marker, pending row deleted) waits for its fsync. A machine crash (the files
@@ -58,7 +37,7 @@ func TestMaterializeMachineCrash(t *testing.T) {
 		}
 		var primary zen.Table = tb
 		if crashing {
-			primary = crashBefore{Table: tb.(*zenpebble.Table), before: func() {
+			primary = pebblecrash.Table{Table: tb.(*zenpebble.Table), Before: func() {
 				mu.Lock()
 				defer mu.Unlock()
 				crashes = append(crashes, fs.(*vfs.MemFS).CrashClone(vfs.CrashCloneCfg{}))

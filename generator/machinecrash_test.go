@@ -14,35 +14,8 @@ import (
 
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenpebble"
+	"github.com/smartfeed/smartfeed/zen/zenpebble/pebblecrash"
 )
-
-// crashPoints is a table of the embedded backend that calls before ahead of every write (the
-// embedded *zenpebble.Table keeps its Log, batched compare-and-set and Carrier methods, so the
-// generator still sees the pools and the state share one log).
-type crashPoints struct {
-	*zenpebble.Table
-	before func()
-}
-
-func (c crashPoints) Apply(ctx context.Context, muts []zen.Mutation) error {
-	c.before()
-	return c.Table.Apply(ctx, muts)
-}
-
-func (c crashPoints) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
-	c.before()
-	return c.Table.CheckAndSet(ctx, key, expected, value)
-}
-
-func (c crashPoints) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
-	c.before()
-	return c.Table.CheckAndSetMany(ctx, conds)
-}
-
-func (c crashPoints) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
-	c.before()
-	return c.Table.CheckAndSetWith(ctx, key, expected, value, extra)
-}
 
 // TestMachineCrashAtEveryWrite runs chunks over real Pebble pools and state that share a log, so
 // the steps before the ready record are written lazily, and simulates a machine crash (what was
@@ -75,7 +48,7 @@ func TestMachineCrashAtEveryWrite(t *testing.T) {
 			if !crashing {
 				return tb
 			}
-			return crashPoints{Table: tb.(*zenpebble.Table), before: func() {
+			return pebblecrash.Table{Table: tb.(*zenpebble.Table), Before: func() {
 				mu.Lock()
 				defer mu.Unlock()
 				crashes = append(crashes, crash{fs.(*vfs.MemFS).CrashClone(vfs.CrashCloneCfg{}), len(answered)})
