@@ -288,7 +288,7 @@ func (s *Store) Table(ctx context.Context, name string) (zen.Table, error) {
 func (s *Store) Close() error { return nil }
 
 // Table is one shard-keyed table routed over the stores. It implements zen.Table,
-// zen.MultiGetter, zen.CondBatcher and zen.Carrier (within one store).
+// zen.MultiGetter, zen.MultiScanner, zen.CondBatcher and zen.Carrier (within one store).
 type Table struct {
 	s     *Store
 	name  string
@@ -500,15 +500,7 @@ func casMany(ctx context.Context, tb zen.Table, conds []zen.Cond) ([]bool, error
 // Scan reads the range from each store holding part of it, in key order (or reverse), and stops
 // at the limit.
 func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
-	segs := t.s.cur.Load().segs
-	var parts []segment
-	for _, sg := range segs {
-		start, stop := maxStart(o.Start, sg.start), minStop(o.Stop, sg.stop)
-		if stop != nil && start != nil && bytes.Compare(start, stop) >= 0 {
-			continue
-		}
-		parts = append(parts, segment{start: start, stop: stop, store: sg.store})
-	}
+	parts := scanParts(t.s.cur.Load().segs, o)
 	if len(parts) == 1 {
 		return t.inner[parts[0].store].Scan(ctx, zen.ScanOptions{Start: parts[0].start, Stop: parts[0].stop, Reverse: o.Reverse, Limit: o.Limit})
 	}
@@ -529,6 +521,65 @@ func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 			return nil, fmt.Errorf("store %s: %w", p.store, err)
 		}
 		out = append(out, kvs...)
+	}
+	return out, nil
+}
+
+// scanParts is o's range cut along segs: one part per segment it overlaps, in key order.
+func scanParts(segs []segment, o zen.ScanOptions) []segment {
+	var parts []segment
+	for _, sg := range segs {
+		start, stop := maxStart(o.Start, sg.start), minStop(o.Stop, sg.stop)
+		if stop != nil && start != nil && bytes.Compare(start, stop) >= 0 {
+			continue
+		}
+		parts = append(parts, segment{start: start, stop: stop, store: sg.store})
+	}
+	return parts
+}
+
+var _ zen.MultiScanner = (*Table)(nil)
+
+// ScanMany returns what Scan returns for each of opts. The scans whose range lies on one store
+// go to that store together (zen.ScanMany: at once when the store can, as HBase does), so a
+// user's pools, all on the user's shard, read in about one round trip behind the router too;
+// a scan across stores runs as Scan.
+func (t *Table) ScanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.KV, error) {
+	segs := t.s.cur.Load().segs
+	out := make([][]zen.KV, len(opts))
+	byStore := map[string][]int{}
+	clipped := make([]zen.ScanOptions, len(opts))
+	var order []string
+	for i, o := range opts {
+		parts := scanParts(segs, o)
+		if len(parts) != 1 {
+			kvs, err := t.Scan(ctx, o)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = kvs
+			continue
+		}
+		p := parts[0]
+		clipped[i] = zen.ScanOptions{Start: p.start, Stop: p.stop, Reverse: o.Reverse, Limit: o.Limit}
+		if _, ok := byStore[p.store]; !ok {
+			order = append(order, p.store)
+		}
+		byStore[p.store] = append(byStore[p.store], i)
+	}
+	for _, store := range order {
+		idx := byStore[store]
+		sub := make([]zen.ScanOptions, len(idx))
+		for j, i := range idx {
+			sub[j] = clipped[i]
+		}
+		pages, err := zen.ScanMany(ctx, t.inner[store], sub)
+		if err != nil {
+			return nil, fmt.Errorf("store %s: %w", store, err)
+		}
+		for j, i := range idx {
+			out[i] = pages[j]
+		}
 	}
 	return out, nil
 }

@@ -363,11 +363,12 @@ func tableScanWide(t *testing.T, tb zen.Table) {
 	rev := slices.Clone(all)
 	slices.Reverse(rev)
 	lo, hi := all[100].Key, all[1000].Key
-	tests := []struct {
+	type scanCase struct {
 		name string
 		opts zen.ScanOptions
 		want []zen.KV
-	}{
+	}
+	tests := []scanCase{
 		{"forward", zen.ScanOptions{}, all},
 		{"reverse", zen.ScanOptions{Reverse: true}, rev},
 		{"forward range", zen.ScanOptions{Start: lo, Stop: hi}, all[100:1000]},
@@ -385,6 +386,28 @@ func tableScanWide(t *testing.T, tb zen.Table) {
 				t.Errorf("Scan mismatch (-want +got):\n%s", diff)
 			}
 		})
+	}
+	// zen.ScanMany (the table's own ScanMany when it is a zen.MultiScanner) returns what each
+	// Scan does, in order: the ranges above, and narrow ones of a few rows each.
+	tests = append(tests,
+		scanCase{"narrow", zen.ScanOptions{Start: all[10].Key, Stop: all[13].Key}, all[10:13]},
+		scanCase{"narrow reverse", zen.ScanOptions{Start: all[600].Key, Stop: all[604].Key, Reverse: true}, rev[n-604 : n-600]},
+		scanCase{"narrow limit", zen.ScanOptions{Start: all[1100].Key, Limit: 2}, all[1100:1102]})
+	opts := make([]zen.ScanOptions, len(tests))
+	for i, tt := range tests {
+		opts[i] = tt.opts
+	}
+	pages, err := zen.ScanMany(tableCtx(t), tb, opts)
+	if err != nil {
+		t.Fatalf("ScanMany: %v", err)
+	}
+	if len(pages) != len(tests) {
+		t.Fatalf("ScanMany: %d lists for %d scans", len(pages), len(tests))
+	}
+	for i, tt := range tests {
+		if diff := cmp.Diff(tt.want, pages[i]); diff != "" {
+			t.Errorf("ScanMany, scan %d (%s) (-want +got):\n%s", i, tt.name, diff)
+		}
 	}
 }
 
