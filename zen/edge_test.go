@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
@@ -556,5 +557,77 @@ func TestHasEdgesMatchesHasEdge(t *testing.T) {
 	}
 	if _, err := g.HasEdges(ctx, []zen.EdgeKey{{From: u, Type: zen.EdgeFollowsUser, To: in}}); err == nil {
 		t.Error("HasEdges with a user -> interest follows-user key: no error")
+	}
+}
+
+// TestListEdgesPointScan: a whole list read in one page looks its point rows up in one scan of
+// (from, t)'s points; the answer is the one point-by-point reads give, with stale rows, rows
+// without a point, points being removed, and points without a row (few enough for the scan to
+// reach the end of the range, and too many, where it falls back to point reads).
+func TestListEdgesPointScan(t *testing.T) {
+	ctx := context.Background()
+	for _, inFlight := range []int{3, 60} {
+		s := zenmem.New()
+		g := newGraph(t, s, newClock())
+		u := mustID(t, 1, zen.TypeUser, 1)
+		pin := func(n uint64) zen.ID { return mustID(t, 1, zen.TypePin, n) }
+		for i := uint64(101); i <= 140; i++ {
+			if err := g.AddEdge(ctx, zen.Edge{From: u, Type: zen.EdgeUserLikes, To: pin(i), Seq: sq(i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, i := range []uint64{104, 117, 133} {
+			if err := g.RemoveEdge(ctx, u, zen.EdgeUserLikes, pin(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		prefix := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint64(nil, uint64(u)), uint16(zen.EdgeUserLikes))
+		edgeRow := func(s uint64, to zen.ID) []byte {
+			k := append(slices.Clone(prefix), 1)
+			k = binary.BigEndian.AppendUint64(k, 0)
+			k = binary.BigEndian.AppendUint64(k, s)
+			return binary.BigEndian.AppendUint64(k, uint64(to))
+		}
+		pointRow := func(to zen.ID) []byte {
+			return binary.BigEndian.AppendUint64(append(slices.Clone(prefix), 0), uint64(to))
+		}
+		tb, _ := s.Table(ctx, zen.TableEdges)
+		valid, err := tb.Get(ctx, pointRow(pin(109)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		removing := append([]byte{2}, valid[1:]...)
+		muts := []zen.Mutation{
+			{Key: edgeRow(50, pin(105)), Value: []byte{}},  // a superseded seq: stale
+			{Key: edgeRow(51, pin(9999)), Value: []byte{}}, // no point row
+			{Key: pointRow(pin(112)), Value: removing},     // its remover has not finished
+		}
+		for i := range inFlight { // adds whose edge row is not written yet, ahead of the list's
+			muts = append(muts, zen.Mutation{Key: pointRow(pin(uint64(1 + i))), Value: valid})
+		}
+		list := func(page int, newest bool) []pos { // planted afresh: a listing deletes stale rows
+			t.Helper()
+			if err := tb.Apply(ctx, muts); err != nil {
+				t.Fatal(err)
+			}
+			return positions(listAll(t, g, u, zen.EdgeUserLikes, page, newest))
+		}
+		for _, newest := range []bool{true, false} {
+			restore := zen.SetPointScanMin(1 << 30)
+			want := list(7, newest)
+			restore()
+			if len(want) != 36 {
+				t.Fatalf("reference listing has %d edges, want 36", len(want))
+			}
+			for _, from := range []int{1, 1 << 30} {
+				restore := zen.SetPointScanMin(from)
+				for _, page := range []int{1000, 7} {
+					if diff := cmp.Diff(want, list(page, newest)); diff != "" {
+						t.Errorf("in flight %d, newest %v, scan from %d, page %d (-want +got):\n%s", inFlight, newest, from, page, diff)
+					}
+				}
+				restore()
+			}
+		}
 	}
 }

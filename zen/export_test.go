@@ -12,3 +12,11 @@ func DecodeCursorForTest(str string) (from ID, t EdgeType, newestFirst bool, s s
 	c, err := decodeCursor(str)
 	return c.From, c.Type, c.NewestFirst, c.Seq, c.To, err
 }
+
+// SetPointScanMin sets the list size from which ListEdges scans a whole list's point rows (1: any
+// list; a huge value: never) and returns a func restoring it.
+func SetPointScanMin(n int) func() {
+	old := pointScanMin
+	pointScanMin = n
+	return func() { pointScanMin = old }
+}
