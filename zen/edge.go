@@ -215,6 +215,12 @@ func (g *Graph) finishRemove(ctx context.Context, from ID, t EdgeType, to ID, cu
 // (3) compare-and-set the point row pending → counted, and only if that won (4) increment the
 // count. A retry after a failure at (1)–(3) finishes the job without counting twice; a failure of
 // (4) itself leaves the count one low (RecountEdges repairs it).
+//
+// When edges and counters commit through one sequential log (the embedded backend), every write
+// but the call's last is lazy (zen.Lazily): the last one waits for durability, which makes the
+// earlier ones durable too, so a machine crash leaves a prefix of the steps, as a crash between
+// durable steps did, and a call that returned nil is durable whole. One fsync wait per add
+// instead of four.
 func (g *Graph) AddEdge(ctx context.Context, e Edge) error {
 	if err := checkEdge(e.From, e.Type, e.To); err != nil {
 		return fmt.Errorf("add edge: %w", err)
@@ -237,9 +243,13 @@ func (g *Graph) AddEdge(ctx context.Context, e Edge) error {
 func (g *Graph) addEdge(ctx context.Context, e Edge) error {
 	pk := pointKey(e.From, e.Type, e.To)
 	nonce := rand.Uint64()
+	step := ctx // the steps that a durable write of this call follows
+	if g.lazyEdgeSteps {
+		step = Lazily(ctx)
+	}
 	for range maxCASAttempts {
 		cur := point{state: pointPending, nonce: nonce, seq: e.Seq, data: e.Data}.encode()
-		created, err := g.casPoint(ctx, pk, nil, cur)
+		created, err := g.casPoint(step, pk, nil, cur)
 		if err != nil {
 			return err
 		}
@@ -262,16 +272,21 @@ func (g *Graph) addEdge(ctx context.Context, e Edge) error {
 			}
 			continue
 		}
-		// Put the edge row (again, when re-adding: that repairs a row lost to a failure).
+		// Put the edge row (again, when re-adding: that repairs a row lost to a failure). For a
+		// counted point it is the call's last write, so it waits for durability.
 		ek := edgeRowKey(e.From, e.Type, p.seq, e.To)
-		if err := g.edges.Apply(ctx, []Mutation{{Key: ek, Value: nonEmpty(p.data)}}); err != nil {
+		put := step
+		if p.state == pointCounted {
+			put = ctx
+		}
+		if err := g.edges.Apply(put, []Mutation{{Key: ek, Value: nonEmpty(p.data)}}); err != nil {
 			return err
 		}
 		if p.state == pointCounted {
 			return nil
 		}
 		counted := point{state: pointCounted, nonce: nonce, seq: p.seq, data: p.data}.encode()
-		won, err := g.casPoint(ctx, pk, cur, counted)
+		won, err := g.casPoint(step, pk, cur, counted)
 		if err != nil {
 			return err
 		}

@@ -44,6 +44,9 @@ type Graph struct {
 	now                                func() time.Time
 	rr                                 atomic.Uint64 // round-robin position over open shards
 	live                               *liveCache    // LiveMany's answers; nil: no cache
+	// lazyEdgeSteps: edges and counters commit through one sequential log (SameLog), so
+	// AddEdge writes its steps lazily and waits for durability once, at its last write.
+	lazyEdgeSteps bool
 }
 
 // liveCache remembers LiveMany's answers for ttl. Every object write of this Graph bumps gen and
@@ -116,6 +119,7 @@ func NewGraph(ctx context.Context, s Store, shards *ShardMap, now func() time.Ti
 		}
 		*tt.dst = t
 	}
+	g.lazyEdgeSteps = SameLog(g.edges, g.counters)
 	g.rr.Store(rand.Uint64())
 	return g, nil
 }
