@@ -45,8 +45,10 @@ type Graph struct {
 	rr                                 atomic.Uint64 // round-robin position over open shards
 	live                               *liveCache    // LiveMany's answers; nil: no cache
 	// lazyEdgeSteps: edges and counters commit through one sequential log (SameLog), so
-	// AddEdge writes its steps lazily and waits for durability once, at its last write.
-	lazyEdgeSteps bool
+	// AddEdge writes its steps lazily and waits for durability once, at its last write;
+	// lazyAlloc: counters and objects do, so Create's ID allocation is lazy, made durable by
+	// the object's write.
+	lazyEdgeSteps, lazyAlloc bool
 }
 
 // liveCache remembers LiveMany's answers for ttl. Every object write of this Graph bumps gen and
@@ -120,6 +122,7 @@ func NewGraph(ctx context.Context, s Store, shards *ShardMap, now func() time.Ti
 		*tt.dst = t
 	}
 	g.lazyEdgeSteps = SameLog(g.edges, g.counters)
+	g.lazyAlloc = SameLog(g.counters, g.objects)
 	g.rr.Store(rand.Uint64())
 	return g, nil
 }
@@ -250,7 +253,13 @@ func (g *Graph) Create(ctx context.Context, t Type, near ID, data map[string]any
 	if err != nil {
 		return Object{}, fmt.Errorf("create %s: %w", t, err)
 	}
-	id, err := g.NewLocalID(ctx, g.pickShard(near), t)
+	// The allocation need not wait for its own fsync where the object's write makes it
+	// durable: a crash that loses it loses the object too, and nobody was given the ID.
+	actx := ctx
+	if g.lazyAlloc {
+		actx = Lazily(ctx)
+	}
+	id, err := g.NewLocalID(actx, g.pickShard(near), t)
 	if err != nil {
 		return Object{}, fmt.Errorf("create %s: %w", t, err)
 	}
