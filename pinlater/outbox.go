@@ -28,6 +28,14 @@ type OutboxStore interface {
 	Range(ctx context.Context, start, stop []byte, limit int, fn func(key, value []byte) error) error
 }
 
+// DoneDeleter is an optional extension of OutboxStore: DeleteDone removes the row of a finished
+// task without waiting for the removal to be durable. A crash that loses it only costs one more
+// run of the (idempotent) task, which the relay re-enqueues, so the server does not hold the
+// task's slot for an fsync.
+type DoneDeleter interface {
+	DeleteDone(ctx context.Context, key []byte) error
+}
+
 // outboxRecord is an outbox row's value: everything needed to enqueue the task again.
 type outboxRecord struct {
 	Type        string `json:"type"`

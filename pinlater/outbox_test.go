@@ -267,3 +267,40 @@ func TestClaimNamespace(t *testing.T) {
 		t.Errorf("old owner after the takeover: %v, want ErrNamespaceOwned", err)
 	}
 }
+
+// doneOutbox is a memOutbox that also deletes finished rows lazily (zen.Outbox's DeleteDone),
+// counting which delete the server used.
+type doneOutbox struct {
+	*memOutbox
+	deletes, done atomic.Int64
+}
+
+func (d *doneOutbox) Delete(ctx context.Context, key []byte) error {
+	d.deletes.Add(1)
+	return d.memOutbox.Delete(ctx, key)
+}
+
+func (d *doneOutbox) DeleteDone(ctx context.Context, key []byte) error {
+	d.done.Add(1)
+	return d.memOutbox.Delete(ctx, key)
+}
+
+// TestDoneRowDeletedLazily: the server removes a finished task's row with DeleteDone when the
+// outbox has it (no fsync wait holds the task's slot), and only then.
+func TestDoneRowDeletedLazily(t *testing.T) {
+	e := newEnv(t)
+	box := &doneOutbox{memOutbox: newMemOutbox()}
+	d := durableOn(t, e.client, box)
+	for i := range 3 {
+		if _, err := d.Enqueue(t.Context(), pinTask(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := e.config()
+	cfg.Outbox = box
+	e.start(cfg, map[string]Handler{TypePinDelete: HandlerFunc(func(context.Context, *Task) error { return nil })})
+	waitFor(t, 10*time.Second, "the rows to go", func() bool { return box.len() == 0 })
+	if got, del := box.done.Load(), box.deletes.Load(); got != 3 || del != 0 {
+		t.Fatalf("finished rows removed with DeleteDone %d times and Delete %d times, want 3 and 0", got, del)
+	}
+}

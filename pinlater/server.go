@@ -358,7 +358,11 @@ func (s *Server) clearOutbox(ctx context.Context, at *asynq.Task, id string) {
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := s.cfg.Outbox.Delete(dctx, []byte(key)); err != nil {
+	del := s.cfg.Outbox.Delete
+	if dd, ok := s.cfg.Outbox.(DoneDeleter); ok {
+		del = dd.DeleteDone
+	}
+	if err := del(dctx, []byte(key)); err != nil {
 		s.log.Warn("outbox row of a finished task not deleted (the task may run again)",
 			zap.String("type", at.Type()), zap.String("id", id), zap.Error(err))
 	}

@@ -47,6 +47,19 @@ func (o *Outbox) Delete(ctx context.Context, key []byte) error {
 	return nil
 }
 
+// DeleteDone removes the row of a finished event at key without waiting for the removal to be
+// durable (ApplyLazy): a crash that loses it leaves the row for the relay, which hands the event
+// to the queue once more (its consumer is idempotent). Absent is not an error.
+func (o *Outbox) DeleteDone(ctx context.Context, key []byte) error {
+	if len(key) == 0 {
+		return errors.New("outbox delete: empty key")
+	}
+	if err := ApplyLazy(ctx, o.t, []Mutation{{Key: key, Delete: true}}); err != nil {
+		return fmt.Errorf("outbox delete: %w", err)
+	}
+	return nil
+}
+
 // Range calls fn for the rows in [start, stop), in key order, at most limit of them (0: no
 // limit). fn returning an error stops the walk and Range returns that error.
 func (o *Outbox) Range(ctx context.Context, start, stop []byte, limit int, fn func(key, value []byte) error) error {

@@ -231,3 +231,63 @@ func TestCreateMachineCrash(t *testing.T) {
 }
 
 func contains(ss []string, s string) bool { return slices.Contains(ss, s) }
+
+// TestOutboxDeleteDoneIsLazy: DeleteDone removes the row at once for readers but does not wait
+// for durability (a machine crash right after brings the row back, for the relay to offer once
+// more), while Delete's removal survives the crash.
+func TestOutboxDeleteDoneIsLazy(t *testing.T) {
+	ctx := context.Background()
+	fs := vfs.NewCrashableMem()
+	s, err := zenpebble.Open("db", zenpebble.WithFS(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := s.Table(ctx, zen.OutboxTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := zen.NewOutbox(tb)
+	for _, k := range []string{"a", "b"} {
+		if err := box.Put(ctx, []byte(k), []byte("task")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := box.DeleteDone(ctx, []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	rows := func(b *zen.Outbox) []string {
+		var out []string
+		if err := b.Range(ctx, nil, nil, 0, func(k, _ []byte) error { out = append(out, string(k)); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := rows(box); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("after DeleteDone(a): rows %v, want [b]", got)
+	}
+	lazyOnly := fs.CrashClone(vfs.CrashCloneCfg{})
+	if err := box.Delete(ctx, []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	afterSync := fs.CrashClone(vfs.CrashCloneCfg{})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		fs   *vfs.MemFS
+		want []string
+	}{"crash after DeleteDone": {lazyOnly, []string{"a", "b"}}, "crash after Delete": {afterSync, nil}} {
+		s, err := zenpebble.Open("db", zenpebble.WithFS(c.fs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := s.Table(ctx, zen.OutboxTable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rows(zen.NewOutbox(tb)); !slices.Equal(got, c.want) {
+			t.Errorf("%s: rows %v, want %v", name, got, c.want)
+		}
+		_ = s.Close()
+	}
+}
