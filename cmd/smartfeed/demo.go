@@ -372,9 +372,11 @@ func every(ctx context.Context, perSec float64, fn func()) {
 }
 
 // demoEventMakers is how many goroutines make the demo's pin events. With fsync on, each event
-// waits for a few synced commits (~17 ms an event under the fanout's load here): 8 makers achieved
-// ~470 of 500 events/s.
-const demoEventMakers = 32
+// waits for a few synced commits (one per edge add, one for the object, one for the outbox row):
+// under the fanout's load here 8 makers achieved ~470 of 500 events/s, and on a slower day 32
+// makers 440–470/s while each edge add still waited for four fsyncs; 64 leave the rate to the
+// pipeline.
+const demoEventMakers = 64
 
 // demoStats are the live counters of the summary line.
 type demoStats struct {
