@@ -327,9 +327,6 @@ func (s *Server) process(ctx context.Context, at *asynq.Task, chain map[string]H
 			return invalid("no handler for task type %q in queue %s", typ, q)
 		})
 	}
-	if _, lazy := s.cfg.Outbox.(DoneDeleter); lazy && at.Headers()[hdrOutbox] != "" {
-		ctx = WithOutboxBacked(ctx)
-	}
 	start := time.Now()
 	err := h.ProcessTask(ctx, t)
 	s.m.duration.WithLabelValues(q, typ).Observe(time.Since(start).Seconds())
@@ -350,21 +347,6 @@ func (s *Server) process(ctx context.Context, at *asynq.Task, chain map[string]H
 	}
 	s.m.retried.WithLabelValues(q, typ).Inc()
 	return err
-}
-
-type outboxBackedKey struct{}
-
-// OutboxBacked reports whether the task running with ctx has an outbox row that the server
-// deletes, through DoneDeleter, only after the handler returns. A handler's writes to the
-// outbox's own log (the same store, one sequential log) then need not wait for durability: a
-// machine crash that loses them loses the later delete too, so the row is still there and the
-// relay runs the task again (handlers are idempotent).
-func OutboxBacked(ctx context.Context) bool { v, _ := ctx.Value(outboxBackedKey{}).(bool); return v }
-
-// WithOutboxBacked returns ctx marked as OutboxBacked: the server marks a task's context so, and a
-// test or another runner may mark one whose outbox row it deletes only after the handler returns.
-func WithOutboxBacked(ctx context.Context) context.Context {
-	return context.WithValue(ctx, outboxBackedKey{}, true)
 }
 
 // clearOutbox deletes the outbox row of a finished task. A failure only costs a second run: the

@@ -133,12 +133,6 @@ type Options struct {
 	Now    func() time.Time      // nil = time.Now
 	Logger *zap.Logger           // nil = no logging
 	Reg    prometheus.Registerer // nil = no metrics registered
-	// Outbox is the table of the write path's outbox (zen.OutboxTable), nil if unknown. When the
-	// pools and the state table commit through its log (zen.SameLog), a fanout task backed by an
-	// outbox row (pinlater.OutboxBacked) writes without waiting for durability (zen.Lazily): the
-	// row's delete comes after those writes in that log, so a crash that loses them keeps the
-	// row, and the relay runs the task again.
-	Outbox zen.Table
 }
 
 // Worker runs the fanout and upkeep handlers. It is safe for concurrent use.
@@ -155,9 +149,6 @@ type Worker struct {
 	m      *metrics
 	// onInsert, when set, is called with each batch of entries written (OnInsert).
 	onInsert atomic.Pointer[func([]zen.PoolEntry)]
-	// lazyBacked: the pools and the state share the outbox's log (Options.Outbox), so
-	// outbox-backed fanout tasks write lazily (backed).
-	lazyBacked bool
 }
 
 // OnInsert sets fn to be called with each batch of pool entries once Pools.Insert has written
@@ -191,19 +182,7 @@ func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Optio
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	return &Worker{g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
-		feeds: o.Feeds, cfg: cfg.withDefaults(), now: o.Now, log: o.Logger, m: m,
-		lazyBacked: o.Outbox != nil && zen.SameLog(pools, o.Outbox) && zen.SameLog(state, o.Outbox)}, nil
-}
-
-// backed marks ctx for lazy writes (zen.Lazily) when the task running with it is backed by an
-// outbox row whose log the worker's tables share (Options.Outbox): nothing of a fanout waits for
-// an fsync, and a crash that loses its writes keeps the row for the relay. A fanout writes the
-// pools, the state table and its child tasks' outbox rows, never the graph.
-func (w *Worker) backed(ctx context.Context) context.Context {
-	if w.lazyBacked && pinlater.OutboxBacked(ctx) {
-		return zen.Lazily(ctx)
-	}
-	return ctx
+		feeds: o.Feeds, cfg: cfg.withDefaults(), now: o.Now, log: o.Logger, m: m}, nil
 }
 
 // Pools returns the pools the worker writes.
@@ -338,7 +317,6 @@ type receiverList struct {
 // related pool (a recommender's suggestion). Running it twice enqueues the same chunk tasks
 // (deduplicated by pinlater, and idempotent anyway) and writes the same rows.
 func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) error {
-	ctx = w.backed(ctx)
 	pin, err := checkID("fanout pin", p.Pin, zen.TypePin)
 	if err != nil {
 		return err
@@ -680,7 +658,7 @@ func (w *Worker) entry(r receiver, pi *pinInfo, src zen.Source, ageMs int64, co 
 // Config.TrimEvery receivers. Running it twice writes the same rows (Pools.Insert keeps one row
 // per (user, pin), the better score).
 func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPayload) error {
-	if _, err := w.deliverChunk(w.backed(ctx), p); err != nil {
+	if _, err := w.deliverChunk(ctx, p); err != nil {
 		return err
 	}
 	w.m.tasks.WithLabelValues(pinlater.TypeFanoutChunk).Inc()

@@ -55,7 +55,6 @@ func (a *app) buildWorker(ctx context.Context) error {
 		return err
 	}
 	a.outbox = zen.NewOutbox(outboxT)
-	opts.Outbox = outboxT
 	if a.durable, err = pinlater.NewDurableClient(a.pinClient, a.outbox, pinlater.DurableOptions{
 		Grace: a.cfg.Worker.OutboxGrace.D(), RelayInterval: a.cfg.Worker.OutboxRelayInterval.D(),
 		Logger: a.log.Named("outbox"), Registerer: a.reg}); err != nil {
