@@ -294,14 +294,18 @@ func TestDemoWhileShardsMove(t *testing.T) {
 			hb.Close()
 		}
 	})
-	args := []string{"demo", "--duration", "25s", "--data-dir", dir, "--redis-addr", redis,
+	// The demo runs until the move is over and 5 s more (writes after the switch), as if
+	// stopped with Ctrl-C: a fixed duration ended it mid-move on a loaded CI machine.
+	args := []string{"demo", "--duration", "10m", "--data-dir", dir, "--redis-addr", redis,
 		"--redis-namespace", fmt.Sprintf("demomv_%d", time.Now().UnixNano()),
 		"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--admin-grpc-addr", "127.0.0.1:0",
 		"--demo-users", "120", "--demo-follows", "10", "--demo-events-per-sec", "40", "--demo-reads-per-sec", "40",
 		"--stores", "cold=hbase:" + zk, "--hbase-table-prefix", prefix, "--shard-map-file", mapFile}
 	out := &lockedBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(t.Context(), args, out, io.Discard) }()
+	demoCtx, stopDemo := context.WithCancel(t.Context())
+	defer stopDemo()
+	go func() { done <- run(demoCtx, args, out, io.Discard) }()
 	admRe := regexp.MustCompile(`--admin-grpc-addr (\S+)`)
 	var admAddr string
 	deadline := time.Now().Add(60 * time.Second)
@@ -327,6 +331,8 @@ func TestDemoWhileShardsMove(t *testing.T) {
 		t.Fatalf("shards move: %v\n%s", err, mv.String())
 	}
 	t.Logf("shards move during the demo:\n%s", lastLines(mv.String(), 1))
+	time.Sleep(5 * time.Second)
+	stopDemo()
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
 	}
