@@ -61,17 +61,46 @@ type GraphService struct {
 	q   Enqueuer
 	log *zap.Logger
 	now func() time.Time
+	// lazy: the enqueuer records each event durably in a table that shares the graph's log
+	// (WithEventTable), so a pin's graph writes wait for no fsync of their own.
+	lazy bool
+}
+
+// GraphOption configures a GraphService.
+type GraphOption func(*GraphService)
+
+// WithEventTable says that the Enqueuer records each task durably in t before Enqueue returns
+// (pinlater.DurableClient's outbox). When t shares the graph's log (zen.Graph.SharesLog: one
+// embedded store), CreatePin and SavePin write the pin's object and edges lazily (zen.Lazily)
+// and wait for durability once, at the event's row: a crash before it leaves a prefix of the
+// call's writes, as a crash between durable writes did, and the call had not answered. On other
+// stores every write stays durable on its own.
+func WithEventTable(t zen.Table) GraphOption {
+	return func(s *GraphService) { s.lazy = t != nil && s.g.SharesLog(t) }
 }
 
 // NewGraphService returns the service. log nil means no logging; now nil means time.Now.
-func NewGraphService(g *zen.Graph, q Enqueuer, log *zap.Logger, now func() time.Time) *GraphService {
+func NewGraphService(g *zen.Graph, q Enqueuer, log *zap.Logger, now func() time.Time, opts ...GraphOption) *GraphService {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	if now == nil {
 		now = time.Now
 	}
-	return &GraphService{g: g, q: q, log: log, now: now}
+	s := &GraphService{g: g, q: q, log: log, now: now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// stepCtx is the context of the graph writes of a call that ends by enqueuing its event:
+// lazy when the event's durable row shares the graph's log (WithEventTable).
+func (s *GraphService) stepCtx(ctx context.Context) context.Context {
+	if s.lazy {
+		return zen.Lazily(ctx)
+	}
+	return ctx
 }
 
 // Register registers GraphService on s (a *grpc.Server).

@@ -101,7 +101,10 @@ func (s *GraphService) CreatePin(ctx context.Context, req *graphv1.CreatePinRequ
 	}
 	r := newIdem("pin", author.String(), req.GetRequestId(), board.String(), req.GetDetails(), req.GetLink(),
 		req.GetImageUrl(), strings.Join(istr, ","))
-	o, _, err := s.create(ctx, r, zen.TypePin, board, map[string]any{
+	// The pin's writes, then its event: with WithEventTable on one log, only the event's row
+	// waits for an fsync, and it makes the writes before it durable.
+	wctx := s.stepCtx(ctx)
+	o, _, err := s.create(wctx, r, zen.TypePin, board, map[string]any{
 		"author": author.String(), "board": board.String(), "details": req.GetDetails(),
 		"link": req.GetLink(), "image_url": req.GetImageUrl(), "interests": istr,
 		"created_ms": s.now().UnixMilli(),
@@ -112,14 +115,14 @@ func (s *GraphService) CreatePin(ctx context.Context, req *graphv1.CreatePinRequ
 	// A replay uses what the first call stored.
 	author, board, interests = graphRef(o.Data, "author"), graphRef(o.Data, "board"), graphIDs(o.Data, "interests")
 	sq := graphSeq(o)
-	if err := s.g.AddEdge(ctx, zen.Edge{From: author, Type: zen.EdgeUserPins, To: o.ID, Seq: sq}); err != nil {
+	if err := s.g.AddEdge(wctx, zen.Edge{From: author, Type: zen.EdgeUserPins, To: o.ID, Seq: sq}); err != nil {
 		return nil, s.fail("add user→pins", err)
 	}
-	if err := s.addBoth(ctx, zen.Edge{From: board, Type: zen.EdgeBoardPins, To: o.ID, Seq: sq}); err != nil {
+	if err := s.addBoth(wctx, zen.Edge{From: board, Type: zen.EdgeBoardPins, To: o.ID, Seq: sq}); err != nil {
 		return nil, err
 	}
 	for _, in := range interests {
-		if err := s.addBoth(ctx, zen.Edge{From: o.ID, Type: zen.EdgePinInterests, To: in, Seq: sq}); err != nil {
+		if err := s.addBoth(wctx, zen.Edge{From: o.ID, Type: zen.EdgePinInterests, To: in, Seq: sq}); err != nil {
 			return nil, err
 		}
 	}
@@ -207,10 +210,11 @@ func (s *GraphService) SavePin(ctx context.Context, req *graphv1.SavePinRequest)
 	default:
 		e = zen.Edge{From: board, Type: zen.EdgeBoardPins, To: pinID, Seq: seq.FromMillis(s.now().UnixMilli())}
 	}
-	if err := s.g.AddEdge(ctx, zen.Edge{From: user, Type: zen.EdgeUserPins, To: pinID, Seq: e.Seq}); err != nil {
+	wctx := s.stepCtx(ctx) // durable with the event's row (see CreatePin)
+	if err := s.g.AddEdge(wctx, zen.Edge{From: user, Type: zen.EdgeUserPins, To: pinID, Seq: e.Seq}); err != nil {
 		return nil, s.fail("add user→pins", err)
 	}
-	if err := s.addBoth(ctx, zen.Edge{From: board, Type: zen.EdgeBoardPins, To: pinID, Seq: e.Seq}); err != nil {
+	if err := s.addBoth(wctx, zen.Edge{From: board, Type: zen.EdgeBoardPins, To: pinID, Seq: e.Seq}); err != nil {
 		return nil, err
 	}
 	p := graphFanout(pin, user, board, graphIDs(pin.Data, "interests"), s.now().UnixMilli(), true)

@@ -127,6 +127,20 @@ func NewGraph(ctx context.Context, s Store, shards *ShardMap, now func() time.Ti
 	return g, nil
 }
 
+// SharesLog reports whether every table of the graph commits through t's sequential log
+// (SameLog), so that a durable write to t makes every earlier write of the graph durable. A
+// caller whose sequence of graph writes ends with a durable write to t (an event's outbox row)
+// may then make the graph writes lazily (Lazily): a crash leaves a prefix of the sequence, as a
+// crash between durable writes would. Tables behind a router are not Logged: false.
+func (g *Graph) SharesLog(t Table) bool {
+	for _, gt := range []Table{g.objects, g.edges, g.counters, g.modshard} {
+		if !SameLog(gt, t) {
+			return false
+		}
+	}
+	return true
+}
+
 // SeedShards restarts the round-robin choice of open shards at position n (for reproducible
 // tests: two graphs seeded alike place the same sequence of objects on the same shards).
 func (g *Graph) SeedShards(n uint64) { g.rr.Store(n) }

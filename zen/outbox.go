@@ -25,6 +25,9 @@ const OutboxTable = "outbox"
 // NewOutbox returns the outbox kept in t.
 func NewOutbox(t Table) *Outbox { return &Outbox{t: t} }
 
+// Table returns the table the outbox is kept in (for SameLog and Graph.SharesLog).
+func (o *Outbox) Table() Table { return o.t }
+
 // Put records (or replaces) the row at key.
 func (o *Outbox) Put(ctx context.Context, key, value []byte) error {
 	if len(key) == 0 {

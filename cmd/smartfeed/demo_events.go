@@ -54,6 +54,10 @@ type pinMaker struct {
 	graph demoGraph
 	r     *rand.Rand
 	now   func() time.Time
+	// lazy: the pin's event is published through an outbox row in the graph's log, written
+	// durably right after next returns, so the pin's own writes wait for no fsync (as
+	// graphsvc.WithEventTable does for CreatePin).
+	lazy bool
 }
 
 func (m *pinMaker) next(ctx context.Context) (pinEvent, error) {
@@ -65,6 +69,9 @@ func (m *pinMaker) next(ctx context.Context) (pinEvent, error) {
 	}
 	if len(m.graph.Interests) > 0 {
 		interest = m.graph.Interests[m.r.IntN(len(m.graph.Interests))]
+	}
+	if m.lazy {
+		ctx = zen.Lazily(ctx)
 	}
 	now := m.now()
 	pin, err := m.g.Create(ctx, zen.TypePin, board, map[string]any{"author": author.String(), "board": board.String(),

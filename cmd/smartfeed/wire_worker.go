@@ -92,7 +92,7 @@ func (a *app) registerGraphService() {
 	if a.worker == nil {
 		return
 	}
-	graphsvc.NewGraphService(a.graph, a.durable, a.log.Named("graphsvc"), nil).Register(a.grpc)
+	graphsvc.NewGraphService(a.graph, a.durable, a.log.Named("graphsvc"), nil, graphsvc.WithEventTable(a.outbox.Table())).Register(a.grpc)
 	if a.boards != nil {
 		a.boards.Register(a.grpc)
 	}
