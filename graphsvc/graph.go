@@ -71,10 +71,10 @@ type GraphOption func(*GraphService)
 
 // WithEventTable says that the Enqueuer records each task durably in t before Enqueue returns
 // (pinlater.DurableClient's outbox). When t shares the graph's log (zen.Graph.SharesLog: one
-// embedded store), CreatePin and SavePin write the pin's object and edges lazily (zen.Lazily)
-// and wait for durability once, at the event's row: a crash before it leaves a prefix of the
-// call's writes, as a crash between durable writes did, and the call had not answered. On other
-// stores every write stays durable on its own.
+// embedded store), CreatePin, SavePin, Follow and Unfollow write the object and edges lazily
+// (zen.Lazily) and wait for durability once, at the event's row: a crash before it leaves a
+// prefix of the call's writes, as a crash between durable writes did, and the call had not
+// answered. On other stores every write stays durable on its own.
 func WithEventTable(t zen.Table) GraphOption {
 	return func(s *GraphService) { s.lazy = t != nil && s.g.SharesLog(t) }
 }

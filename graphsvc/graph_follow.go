@@ -64,7 +64,8 @@ func (s *GraphService) Follow(ctx context.Context, req *graphv1.FollowRequest) (
 	} else if !errors.Is(err, zen.ErrNotFound) {
 		return nil, s.fail("follow", err)
 	}
-	if err := s.addBoth(ctx, zen.Edge{From: user, Type: k.follows, To: target}); err != nil {
+	// Durable with the event's row (WithEventTable; see CreatePin).
+	if err := s.addBoth(s.stepCtx(ctx), zen.Edge{From: user, Type: k.follows, To: target}); err != nil {
 		return nil, err
 	}
 	if err := s.enqueue(ctx, "follow", pinlater.FollowBackfillPayload{
@@ -89,10 +90,12 @@ func (s *GraphService) Unfollow(ctx context.Context, req *graphv1.UnfollowReques
 	} else if !errors.Is(err, zen.ErrNotFound) {
 		return nil, s.fail("unfollow", err)
 	}
-	if err := s.g.RemoveEdge(ctx, user, k.follows, target); err != nil {
+	// Durable with the event's row, which is always written (WithEventTable; see CreatePin).
+	wctx := s.stepCtx(ctx)
+	if err := s.g.RemoveEdge(wctx, user, k.follows, target); err != nil {
 		return nil, s.fail("remove follows edge", err)
 	}
-	if err := s.g.RemoveInverse(ctx, user, k.follows, target); err != nil {
+	if err := s.g.RemoveInverse(wctx, user, k.follows, target); err != nil {
 		return nil, s.fail("remove followers edge", err)
 	}
 	if err := s.enqueue(ctx, "unfollow", pinlater.UnfollowCleanupPayload{

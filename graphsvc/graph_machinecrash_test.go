@@ -226,3 +226,137 @@ func mustTable(t *testing.T, s zen.Store, name string) zen.Table {
 	}
 	return tb
 }
+
+// TestFollowMachineCrash follows and then unfollows through the GraphService on a real Pebble
+// store whose outbox shares the graph's log, taking a crash image before every write and after
+// the last call. Each call's edge writes are lazy and its event's row is its one durable write:
+// an image taken inside Follow is the store as it was before Follow, one taken inside Unfollow is
+// the store as Follow left it (both edges there), and the last one has both edges gone and both
+// events recorded. Retrying the calls from any image ends with no edge, counted zero.
+func TestFollowMachineCrash(t *testing.T) {
+	redisAddr := testenv.Redis(t)
+	ns := fmt.Sprintf("followcrash%d", time.Now().UnixNano())
+	ctx := context.Background()
+	fs := vfs.NewCrashableMem()
+	s, err := zenpebble.Open("db", zenpebble.WithFS(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		inFollow   = iota // Follow under way
+		inUnfollow        // Follow returned, Unfollow under way
+		done              // both returned
+	)
+	type crash struct {
+		fs    *vfs.MemFS
+		phase int
+	}
+	var crashes []crash
+	recording, phase := false, inFollow
+	cs := crashImageStore{Store: s, before: func() {
+		if recording {
+			crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), phase})
+		}
+	}}
+	svc, _, _ := machineCrashService(t, cs, redisAddr, ns)
+	var users []*graphv1.User
+	for _, n := range []string{"alice", "bob"} {
+		u, err := svc.CreateUser(ctx, &graphv1.CreateUserRequest{Username: n, Email: n + "@example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, u)
+	}
+	alice, bob := users[0].GetId(), users[1].GetId()
+	tables := []string{zen.TableObjects, zen.TableEdges, zen.TableCounters, zen.TableModShard, zen.OutboxTable}
+	before := storeRows(t, s, tables) // the set-up's calls each ended with a durable write
+	recording = true
+	if _, err := svc.Follow(ctx, &graphv1.FollowRequest{UserId: alice, TargetId: bob}); err != nil {
+		t.Fatal(err)
+	}
+	followWrites := len(crashes)
+	phase = inUnfollow
+	afterFollow := storeRows(t, s, tables)
+	if _, err := svc.Unfollow(ctx, &graphv1.UnfollowRequest{UserId: alice, TargetId: bob}); err != nil {
+		t.Fatal(err)
+	}
+	phase = done
+	recording = false
+	crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), phase})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if followWrites < 3 || len(crashes)-followWrites < 3 {
+		t.Fatalf("%d writes in Follow, %d in Unfollow: want their edge steps and the event", followWrites, len(crashes)-1-followWrites)
+	}
+	same := func(a, b map[string]string) string {
+		for k, v := range a {
+			if w, ok := b[k]; !ok || w != v {
+				return fmt.Sprintf("row %q differs", k)
+			}
+		}
+		for k := range b {
+			if _, ok := a[k]; !ok {
+				return fmt.Sprintf("row %q differs", k)
+			}
+		}
+		return ""
+	}
+	a, b := zen.ID(alice), zen.ID(bob)
+	edges := []zen.EdgeKey{{From: a, Type: zen.EdgeFollowsUser, To: b}, {From: b, Type: zen.EdgeFollowedByUser, To: a}}
+	for i, c := range crashes {
+		st, err := zenpebble.Open("db", zenpebble.WithFS(c.fs))
+		if err != nil {
+			t.Fatalf("crash %d: reopen: %v", i, err)
+		}
+		rows := storeRows(t, st, tables)
+		svc, g, ot := machineCrashService(t, st, redisAddr, ns)
+		has, err := g.HasEdges(ctx, edges)
+		if err != nil {
+			t.Fatal(err)
+		}
+		events, err := ot.Scan(ctx, zen.ScanOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch c.phase {
+		case inFollow:
+			if d := same(rows, before); d != "" {
+				t.Errorf("crash %d, inside Follow: a write of the call is durable before its event's row: %s", i, d)
+			}
+		case inUnfollow:
+			if d := same(rows, afterFollow); d != "" {
+				t.Errorf("crash %d, inside Unfollow: not the store Follow left: %s", i, d)
+			}
+			if !has[0] || !has[1] || len(events) < 1 {
+				t.Errorf("crash %d: Follow returned, but edges %v, %d event rows", i, has, len(events))
+			}
+		case done:
+			if has[0] || has[1] || len(events) < 2 {
+				t.Errorf("crash %d: Unfollow returned, but edges %v, %d event rows", i, has, len(events))
+			}
+		}
+		// The client retries what had not returned.
+		if c.phase == inFollow {
+			if _, err := svc.Follow(ctx, &graphv1.FollowRequest{UserId: alice, TargetId: bob}); err != nil {
+				t.Fatalf("crash %d: retry Follow: %v", i, err)
+			}
+		}
+		if _, err := svc.Unfollow(ctx, &graphv1.UnfollowRequest{UserId: alice, TargetId: bob}); err != nil {
+			t.Fatalf("crash %d: retry Unfollow: %v", i, err)
+		}
+		has, err = g.HasEdges(ctx, edges)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n1, err1 := g.CountEdges(ctx, a, zen.EdgeFollowsUser)
+		n2, err2 := g.CountEdges(ctx, b, zen.EdgeFollowedByUser)
+		if has[0] || has[1] || n1 != 0 || n2 != 0 || err1 != nil || err2 != nil {
+			t.Errorf("crash %d: after the retries edges %v, counts %d (%v) and %d (%v), want none", i, has, n1, err1, n2, err2)
+		}
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d crash images: %d inside Follow, %d inside Unfollow", len(crashes), followWrites, len(crashes)-1-followWrites)
+}
