@@ -17,20 +17,6 @@ import (
 	"github.com/smartfeed/smartfeed/zen/zenpebble/pebblecrash"
 )
 
-// crashImageStore hands out tables that call before ahead of each write.
-type crashImageStore struct {
-	*zenpebble.Store
-	before func()
-}
-
-func (s crashImageStore) Table(ctx context.Context, name string) (zen.Table, error) {
-	t, err := s.Store.Table(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return pebblecrash.Table{Table: t.(*zenpebble.Table), Before: s.before}, nil
-}
-
 // machineCrashService is a GraphService over st whose events go through the real DurableClient
 // (its outbox in st's outbox table, then a real Redis), with WithEventTable as the app wires it.
 func machineCrashService(t *testing.T, st zen.Store, redisAddr, ns string) (*graphsvc.GraphService, *zen.Graph, zen.Table) {
@@ -99,7 +85,7 @@ func TestCreatePinMachineCrash(t *testing.T) {
 	}
 	var crashes []crash
 	recording, acked := false, 0
-	cs := crashImageStore{Store: s, before: func() {
+	cs := pebblecrash.Store{Store: s, Before: func() {
 		if recording {
 			crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), acked})
 		}
@@ -253,7 +239,7 @@ func TestFollowMachineCrash(t *testing.T) {
 	}
 	var crashes []crash
 	recording, phase := false, inFollow
-	cs := crashImageStore{Store: s, before: func() {
+	cs := pebblecrash.Store{Store: s, Before: func() {
 		if recording {
 			crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), phase})
 		}

@@ -13,20 +13,6 @@ import (
 	"github.com/smartfeed/smartfeed/zen/zenpebble/pebblecrash"
 )
 
-// crashStore hands out tables that call before ahead of each write.
-type crashStore struct {
-	*zenpebble.Store
-	before func()
-}
-
-func (s crashStore) Table(ctx context.Context, name string) (zen.Table, error) {
-	t, err := s.Store.Table(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	return pebblecrash.Table{Table: t.(*zenpebble.Table), Before: s.before}, nil
-}
-
 // TestAddEdgeMachineCrash adds edges (and their inverses) on a real Pebble store and simulates a
 // machine crash (what was fsynced, nothing more) before every write and after the last add.
 // On one store AddEdge writes its steps lazily and waits for durability once: no crash image
@@ -47,7 +33,7 @@ func TestAddEdgeMachineCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := crashStore{Store: s, before: func() { crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), acked}) }}
+	cs := pebblecrash.Store{Store: s, Before: func() { crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), acked}) }}
 	g, err := zen.NewGraph(ctx, cs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +163,7 @@ func TestCreateMachineCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := crashStore{Store: s, before: func() { crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), len(acked)}) }}
+	cs := pebblecrash.Store{Store: s, Before: func() { crashes = append(crashes, crash{fs.CrashClone(vfs.CrashCloneCfg{}), len(acked)}) }}
 	g, err := zen.NewGraph(ctx, cs, nil, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -53,3 +53,19 @@ func (c Table) IncrementWith(ctx context.Context, key []byte, delta int64, extra
 	c.Before()
 	return c.Table.IncrementWith(ctx, key, delta, extra)
 }
+
+// Store is an embedded store whose tables are Tables calling Before ahead of each write, so a
+// test takes a crash image before every write of the code under test, whatever table it uses.
+type Store struct {
+	*zenpebble.Store
+	Before func()
+}
+
+// Table returns the named table of the store, wrapped to call Before ahead of each write.
+func (s Store) Table(ctx context.Context, name string) (zen.Table, error) {
+	t, err := s.Store.Table(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return Table{Table: t.(*zenpebble.Table), Before: s.Before}, nil
+}
