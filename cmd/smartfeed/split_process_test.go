@@ -294,15 +294,21 @@ func (p *proc) tail() string {
 	return string(b)
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n distinct free loopback addresses. It holds every listener open until all n
+// are chosen: closing each before asking for the next let the kernel hand the same port out twice
+// (a CI run gave the generator and the worker one port, and the worker exited on bind).
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	addrs := make([]string, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		addrs = append(addrs, l.Addr().String())
 	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	return addr
+	return addrs
 }
 
 // buildBinary builds cmd/smartfeed into dir.
@@ -337,7 +343,8 @@ func newSplit(t *testing.T, redis, zk string) *split {
 		// not minutes.
 		"SMARTFEED_FEED_RECOVER_AFTER=1s", "SMARTFEED_FEED_RECOVER_EVERY=1s",
 		"SMARTFEED_GENERATOR_CONFIG="+writeGenConfig(t, dir))
-	s.genAddr, s.workAddr, s.feedAddr, s.graphAddr = freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	addrs := freeAddrs(t, 4)
+	s.genAddr, s.workAddr, s.feedAddr, s.graphAddr = addrs[0], addrs[1], addrs[2], addrs[3]
 	mk := func(role, addr string, extra ...string) *proc {
 		env := append(append(append([]string{}, base...), "SMARTFEED_GRPC_ADDR="+addr), extra...)
 		return &proc{t: t, role: role, bin: s.bin, env: env, log: filepath.Join(dir, role+".log")}
