@@ -930,6 +930,42 @@ func (g *Generator) Pending(ctx context.Context, user zen.ID) ([]Chunk, error) {
 	return out, nil
 }
 
+// Unfinished returns the pins claimed by user's chunks that no GenerateChunk has finished: one
+// running now, or one a crash left that is younger than InFlightGrace (Pending skips those until
+// then). It changes nothing. A pin claimed and not yet taken is still in the pools as well. It
+// lets an audit account for every pin while a recovery is pending.
+func (g *Generator) Unfinished(ctx context.Context, user zen.ID) ([]zen.ID, error) {
+	if err := checkUser(user); err != nil {
+		return nil, err
+	}
+	prefix := userKey(user, tagChunk)
+	rows, err := g.state.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: userKey(user, tagChunk+1)})
+	if err != nil {
+		return nil, fmt.Errorf("scan chunks of %d: %w", uint64(user), err)
+	}
+	var out []zen.ID
+	for _, kv := range rows {
+		if len(kv.Key) != len(prefix)+8 {
+			continue
+		}
+		rec, err := decodeRecord(kv.Value)
+		if err != nil {
+			return nil, fmt.Errorf("chunk of %d: %w", uint64(user), err)
+		}
+		if rec.State != stateIntent {
+			continue
+		}
+		own, err := g.owned(ctx, user, rec)
+		if err != nil {
+			return nil, err
+		}
+		for _, re := range own {
+			out = append(out, re.Entry.Pin)
+		}
+	}
+	return out, nil
+}
+
 func beUint64(b []byte) uint64 {
 	var v uint64
 	for _, c := range b {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -31,6 +32,13 @@ func entryPins(es []zen.PoolEntry) []zen.ID {
 		out[i] = e.Pin
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// entrySorted returns the pins sorted.
+func entrySorted(ps []zen.ID) []zen.ID {
+	out := slices.Clone(ps)
+	slices.Sort(out)
 	return out
 }
 
@@ -129,6 +137,24 @@ func TestCrashBetweenChoosingAndServing(t *testing.T) {
 					if len(pend) != 1 || pend[0].ID != other.ID {
 						t.Fatalf("Pending before grace = %v, want only %s", pend, other.ID)
 					}
+					// Unfinished names the crashed chunk's claimed pins meanwhile, none of the
+					// other chunk's.
+					unfinished, err := g.Unfinished(ctx, e.user)
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantUnfinished := 0
+					if pt.claimed {
+						wantUnfinished = 10
+					}
+					if len(unfinished) != wantUnfinished {
+						t.Fatalf("Unfinished before grace = %v, want %d pins", unfinished, wantUnfinished)
+					}
+					for _, p := range pinsOf(other.Items) {
+						if slices.Contains(unfinished, p) {
+							t.Errorf("Unfinished names pin %d of the finished chunk %s", p, other.ID)
+						}
+					}
 					// After the grace period the crashed chunk is finished and listed (oldest
 					// first) with exactly the pins it claimed, none of them in the other chunk.
 					e.clk.Advance(2 * time.Minute)
@@ -153,6 +179,12 @@ func TestCrashBetweenChoosingAndServing(t *testing.T) {
 						}
 					} else if len(pend) != 1 || pend[0].ID != other.ID {
 						t.Fatalf("Pending after grace = %+v, want only %s (the crash came before any claim)", pend, other.ID)
+					}
+					if pt.claimed && !slices.Equal(entrySorted(pinsOf(pend[0].Items)), entrySorted(unfinished)) {
+						t.Errorf("the recovered chunk has pins %v, Unfinished named %v", pinsOf(pend[0].Items), unfinished)
+					}
+					if u, err := g.Unfinished(ctx, e.user); err != nil || len(u) != 0 {
+						t.Errorf("Unfinished after recovery = %v, %v; want none", u, err)
 					}
 					if err := g.Settle(ctx, e.user, other.ID, true); err != nil {
 						t.Fatal(err)

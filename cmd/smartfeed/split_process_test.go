@@ -636,12 +636,23 @@ func (s *split) locate(user zen.ID) map[zen.ID][]string {
 			inflight[it.Pin] = true
 		}
 	}
+	// A chunk whose GenerateChunk was killed stays unfinished, and out of Pending, until the
+	// generator's in-flight grace has passed (a minute): its claimed pins are in flight too, or
+	// still in the pools if the kill came before the take. Counting them only from Pending made
+	// a kill inside C's GenerateChunk look like lost pins (session 34's CI run).
+	unfinished, err := s.localGen.Unfinished(s.ctx, user)
+	s.must(err)
 	loc := map[zen.ID][]string{}
 	lists, err := readerPools(s.ctx, s.pools, user)
 	s.must(err)
 	for i, es := range lists {
 		for _, pe := range es {
 			loc[pe.Pin] = append(loc[pe.Pin], "pool:"+allSources[i].String())
+		}
+	}
+	for _, p := range unfinished {
+		if len(loc[p]) == 0 {
+			inflight[p] = true
 		}
 	}
 	for _, r := range s.feedRows(user) {
