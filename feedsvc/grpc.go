@@ -85,6 +85,7 @@ var freshStatuses = map[FreshStatus]feedv1.FreshStatus{
 	FreshGeneratorError: feedv1.FreshStatus_FRESH_STATUS_GENERATOR_ERROR,
 	FreshTimeout:        feedv1.FreshStatus_FRESH_STATUS_GENERATOR_TIMEOUT,
 	FreshPersistFailed:  feedv1.FreshStatus_FRESH_STATUS_PERSIST_FAILED,
+	FreshPrimaryDown:    feedv1.FreshStatus_FRESH_STATUS_PERSIST_FAILED,
 	FreshNotFirstPage:   feedv1.FreshStatus_FRESH_STATUS_NOT_FIRST_PAGE,
 }
 

@@ -271,7 +271,10 @@ const (
 	FreshGeneratorError FreshStatus = "generator_error"   // the generator failed
 	FreshTimeout        FreshStatus = "generator_timeout" // the generator missed its deadline
 	FreshPersistFailed  FreshStatus = "persist_failed"    // the chunk could not be recorded
-	FreshNotFirstPage   FreshStatus = "not_first_page"    // later pages are materialized only
+	// FreshPrimaryDown: the primary's circuit breaker is open, so no chunk was generated (it
+	// could not be recorded); the pins stay in the pools. On the wire it is PERSIST_FAILED.
+	FreshPrimaryDown  FreshStatus = "primary_down"
+	FreshNotFirstPage FreshStatus = "not_first_page" // later pages are materialized only
 )
 
 // Request asks for one page of a user's feed. An empty Cursor asks for the first page.
@@ -376,6 +379,22 @@ func (s *Service) laterPage(ctx context.Context, user zen.ID, after position, si
 }
 
 func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size int) (Page, error) {
+	if s.hedger.BreakerState() == hedge.BreakerOpen {
+		// The primary is failing or hanging (its breaker opened on the reads). A chunk could not
+		// be recorded on it before the answer: generating one would take pins from the pools,
+		// wait PersistTimeout on the primary, and give them back. Serve the materialized feed
+		// (the breaker routes the read to the standby first) without calling the generator.
+		start := time.Now()
+		res, out, err := s.read(ctx, user, nil, size)
+		s.m.observeStage(stageRead, time.Since(start))
+		if err != nil {
+			return Page{}, err
+		}
+		page := Page{From: out.From, Hedged: out.Hedged, FreshStatus: FreshPrimaryDown,
+			FreshDetail: "the primary feed store's circuit breaker is open: no fresh chunk can be recorded"}
+		s.fill(&page, user, nil, res, size)
+		return page, nil
+	}
 	// The generator runs with its own deadline; if it ignores the deadline, the request leaves
 	// without it and a background reader settles whatever it returns late.
 	genCh := make(chan genResult, 1)

@@ -266,6 +266,74 @@ func TestGeneratorFailureFallsBack(t *testing.T) {
 	}
 }
 
+// TestBreakerOpenSkipsGenerator: once the primary's breaker is open, a first page is the
+// standby's materialized feed at once: the generator is not called (its chunk could not be
+// recorded on the primary, and taking pins only to give them back is churn), nothing is
+// settled, and the page says why. When the primary is back and the breaker closes, fresh chunks
+// return.
+func TestBreakerOpenSkipsGenerator(t *testing.T) {
+	e := newEnv(t, func(_ *Config, p *hedge.Policy) {
+		p.Mode, p.Delay = hedge.ModeFixed, 5*time.Millisecond
+		p.BreakerFailures, p.BreakerOpenFor, p.BreakerProbes = 2, 200*time.Millisecond, 1
+	})
+	for range 2 {
+		e.get(t, "", 100)
+		e.materialize(t)
+	}
+	e.flush(t)
+	want := cat(pins(6, 10), pins(1, 5))
+	if err := e.primary.Set(faults.Config{Outage: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Later pages read the failing primary until the breaker opens.
+	for i := 0; e.svc.Hedger().BreakerState() != hedge.BreakerOpen; i++ {
+		if i == 10 {
+			t.Fatalf("breaker still %s after 10 reads of a primary in outage", e.svc.Hedger().BreakerState())
+		}
+		first := e.get(t, "", 4)
+		e.get(t, first.NextCursor, 4)
+	}
+	e.svc.Wait()
+	e.gen.mu.Lock()
+	chunksBefore, settledBefore := e.gen.chunks, len(e.gen.settled)
+	e.gen.mu.Unlock()
+
+	p := e.get(t, "", 100)
+	if p.FreshStatus != FreshPrimaryDown || p.FreshDetail == "" {
+		t.Errorf("breaker open: status %q (%q), want %q with a reason", p.FreshStatus, p.FreshDetail, FreshPrimaryDown)
+	}
+	if p.From != hedge.Standby {
+		t.Errorf("breaker open: page from %v, want the standby", p.From)
+	}
+	if diff := cmp.Diff(want, pagePins(p)); diff != "" {
+		t.Errorf("breaker open: pins (-want +got):\n%s", diff)
+	}
+	e.svc.Wait()
+	e.gen.mu.Lock()
+	chunks, settled := e.gen.chunks, len(e.gen.settled)
+	e.gen.mu.Unlock()
+	if chunks != chunksBefore || settled != settledBefore {
+		t.Errorf("breaker open: generator made %d chunks and %d were settled, want none", chunks-chunksBefore, settled-settledBefore)
+	}
+
+	// The primary heals: after BreakerOpenFor a probe closes the breaker, and first pages carry
+	// fresh chunks again.
+	if err := e.primary.Set(faults.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p = e.get(t, "", 100)
+		if p.FreshStatus == FreshIncluded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("primary healed: first pages still %q, breaker %s", p.FreshStatus, e.svc.Hedger().BreakerState())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Invariant 4, degrade: the primary down or slow gives the page from the standby; both down
 // fails with ErrUnavailable.
 func TestPrimaryFailureFallsBack(t *testing.T) {

@@ -97,6 +97,7 @@ func TestHangingPrimaryFeed(t *testing.T) {
 	healthy := read(100, 0)
 	before := hedgeCounts(t, a)
 	persistFailed := gaugeOrCounter(t, a.reg, "smartfeed_feed_persist_failed_total")
+	downBefore := freshPages(t, a, "primary_down")
 	if err := a.faults[0].Set(faults.Config{SlowFraction: 1, Slow: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -111,9 +112,12 @@ func TestHangingPrimaryFeed(t *testing.T) {
 		healthy[len(healthy)/2], p99(healthy), len(hung), hung[len(hung)/2], p99(hung), hung[len(hung)-1], cutoff, pol.PrimaryTimeout)
 	// A first page with a fresh chunk (pins the worker delivered late) records it on the primary
 	// before answering, bounded by PersistTimeout (200 ms): with the primary hung that write
-	// fails every time, a write the hedge does not cover. Logged, not checked.
-	t.Logf("first pages whose fresh chunk could not be recorded on the hung primary: %v",
-		gaugeOrCounter(t, a.reg, "smartfeed_feed_persist_failed_total")-persistFailed)
+	// fails. With the breaker open a first page calls no generator and records nothing: it is
+	// answered from the standby as "primary_down".
+	persistFails := gaugeOrCounter(t, a.reg, "smartfeed_feed_persist_failed_total") - persistFailed
+	primaryDown := freshPages(t, a, "primary_down") - downBefore
+	t.Logf("first pages whose fresh chunk could not be recorded on the hung primary: %v; answered without a generator call (breaker open): %v",
+		persistFails, primaryDown)
 	d := func(k string) int { return int(after[k] - before[k]) }
 	toPrimary, probes, toStandby := d(`routed{route="primary"}`), d(`routed{route="probe"}`), d(`routed{route="standby"}`)
 	opened, closed := d(`breaker_transitions{to="open"}`), d(`breaker_transitions{to="closed"}`)
@@ -145,6 +149,15 @@ func TestHangingPrimaryFeed(t *testing.T) {
 		t.Errorf("%d reads waited for the hung primary's %v timeout with the budget refusing only %d hedges: the cutoff did not hedge them",
 			onError, pol.PrimaryTimeout, refused)
 	}
+	// Only a call that read the primary (closed, or the half-open probe) may try to record a
+	// chunk there; the others, with the breaker open, skip the generator.
+	if primaryDown == 0 {
+		t.Errorf("no first page was answered as primary_down while the breaker was open (%d calls failed over)", toStandby)
+	}
+	if persistFails > float64(toPrimary+probes) {
+		t.Errorf("%v fresh chunks failed to record on the hung primary, more than the %d calls that read it: pages with the breaker open called the generator",
+			persistFails, toPrimary+probes)
+	}
 	// And from the client's side: a call that took the whole primary timeout waited on the
 	// primary. The breaker bounds those to BreakerFailures even with no hedging at all; a GetFeed
 	// that read the primary around the breaker and the hedge would wait on every call.
@@ -153,6 +166,30 @@ func TestHangingPrimaryFeed(t *testing.T) {
 		t.Errorf("%d of %d calls took at least the primary timeout (%v) while the primary hung, want at most %d",
 			waited, len(hung), pol.PrimaryTimeout, pol.BreakerFailures)
 	}
+}
+
+// freshPages reads how many GetFeed pages the app answered with the fresh status fresh
+// (smartfeed_feed_requests_total{fresh=...}).
+func freshPages(t *testing.T, a *app, fresh string) float64 {
+	t.Helper()
+	mfs, err := a.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "smartfeed_feed_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "fresh" && l.GetValue() == fresh {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
 }
 
 // hedgeCounts reads the feed hedger's counters from the app's registry, keyed by the name after
