@@ -238,6 +238,37 @@ func BenchmarkGet(b *testing.B) {
 	}
 }
 
+// BenchmarkGetMany reads n rows in one call, half of them absent. n=200 is the worker's read of
+// a task's receivers (two rows each), whose per-Get client cost a fanout pays per receiver;
+// n=20 and n=1 are the read path's sizes, which must not wait for a write flush.
+func BenchmarkGetMany(b *testing.B) {
+	tb := freshTable(b, openStore(b, Options{FlushInterval: time.Millisecond}))
+	var muts []zen.Mutation
+	for i := range 1000 {
+		muts = append(muts, zen.Mutation{Key: benchKey(2 * i), Value: make([]byte, 8)})
+	}
+	if err := tb.Apply(b.Context(), muts); err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{1, 20, 200} {
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			keys := make([][]byte, n)
+			i := 0
+			for b.Loop() {
+				for j := range keys {
+					keys[j] = benchKey(i % 2000)
+					i++
+				}
+				vals, err := zen.GetMany(b.Context(), tb, keys)
+				if err != nil || len(vals) != len(keys) {
+					b.Fatalf("GetMany = %d values, %v", len(vals), err)
+				}
+			}
+		})
+	}
+}
+
 func BenchmarkCheckAndSet(b *testing.B) {
 	tb := freshTable(b, openStore(b, Options{}))
 	b.ReportAllocs()

@@ -21,12 +21,16 @@ type RequestTracePropagator struct {
 	RequestHeader *pb.RequestHeader
 }
 
-// StartSpan starts a trace with the given context
+// StartSpan starts a trace with the given context. (SmartFeed: only under a recording span;
+// otherwise it returns ctx and its non-recording span, see SMARTFEED.md.)
 func StartSpan(
 	ctx context.Context,
 	name string,
 	opts ...trace.SpanStartOption,
 ) (context.Context, trace.Span) {
+	if sp := trace.SpanFromContext(ctx); !sp.IsRecording() {
+		return ctx, sp
+	}
 	tracer := otel.GetTracerProvider().Tracer("gohbase")
 	return tracer.Start(ctx, name, opts...)
 }
