@@ -16,6 +16,8 @@ type metrics struct {
 	tasks    *prometheus.CounterVec
 	removed  *prometheus.CounterVec
 	unknown  *prometheus.CounterVec
+
+	featureHits, featureMisses prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -39,10 +41,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_unknown_objects_total",
 			Help: "Task runs that named an object this store never had (failed, then dead-lettered), by task type."}, []string{"type"}),
 	}
+	features := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_feature_cache_lookups_total",
+		Help: "Receiver scoring features (affinity, interest follows) the fanout looked up in its cache, by result (hit, miss: read from the store)."},
+		[]string{"result"})
+	m.featureHits, m.featureMisses = features.WithLabelValues("hit"), features.WithLabelValues("miss")
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.inline, m.resumed, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown} {
+	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.inline, m.resumed, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown, features} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
 		}

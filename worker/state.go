@@ -78,6 +78,7 @@ func (w *Worker) RecordEngagement(ctx context.Context, user, pin, author zen.ID)
 	if _, err := w.state.Increment(ctx, stateKey(user, rowAffinity, author), 1); err != nil {
 		return fmt.Errorf("record engagement %d/%d: %w", user, pin, err)
 	}
+	w.feats.forget(featureKey{kind: featAffinity, user: user, of: author})
 	return nil
 }
 

@@ -72,6 +72,9 @@ func (w *Worker) HandleFollowBackfill(ctx context.Context, p pinlater.FollowBack
 	if target == user {
 		return w.rebuild(ctx, user)
 	}
+	if tt == zen.TypeInterest {
+		w.feats.forget(featureKey{kind: featInterest, user: user, of: target})
+	}
 	e, err := w.g.HasEdge(ctx, user, follows, target)
 	if errors.Is(err, zen.ErrNotFound) {
 		return nil // unfollowed meanwhile
@@ -200,6 +203,9 @@ func (w *Worker) HandleUnfollowCleanup(ctx context.Context, p pinlater.UnfollowC
 	target, err := checkID("unfollow target", p.Target, tt)
 	if err != nil {
 		return err
+	}
+	if tt == zen.TypeInterest {
+		w.feats.forget(featureKey{kind: featInterest, user: user, of: target})
 	}
 	if _, err := w.g.HasEdge(ctx, user, follows, target); err == nil {
 		return nil // followed again

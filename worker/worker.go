@@ -85,6 +85,15 @@ type Config struct {
 	// PurgeMaxReceivers bounds the receivers a pin-delete visits per list (default 100,000);
 	// beyond it the deleted pin is left to the read-side filter and the TTL.
 	PurgeMaxReceivers int
+	// FeatureTTL is how long the fanout keeps a receiver's scoring features (affinity for an
+	// author, interest follows) once read, so that the next pins of that author or interest do
+	// not read them again (default 1 minute; negative: read every time). A change made by
+	// another process reaches that receiver's scores at most this late; who receives a pin is
+	// never cached (see featureCache).
+	FeatureTTL time.Duration
+	// FeatureCacheSize bounds the features kept, in entries of each of the cache's two
+	// generations (default 262,144: about 10 MB each).
+	FeatureCacheSize int
 }
 
 func (c Config) withDefaults() Config {
@@ -119,6 +128,8 @@ func (c Config) withDefaults() Config {
 	def(&c.RelatedMax, 50)
 	def(&c.MatchInterests, 4)
 	def(&c.PurgeMaxReceivers, 100_000)
+	defDur(&c.FeatureTTL, time.Minute)
+	def(&c.FeatureCacheSize, 1<<18)
 	c.BackfillLimit = min(c.BackfillLimit, zen.MaxEdgePage)
 	c.RebuildFollowees = min(c.RebuildFollowees, zen.MaxEdgePage)
 	c.RelatedBoards = min(c.RelatedBoards, zen.MaxEdgePage)
@@ -147,6 +158,7 @@ type Worker struct {
 	now    func() time.Time
 	log    *zap.Logger
 	m      *metrics
+	feats  *featureCache // nil: features read every time
 	// onInsert, when set, is called with each batch of entries written (OnInsert).
 	onInsert atomic.Pointer[func([]zen.PoolEntry)]
 }
@@ -181,8 +193,10 @@ func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Optio
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
+	cfg = cfg.withDefaults()
 	return &Worker{g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
-		feeds: o.Feeds, cfg: cfg.withDefaults(), now: o.Now, log: o.Logger, m: m}, nil
+		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m,
+		feats: newFeatureCache(cfg.FeatureTTL, cfg.FeatureCacheSize, o.Now, m.featureHits, m.featureMisses)}, nil
 }
 
 // Pools returns the pools the worker writes.
@@ -361,8 +375,9 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 		return w.insertRecommended(ctx, relatedFor, pin, author, board, p.CreatedMs)
 	}
 	var progress []receiverList // lists with a checkpoint row
+	facts := &pinFacts{}        // read by the first list delivered inline, reused by the others
 	for _, l := range lists {
-		has, err := w.enqueueChunks(ctx, p, l)
+		has, err := w.enqueueChunks(ctx, p, l, facts)
 		if err != nil {
 			return err
 		}
@@ -398,7 +413,7 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 // million-follower list again from the start.
 //
 // It reports whether the list has a checkpoint row (to be cleared when the fanout is done).
-func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l receiverList) (bool, error) {
+func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l receiverList, facts *pinFacts) (bool, error) {
 	n, err := w.g.CountEdges(ctx, l.from, l.typ)
 	if err != nil {
 		return false, fmt.Errorf("fanout %d: count %d/%d: %w", p.Pin, l.from, l.typ, err)
@@ -426,7 +441,7 @@ func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l 
 			Pin: p.Pin, Author: p.Author, Board: p.Board, Interest: uint64(l.interest),
 			CreatedMs: p.CreatedMs, Source: uint8(l.src), ListFrom: uint64(l.from),
 			EdgeType: uint16(l.typ), Limit: w.cfg.ChunkSize,
-		})
+		}, facts)
 		if err != nil {
 			return false, fmt.Errorf("fanout %d: inline: %w", p.Pin, err)
 		}
@@ -571,15 +586,31 @@ type receiver struct {
 }
 
 // loadReceivers reads, for each user, the last-active row, the affinity for author and the
-// interest match of the pin, concurrently, and marks those to skip (deleted or inactive users).
+// interest match of the pin, in two batched reads, and marks those to skip (deleted or inactive
+// users). The affinity and interest follows come from the feature cache where it has them.
 func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo, followedInterest zen.ID) ([]receiver, error) {
 	rs := make([]receiver, len(users))
 	keys := make([][]byte, 0, 2*len(users))
 	for i, u := range users {
 		rs[i].user = u
 		keys = append(keys, stateKey(u, rowActive, 0))
-		if pi.author != 0 {
-			keys = append(keys, stateKey(u, rowAffinity, pi.author))
+	}
+	var affKeys []featureKey // the affinities not cached, read with the active rows
+	var affAt []int
+	if pi.author != 0 {
+		fks := make([]featureKey, len(users))
+		for i, u := range users {
+			fks[i] = featureKey{kind: featAffinity, user: u, of: pi.author}
+		}
+		vals, ok := make([]int64, len(users)), make([]bool, len(users))
+		w.feats.get(fks, vals, ok)
+		for i := range rs {
+			if ok[i] {
+				rs[i].affinity = vals[i]
+				continue
+			}
+			affKeys, affAt = append(affKeys, fks[i]), append(affAt, i)
+			keys = append(keys, stateKey(users[i], rowAffinity, pi.author))
 		}
 	}
 	vals, err := zen.GetMany(ctx, w.state, keys)
@@ -587,9 +618,8 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 		return nil, fmt.Errorf("read receivers: %w", err)
 	}
 	nowMs := w.now().UnixMilli()
-	k := 0
 	for i := range rs {
-		if last, ok := i64(vals[k]); ok {
+		if last, ok := i64(vals[i]); ok {
 			switch {
 			case last == deletedUser:
 				rs[i].skip = "deleted"
@@ -597,17 +627,21 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 				rs[i].skip = "inactive"
 			}
 		}
-		k++
-		if pi.author != 0 {
-			rs[i].affinity, _ = i64(vals[k])
-			k++
+	}
+	if len(affAt) > 0 {
+		got := make([]int64, len(affAt))
+		for j, i := range affAt {
+			got[j], _ = i64(vals[len(users)+j])
+			rs[i].affinity = got[j]
 		}
+		w.feats.put(affKeys, got)
 	}
 	if len(pi.interests) == 0 {
 		return rs, nil
 	}
-	// One batched read of every (receiver, interest) follow edge, not a goroutine per receiver.
-	var eks []zen.EdgeKey
+	// Whether each receiver follows each of the pin's interests: from the cache, and the rest in
+	// one batched read of the follow edges, not a goroutine per receiver.
+	var fks []featureKey
 	var of []int
 	hits := make([]int, len(rs))
 	for i := range rs {
@@ -619,17 +653,37 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 				hits[i]++
 				continue
 			}
-			eks = append(eks, zen.EdgeKey{From: rs[i].user, Type: zen.EdgeFollowsInterest, To: in})
+			fks = append(fks, featureKey{kind: featInterest, user: rs[i].user, of: in})
 			of = append(of, i)
 		}
 	}
-	if len(eks) > 0 {
-		has, err := w.g.HasEdges(ctx, eks)
-		if err != nil {
-			return nil, fmt.Errorf("interest match: %w", err)
+	if len(fks) > 0 {
+		follows, cached := make([]int64, len(fks)), make([]bool, len(fks))
+		w.feats.get(fks, follows, cached)
+		var eks []zen.EdgeKey
+		var missed []int
+		for j, k := range fks {
+			if !cached[j] {
+				eks = append(eks, zen.EdgeKey{From: k.user, Type: zen.EdgeFollowsInterest, To: k.of})
+				missed = append(missed, j)
+			}
 		}
-		for j, ok := range has {
-			if ok {
+		if len(eks) > 0 {
+			has, err := w.g.HasEdges(ctx, eks)
+			if err != nil {
+				return nil, fmt.Errorf("interest match: %w", err)
+			}
+			put, putVals := make([]featureKey, len(missed)), make([]int64, len(missed))
+			for m, j := range missed {
+				if has[m] {
+					follows[j] = 1
+				}
+				put[m], putVals[m] = fks[j], follows[j]
+			}
+			w.feats.put(put, putVals)
+		}
+		for j, f := range follows {
+			if f == 1 {
 				hits[of[j]]++
 			}
 		}
@@ -658,16 +712,52 @@ func (w *Worker) entry(r receiver, pi *pinInfo, src zen.Source, ageMs int64, co 
 // Config.TrimEvery receivers. Running it twice writes the same rows (Pools.Insert keeps one row
 // per (user, pin), the better score).
 func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPayload) error {
-	if _, err := w.deliverChunk(ctx, p); err != nil {
+	if _, err := w.deliverChunk(ctx, p, nil); err != nil {
 		return err
 	}
 	w.m.tasks.WithLabelValues(pinlater.TypeFanoutChunk).Inc()
 	return nil
 }
 
+// pinFacts is what a delivery reads about the pin itself (not about the list or the receivers):
+// the same for every receiver list of one fanout task, so the lists it delivers inline read it
+// once.
+type pinFacts struct {
+	loaded    bool
+	gone      bool // deleted: nothing is delivered
+	repin     bool
+	saves     int64
+	likes     int64
+	interests []zen.ID
+}
+
+// load reads the facts of the pin of p unless they are loaded already.
+func (f *pinFacts) load(ctx context.Context, w *Worker, pin, author zen.ID) error {
+	if f.loaded {
+		return nil
+	}
+	obj, gone, err := w.getPin(ctx, pinlater.TypeFanoutChunk, pin)
+	if err != nil {
+		return err
+	}
+	if !gone {
+		pi := &pinInfo{pin: pin}
+		if err := w.loadPinInfo(ctx, pi); err != nil {
+			return fmt.Errorf("chunk %d: %w", pin, err)
+		}
+		// A repin: the saver (the chunk's author) is not the pin's original author.
+		orig, ok := zen.DataID(obj.Data, "author")
+		f.repin = ok && orig != author
+		f.saves, f.likes, f.interests = pi.saves, pi.likes, pi.interests
+	}
+	f.loaded, f.gone = true, gone
+	return nil
+}
+
 // deliverChunk is HandleFanoutChunk's work; it also returns the cursor after the page ("" at
-// the end of the list).
-func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload) (string, error) {
+// the end of the list). facts, when not nil, holds the pin's facts read by an earlier list of
+// the same fanout task (or receives them).
+func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload, facts *pinFacts) (string, error) {
 	pin, err := checkID("chunk pin", p.Pin, zen.TypePin)
 	if err != nil {
 		return "", err
@@ -695,8 +785,10 @@ func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload
 	if !ok || to != zen.TypeUser {
 		return "", invalid("chunk edge type %d does not list users", p.EdgeType)
 	}
-	obj, gone, err := w.getPin(ctx, pinlater.TypeFanoutChunk, pin)
-	if err != nil || gone {
+	if facts == nil {
+		facts = &pinFacts{}
+	}
+	if err := facts.load(ctx, w, pin, author); err != nil || facts.gone {
 		return "", err
 	}
 	edges, next, err := w.g.ListEdges(ctx, zen.ID(p.ListFrom), et, p.Cursor, p.Limit, false)
@@ -712,14 +804,8 @@ func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload
 			users = append(users, e.To)
 		}
 	}
-	pi := &pinInfo{pin: pin, author: author, board: board, interest: interest, createdMs: p.CreatedMs}
-	// A repin: the saver (the chunk's author) is not the pin's original author.
-	if orig, ok := zen.DataID(obj.Data, "author"); ok && orig != author {
-		pi.repin = true
-	}
-	if err := w.loadPinInfo(ctx, pi); err != nil {
-		return "", fmt.Errorf("chunk %d: %w", pin, err)
-	}
+	pi := &pinInfo{pin: pin, author: author, board: board, interest: interest, createdMs: p.CreatedMs,
+		repin: facts.repin, saves: facts.saves, likes: facts.likes, interests: facts.interests}
 	rs, err := w.loadReceivers(ctx, users, pi, interest)
 	if err != nil {
 		return "", fmt.Errorf("chunk %d: %w", pin, err)

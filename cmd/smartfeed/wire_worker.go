@@ -66,7 +66,11 @@ func (a *app) buildWorker(ctx context.Context) error {
 	if a.has(roleFeed) {
 		opts.Feeds = feedRemover{a}
 	}
-	a.worker, err = worker.New(a.graph, poolsT, stateT, a.durable, worker.Config{}, opts)
+	wcfg := worker.Config{FeatureTTL: a.cfg.Worker.FeatureTTL.D()}
+	if wcfg.FeatureTTL == 0 {
+		wcfg.FeatureTTL = -1 // 0 in the config: read for every pin (0 in worker.Config: the default)
+	}
+	a.worker, err = worker.New(a.graph, poolsT, stateT, a.durable, wcfg, opts)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}

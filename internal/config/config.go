@@ -306,6 +306,10 @@ type Worker struct {
 	// WeightsFile is the pool scorer's JSON weights (worker.Weights; absent fields keep their
 	// defaults, unknown ones are refused). Default empty: worker.DefaultWeights.
 	WeightsFile string `json:"weights_file"`
+	// FeatureTTL is how long the fanout keeps a receiver's scoring features (affinity, interest
+	// follows) once read (worker.Config.FeatureTTL): a change made by another process reaches
+	// the scores at most this late. 0 reads them for every pin. Default 1m.
+	FeatureTTL Duration `json:"feature_ttl"`
 }
 
 // Generator configures the generator and feedsvc's access to it.
@@ -365,7 +369,8 @@ func DefaultConfig() Config {
 		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000},
 		Log:   Log{Level: "info", Format: "auto"},
 		Worker: Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second),
-			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second)},
+			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second),
+			FeatureTTL: Duration(time.Minute)},
 		Generator: Generator{},
 		Feed: Feed{
 			GeneratorDeadline:   Duration(150 * time.Millisecond),
@@ -457,6 +462,9 @@ func (c Config) Validate() error {
 	}
 	if c.Worker.ShutdownTimeout < 0 {
 		bad("worker.shutdown_timeout: negative")
+	}
+	if c.Worker.FeatureTTL < 0 {
+		bad("worker.feature_ttl: negative")
 	}
 	if c.Feed.GeneratorDeadline <= 0 {
 		bad("feed.generator_deadline: must be positive")
