@@ -104,18 +104,24 @@ func TestFeatureCacheLifetime(t *testing.T) {
 
 // TestFanoutFeatureCache runs fanouts of alice's pins while another process (a direct write to
 // the store) changes two receivers' features: the scores follow within FeatureTTL, at once after
-// this worker's own RecordEngagement and follow backfill, and at once with the cache off. Who
-// receives a pin is never cached: a user deleted after a fanout gets nothing from the next one.
+// this worker's own RecordEngagement and follow backfill, and at once with the cache off or when
+// the lists go out as chunk tasks. Who receives a pin is never cached: a user deleted after a
+// fanout gets nothing from the next one.
 func TestFanoutFeatureCache(t *testing.T) {
 	ctx := context.Background()
 	const ttl = time.Minute
 	for _, tc := range []struct {
 		name  string
-		ttl   time.Duration
+		cfg   Config
 		stale bool // whether an outside change is seen only after ttl
-	}{{"cached", ttl, true}, {"off", -1, false}} {
+	}{
+		{"cached", Config{FeatureTTL: ttl}, true},
+		{"off", Config{FeatureTTL: -1}, false},
+		// Lists delivered by chunk tasks (long ones) read the features every time.
+		{"chunk tasks", Config{FeatureTTL: ttl, InlineReceivers: -1}, false},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newWorld(t, zenmem.New(), Config{FeatureTTL: tc.ttl}, 4, nil)
+			w := newWorld(t, zenmem.New(), tc.cfg, 4, nil)
 			f0, f1, f2, f3 := w.followers[0], w.followers[1], w.followers[2], w.followers[3]
 			n := 0
 			// fanout creates a pin of alice's (tagged cats), fans it out and returns each
