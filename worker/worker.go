@@ -739,7 +739,7 @@ type pinFacts struct {
 	interests []zen.ID
 }
 
-// load reads the facts of the pin of p unless they are loaded already.
+// load reads pin's facts (author: the saver whose fanout this is) unless they are loaded already.
 func (f *pinFacts) load(ctx context.Context, w *Worker, pin, author zen.ID) error {
 	if f.loaded {
 		return nil
