@@ -884,26 +884,17 @@ func (g *Generator) Pending(ctx context.Context, user zen.ID) ([]Chunk, error) {
 	if err := checkUser(user); err != nil {
 		return nil, err
 	}
-	prefix := userKey(user, tagChunk)
-	stop := userKey(user, tagChunk+1)
-	rows, err := g.state.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: stop})
+	recs, err := g.records(ctx, user)
 	if err != nil {
-		return nil, fmt.Errorf("scan chunks of %d: %w", uint64(user), err)
+		return nil, err
 	}
 	grace := time.Duration(g.cfg.Load().InFlightGrace).Milliseconds()
 	nowMs := g.now().UnixMilli()
 	var out []Chunk
-	records := make(map[uint64]bool, len(rows))
-	for _, kv := range rows {
-		if len(kv.Key) != len(prefix)+8 {
-			continue
-		}
-		no := beUint64(kv.Key[len(prefix):])
+	records := make(map[uint64]bool, len(recs))
+	for _, nr := range recs {
+		no, rec := nr.no, nr.rec
 		records[no] = true
-		rec, err := decodeRecord(kv.Value)
-		if err != nil {
-			return nil, fmt.Errorf("chunk %d of %d: %w", no, uint64(user), err)
-		}
 		if rec.State == stateIntent {
 			if nowMs-rec.CreatedMs < grace {
 				continue
@@ -938,30 +929,50 @@ func (g *Generator) Unfinished(ctx context.Context, user zen.ID) ([]zen.ID, erro
 	if err := checkUser(user); err != nil {
 		return nil, err
 	}
-	prefix := userKey(user, tagChunk)
-	rows, err := g.state.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: userKey(user, tagChunk+1)})
+	recs, err := g.records(ctx, user)
 	if err != nil {
-		return nil, fmt.Errorf("scan chunks of %d: %w", uint64(user), err)
+		return nil, err
 	}
 	var out []zen.ID
-	for _, kv := range rows {
-		if len(kv.Key) != len(prefix)+8 {
+	for _, nr := range recs {
+		if nr.rec.State != stateIntent {
 			continue
 		}
-		rec, err := decodeRecord(kv.Value)
-		if err != nil {
-			return nil, fmt.Errorf("chunk of %d: %w", uint64(user), err)
-		}
-		if rec.State != stateIntent {
-			continue
-		}
-		own, err := g.owned(ctx, user, rec)
+		own, err := g.owned(ctx, user, nr.rec)
 		if err != nil {
 			return nil, err
 		}
 		for _, re := range own {
 			out = append(out, re.Entry.Pin)
 		}
+	}
+	return out, nil
+}
+
+// numberedRecord is one of a user's chunk records with its number.
+type numberedRecord struct {
+	no  uint64
+	rec *record
+}
+
+// records reads and decodes all of user's chunk records, in number order.
+func (g *Generator) records(ctx context.Context, user zen.ID) ([]numberedRecord, error) {
+	prefix := userKey(user, tagChunk)
+	rows, err := g.state.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: userKey(user, tagChunk+1)})
+	if err != nil {
+		return nil, fmt.Errorf("scan chunks of %d: %w", uint64(user), err)
+	}
+	out := make([]numberedRecord, 0, len(rows))
+	for _, kv := range rows {
+		if len(kv.Key) != len(prefix)+8 {
+			continue
+		}
+		no := beUint64(kv.Key[len(prefix):])
+		rec, err := decodeRecord(kv.Value)
+		if err != nil {
+			return nil, fmt.Errorf("chunk %d of %d: %w", no, uint64(user), err)
+		}
+		out = append(out, numberedRecord{no: no, rec: rec})
 	}
 	return out, nil
 }
