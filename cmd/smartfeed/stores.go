@@ -112,6 +112,9 @@ func (s *stores) pebbleOptions(name string) []zenpebble.Option {
 	if s.cfg.PebbleCacheMB > 0 {
 		opts = append(opts, zenpebble.WithCacheSize(int64(s.cfg.PebbleCacheMB)<<20))
 	}
+	if s.cfg.PebbleL0CompactionThreshold > 0 {
+		opts = append(opts, zenpebble.WithL0CompactionThreshold(s.cfg.PebbleL0CompactionThreshold))
+	}
 	if s.cfg.PebbleMemTableMB > 0 {
 		opts = append(opts, zenpebble.WithMemTableSize(uint64(s.cfg.PebbleMemTableMB)<<20))
 	}

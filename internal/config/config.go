@@ -73,6 +73,11 @@ type Storage struct {
 	// so compaction rewrites the base level less often under the fanout's scattered writes.
 	// Default 64; 0 means Pebble's own default (4 MiB).
 	PebbleMemTableMB int `json:"pebble_memtable_mb"`
+	// PebbleL0CompactionThreshold is how many L0 sublevels each Pebble database lets
+	// accumulate before compacting them into the base level: under the fanout's scattered
+	// writes each such compaction rewrites the whole base level. Default 8; 0 means Pebble's
+	// own default (4).
+	PebbleL0CompactionThreshold int `json:"pebble_l0_compaction_threshold"`
 	// HBase holds the quorums of the three stores.
 	HBase HBase `json:"hbase"`
 	// ShardMap is where the live shard map comes from; empty fields mean the default map
@@ -355,12 +360,13 @@ type Feed struct {
 func DefaultConfig() Config {
 	return Config{
 		Storage: Storage{
-			Backend:          BackendPebble,
-			DataDir:          "data",
-			PebbleCacheMB:    256,
-			PebbleMemTableMB: 64,
-			HBase:            HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond)},
-			ShardMap:         ShardMap{ZKPath: "/smartfeed/shardmap"},
+			Backend:                     BackendPebble,
+			DataDir:                     "data",
+			PebbleCacheMB:               256,
+			PebbleMemTableMB:            64,
+			PebbleL0CompactionThreshold: 8,
+			HBase:                       HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond)},
+			ShardMap:                    ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
 		Redis: Redis{Addr: "127.0.0.1:6379"},
 		Cache: Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
@@ -398,6 +404,9 @@ func (c Config) Validate() error {
 		}
 		if c.Storage.PebbleMemTableMB < 0 || c.Storage.PebbleMemTableMB > 4096 {
 			bad("storage.pebble_memtable_mb: %d is not in [0, 4096]", c.Storage.PebbleMemTableMB)
+		}
+		if c.Storage.PebbleL0CompactionThreshold < 0 || c.Storage.PebbleL0CompactionThreshold > 64 {
+			bad("storage.pebble_l0_compaction_threshold: %d is not in [0, 64]", c.Storage.PebbleL0CompactionThreshold)
 		}
 	case BackendHBase:
 		h := c.Storage.HBase

@@ -59,6 +59,7 @@ type config struct {
 	logger *zap.Logger
 	cache  int64
 	mem    uint64
+	l0     int
 	fs     vfs.FS
 }
 
@@ -82,6 +83,12 @@ func WithCacheSize(n int64) Option { return func(c *config) { c.cache = n } }
 // overlaps the whole base level, so small memtables make compaction rewrite it often. Up to
 // two memtables may be held at once.
 func WithMemTableSize(n uint64) Option { return func(c *config) { c.mem = n } }
+
+// WithL0CompactionThreshold sets how many L0 sublevels Pebble lets accumulate before it compacts
+// L0 into the base level (default: Pebble's, 4). Under the fanout's scattered writes every L0
+// file overlaps the whole base level, so each such compaction rewrites it; a higher threshold
+// rewrites it less often, for a few more sublevels to merge on reads.
+func WithL0CompactionThreshold(n int) Option { return func(c *config) { c.l0 = n } }
 
 // Store is a zen.Store over one Pebble database. It is safe for concurrent use.
 type Store struct {
@@ -144,6 +151,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	if cfg.mem > 0 {
 		po.MemTableSize = cfg.mem
+	}
+	if cfg.l0 > 0 {
+		po.L0CompactionThreshold = cfg.l0
 	}
 	if cfg.cache > 0 {
 		c := pebble.NewCache(cfg.cache)
