@@ -32,7 +32,9 @@ type featureKey struct {
 // last-active row, with the deleted-user tombstone) is read every time. A cached value is at
 // most ttl old: an engagement or an interest follow recorded meanwhile by another process
 // changes that receiver's scores ttl late, never which pins reach whom. The worker's own writes
-// (RecordEngagement, follow backfills, unfollow cleanups) drop the entries they change.
+// (RecordEngagement, follow backfills, unfollow cleanups) drop the entries they change in this
+// process's cache only: with roles split (IngestService on a graph process, several worker
+// processes) the other processes see the change within ttl.
 //
 // Two generations bound the memory: entries go into the current one; when it is half a ttl old,
 // or holds max entries, it becomes the old one (and the old one is dropped). A lookup finds an
