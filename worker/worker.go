@@ -47,7 +47,8 @@ type Config struct {
 	// InlineReceivers: a receiver list of at most this many (by its count) is delivered inside
 	// the fanout task, not by a chunk task of its own: one task and one listing of the list
 	// fewer for the common author (default ChunkSize; negative: always chunk tasks). Should
-	// the list have grown past its first page meanwhile, the rest goes out as chunk tasks.
+	// the list hold more than that after all (it grew since it was counted), the whole list
+	// then goes out as chunk tasks.
 	InlineReceivers int
 	// PoolCap is the number of entries kept per (user, source); the lowest scores are trimmed
 	// (default 800, Mastodon's MAX_ITEMS).
@@ -437,19 +438,20 @@ func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l 
 		opts = append(opts, pinlater.Bulk())
 	}
 	if !resumed && n <= int64(w.cfg.InlineReceivers) {
-		next, err := w.deliverChunk(ctx, pinlater.FanoutChunkPayload{
+		more, err := w.deliverChunk(ctx, pinlater.FanoutChunkPayload{
 			Pin: p.Pin, Author: p.Author, Board: p.Board, Interest: uint64(l.interest),
 			CreatedMs: p.CreatedMs, Source: uint8(l.src), ListFrom: uint64(l.from),
-			EdgeType: uint16(l.typ), Limit: w.cfg.ChunkSize,
+			EdgeType: uint16(l.typ), Limit: min(max(w.cfg.ChunkSize, w.cfg.InlineReceivers), zen.MaxEdgePage),
 		}, facts)
 		if err != nil {
 			return false, fmt.Errorf("fanout %d: inline: %w", p.Pin, err)
 		}
 		w.m.inline.Inc()
-		if next == "" {
+		if !more {
 			return false, nil
 		}
-		cur = next // the list grew past a page since it was counted
+		// The list grew past the page since it was counted: all of it goes out as chunk tasks,
+		// the members already delivered again (their rows are rewritten, harmlessly).
 	}
 	checkpointed := false
 	for {
@@ -762,66 +764,76 @@ func (f *pinFacts) load(ctx context.Context, w *Worker, pin, author zen.ID) erro
 	return nil
 }
 
-// deliverChunk is HandleFanoutChunk's work; it also returns the cursor after the page ("" at
-// the end of the list). facts, when not nil, holds the pin's facts read by an earlier list of
-// the same fanout task (or receives them).
-func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload, facts *pinFacts) (string, error) {
+// deliverChunk is HandleFanoutChunk's work, and a fanout task's for a list it delivers inline.
+//
+// With facts nil it delivers the chunk task's page: the list's edges in list order from
+// p.Cursor, as enqueueChunks paged them. With facts (an inline list, whose facts an earlier
+// list of the same fanout task may have read) it delivers the list's first p.Limit members in ID
+// order (zen.Graph.Members: the point rows only, half the rows of a page of edges), and reports
+// whether the list holds more.
+func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload, facts *pinFacts) (more bool, err error) {
 	pin, err := checkID("chunk pin", p.Pin, zen.TypePin)
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	author, err := checkID("chunk author", p.Author, zen.TypeUser)
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	board, err := checkID("chunk board", p.Board, zen.TypeBoard)
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	var interest zen.ID
 	if p.Interest != 0 {
 		if interest, err = checkID("chunk interest", p.Interest, zen.TypeInterest); err != nil {
-			return "", err
+			return false, err
 		}
 	}
 	src := zen.Source(p.Source)
 	if src != zen.SourceFollowing && src != zen.SourceInterest && src != zen.SourceRelated {
-		return "", invalid("chunk source %d", p.Source)
+		return false, invalid("chunk source %d", p.Source)
 	}
 	et := zen.EdgeType(p.EdgeType)
 	_, to, ok := et.Endpoints()
 	if !ok || to != zen.TypeUser {
-		return "", invalid("chunk edge type %d does not list users", p.EdgeType)
+		return false, invalid("chunk edge type %d does not list users", p.EdgeType)
 	}
 	// Only lists delivered inline (at most InlineReceivers receivers: the common author, board
 	// or interest) use the feature cache. A list long enough for chunk tasks would mostly fill
 	// it with pairs that do not recur within the TTL: with it, a 1,000,000-follower fanout's
 	// peak heap rose from 9–12 to 86 MiB (VmHWM 135 MiB, over TestFanoutMillionFollowers' bound).
-	feats := w.feats
-	if facts == nil {
+	feats, inline := w.feats, facts != nil
+	if !inline {
 		facts, feats = &pinFacts{}, nil
 	}
 	if err := facts.load(ctx, w, pin, author); err != nil || facts.gone {
-		return "", err
+		return false, err
 	}
-	edges, next, err := w.g.ListEdges(ctx, zen.ID(p.ListFrom), et, p.Cursor, p.Limit, false)
-	if errors.Is(err, zen.ErrBadCursor) {
-		return "", invalid("chunk cursor: %v", err)
-	}
-	if err != nil {
-		return "", fmt.Errorf("chunk %d: list %d/%d: %w", pin, p.ListFrom, et, err)
-	}
-	users := make([]zen.ID, 0, len(edges))
-	for _, e := range edges {
-		if e.To != author {
+	var users []zen.ID
+	if inline {
+		if users, more, err = w.g.Members(ctx, zen.ID(p.ListFrom), et, p.Limit); err != nil {
+			return false, fmt.Errorf("chunk %d: members %d/%d: %w", pin, p.ListFrom, et, err)
+		}
+	} else {
+		edges, _, err := w.g.ListEdges(ctx, zen.ID(p.ListFrom), et, p.Cursor, p.Limit, false)
+		if errors.Is(err, zen.ErrBadCursor) {
+			return false, invalid("chunk cursor: %v", err)
+		}
+		if err != nil {
+			return false, fmt.Errorf("chunk %d: list %d/%d: %w", pin, p.ListFrom, et, err)
+		}
+		users = make([]zen.ID, 0, len(edges))
+		for _, e := range edges {
 			users = append(users, e.To)
 		}
 	}
+	users = slices.DeleteFunc(users, func(u zen.ID) bool { return u == author })
 	pi := &pinInfo{pin: pin, author: author, board: board, interest: interest, createdMs: p.CreatedMs,
 		repin: facts.repin, saves: facts.saves, likes: facts.likes, interests: facts.interests}
 	rs, err := w.loadReceivers(ctx, users, pi, interest, feats)
 	if err != nil {
-		return "", fmt.Errorf("chunk %d: %w", pin, err)
+		return false, fmt.Errorf("chunk %d: %w", pin, err)
 	}
 	reason := "followed user"
 	switch {
@@ -839,9 +851,9 @@ func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload
 		es = append(es, w.entry(r, pi, src, 0, 0, reason))
 	}
 	if err := w.insert(ctx, es); err != nil {
-		return "", fmt.Errorf("chunk %d: %w", pin, err)
+		return false, fmt.Errorf("chunk %d: %w", pin, err)
 	}
-	return next, nil
+	return more, nil
 }
 
 // insert writes entries in one batch and then trims the pools of the receivers picked by

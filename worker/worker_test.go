@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -329,24 +330,38 @@ func TestRebuildSignal(t *testing.T) {
 
 // TestHotAuthorChunks: a follower list above HotFollowers is split into ceil(n/ChunkSize) chunk
 // tasks (enqueued with the bulk option; TestPinlaterRedis checks the queue on a real Redis); a
-// list of at most InlineReceivers is delivered in the fanout task itself; and a list counted
-// small enough for that but longer than a page gets its first page inline, the rest as chunks.
+// list of at most InlineReceivers is delivered in the fanout task itself, whole even past a page;
+// and a list counted small enough for that but longer than InlineReceivers (its count one low
+// after a failed increment, or grown since) is delivered inline as far as it goes, then all of it
+// as chunks.
 func TestHotAuthorChunks(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
 		inline          int
+		undercount      int64
 		chunks, inlined float64
 	}{
 		// alice: 10 followers → 3 chunks; travel: 1 follower → inline.
-		{"default", 0, 3, 1},
+		{"default", 0, 0, 3, 1},
 		// Every list as chunk tasks: 3 + 1.
-		{"never inline", -1, 4, 0},
-		// alice inline too: her first page in the task, then 2 chunks (the list is 3 pages).
-		{"past a page", 100, 2, 2},
+		{"never inline", -1, 0, 4, 0},
+		// alice inline too, all 10 in the task although a page is 4.
+		{"inline past a page", 100, 0, 0, 2},
+		// alice counted 8: inline, the first 8 of her 10, then her 3 pages as chunks.
+		{"counted short", 8, 2, 3, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			w := newWorld(t, zenmem.New(), Config{ChunkSize: 4, HotFollowers: 5, InlineReceivers: tc.inline}, 10, nil)
+			s := zenmem.New()
+			w := newWorld(t, s, Config{ChunkSize: 4, HotFollowers: 5, InlineReceivers: tc.inline}, 10, nil)
+			if tc.undercount != 0 {
+				counters, _ := s.Table(ctx, zen.TableCounters)
+				key := binary.BigEndian.AppendUint64(nil, uint64(w.alice))
+				key = binary.BigEndian.AppendUint16(append(key, 'e'), uint16(zen.EdgeFollowedByUser))
+				if n, err := counters.Increment(ctx, key, -tc.undercount); err != nil || n != 10-tc.undercount {
+					t.Fatalf("undercount: %d, %v", n, err)
+				}
+			}
 			w.q.Enqueue(ctx, w.fanoutTask(t, 1))
 			if err := w.q.run(ctx); err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/seq"
@@ -628,6 +629,110 @@ func TestListEdgesPointScan(t *testing.T) {
 				}
 				restore()
 			}
+		}
+	}
+}
+
+// members lists all of (from, et)'s members with zen.Graph.Members.
+func members(t *testing.T, g *zen.Graph, from zen.ID, et zen.EdgeType) []zen.ID {
+	t.Helper()
+	ids, more, err := g.Members(context.Background(), from, et, zen.MaxEdgePage)
+	if err != nil || more {
+		t.Fatalf("Members: more %v, %v", more, err)
+	}
+	return ids
+}
+
+// TestMembersCrashStates: an add is a member from its first write landing (the point row,
+// pending), a remove stops being one from its first (removing): a fanout reading Members never
+// delivers to a follower whose unfollow has begun. Retried, both agree with ListEdges.
+func TestMembersCrashStates(t *testing.T) {
+	ctx := context.Background()
+	u, v := mustID(t, 1, zen.TypeUser, 1), mustID(t, 1, zen.TypeUser, 2)
+	e := zen.Edge{From: u, Type: zen.EdgeFollowsUser, To: v, Seq: sq(9)}
+	for _, after := range []bool{false, true} {
+		for k := 1; k <= 4; k++ {
+			fs := &faultStore{Store: zenmem.New()}
+			g := newGraph(t, fs, newClock())
+			fs.arm(k, after)
+			if err := g.AddEdge(ctx, e); err != nil && !errors.Is(err, errInjected) {
+				t.Fatal(err)
+			}
+			fs.arm(0, false)
+			var want []zen.ID
+			if k > 1 || after {
+				want = []zen.ID{v}
+			}
+			if diff := cmp.Diff(want, members(t, g, u, zen.EdgeFollowsUser), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("half-done add, fault at write %d after=%v (-want +got):\n%s", k, after, diff)
+			}
+			if err := g.AddEdge(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]zen.ID{v}, members(t, g, u, zen.EdgeFollowsUser)); diff != "" {
+				t.Errorf("retried add, fault at write %d after=%v (-want +got):\n%s", k, after, diff)
+			}
+			fs.arm(k, after)
+			if err := g.RemoveEdge(ctx, u, zen.EdgeFollowsUser, v); err != nil && !errors.Is(err, errInjected) {
+				t.Fatal(err)
+			}
+			fs.arm(0, false)
+			want = nil
+			if k == 1 && !after {
+				want = []zen.ID{v}
+			}
+			if diff := cmp.Diff(want, members(t, g, u, zen.EdgeFollowsUser), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("half-done remove, fault at write %d after=%v (-want +got):\n%s", k, after, diff)
+			}
+			if err := g.RemoveEdge(ctx, u, zen.EdgeFollowsUser, v); err != nil {
+				t.Fatal(err)
+			}
+			if got := members(t, g, u, zen.EdgeFollowsUser); len(got) != 0 {
+				t.Errorf("retried remove, fault at write %d after=%v: members %v", k, after, got)
+			}
+		}
+	}
+}
+
+// TestMembersRejects: bad arguments and malformed point rows are errors, never a partial answer.
+func TestMembersRejects(t *testing.T) {
+	ctx := context.Background()
+	s := zenmem.New()
+	g := newGraph(t, s, newClock())
+	u, b := mustID(t, 1, zen.TypeUser, 1), mustID(t, 1, zen.TypeBoard, 2)
+	for name, call := range map[string]func() error{
+		"unknown type": func() error { _, _, err := g.Members(ctx, u, zen.EdgeType(99), 10); return err },
+		"from of another type": func() error {
+			_, _, err := g.Members(ctx, b, zen.EdgeFollowsUser, 10)
+			return err
+		},
+		"zero limit":     func() error { _, _, err := g.Members(ctx, u, zen.EdgeFollowsUser, 0); return err },
+		"limit too high": func() error { _, _, err := g.Members(ctx, u, zen.EdgeFollowsUser, zen.MaxEdgePage+1); return err },
+	} {
+		if err := call(); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if err := g.AddEdge(ctx, zen.Edge{From: u, Type: zen.EdgeFollowsUser, To: mustID(t, 1, zen.TypeUser, 3), Seq: sq(1)}); err != nil {
+		t.Fatal(err)
+	}
+	point := binary.BigEndian.AppendUint64(nil, uint64(u))
+	point = binary.BigEndian.AppendUint16(point, uint16(zen.EdgeFollowsUser))
+	point = append(point, 0)
+	tb, _ := s.Table(ctx, zen.TableEdges)
+	for name, row := range map[string]zen.Mutation{
+		"short key":   {Key: append(slices.Clone(point), 1, 2), Value: make([]byte, 25)},
+		"short value": {Key: binary.BigEndian.AppendUint64(slices.Clone(point), uint64(mustID(t, 1, zen.TypeUser, 4))), Value: []byte{1}},
+		"bad state":   {Key: binary.BigEndian.AppendUint64(slices.Clone(point), uint64(mustID(t, 1, zen.TypeUser, 4))), Value: append([]byte{7}, make([]byte, 24)...)},
+	} {
+		if err := tb.Apply(ctx, []zen.Mutation{row}); err != nil {
+			t.Fatal(err)
+		}
+		if ids, _, err := g.Members(ctx, u, zen.EdgeFollowsUser, 10); err == nil {
+			t.Errorf("%s: Members = %v, want an error", name, ids)
+		}
+		if err := tb.Apply(ctx, []zen.Mutation{{Key: row.Key, Delete: true}}); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/seq"
@@ -83,6 +85,7 @@ func RunModel(t *testing.T, open func(t *testing.T) zen.Store) {
 	t.Run("EdgesCursor", func(t *testing.T) { modelEdgesCursor(t, open(t)) })
 	t.Run("EdgesDuplicateSeq", func(t *testing.T) { modelEdgesDuplicateSeq(t, open(t)) })
 	t.Run("EdgesConcurrent", func(t *testing.T) { modelEdgesConcurrent(t, open(t)) })
+	t.Run("EdgesMembers", func(t *testing.T) { modelEdgesMembers(t, open(t)) })
 	t.Run("Pools", func(t *testing.T) { modelPoolsBasic(t, open(t)) })
 	t.Run("PoolsConcurrentTake", func(t *testing.T) { modelPoolsConcurrentTake(t, open(t)) })
 	t.Run("PoolsTombstones", func(t *testing.T) { modelPoolsTombstones(t, open(t)) })
@@ -415,6 +418,61 @@ func modelEdgesConcurrent(t *testing.T, s zen.Store) {
 	}
 	if n := modelCount(t, g, u, zen.EdgeFollowsUser); n != int64(len(es)) || has != len(es) {
 		t.Errorf("count %d, list %d, HasEdge %d: want all equal", n, len(es), has)
+	}
+	want := make([]zen.ID, 0, len(es))
+	for _, e := range es {
+		want = append(want, e.To)
+	}
+	slices.Sort(want)
+	got, more, err := g.Members(ctx, u, zen.EdgeFollowsUser, 100)
+	if err != nil || more {
+		t.Fatalf("Members: more %v, %v", more, err)
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("Members disagrees with ListEdges (-want +got):\n%s", diff)
+	}
+}
+
+// modelEdgesMembers: Members lists a list's members in ID order whatever their seqs, pages at
+// limit and says when there are more.
+func modelEdgesMembers(t *testing.T, s zen.Store) {
+	ctx := modelCtx(t)
+	g := modelGraph(t, s, newModelClock())
+	u := modelID(t, 1, zen.TypeUser, 1)
+	var all []zen.ID
+	for i := range 6 {
+		v := modelID(t, uint16(1+i%3), zen.TypeUser, uint64(10+i))
+		all = append(all, v)
+		// Seqs run against ID order, so list order is the reverse of ID order.
+		if err := g.AddEdge(ctx, zen.Edge{From: u, Type: zen.EdgeFollowsUser, To: v, Seq: seq.Seq{Lo: uint64(100 - i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.RemoveEdge(ctx, u, zen.EdgeFollowsUser, all[2]); err != nil {
+		t.Fatal(err)
+	}
+	all = slices.Delete(all, 2, 3)
+	slices.Sort(all)
+	for _, tc := range []struct {
+		limit int
+		want  []zen.ID
+		more  bool
+	}{
+		{limit: 1, want: all[:1], more: true},
+		{limit: 4, want: all[:4], more: true},
+		{limit: 5, want: all, more: false},
+		{limit: 100, want: all, more: false},
+	} {
+		got, more, err := g.Members(ctx, u, zen.EdgeFollowsUser, tc.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" || more != tc.more {
+			t.Errorf("limit %d: more %v, want %v (-want +got):\n%s", tc.limit, more, tc.more, diff)
+		}
+	}
+	if got, more, err := g.Members(ctx, modelID(t, 1, zen.TypeUser, 2), zen.EdgeFollowsUser, 10); err != nil || more || len(got) != 0 {
+		t.Errorf("empty list: %v, more %v, %v", got, more, err)
 	}
 }
 
