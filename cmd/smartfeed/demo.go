@@ -247,7 +247,7 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 			wg.Go(func() {
 				r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
 				for range readers {
-					st.read(ctx, client, pickReader(r, g))
+					st.read(ctx, client, pickReader(r, g), a.log)
 				}
 			})
 		}
@@ -403,7 +403,9 @@ type demoStats struct {
 
 const latWindow = 10000
 
-func (s *demoStats) read(ctx context.Context, c feedv1.FeedServiceClient, user zen.ID) {
+// read calls GetFeed for user and records its latency; a failure is counted (the live line's
+// errors) and logged with its cause.
+func (s *demoStats) read(ctx context.Context, c feedv1.FeedServiceClient, user zen.ID, log *zap.Logger) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -413,6 +415,7 @@ func (s *demoStats) read(ctx context.Context, c feedv1.FeedServiceClient, user z
 		if ctx.Err() == nil {
 			s.readErrs.Add(1)
 			s.reads.Add(1)
+			log.Warn("demo GetFeed", zap.Uint64("user", uint64(user)), zap.Duration("took", d), zap.Error(err))
 		}
 		return
 	}
@@ -470,7 +473,7 @@ func (s *demoStats) line(total time.Duration) string {
 		b.WriteString("  WARNING: the worker is falling behind (fanout queue growing)")
 	}
 	if n := s.eventErrs.Load() + s.readErrs.Load(); n > 0 {
-		fmt.Fprintf(&b, "  errors %d", n)
+		fmt.Fprintf(&b, "  errors %d (see the log)", n)
 	}
 	return b.String()
 }
