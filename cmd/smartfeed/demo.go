@@ -222,7 +222,7 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 					err = pub.Publish(ctx, e)
 				}
 				if err != nil {
-					if ctx.Err() == nil {
+					if !ended(ctx) {
 						st.eventErrs.Add(1)
 						a.log.Warn("demo event", zap.Error(err))
 					}
@@ -403,6 +403,17 @@ type demoStats struct {
 
 const latWindow = 10000
 
+// ended reports whether the demo's run is over: ctx is done, or its deadline (--duration) has
+// passed. A call made in the instant between the deadline and its timer firing fails at once
+// with DeadlineExceeded while ctx.Err() is still nil: that is the run ending, not an error.
+func ended(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
 // read calls GetFeed for user and records its latency; a failure is counted (the live line's
 // errors) and logged with its cause.
 func (s *demoStats) read(ctx context.Context, c feedv1.FeedServiceClient, user zen.ID, log *zap.Logger) {
@@ -412,7 +423,7 @@ func (s *demoStats) read(ctx context.Context, c feedv1.FeedServiceClient, user z
 	resp, err := c.GetFeed(cctx, &feedv1.GetFeedRequest{UserId: uint64(user)})
 	d := time.Since(start)
 	if err != nil {
-		if ctx.Err() == nil {
+		if !ended(ctx) {
 			s.readErrs.Add(1)
 			s.reads.Add(1)
 			log.Warn("demo GetFeed", zap.Uint64("user", uint64(user)), zap.Duration("took", d), zap.Error(err))

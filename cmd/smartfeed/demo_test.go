@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"regexp"
@@ -93,6 +94,37 @@ func TestBar(t *testing.T) {
 	}{{0, 10, "[....]"}, {5, 10, "[##..]"}, {10, 10, "[####]"}, {70, 10, "[####]"}, {-1, 10, "[....]"}, {3, 0, "[####]"}} {
 		if got := bar(tt.done, tt.total, 4); got != tt.want {
 			t.Errorf("bar(%d, %d) = %q, want %q", tt.done, tt.total, got, tt.want)
+		}
+	}
+}
+
+// deadlineOnly is a context whose deadline has passed but whose timer has not fired yet.
+type deadlineOnly struct {
+	context.Context
+	d time.Time
+}
+
+func (c deadlineOnly) Deadline() (time.Time, bool) { return c.d, true }
+
+// TestDemoEnded: a call failing in the instant between the run's deadline and its timer is the
+// run ending, not an error the live line counts.
+func TestDemoEnded(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	future, cancelF := context.WithTimeout(context.Background(), time.Hour)
+	defer cancelF()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want bool
+	}{
+		{"running, no deadline", context.Background(), false},
+		{"running, deadline ahead", future, false},
+		{"canceled", canceled, true},
+		{"deadline passed, timer not yet fired", deadlineOnly{context.Background(), time.Now().Add(-time.Millisecond)}, true},
+	} {
+		if got := ended(tc.ctx); got != tc.want {
+			t.Errorf("%s: ended = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
