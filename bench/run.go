@@ -118,7 +118,7 @@ func (o Options) phase(name string) func() {
 // Quick is the profile `make bench` runs (≤ 5 minutes on a 2-core machine).
 func Quick() Options {
 	return Options{Profile: "quick", Seed: 8, Users: []int{500, 1000}, EventRate: 10, FanoutFor: 20 * time.Second,
-		StepRates: []float64{5, 20, 80, 320, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second,
+		StepRates: []float64{5, 20, 80, 320, 640, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second,
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
 		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60, BurstEvents: 2000,
 		ReadStepRates: []float64{50, 100, 200, 500, 1000, 2000, 5000, 10000}, ReadStepFor: 3 * time.Second,
@@ -132,7 +132,7 @@ func Full() Options {
 	o.EventRate = 20
 	o.FanoutFor, o.ReadFor, o.HedgeFor, o.StepFor = time.Minute, 30*time.Second, 30*time.Second, 20*time.Second
 	o.ReadStepFor = 10 * time.Second
-	o.StepRates = []float64{10, 40, 160, 640, 2560}
+	o.StepRates = []float64{10, 40, 160, 640, 1280, 2560}
 	o.ScaleEvents = 200
 	o.BurstEvents = 8000
 	return o
