@@ -697,10 +697,11 @@ func (g *Graph) Members(ctx context.Context, from ID, t EdgeType, limit int) (id
 		if len(r.Key) != edgeListPrefixLen+8 {
 			return nil, false, fmt.Errorf("list members %d-%d: malformed point key %x", from, t, r.Key)
 		}
-		if len(r.Value) < pointHeaderLen || r.Value[0] > pointRemoving {
-			return nil, false, fmt.Errorf("list members %d-%d: point %x: malformed value (%d bytes)", from, t, r.Key, len(r.Value))
+		p, err := decodePoint(r.Value)
+		if err != nil {
+			return nil, false, fmt.Errorf("list members %d-%d: %w", from, t, err)
 		}
-		if r.Value[0] == pointRemoving || len(ids) == limit {
+		if p.state == pointRemoving || len(ids) == limit {
 			continue
 		}
 		ids = append(ids, ID(binary.BigEndian.Uint64(r.Key[edgeListPrefixLen:])))
