@@ -730,9 +730,12 @@ func TestPoolTakeInsertConcurrent(t *testing.T) {
 		wg   sync.WaitGroup
 		stop = make(chan struct{})
 	)
+	// Each inserter stops after maxRounds: every round adds rows that the takers' reads step
+	// over, so on a starved machine unbounded inserters could outrun the takers for good.
+	const maxRounds = 100
 	for w := range 4 {
 		wg.Go(func() {
-			for round := 1; ; round++ {
+			for round := 1; round <= maxRounds; round++ {
 				select {
 				case <-stop:
 					return

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -179,14 +180,53 @@ func checkExtra(extra []zen.Mutation) error {
 }
 
 func (t *Table) applyLocked(muts []zen.Mutation) {
-	for _, m := range muts {
-		if m.Delete {
-			t.del(m.Key)
-		} else {
-			t.set(m.Key, m.Value)
+	if len(muts) <= mergeFrom {
+		for _, m := range muts {
+			if m.Delete {
+				t.del(m.Key)
+			} else {
+				t.set(m.Key, m.Value)
+			}
+		}
+		return
+	}
+	// A large batch is merged with the rows in one pass (the batch sorted, the last mutation of
+	// a key winning): one row at a time would shift the sorted slice once per row, and a batch
+	// deleting most of a large table would take quadratic time.
+	b := slices.Clone(muts)
+	slices.SortStableFunc(b, func(x, y zen.Mutation) int { return bytes.Compare(x.Key, y.Key) })
+	w := 0
+	for _, m := range b {
+		if w > 0 && bytes.Equal(b[w-1].Key, m.Key) {
+			b[w-1] = m
+			continue
+		}
+		b[w] = m
+		w++
+	}
+	out := make([]zen.KV, 0, len(t.rows)+w)
+	i := 0
+	for _, m := range b[:w] {
+		for i < len(t.rows) && bytes.Compare(t.rows[i].Key, m.Key) < 0 {
+			out = append(out, t.rows[i])
+			i++
+		}
+		if i < len(t.rows) && bytes.Equal(t.rows[i].Key, m.Key) {
+			i++ // replaced or deleted
+		}
+		if !m.Delete {
+			kv := zen.KV{Key: bytes.Clone(m.Key), Value: bytes.Clone(m.Value)}
+			if kv.Value == nil {
+				kv.Value = []byte{}
+			}
+			out = append(out, kv)
 		}
 	}
+	t.rows = append(out, t.rows[i:]...)
 }
+
+// mergeFrom is the batch size above which applyLocked merges instead of writing row by row.
+const mergeFrom = 16
 
 // Increment adds delta to the 8-byte big-endian counter at key.
 func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
