@@ -3,6 +3,7 @@ package feedsvc
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -610,7 +611,14 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.PersistTimeout)
 	defer cancel()
-	onPage := make(map[zen.ID]bool, len(page))
+	// The pins of the user's chunks served but not yet materialized are not in the pin index:
+	// read them before it, so a chunk materialized in between is found in the index. The
+	// generator offers such a pin again only after a machine crash undid its chunk there
+	// (generator.Options.CallerRecords: this pending row is the chunk's durable record).
+	onPage, err := s.pendingPins(ctx, user)
+	if err != nil {
+		return nil, fmt.Errorf("pending chunks: %w", err)
+	}
 	for _, e := range page {
 		onPage[e.Pin] = true
 	}
@@ -673,6 +681,48 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	}()
 	return out, nil
 }
+
+// pendingPins returns the pins of the user's pending chunks (served, not yet materialized), found
+// through the pending-chunk index: usually none or one chunk.
+func (s *Service) pendingPins(ctx context.Context, user zen.ID) (map[zen.ID]bool, error) {
+	prefix := binary.BigEndian.AppendUint64(indexPrefix(user.Shard()), uint64(user))
+	rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: zen.PrefixEnd(prefix), Limit: maxPendingChecked})
+	if err != nil {
+		return nil, err
+	}
+	pins := make(map[zen.ID]bool)
+	if len(rows) == 0 {
+		return pins, nil
+	}
+	keys := make([][]byte, 0, len(rows))
+	for _, kv := range rows {
+		if u, seq, ok := indexRow(user.Shard(), kv.Key); ok && u == user {
+			keys = append(keys, pendingKey(user, seq))
+		}
+	}
+	vals, err := zen.GetMany(ctx, s.primary, keys)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vals {
+		if v == nil {
+			continue // materialized: its pins are in the pin index
+		}
+		pc, err := decodePending(v)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range pc.Items {
+			pins[it.Pin] = true
+		}
+	}
+	return pins, nil
+}
+
+// maxPendingChecked bounds the pending chunks pendingPins reads. A user has one or two unless
+// materialization is down; past the bound, the pin index and Materialize still keep each pin
+// once in the feed.
+const maxPendingChecked = 64
 
 // nextSeq returns a chunk sequence: the clock in µs, bumped past the last one this process
 // handed out. Sequences order a user's chunks by when they were served, as the per-user counter

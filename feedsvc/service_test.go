@@ -87,6 +87,38 @@ func TestRefreshBeforeMaterialization(t *testing.T) {
 	}
 }
 
+// TestPendingPinsNotServedAgain: a generator that offers again the pins of a chunk still
+// pending (as it may after a machine crash undid that chunk on its side; see
+// generator.Options.CallerRecords) does not get them shown twice, even those below the page.
+// The pins the feed has not seen are served.
+func TestPendingPinsNotServedAgain(t *testing.T) {
+	e := newEnv(t, nil)
+	e.get(t, "", 2) // chunk c1 (pins 1-5) pending, two of its pins on the page
+	e.gen.mu.Lock()
+	e.gen.next = 0 // the generator lost c1: it offers pins 1-5 again, then 6-10
+	e.gen.size = 10
+	e.gen.mu.Unlock()
+	p := e.get(t, "", 2)
+	var fresh []zen.ID
+	for _, it := range p.Items {
+		if it.Fresh {
+			fresh = append(fresh, it.Pin)
+		}
+	}
+	if diff := cmp.Diff(pins(6, 7), fresh); diff != "" {
+		t.Errorf("fresh pins of the second page (-want +got):\n%s", diff)
+	}
+	e.materialize(t)
+	e.gen.mu.Lock()
+	e.gen.err = errGen // read the feed alone
+	e.gen.mu.Unlock()
+	all := pagePins(e.get(t, "", 100))
+	slices.Sort(all)
+	if diff := cmp.Diff(pins(1, 10), all); diff != "" {
+		t.Errorf("the feed after materialization (-want +got):\n%s", diff)
+	}
+}
+
 // Invariant 2, no item repeated across pages, even while new chunks arrive and pending chunks
 // are materialized between pages.
 func TestPagesNeverRepeat(t *testing.T) {

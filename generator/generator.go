@@ -77,6 +77,16 @@ type Options struct {
 	Max int
 	// Debug fills Chunk.Debug with the size computation, each choice and each deferral.
 	Debug bool
+	// CallerRecords says the caller writes its own durable record of the chunk before anyone
+	// sees it (the feed service's pending row, whose materialization claims each pin once in
+	// the feed's pin index). Where the chunk's steps are written lazily (the pools and the
+	// state share a log), the ready record then does not wait for its fsync either, and the
+	// answer comes one fsync sooner. A machine crash may then undo an answered chunk: recovery
+	// finds it unfinished (Pending finishes it from its intent) or never begun (its pins back in
+	// the pools), never half-taken. The caller's record is what the user was shown; a pin of it
+	// that is back in the pools is dropped when offered again (the pin index), and Settle of a
+	// chunk the generator lost is a no-op. Without it, an answered chunk survives any crash.
+	CallerRecords bool
 }
 
 // Params wires a Generator.
@@ -323,7 +333,7 @@ func (g *Generator) GenerateChunk(ctx context.Context, user zen.ID, opts Options
 	if opts.Max < 0 || opts.Max > HardMaxChunk {
 		return Chunk{}, fmt.Errorf("%w: max %d not in [0, %d]", ErrInvalidArgument, opts.Max, HardMaxChunk)
 	}
-	r := &chunkRun{g: g, user: user, cfg: g.cfg.Load(), dbg: &debugLog{on: opts.Debug}}
+	r := &chunkRun{g: g, user: user, cfg: g.cfg.Load(), dbg: &debugLog{on: opts.Debug}, callerRecords: opts.CallerRecords}
 	r.nowMs = g.now().UnixMilli()
 	if err := r.start(ctx, opts.Max); err != nil {
 		return Chunk{}, err
@@ -359,6 +369,9 @@ type chunkRun struct {
 	nowMs int64
 	dbg   *debugLog
 	t     time.Time // the start of the current stage (metrics)
+
+	// callerRecords: the caller makes the chunk durable itself (Options.CallerRecords).
+	callerRecords bool
 
 	st           userState // the state row read at the start, and its raw value
 	stRaw        []byte
@@ -526,6 +539,16 @@ func (r *chunkRun) stepCtx(ctx context.Context) context.Context {
 	return ctx
 }
 
+// readyCtx is the context of the ready record's write (step 3): lazy like the steps before it
+// when the caller records the chunk durably itself (Options.CallerRecords), else ctx, so the
+// answer waits for the chunk to be durable.
+func (r *chunkRun) readyCtx(ctx context.Context) context.Context {
+	if r.callerRecords {
+		return r.stepCtx(ctx)
+	}
+	return ctx
+}
+
 // writeIntent is step 1, intent: the record lists every pin this chunk may hold before any is
 // claimed.
 func (r *chunkRun) writeIntent(ctx context.Context) error {
@@ -653,7 +676,7 @@ func (r *chunkRun) finishChunk(ctx context.Context) (Chunk, error) {
 		if len(arranged) >= next.Owed {
 			next.Owed = 0
 		}
-		stateDone, err := g.readyWithState(ctx, user, no, rec, r.intent, r.stRaw, next)
+		stateDone, err := g.readyWithState(r.readyCtx(ctx), user, no, rec, r.intent, r.stRaw, next)
 		if err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}

@@ -22,7 +22,17 @@ import (
 // fsynced, nothing more) before every write and after the last answer. From every crash, the
 // recovery must find every chunk answered before the crash, as answered, and (Pending, then
 // Settle not delivered) give every pin back to the pools exactly once.
+//
+// With Options.CallerRecords (the feed service records each chunk itself) the ready record is
+// lazy too: an answered chunk may then be undone by the crash, with every later one, but never
+// recovered with other pins; some crash must undo one, or the ready record was not lazy.
 func TestMachineCrashAtEveryWrite(t *testing.T) {
+	for _, callerRecords := range []bool{false, true} {
+		t.Run(fmt.Sprintf("caller records %v", callerRecords), func(t *testing.T) { testMachineCrash(t, callerRecords) })
+	}
+}
+
+func testMachineCrash(t *testing.T, callerRecords bool) {
 	ctx := context.Background()
 	fs := vfs.NewCrashableMem()
 	// A crash is the file system as fsynced at that moment, and the chunks answered by then.
@@ -82,7 +92,7 @@ func TestMachineCrashAtEveryWrite(t *testing.T) {
 	}
 	s, g, _, clk = open(fs, true)
 	for range 3 {
-		c, err := g.GenerateChunk(ctx, user, Options{})
+		c, err := g.GenerateChunk(ctx, user, Options{CallerRecords: callerRecords})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,6 +119,7 @@ func TestMachineCrashAtEveryWrite(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
+	undone := 0 // answered chunks a crash undid
 	for i, crashed := range crashes {
 		s, g, pools, clk := open(crashed.fs, false)
 		clk.Advance(time.Hour) // past InFlightGrace: unfinished chunks are recovered
@@ -116,12 +127,35 @@ func TestMachineCrashAtEveryWrite(t *testing.T) {
 		if err != nil {
 			t.Fatalf("crash %d: pending: %v", i, err)
 		}
-		// Every chunk answered before the crash is there, as answered (ready).
 		for j := range pending {
 			pending[j].Debug = nil
 		}
-		if d := cmp.Diff(answered[:crashed.answered], pending[:min(len(pending), crashed.answered)], cmpopts.EquateEmpty()); d != "" {
-			t.Errorf("crash %d, after %d answers: chunks (-answered +recovered):\n%s", i, crashed.answered, d)
+		if !callerRecords {
+			// Every chunk answered before the crash is there, as answered (ready).
+			if d := cmp.Diff(answered[:crashed.answered], pending[:min(len(pending), crashed.answered)], cmpopts.EquateEmpty()); d != "" {
+				t.Errorf("crash %d, after %d answers: chunks (-answered +recovered):\n%s", i, crashed.answered, d)
+			}
+		} else {
+			// Every chunk answered is there with its pins, or undone with every later one.
+			byID := map[string]Chunk{}
+			for _, c := range pending {
+				byID[c.ID] = c
+			}
+			gone := false
+			for _, a := range answered[:crashed.answered] {
+				c, ok := byID[a.ID]
+				if !ok {
+					gone = true
+					undone++
+					continue
+				}
+				if gone {
+					t.Errorf("crash %d: chunk %s recovered after an earlier answered chunk was undone", i, a.ID)
+				}
+				if d := cmp.Diff(itemPins(a.Items), itemPins(c.Items)); d != "" {
+					t.Errorf("crash %d: chunk %s recovered with other pins (-answered +recovered):\n%s", i, a.ID, d)
+				}
+			}
 		}
 		for _, c := range pending {
 			if err := g.Settle(ctx, user, c.ID, false); err != nil {
@@ -139,4 +173,17 @@ func TestMachineCrashAtEveryWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if callerRecords && undone == 0 {
+		t.Error("no crash undid an answered chunk: the ready record waited for its fsync")
+	}
+}
+
+// itemPins returns the pins of items, sorted.
+func itemPins(items []Item) []string {
+	var out []string
+	for _, it := range items {
+		out = append(out, fmt.Sprint(it.Pin))
+	}
+	slices.Sort(out)
+	return out
 }

@@ -29,7 +29,7 @@ func (s *Server) GenerateChunk(ctx context.Context, req *generatorv1.GenerateChu
 	if err != nil {
 		return nil, err
 	}
-	c, err := s.g.GenerateChunk(ctx, user, Options{Max: int(req.GetMax()), Debug: req.GetDebug()})
+	c, err := s.g.GenerateChunk(ctx, user, Options{Max: int(req.GetMax()), Debug: req.GetDebug(), CallerRecords: req.GetCallerRecords()})
 	if err != nil {
 		return nil, grpcError(err)
 	}

@@ -17,7 +17,8 @@ import (
 type localGenerator struct{ g *generator.Generator }
 
 func (a localGenerator) GenerateChunk(ctx context.Context, user zen.ID) (feedsvc.Chunk, error) {
-	c, err := a.g.GenerateChunk(ctx, user, generator.Options{})
+	// The feed service records every chunk it serves as a pending row before the answer.
+	c, err := a.g.GenerateChunk(ctx, user, generator.Options{CallerRecords: true})
 	if err != nil {
 		return feedsvc.Chunk{}, err
 	}
@@ -56,7 +57,7 @@ type remoteGenerator struct {
 }
 
 func (a remoteGenerator) GenerateChunk(ctx context.Context, user zen.ID) (feedsvc.Chunk, error) {
-	resp, err := a.c.GenerateChunk(ctx, &generatorv1.GenerateChunkRequest{User: uint64(user)})
+	resp, err := a.c.GenerateChunk(ctx, &generatorv1.GenerateChunkRequest{User: uint64(user), CallerRecords: true})
 	if err != nil {
 		return feedsvc.Chunk{}, fmt.Errorf("generator: %w", err)
 	}

@@ -87,7 +87,13 @@ type GenerateChunkRequest struct {
 	// Upper bound on the chunk size; 0 means the configured maximum. Negative or above 1000 is refused.
 	Max int32 `protobuf:"varint,3,opt,name=max,proto3" json:"max,omitempty"`
 	// Debug asks for an explanation of each choice and deferral.
-	Debug         bool `protobuf:"varint,4,opt,name=debug,proto3" json:"debug,omitempty"`
+	Debug bool `protobuf:"varint,4,opt,name=debug,proto3" json:"debug,omitempty"`
+	// caller_records says the caller makes its own durable record of the chunk before anyone
+	// sees it (the feed service's pending row does). The generator may then answer before its
+	// own record of the chunk is durable; after a machine crash such a chunk is either still in
+	// flight or undone (its pins back in the pools), never lost half-way. Without it, an
+	// answered chunk survives any crash.
+	CallerRecords bool `protobuf:"varint,5,opt,name=caller_records,json=callerRecords,proto3" json:"caller_records,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -146,6 +152,13 @@ func (x *GenerateChunkRequest) GetMax() int32 {
 func (x *GenerateChunkRequest) GetDebug() bool {
 	if x != nil {
 		return x.Debug
+	}
+	return false
+}
+
+func (x *GenerateChunkRequest) GetCallerRecords() bool {
+	if x != nil {
+		return x.CallerRecords
 	}
 	return false
 }
@@ -928,12 +941,13 @@ var File_generator_v1_generator_proto protoreflect.FileDescriptor
 
 const file_generator_v1_generator_proto_rawDesc = "" +
 	"\n" +
-	"\x1cgenerator/v1/generator.proto\x12\x16smartfeed.generator.v1\"m\n" +
+	"\x1cgenerator/v1/generator.proto\x12\x16smartfeed.generator.v1\"\x94\x01\n" +
 	"\x14GenerateChunkRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\x06R\x04user\x12\x19\n" +
 	"\buser_str\x18\x02 \x01(\tR\auserStr\x12\x10\n" +
 	"\x03max\x18\x03 \x01(\x05R\x03max\x12\x14\n" +
-	"\x05debug\x18\x04 \x01(\bR\x05debug\"\xc5\x01\n" +
+	"\x05debug\x18\x04 \x01(\bR\x05debug\x12%\n" +
+	"\x0ecaller_records\x18\x05 \x01(\bR\rcallerRecords\"\xc5\x01\n" +
 	"\x04Item\x12\x10\n" +
 	"\x03pin\x18\x01 \x01(\x06R\x03pin\x12\x17\n" +
 	"\apin_str\x18\x02 \x01(\tR\x06pinStr\x126\n" +
