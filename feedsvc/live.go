@@ -93,7 +93,7 @@ func (s *Service) filterLive(ctx context.Context, user zen.ID, res pageRead, siz
 	if s.live == nil {
 		return res, nil
 	}
-	out := pageRead{stale: res.stale}
+	out := pageRead{stale: res.stale, pendingPins: res.pendingPins, pastPending: res.pastPending}
 	for round := 0; ; round++ {
 		if len(res.entries) > 0 {
 			live, err := s.liveOf(ctx, res.entries)
@@ -125,6 +125,8 @@ func (s *Service) filterLive(ctx context.Context, user zen.ID, res pageRead, siz
 			return out, nil
 		}
 		out.stale = append(out.stale, next.stale...)
+		out.pendingPins = append(out.pendingPins, next.pendingPins...)
+		out.pastPending = out.pastPending || next.pastPending
 		res = next
 	}
 }

@@ -452,7 +452,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	default:
 		var err error
 		pstart := time.Now()
-		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res.entries)
+		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res, rd.out.From == hedge.Primary)
 		s.m.observeStage(stagePersist, time.Since(pstart))
 		var unsure *unsureRecording
 		switch {
@@ -602,7 +602,7 @@ func (s *Service) settle(user zen.ID, chunkID string, delivered bool) {
 // persist records the served chunk as pending before the user sees it: it drops pins already
 // in the feed (pin index) or on this page, takes the chunk's sequence, writes one pending row,
 // and enqueues the materialization. It returns the chunk's entries as served.
-func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk, page []entry) ([]entry, error) {
+func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk, page pageRead, fromPrimary bool) ([]entry, error) {
 	if c.ID == "" || len(c.ID) > maxChunkID {
 		return nil, fmt.Errorf("chunk id of %d bytes", len(c.ID))
 	}
@@ -611,16 +611,26 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.PersistTimeout)
 	defer cancel()
-	// The pins of the user's chunks served but not yet materialized are not in the pin index:
-	// read them before it, so a chunk materialized in between is found in the index. The
-	// generator offers such a pin again only after a machine crash undid its chunk there
-	// (generator.Options.CallerRecords: this pending row is the chunk's durable record).
-	onPage, err := s.pendingPins(ctx, user)
-	if err != nil {
-		return nil, fmt.Errorf("pending chunks: %w", err)
+	// The pins of the user's chunks served but not yet materialized are not in the pin index.
+	// The generator offers such a pin again only after a machine crash undid its chunk there
+	// (generator.Options.CallerRecords: the pending row is the chunk's durable record). Such a
+	// chunk is newer than every materialized one (a materialization settles its chunk with a
+	// synced write to the generator's log, which makes the earlier chunks durable there too),
+	// so a page read from the primary that went past the pending chunks met it. Otherwise (the
+	// standby answered, or the page filled up with pending items) the pending chunks are read
+	// from the primary, through their index.
+	onPage := make(map[zen.ID]bool, len(page.entries)+len(page.pendingPins))
+	if !fromPrimary || !page.pastPending {
+		var err error
+		if onPage, err = s.pendingPins(ctx, user); err != nil {
+			return nil, fmt.Errorf("pending chunks: %w", err)
+		}
 	}
-	for _, e := range page {
+	for _, e := range page.entries {
 		onPage[e.Pin] = true
+	}
+	for _, p := range page.pendingPins {
+		onPage[p] = true
 	}
 	// One batched read of the chunk's pins in the pin index, not a goroutine per pin.
 	present := make([]bool, len(c.Items))
@@ -781,6 +791,11 @@ type pageRead struct {
 	// consumed is the position of the last item read, deleted ones included (set by
 	// filterLive).
 	consumed *position
+	// pendingPins are the pins of every pending chunk the read met, whole, those past the
+	// page included. pastPending is set when the read went past them: it met a materialized
+	// item or the end of the feed.
+	pendingPins []zen.ID
+	pastPending bool
 }
 
 // read reads up to size live entries after `after` (nil: from the top), hedged across the
@@ -842,6 +857,9 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 					continue
 				}
 				pendingSeqs[pos.Seq] = true
+				for _, it := range pc.Items {
+					res.pendingPins = append(res.pendingPins, it.Pin)
+				}
 				if pc.ServedMs < cutMs {
 					res.stale = append(res.stale, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: pos.Seq})
 				}
@@ -859,6 +877,7 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 				}
 				continue
 			}
+			res.pastPending = true
 			if pendingSeqs[pos.Seq] || !isAfter(pos) {
 				continue
 			}
@@ -870,6 +889,7 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 			res.entries = append(res.entries, entry{Item: it, at: pos})
 		}
 		if len(rows) < batch {
+			res.pastPending = true
 			return res, nil
 		}
 		startKey = append(bytes.Clone(rows[len(rows)-1].Key), 0)
