@@ -83,9 +83,10 @@ type Options struct {
 	// state share a log), the ready record then does not wait for its fsync either, and the
 	// answer comes one fsync sooner. A machine crash may then undo an answered chunk: recovery
 	// finds it unfinished (Pending finishes it from its intent) or never begun (its pins back in
-	// the pools), never half-taken. The caller's record is what the user was shown; a pin of it
-	// that is back in the pools is dropped when offered again (the pin index), and Settle of a
-	// chunk the generator lost is a no-op. Without it, an answered chunk survives any crash.
+	// the pools), never half-taken. The caller's record is what the user was shown; the caller
+	// drops a pin of it that is offered again (the feed service: its pending chunks and pin
+	// index), and Settle of a chunk the generator lost is a no-op. Without it, an answered
+	// chunk survives any crash.
 	CallerRecords bool
 }
 

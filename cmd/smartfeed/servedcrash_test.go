@@ -94,24 +94,27 @@ func TestServedChunkMachineCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		table := func(s *zenpebble.Store, name string) zen.Table {
+		// Crashing, every write of either store first takes an image of both.
+		var mainStore, feedStore zen.Store = ms, fs
+		if crashing {
+			before := func() {
+				mu.Lock()
+				defer mu.Unlock()
+				images = append(images, image{mainFS.CrashClone(vfs.CrashCloneCfg{}), feedFS.CrashClone(vfs.CrashCloneCfg{}), maps.Clone(shown)})
+			}
+			mainStore, feedStore = pebblecrash.Store{Store: ms, Before: before}, pebblecrash.Store{Store: fs, Before: before}
+		}
+		table := func(s zen.Store, name string) zen.Table {
 			tb, err := s.Table(ctx, name)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !crashing {
-				return tb
-			}
-			return pebblecrash.Table{Table: tb.(*zenpebble.Table), Before: func() {
-				mu.Lock()
-				defer mu.Unlock()
-				images = append(images, image{mainFS.CrashClone(vfs.CrashCloneCfg{}), feedFS.CrashClone(vfs.CrashCloneCfg{}), maps.Clone(shown)})
-			}}
+			return tb
 		}
-		pools := zen.NewPools(table(ms, "pools"), clk.Now)
+		pools := zen.NewPools(table(mainStore, "pools"), clk.Now)
 		gc := generator.DefaultConfig()
 		gc.MinChunk, gc.MaxChunk, gc.BaseChunk = 10, 10, 10
-		g, err := generator.New(generator.Params{Pools: pools, State: table(ms, "genstate"), Config: &gc, Now: clk.Now})
+		g, err := generator.New(generator.Params{Pools: pools, State: table(mainStore, "genstate"), Config: &gc, Now: clk.Now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +122,7 @@ func TestServedChunkMachineCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		feed := table(fs, "feed")
+		feed := table(feedStore, "feed")
 		fc := feedsvc.DefaultConfig()
 		fc.GeneratorDeadline, fc.PersistTimeout = 10*time.Second, 10*time.Second
 		svc, err := feedsvc.New(feedsvc.Deps{Primary: feed, Standby: standby, Generator: localGenerator{g},
