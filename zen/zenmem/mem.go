@@ -59,12 +59,18 @@ func (t *Table) find(key []byte) (int, bool) {
 	return i, i < len(t.rows) && bytes.Equal(t.rows[i].Key, key)
 }
 
-func (t *Table) set(key, value []byte) {
-	i, ok := t.find(key)
+// newKV returns a row holding copies of key and value (an empty value stays non-nil).
+func newKV(key, value []byte) zen.KV {
 	kv := zen.KV{Key: bytes.Clone(key), Value: bytes.Clone(value)}
 	if kv.Value == nil {
 		kv.Value = []byte{}
 	}
+	return kv
+}
+
+func (t *Table) set(key, value []byte) {
+	i, ok := t.find(key)
+	kv := newKV(key, value)
 	if ok {
 		t.rows[i] = kv
 		return
@@ -215,11 +221,7 @@ func (t *Table) applyLocked(muts []zen.Mutation) {
 			i++ // replaced or deleted
 		}
 		if !m.Delete {
-			kv := zen.KV{Key: bytes.Clone(m.Key), Value: bytes.Clone(m.Value)}
-			if kv.Value == nil {
-				kv.Value = []byte{}
-			}
-			out = append(out, kv)
+			out = append(out, newKV(m.Key, m.Value))
 		}
 	}
 	t.rows = append(out, t.rows[i:]...)
