@@ -57,9 +57,15 @@ up() {
 	redis-server --bind 127.0.0.1 --port "$port" --daemonize yes \
 		--pidfile "$PIDFILE" --dir "$DIR" --logfile "$DIR/redis.log" \
 		--save '' --appendonly yes --appendfsync "$fsync" --protected-mode yes >/dev/null
+	# Up to 10 s to answer; longer while it answers LOADING (replaying a large AOF), for as
+	# long as the server lives, up to 10 minutes.
 	local i
-	for i in $(seq 1 100); do
+	for i in $(seq 1 6000); do
 		ping "$port" && [ -s "$PIDFILE" ] && break
+		if [ "$i" -ge 100 ]; then
+			redis-cli -h 127.0.0.1 -p "$port" ping 2>&1 | grep -q LOADING || break
+			[ $((i % 100)) -eq 0 ] && log "redis-server is loading its data ($((i / 10)) s)"
+		fi
 		sleep 0.1
 	done
 	ping "$port" || { tail -20 "$DIR/redis.log" >&2 || true; die "redis-server did not answer PING"; }

@@ -89,3 +89,35 @@ func (z *ZSetFeeds) Clear(ctx context.Context, users []uint64) error {
 	}
 	return nil
 }
+
+// ClearAll deletes every set under the feeds' key prefix (a SCAN of the prefix, then UNLINK),
+// and returns how many it deleted. A benchmark run calls it when it ends, so that runs do not
+// pile their sets up in a Redis that outlives them.
+func (z *ZSetFeeds) ClearAll(ctx context.Context) (int, error) {
+	n := 0
+	it := z.rdb.Scan(ctx, 0, z.prefix+"*", int64(z.batch)).Iterator()
+	keys := make([]string, 0, z.batch)
+	flush := func() error {
+		if len(keys) == 0 {
+			return nil
+		}
+		if err := z.rdb.Unlink(ctx, keys...).Err(); err != nil {
+			return fmt.Errorf("baseline clear: %w", err)
+		}
+		n += len(keys)
+		keys = keys[:0]
+		return nil
+	}
+	for it.Next(ctx) {
+		keys = append(keys, it.Val())
+		if len(keys) == z.batch {
+			if err := flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return n, fmt.Errorf("baseline clear: scan: %w", err)
+	}
+	return n, flush()
+}
