@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -163,7 +164,11 @@ func PoolKey(user ID, src Source, score float64, pin ID) ([]byte, error) {
 }
 
 func poolKeyEnc(user ID, src Source, enc [8]byte, pin ID) []byte {
-	k := make([]byte, 0, poolKeyLen)
+	return appendPoolKey(make([]byte, 0, poolKeyLen), user, src, enc, pin)
+}
+
+// appendPoolKey appends the pool row key of (user, src, encoded score, pin) to k.
+func appendPoolKey(k []byte, user ID, src Source, enc [8]byte, pin ID) []byte {
 	k = appendID(k, user)
 	k = append(k, byte(src))
 	for _, b := range enc {
@@ -208,10 +213,9 @@ func userPrefix(user ID) []byte { return appendID(make([]byte, 0, 8), user) }
 
 func sourcePrefix(user ID, src Source) []byte { return append(userPrefix(user), byte(src)) }
 
-// rowValue encodes what a pool row carries besides its key (deterministic: a retry writes the
-// same bytes).
-func rowValue(e PoolEntry) []byte {
-	v := make([]byte, 0, rowValMin+len(e.Reason))
+// appendRowValue appends what a pool row carries besides its key to v (deterministic: a retry
+// writes the same bytes).
+func appendRowValue(v []byte, e PoolEntry) []byte {
 	v = appendID(v, e.Author)
 	v = appendID(v, e.Board)
 	v = appendID(v, e.Interest)
@@ -357,11 +361,23 @@ func (p *Pools) rows(es []PoolEntry) ([]Mutation, []PoolEntry, error) {
 		best[k] = len(batch)
 		batch = append(batch, e)
 	}
+	// Every key and value in one slab: a fanout batch is hundreds of rows, and two allocations
+	// a row were a good part of the fanout's garbage. Each is capped where it ends.
+	size := 0
+	for _, e := range batch {
+		size += poolKeyLen + rowValMin + len(e.Reason)
+	}
+	slab := make([]byte, 0, size)
 	muts := make([]Mutation, len(batch))
 	for i, e := range batch {
-		muts[i] = Mutation{Key: rowKey(e), Value: rowValue(e)}
+		enc, _ := EncodeScore(e.Score)
+		at := len(slab)
+		slab = appendPoolKey(slab, e.User, e.Source, enc, e.Pin)
+		mid := len(slab)
+		slab = appendRowValue(slab, e)
+		muts[i] = Mutation{Key: slab[at:mid:mid], Value: slab[mid:len(slab):len(slab)]}
 	}
-	sort.Slice(muts, func(i, j int) bool { return bytes.Compare(muts[i].Key, muts[j].Key) < 0 })
+	slices.SortFunc(muts, func(a, b Mutation) int { return bytes.Compare(a.Key, b.Key) })
 	return muts, batch, nil
 }
 

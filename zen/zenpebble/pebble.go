@@ -299,12 +299,14 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 	}
 	b := t.s.db.NewBatch()
 	st := make([]int, 0, len(muts))
+	var kb []byte // the batch copies each key: one buffer for all of them
 	for _, m := range muts {
+		kb = append(append(kb[:0], t.prefix...), m.Key...)
 		var err error
 		if m.Delete {
-			err = b.Delete(t.key(m.Key), nil)
+			err = b.Delete(kb, nil)
 		} else {
-			err = b.Set(t.key(m.Key), m.Value, nil)
+			err = b.Set(kb, m.Value, nil)
 		}
 		if err != nil {
 			_ = b.Close()
