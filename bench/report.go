@@ -64,7 +64,7 @@ func Markdown(r *Results, plotDir string) string {
 	p("|---|---|---|")
 	meaning := map[string]string{
 		"fanout_vs_redis":      "our pool inserts/s (events published at once, until drained) over the Redis sorted-set feed's inserts/s (the same events, one client, pipelined)",
-		"fanout_vs_raw_store":  "our pool inserts/s (events published at once, until drained) over the store's raw batched write rate",
+		"fanout_vs_raw_store":  "our pool inserts/s (events published at once, until drained) over the store's raw batched write rate on as many rows",
 		"getfeed_p99_vs_redis": "GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
 		"getfeed_max_rate_vs_redis": "highest offered GetFeed rate held with p99 under the bound over the same for Redis ZREVRANGE, same steps " +
 			"(when Redis held every step this is an upper bound)",
