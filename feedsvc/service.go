@@ -619,8 +619,10 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	// so a page read from the primary that went past the pending chunks met it. Otherwise (the
 	// standby answered, or the page filled up with pending items) the pending chunks are read
 	// from the primary, through their index.
-	onPage := make(map[zen.ID]bool, len(page.entries)+len(page.pendingPins))
-	if !fromPrimary || !page.pastPending {
+	var onPage map[zen.ID]bool
+	if fromPrimary && page.pastPending {
+		onPage = make(map[zen.ID]bool, len(page.entries)+len(page.pendingPins))
+	} else {
 		var err error
 		if onPage, err = s.pendingPins(ctx, user); err != nil {
 			return nil, fmt.Errorf("pending chunks: %w", err)
