@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -112,6 +113,9 @@ type shardAdmin struct {
 	refuse string
 	log    *zap.Logger
 	mu     sync.Mutex
+	// recovering is set while the startup recovery (recoverMove) holds mu or is about to take
+	// it: a move asked for then waits for it, instead of being refused as if another move ran.
+	recovering atomic.Bool
 }
 
 // newShardAdmin builds the mover over the router's stores, keeping its progress row in the
@@ -143,10 +147,15 @@ func (a *app) newShardAdmin() (*shardAdmin, error) {
 // recoverMove lifts the fence of a move that crashed while fenced (see zenmove.Mover.Recover),
 // retrying while ctx lasts, since the map's source may not answer yet.
 func (s *shardAdmin) recoverMove(ctx context.Context) {
-	if !s.mu.TryLock() {
+	s.recovering.Store(true)
+	if !s.mu.TryLock() { // a move runs: it deals with the unfinished state itself
+		s.recovering.Store(false)
 		return
 	}
-	defer s.mu.Unlock()
+	defer func() {
+		s.recovering.Store(false)
+		s.mu.Unlock()
+	}()
 	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
 		p, lifted, err := s.mover.Recover(ctx)
 		if err == nil {
@@ -172,13 +181,13 @@ func (s *shardAdmin) MoveShards(req *shardv1.MoveShardsRequest, stream shardv1.S
 	if req.GetTarget() == "" {
 		return status.Error(codes.InvalidArgument, "no target store")
 	}
-	if !s.mu.TryLock() {
-		return status.Error(codes.FailedPrecondition, "another shard move is running in this process")
+	ctx := stream.Context()
+	if err := s.lock(ctx); err != nil {
+		return err
 	}
 	defer s.mu.Unlock()
 	plan := zenmove.Plan{From: uint16(req.GetFrom()), To: uint16(req.GetTo()), Target: req.GetTarget(),
 		MaxFence: time.Duration(req.GetMaxFenceMillis()) * time.Millisecond}
-	ctx := stream.Context()
 	s.log.Info("shard move requested", zap.Stringer("plan", plan), zap.Bool("dry_run", req.GetDryRun()),
 		zap.String("peer", peerAddr(ctx)))
 	var (
@@ -205,6 +214,23 @@ func (s *shardAdmin) MoveShards(req *shardv1.MoveShardsRequest, stream shardv1.S
 		return moveStatus(err)
 	}
 	return stream.Send(&shardv1.MoveShardsEvent{Event: &shardv1.MoveShardsEvent_Result{Result: resultProto(res)}})
+}
+
+// lock takes the one-move-at-a-time lock. A move already running refuses the request; the
+// startup recovery of a crashed move is waited for (while ctx lasts), since it ends on its own
+// and the move must start from the state it leaves.
+func (s *shardAdmin) lock(ctx context.Context) error {
+	for !s.mu.TryLock() {
+		if !s.recovering.Load() {
+			return status.Error(codes.FailedPrecondition, "another shard move is running in this process")
+		}
+		select {
+		case <-ctx.Done():
+			return status.Errorf(codes.Unavailable, "still recovering an unfinished shard move (%v): retry", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 func moveStatus(err error) error {
