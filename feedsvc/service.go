@@ -134,15 +134,6 @@ type Deps struct {
 	// exceed MaxItems by the chunks since the last one (about TrimEvery of them). 0 means
 	// DefaultTrimEvery; 1 trims after every chunk.
 	TrimEvery int
-	// Foreground, when set, is told of every GetFeed in flight, so that background work in the
-	// process (the fanout's inserts) can yield the CPU to it (admission.Gate).
-	Foreground Foreground
-}
-
-// Foreground tracks the requests in flight (admission.Gate implements it).
-type Foreground interface {
-	// Begin marks a request in flight; the returned function marks its end.
-	Begin() (end func())
 }
 
 // DefaultUnsureGrace is Deps.UnsureGrace's default: beyond the HBase client's RPC timeouts.
@@ -167,7 +158,6 @@ type Service struct {
 	activityWait     time.Duration
 	indexShards      int
 	gate             *StalenessGate
-	foreground       Foreground // nil: not tracked
 
 	// reenqueued remembers stale pending chunks already re-enqueued by this process.
 	mu         sync.Mutex
@@ -237,7 +227,7 @@ func New(d Deps, c Config) (*Service, error) {
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
-		trimEvery: uint32(d.TrimEvery), foreground: d.Foreground}
+		trimEvery: uint32(d.TrimEvery)}
 	s.cfg.Store(&c)
 	return s, nil
 }
@@ -336,9 +326,6 @@ type genResult struct {
 func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 	cfg := s.Config()
 	start := time.Now()
-	if s.foreground != nil {
-		defer s.foreground.Begin()()
-	}
 	if req.User == 0 || !req.User.Valid() {
 		return Page{}, fmt.Errorf("%w: user %d is not a valid ID", ErrInvalid, uint64(req.User))
 	}

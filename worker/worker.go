@@ -145,14 +145,6 @@ type Options struct {
 	Now    func() time.Time      // nil = time.Now
 	Logger *zap.Logger           // nil = no logging
 	Reg    prometheus.Registerer // nil = no metrics registered
-	// Yield, when set, is called before each pool insert: it may hold the fanout back while
-	// requests a user waits on run in the same process (admission.Gate).
-	Yield Yielder
-}
-
-// Yielder holds background work back for a while (admission.Gate implements it).
-type Yielder interface {
-	Yield(ctx context.Context)
 }
 
 // Worker runs the fanout and upkeep handlers. It is safe for concurrent use.
@@ -170,7 +162,6 @@ type Worker struct {
 	feats  *featureCache // nil: features read every time
 	// onInsert, when set, is called with each batch of entries written (OnInsert).
 	onInsert atomic.Pointer[func([]zen.PoolEntry)]
-	yield    Yielder // nil: inserts never wait
 }
 
 // OnInsert sets fn to be called with each batch of pool entries once Pools.Insert has written
@@ -205,7 +196,7 @@ func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Optio
 	}
 	cfg = cfg.withDefaults()
 	return &Worker{g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
-		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m, yield: o.Yield,
+		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m,
 		feats: newFeatureCache(cfg.FeatureTTL, cfg.FeatureCacheSize, o.Now, m.featureHits, m.featureMisses)}, nil
 }
 
@@ -870,9 +861,6 @@ func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload
 func (w *Worker) insert(ctx context.Context, es []zen.PoolEntry) error {
 	if len(es) == 0 {
 		return nil
-	}
-	if w.yield != nil {
-		w.yield.Yield(ctx)
 	}
 	n, err := w.pools.Insert(ctx, es)
 	if err != nil {

@@ -38,7 +38,6 @@ import (
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
-	"github.com/smartfeed/smartfeed/internal/admission"
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/pinlater"
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
@@ -176,13 +175,10 @@ type app struct {
 	// waits for Redis (claimLoop).
 	deployment   string
 	claimPending bool
-	hedger       *hedge.Hedger // the feed role's
-	// admission holds the fanout's inserts back while GetFeeds run, where the worker and the
-	// feed share this process (nil otherwise, or with worker.yield_to_reads 0).
-	admission *admission.Gate
-	certs     *certReloader           // the listeners' certificate (nil: plaintext)
-	tlsCfg    *tls.Config             // the listeners' TLS config, once built (serverTLS)
-	durable   *pinlater.DurableClient // enqueues through outbox
+	hedger       *hedge.Hedger           // the feed role's
+	certs        *certReloader           // the listeners' certificate (nil: plaintext)
+	tlsCfg       *tls.Config             // the listeners' TLS config, once built (serverTLS)
+	durable      *pinlater.DurableClient // enqueues through outbox
 
 	grpc    *grpc.Server
 	health  *health.Server
@@ -223,11 +219,6 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 			a.closeAll()
 		}
 	}()
-	if a.has(roleWorker) && a.has(roleFeed) && cfg.Worker.YieldToReads > 0 {
-		if a.admission, err = admission.New(cfg.Worker.YieldToReads.D(), reg); err != nil {
-			return nil, fmt.Errorf("admission: %w", err)
-		}
-	}
 	redis := pinlater.RedisAddr(cfg.Redis.Addr)
 	if cfg.Redis.Password != "" || cfg.Redis.DB != 0 {
 		redis = redisOpt(cfg.Redis)
@@ -510,9 +501,6 @@ func (a *app) buildFeed(ctx context.Context) error {
 	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
 		Logger: a.log.Named("feedsvc"), Registerer: a.reg}
-	if a.admission != nil {
-		deps.Foreground = a.admission
-	}
 	// Deleted pins are filtered on read where this process has the graph (the main store);
 	// a feed process with a remote generator and its own stores relies on the generator's
 	// filter and the worker's purge.

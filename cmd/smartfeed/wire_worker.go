@@ -70,9 +70,6 @@ func (a *app) buildWorker(ctx context.Context) error {
 	if wcfg.FeatureTTL == 0 {
 		wcfg.FeatureTTL = -1 // 0 in the config: read for every pin (0 in worker.Config: the default)
 	}
-	if a.admission != nil {
-		opts.Yield = a.admission
-	}
 	a.worker, err = worker.New(a.graph, poolsT, stateT, a.durable, wcfg, opts)
 	if err != nil {
 		return fmt.Errorf("worker: %w", err)

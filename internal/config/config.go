@@ -315,12 +315,6 @@ type Worker struct {
 	// follows) once read (worker.Config.FeatureTTL): a change made by another process reaches
 	// the scores at most this late. 0 reads them for every pin. Default 1m.
 	FeatureTTL Duration `json:"feature_ttl"`
-	// YieldToReads is how long each fanout insert may wait for the GetFeeds in flight in the same
-	// process to end before it writes (internal/admission): on a small machine the fanout's
-	// goroutines otherwise keep the reads waiting for a CPU. It only matters where the worker
-	// and the feed service share a process (smartfeed all, the demo, the bench). 0 never waits.
-	// Default 5ms.
-	YieldToReads Duration `json:"yield_to_reads"`
 }
 
 // Generator configures the generator and feedsvc's access to it.
@@ -382,7 +376,7 @@ func DefaultConfig() Config {
 		Log:   Log{Level: "info", Format: "auto"},
 		Worker: Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second),
 			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second),
-			FeatureTTL: Duration(time.Minute), YieldToReads: Duration(5 * time.Millisecond)},
+			FeatureTTL: Duration(time.Minute)},
 		Generator: Generator{},
 		Feed: Feed{
 			GeneratorDeadline:   Duration(150 * time.Millisecond),
@@ -471,9 +465,6 @@ func (c Config) Validate() error {
 	}
 	if c.Worker.Concurrency < 1 || c.Worker.Concurrency > 10000 {
 		bad("worker.concurrency: %d out of [1, 10000]", c.Worker.Concurrency)
-	}
-	if c.Worker.YieldToReads < 0 || time.Duration(c.Worker.YieldToReads) > time.Second {
-		bad("worker.yield_to_reads: %v is not in [0, 1s]", time.Duration(c.Worker.YieldToReads))
 	}
 	if c.Worker.OutboxGrace <= 0 || c.Worker.OutboxRelayInterval <= 0 {
 		bad("worker.outbox_grace and worker.outbox_relay_interval must be positive")
