@@ -153,8 +153,10 @@ func (s *shardAdmin) recoverMove(ctx context.Context) {
 		return
 	}
 	defer func() {
-		s.recovering.Store(false)
+		// Unlock first: a move that finds the lock taken and recovering unset is refused, so
+		// the flag must not drop while the recovery still holds the lock.
 		s.mu.Unlock()
+		s.recovering.Store(false)
 	}()
 	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
 		p, lifted, err := s.mover.Recover(ctx)
