@@ -114,7 +114,10 @@ func (w *Worker) Touch(ctx context.Context, user zen.ID) (rebuilding bool, err e
 		return false, nil
 	}
 	if !known || nowMs-last >= w.cfg.TouchEvery.Milliseconds() {
-		won, err := w.state.CheckAndSet(ctx, key, cur, i64Bytes(nowMs))
+		// Lazily: a feed request waits for Touch, and the last-active time is advisory. A
+		// machine crash that loses it makes the user look absent since the time before; at
+		// worst the next Touch starts one more rebuild, which writes the rows the first did.
+		won, err := w.state.CheckAndSet(zen.Lazily(ctx), key, cur, i64Bytes(nowMs))
 		if err != nil {
 			return false, fmt.Errorf("touch %d: %w", user, err)
 		}
