@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
@@ -206,7 +207,8 @@ func (a *AdminServer) SetFaults(_ context.Context, in *feedv1.Faults) (*feedv1.F
 func protoConfig(c Config) *feedv1.ServiceConfig {
 	return &feedv1.ServiceConfig{GeneratorDeadlineMs: ms(c.GeneratorDeadline), PersistTimeoutMs: ms(c.PersistTimeout),
 		MaxItems: int32(c.MaxItems), DefaultPageSize: int32(c.DefaultPageSize), MaxPageSize: int32(c.MaxPageSize),
-		StalePendingMs: ms(c.StalePending)}
+		StalePendingMs: ms(c.StalePending), PrepareAfterMs: proto.Float64(ms(c.PrepareAfter)),
+		PreparedMaxAgeMs: proto.Float64(ms(c.PreparedMaxAge))}
 }
 
 // GetServiceConfig implements FeedAdmin.
@@ -241,9 +243,21 @@ func protoReplication(st ReplicationStatus) *feedv1.Replication {
 const MinLiveMaxItems = 100
 
 func (a *AdminServer) SetServiceConfig(_ context.Context, in *feedv1.ServiceConfig) (*feedv1.ServiceConfig, error) {
+	cur := a.svc.Config()
 	c := Config{MaxItems: int(in.GetMaxItems()), DefaultPageSize: int(in.GetDefaultPageSize()),
-		MaxPageSize: int(in.GetMaxPageSize())}
+		MaxPageSize: int(in.GetMaxPageSize()), PrepareAfter: cur.PrepareAfter, PreparedMaxAge: cur.PreparedMaxAge}
 	var err error
+	// Left unset, the preparation knobs keep their values (a client older than them sends none).
+	if in.PrepareAfterMs != nil {
+		if c.PrepareAfter, err = fromMS("prepare_after_ms", in.GetPrepareAfterMs()); err != nil {
+			return nil, err
+		}
+	}
+	if in.PreparedMaxAgeMs != nil {
+		if c.PreparedMaxAge, err = fromMS("prepared_max_age_ms", in.GetPreparedMaxAgeMs()); err != nil {
+			return nil, err
+		}
+	}
 	for _, f := range []struct {
 		name string
 		v    float64

@@ -20,7 +20,8 @@ import (
 //	              "primary_timeout": "1s", "breaker_failures": 5, "breaker_slow_rate": 0.5,
 //	              "breaker_window": 20, "breaker_open_for": "2s", "breaker_probes": 3},
 //	  "service": {"generator_deadline": "150ms", "persist_timeout": "200ms", "max_items": 1000,
-//	              "default_page_size": 25, "max_page_size": 200, "stale_pending": "30s"},
+//	              "default_page_size": 25, "max_page_size": 200, "stale_pending": "30s",
+//	              "prepare_after": "0s", "prepared_max_age": "30s"},
 //	  "standby": {"max_staleness": "5s"}
 //	}
 //
@@ -44,6 +45,8 @@ type serviceKnobs struct {
 	DefaultPageSize   *int      `json:"default_page_size"`
 	MaxPageSize       *int      `json:"max_page_size"`
 	StalePending      *duration `json:"stale_pending"`
+	PrepareAfter      *duration `json:"prepare_after"`
+	PreparedMaxAge    *duration `json:"prepared_max_age"`
 }
 
 type duration time.Duration
@@ -95,6 +98,8 @@ func (s *Service) ApplyKnobs(doc []byte) error {
 		set(&c.DefaultPageSize, v.DefaultPageSize)
 		set(&c.MaxPageSize, v.MaxPageSize)
 		setDur(&c.StalePending, v.StalePending)
+		setDur(&c.PrepareAfter, v.PrepareAfter)
+		setDur(&c.PreparedMaxAge, v.PreparedMaxAge)
 	}
 	var maxStale *time.Duration
 	if v := k.Standby; v != nil && v.MaxStaleness != nil {

@@ -43,6 +43,9 @@ const (
 
 	itemVersion    = 1
 	pendingVersion = 1
+	// preparedVersion marks a pending row that holds a prepared chunk not yet served (see
+	// Config.PrepareAfter); serving it rewrites the row with pendingVersion.
+	preparedVersion = 2
 )
 
 // errCorrupt marks a row that does not decode.
@@ -219,18 +222,24 @@ func decodeItem(b []byte) (Item, error) {
 }
 
 // pendingChunk is the value of a pending row: the chunk as served, with each kept item's
-// position in it (pins already in the feed were left out when it was served).
+// position in it (pins already in the feed were left out when it was served). A prepared
+// chunk (Prepared) was recorded ahead of the visit and not served yet; ServedMs is then when it
+// was prepared.
 type pendingChunk struct {
 	ChunkID  string
 	ServedMs int64
 	Items    []Item
 	Pos      []uint32
+	Prepared bool
 }
 
 const maxChunkItems = 1 << 12
 
 func encodePending(c pendingChunk) []byte {
 	b := []byte{pendingVersion}
+	if c.Prepared {
+		b[0] = preparedVersion
+	}
 	b = binary.AppendUvarint(b, uint64(len(c.ChunkID)))
 	b = append(b, c.ChunkID...)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.ServedMs))
@@ -244,10 +253,14 @@ func encodePending(c pendingChunk) []byte {
 
 func decodePending(b []byte) (pendingChunk, error) {
 	r := reader{b: b}
-	if v := r.u8("version"); r.err == nil && v != pendingVersion {
+	var c pendingChunk
+	switch v := r.u8("version"); {
+	case r.err != nil:
+	case v == preparedVersion:
+		c.Prepared = true
+	case v != pendingVersion:
 		return pendingChunk{}, fmt.Errorf("%w: pending chunk version %d", errCorrupt, v)
 	}
-	var c pendingChunk
 	c.ChunkID = string(r.bytes("chunk id", r.uvarint("chunk id length", maxChunkID)))
 	c.ServedMs = int64(r.u64("served time"))
 	n := r.uvarint("item count", maxChunkItems)

@@ -93,7 +93,7 @@ func (s *Service) filterLive(ctx context.Context, user zen.ID, res pageRead, siz
 	if s.live == nil {
 		return res, nil
 	}
-	out := pageRead{stale: res.stale, pendingPins: res.pendingPins, pastPending: res.pastPending}
+	out := pageRead{stale: res.stale, pendingPins: res.pendingPins, pastPending: res.pastPending, prepared: res.prepared}
 	for round := 0; ; round++ {
 		if len(res.entries) > 0 {
 			live, err := s.liveOf(ctx, res.entries)

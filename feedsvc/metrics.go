@@ -28,6 +28,8 @@ type metrics struct {
 	// stage times the parts of GetFeed: the generator call, the materialized read (liveness
 	// filter included), recording the served chunk, and the materialize enqueue.
 	stage *prometheus.HistogramVec
+	// prepared counts the chunks prepared ahead of a visit by outcome (see Config.PrepareAfter).
+	prepared *prometheus.CounterVec
 }
 
 // Stages of GetFeed, the label values of smartfeed_feed_stage_seconds.
@@ -36,6 +38,21 @@ const (
 	stageRead      = "read"
 	stagePersist   = "persist"
 	stageEnqueue   = "enqueue"
+	// stagePrepare is a preparation ahead of a visit (generator and synced row, in the
+	// background); stageFlip marks a prepared chunk served, on the request.
+	stagePrepare = "prepare"
+	stageFlip    = "flip"
+)
+
+// Outcomes of a prepared chunk, the label values of smartfeed_feed_prepared_total.
+const (
+	prepRecorded = "recorded" // a prepared row was written
+	prepEmpty    = "empty"    // the pools had nothing new
+	prepFailed   = "failed"   // the generator or the recording failed
+	prepBusy     = "busy"     // skipped: too many preparations running
+	prepServed   = "served"   // served fresh by a visit that called no generator
+	prepStale    = "stale"    // served fresh beside a new chunk (older than PreparedMaxAge)
+	prepLost     = "lost"     // another request served it first (shown as materialized items)
 )
 
 // observeStage records d under stage.
@@ -89,11 +106,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "smartfeed_feed_stage_seconds", Help: "Time spent in each stage of GetFeed (generator, read, persist, enqueue).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
+		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_feed_prepared_total",
+			Help: "Chunks prepared ahead of a visit, by outcome (recorded, empty, failed, busy; then served, stale or lost)."},
+			[]string{"outcome"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
-			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate, m.unsureRecordings, m.stage} {
+			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate, m.unsureRecordings, m.stage, m.prepared} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register feed metrics: %w", err)
 			}

@@ -56,6 +56,15 @@ type Config struct {
 	// StalePending is how old a pending chunk must be before a read re-enqueues its
 	// materialization (the job was lost). Default 30s.
 	StalePending time.Duration `json:"stale_pending"`
+	// PrepareAfter, when positive, prepares the user's next chunk this long after a first page:
+	// the generator runs in the background and the chunk is recorded, synced, as a prepared
+	// row at the top of the user's feed. The next first page serves it as fresh with no
+	// generator call and no synced write on the request (docs/read-path.md). 0 (the default)
+	// prepares nothing.
+	PrepareAfter time.Duration `json:"prepare_after"`
+	// PreparedMaxAge: a prepared chunk older than this is still served fresh, but beside a new
+	// chunk from the generator (the pools have had time to fill again). Default 30s.
+	PreparedMaxAge time.Duration `json:"prepared_max_age"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -67,6 +76,7 @@ func DefaultConfig() Config {
 		DefaultPageSize:   25,
 		MaxPageSize:       200,
 		StalePending:      30 * time.Second,
+		PreparedMaxAge:    30 * time.Second,
 	}
 }
 
@@ -85,6 +95,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: default page size %d is not in [1, max page size]", c.DefaultPageSize)
 	case c.StalePending <= 0:
 		return fmt.Errorf("config: stale pending %v is not positive", c.StalePending)
+	case c.PrepareAfter < 0 || c.PrepareAfter > time.Hour:
+		return fmt.Errorf("config: prepare after %v is not in [0, 1h]", c.PrepareAfter)
+	case c.PreparedMaxAge <= 0 || c.PreparedMaxAge > time.Hour:
+		return fmt.Errorf("config: prepared max age %v is not in (0, 1h]", c.PreparedMaxAge)
 	}
 	return nil
 }
@@ -174,6 +188,14 @@ type Service struct {
 	// lastSeq is the last chunk sequence handed out by this process (see nextSeq).
 	lastSeq   atomic.Uint64
 	closeOnce sync.Once
+	// preparing holds the users with a preparation scheduled or running in this process
+	// (zen.ID -> struct{}); prepared those for which this process recorded a prepared chunk
+	// not yet served (zen.ID -> prepared at, Unix ms): a hint that the next first page should
+	// read before it calls the generator. prepSlots bounds the preparations running at once.
+	preparing sync.Map
+	prepared  sync.Map
+	nprepared atomic.Int64
+	prepSlots chan struct{}
 }
 
 // New returns a Service.
@@ -227,7 +249,7 @@ func New(d Deps, c Config) (*Service, error) {
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
-		trimEvery: uint32(d.TrimEvery)}
+		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing)}
 	s.cfg.Store(&c)
 	return s, nil
 }
@@ -288,7 +310,8 @@ type Request struct {
 // PageItem is one item of a page.
 type PageItem struct {
 	Item
-	// Fresh is set for the items of the chunk generated for this request.
+	// Fresh is set for the items of the chunk generated for this request, and of the prepared
+	// chunks it served (Config.PrepareAfter).
 	Fresh bool
 }
 
@@ -375,7 +398,7 @@ func (s *Service) laterPage(ctx context.Context, user zen.ID, after position, si
 		return Page{}, err
 	}
 	page := Page{FreshStatus: FreshNotFirstPage, From: out.From, Hedged: out.Hedged}
-	s.fill(&page, user, nil, res, size)
+	s.fill(&page, user, nil, res, size, nil)
 	return page, nil
 }
 
@@ -393,8 +416,37 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		}
 		page := Page{From: out.From, Hedged: out.Hedged, FreshStatus: FreshPrimaryDown,
 			FreshDetail: "the primary feed store's circuit breaker is open: no fresh chunk can be recorded"}
-		s.fill(&page, user, nil, res, size)
+		s.fill(&page, user, nil, res, size, nil)
 		return page, nil
+	}
+	type readResult struct {
+		res pageRead
+		out hedge.Outcome
+		err error
+	}
+	readCh := make(chan readResult, 1)
+	if cfg.PrepareAfter > 0 && s.maybePrepared(user) {
+		// This process prepared the user's next chunk: read first, and serve it if it is young,
+		// with no generator call and no synced write.
+		start := time.Now()
+		res, out, err := s.read(ctx, user, nil, size)
+		s.m.observeStage(stageRead, time.Since(start))
+		if err != nil {
+			return Page{}, err
+		}
+		if len(res.prepared) == 0 {
+			s.forgetPrepared(user) // served or materialized meanwhile
+		} else if s.now().UnixMilli()-res.prepared[0].pc.ServedMs <= cfg.PreparedMaxAge.Milliseconds() {
+			page := Page{From: out.From, Hedged: out.Hedged, FreshStatus: FreshEmpty}
+			served := s.servePrepared(ctx, user, res.prepared, prepServed)
+			if len(served) > 0 {
+				page.FreshStatus = FreshIncluded
+			}
+			s.fill(&page, user, nil, res, size, served)
+			s.prepareLater(user, cfg, 0)
+			return page, nil
+		}
+		readCh <- readResult{res, out, nil}
 	}
 	// The generator runs with its own deadline; if it ignores the deadline, the request leaves
 	// without it and a background reader settles whatever it returns late.
@@ -406,17 +458,13 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		c, err := s.gen.GenerateChunk(gctx, user)
 		genCh <- genResult{c, err}
 	}()
-	type readResult struct {
-		res pageRead
-		out hedge.Outcome
-		err error
+	if len(readCh) == 0 {
+		go func() {
+			res, out, err := s.read(ctx, user, nil, size)
+			s.m.observeStage(stageRead, time.Since(start))
+			readCh <- readResult{res, out, err}
+		}()
 	}
-	readCh := make(chan readResult, 1)
-	go func() {
-		res, out, err := s.read(ctx, user, nil, size)
-		s.m.observeStage(stageRead, time.Since(start))
-		readCh <- readResult{res, out, err}
-	}()
 
 	var gen genResult
 	timedOut := false
@@ -450,38 +498,52 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		// Neither store answered: the chunk cannot be recorded either; give it back.
 		s.settleLater(user, gen.c.ID, false)
 	default:
-		var err error
 		pstart := time.Now()
-		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res, rd.out.From == hedge.Primary)
+		var err error
+		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res, rd.out.From == hedge.Primary, false)
 		s.m.observeStage(stagePersist, time.Since(pstart))
-		var unsure *unsureRecording
-		switch {
-		case errors.As(err, &unsure):
-			// The recording may still land: giving the chunk back now could serve its pins
-			// twice (from the pending row and again from the pools). Look once it cannot.
+		if err != nil {
 			page.FreshStatus, page.FreshDetail = FreshPersistFailed, err.Error()
 			s.m.persistFailed.Inc()
-			s.log.Warn("record served chunk: outcome unknown", zap.Stringer("user", user), zap.String("chunk", gen.c.ID), zap.Error(err))
-			s.settleWhenSure(user, gen.c.ID, unsure.seq)
-		case err != nil:
-			page.FreshStatus, page.FreshDetail = FreshPersistFailed, err.Error()
-			s.m.persistFailed.Inc()
-			s.log.Warn("record served chunk", zap.Stringer("user", user), zap.String("chunk", gen.c.ID), zap.Error(err))
-			s.settleLater(user, gen.c.ID, false)
-		default:
+			s.unrecorded(user, gen.c.ID, "record served chunk", err)
+		} else {
 			page.FreshStatus = FreshIncluded
 		}
 	}
 	if rd.err != nil {
 		return Page{}, rd.err
 	}
-	s.fill(&page, user, fresh, rd.res, size)
+	// Prepared chunks the read met (older than PreparedMaxAge, or prepared by another process)
+	// are served fresh too, after the new chunk: their pins are at the top of the feed.
+	var served map[uint64]bool
+	if len(rd.res.prepared) > 0 {
+		if served = s.servePrepared(ctx, user, rd.res.prepared, prepStale); len(served) > 0 && page.FreshStatus != FreshIncluded {
+			page.FreshStatus, page.FreshDetail = FreshIncluded, ""
+		}
+	}
+	s.fill(&page, user, fresh, rd.res, size, served)
+	s.prepareLater(user, cfg, cfg.PrepareAfter)
 	return page, nil
+}
+
+// unrecorded settles a chunk whose recording failed: at once back to the pools, or, when the
+// write may still land (an *unsureRecording), once that is known.
+func (s *Service) unrecorded(user zen.ID, chunkID, what string, err error) {
+	var unsure *unsureRecording
+	if errors.As(err, &unsure) {
+		// The recording may still land: giving the chunk back now could serve its pins
+		// twice (from the pending row and again from the pools). Look once it cannot.
+		s.log.Warn(what+": outcome unknown", zap.Stringer("user", user), zap.String("chunk", chunkID), zap.Error(err))
+		s.settleWhenSure(user, chunkID, unsure.seq)
+		return
+	}
+	s.log.Warn(what, zap.Stringer("user", user), zap.String("chunk", chunkID), zap.Error(err))
+	s.settleLater(user, chunkID, false)
 }
 
 // fill composes the page: fresh entries, then the materialized ones, each pin once, at most
 // size items, and the cursor after the last.
-func (s *Service) fill(page *Page, user zen.ID, fresh []entry, res pageRead, size int) {
+func (s *Service) fill(page *Page, user zen.ID, fresh []entry, res pageRead, size int, served map[uint64]bool) {
 	seen := make(map[zen.ID]bool, size)
 	var last *position
 	add := func(e entry, isFresh bool) bool {
@@ -504,7 +566,7 @@ func (s *Service) fill(page *Page, user zen.ID, fresh []entry, res pageRead, siz
 		}
 	}
 	for _, e := range res.entries {
-		if !add(e, false) {
+		if !add(e, served[e.at.Seq]) {
 			more = true
 			break
 		}
@@ -602,7 +664,7 @@ func (s *Service) settle(user zen.ID, chunkID string, delivered bool) {
 // persist records the served chunk as pending before the user sees it: it drops pins already
 // in the feed (pin index) or on this page, takes the chunk's sequence, writes one pending row,
 // and enqueues the materialization. It returns the chunk's entries as served.
-func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk, page pageRead, fromPrimary bool) ([]entry, error) {
+func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk, page pageRead, fromPrimary, prepared bool) ([]entry, error) {
 	if c.ID == "" || len(c.ID) > maxChunkID {
 		return nil, fmt.Errorf("chunk id of %d bytes", len(c.ID))
 	}
@@ -653,7 +715,7 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	for j, i := range at {
 		present[i] = vals[j] != nil
 	}
-	pc := pendingChunk{ChunkID: c.ID, ServedMs: s.now().UnixMilli()}
+	pc := pendingChunk{ChunkID: c.ID, ServedMs: s.now().UnixMilli(), Prepared: prepared}
 	seen := make(map[zen.ID]bool, len(c.Items))
 	var out []entry
 	for i, it := range c.Items {
@@ -675,10 +737,17 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	for i := range out {
 		out[i].at = position{Seq: seq, Pos: pc.Pos[i]}
 	}
+	if !prepared {
+		s.enqueueMaterialize(ctx, MaterializeTask{User: user, ChunkID: c.ID, Seq: seq})
+	}
+	return out, nil
+}
+
+// enqueueMaterialize enqueues the materialization of a served chunk in the background.
+func (s *Service) enqueueMaterialize(ctx context.Context, task MaterializeTask) {
 	// The materialization is enqueued after the page is answered: the pending row is durable
 	// already, and a lost enqueue is made good by a later read (a stale pending chunk) or the
 	// recovery pass, so the Redis round trip need not hold the reader.
-	task := MaterializeTask{User: user, ChunkID: c.ID, Seq: seq}
 	s.bg.Add(1)
 	s.enqueues.Add(1)
 	go func() {
@@ -688,10 +757,9 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 		defer ecancel()
 		if err := s.enq.EnqueueMaterialize(ectx, task); err != nil {
 			s.m.enqueueFailed.Inc()
-			s.log.Warn("enqueue materialize", zap.Stringer("user", user), zap.String("chunk", c.ID), zap.Error(err))
+			s.log.Warn("enqueue materialize", zap.Stringer("user", task.User), zap.String("chunk", task.ChunkID), zap.Error(err))
 		}
 	}()
-	return out, nil
 }
 
 // pendingPins returns the pins of the user's pending chunks (served, not yet materialized), found
@@ -798,6 +866,16 @@ type pageRead struct {
 	// item or the end of the feed.
 	pendingPins []zen.ID
 	pastPending bool
+	// prepared are the unserved prepared chunks the read met (see Config.PrepareAfter), newest
+	// first, each with its row as read (the flip's expected value).
+	prepared []preparedRow
+}
+
+// preparedRow is an unserved prepared chunk met by a read.
+type preparedRow struct {
+	seq uint64
+	row []byte
+	pc  pendingChunk
 }
 
 // read reads up to size live entries after `after` (nil: from the top), hedged across the
@@ -862,7 +940,11 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 				for _, it := range pc.Items {
 					res.pendingPins = append(res.pendingPins, it.Pin)
 				}
-				if pc.ServedMs < cutMs {
+				if pc.Prepared && after == nil {
+					res.prepared = append(res.prepared, preparedRow{seq: pos.Seq, row: bytes.Clone(kv.Value), pc: pc})
+				}
+				// A prepared chunk waits for its user's next visit, not for a materialization.
+				if pc.ServedMs < cutMs && !pc.Prepared {
 					res.stale = append(res.stale, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: pos.Seq})
 				}
 				for j, it := range pc.Items {

@@ -117,7 +117,7 @@ func TestPendingPinsNotServedAgain(t *testing.T) {
 	for _, p := range pins(1, 10) {
 		c.Items = append(c.Items, Item{Pin: p, Source: zen.SourceFollowing, Score: 1})
 	}
-	if got, err := e.svc.persist(t.Context(), e.svc.Config(), e.user, c, pageRead{pastPending: true}, false); err != nil || len(got) != 0 {
+	if got, err := e.svc.persist(t.Context(), e.svc.Config(), e.user, c, pageRead{pastPending: true}, false, false); err != nil || len(got) != 0 {
 		t.Errorf("persist of pending chunks' pins after a standby page = %d entries, %v; want none", len(got), err)
 	}
 	e.materialize(t)

@@ -354,6 +354,13 @@ type Feed struct {
 	RecoverAfter Duration `json:"recover_after"`
 	// RecoverEvery is the period of the recovery pass (one runs at start). Default 1m.
 	RecoverEvery Duration `json:"recover_every"`
+	// PrepareAfter, when positive, prepares a user's next chunk this long after a first page,
+	// so that the next visit serves it with no generator call and no synced write on the
+	// request (feedsvc.Config.PrepareAfter; live-tunable in the knobs file). 0: off.
+	PrepareAfter Duration `json:"prepare_after"`
+	// PreparedMaxAge: a prepared chunk older than this is served beside a new chunk from the
+	// generator. Default 30s.
+	PreparedMaxAge Duration `json:"prepared_max_age"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -384,6 +391,7 @@ func DefaultConfig() Config {
 			StandbyMaxStaleness: Duration(30 * time.Second),
 			RecoverAfter:        Duration(time.Minute),
 			RecoverEvery:        Duration(time.Minute),
+			PreparedMaxAge:      Duration(30 * time.Second),
 			Hedge:               hedge.DefaultPolicy(),
 		},
 		ShutdownTimeout: Duration(30 * time.Second),
@@ -480,6 +488,12 @@ func (c Config) Validate() error {
 	}
 	if c.Feed.RecoverAfter <= 0 || c.Feed.RecoverEvery <= 0 {
 		bad("feed.recover_after and feed.recover_every must be positive")
+	}
+	if c.Feed.PrepareAfter < 0 || c.Feed.PrepareAfter > Duration(time.Hour) {
+		bad("feed.prepare_after: %v not in [0, 1h]", c.Feed.PrepareAfter.D())
+	}
+	if c.Feed.PreparedMaxAge <= 0 || c.Feed.PreparedMaxAge > Duration(time.Hour) {
+		bad("feed.prepared_max_age: %v not in (0, 1h]", c.Feed.PreparedMaxAge.D())
 	}
 	if c.Feed.StandbyMaxStaleness < 0 {
 		bad("feed.standby_max_staleness: negative")

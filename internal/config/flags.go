@@ -91,6 +91,8 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	d(&c.Feed.StandbyMaxStaleness, "feed-standby-max-staleness", c.Feed.StandbyMaxStaleness, "refuse standby reads while replication lags more than this (0: never)")
 	d(&c.Feed.RecoverAfter, "feed-recover-after", c.Feed.RecoverAfter, "crash recovery leaves chunks younger than this alone")
 	d(&c.Feed.RecoverEvery, "feed-recover-every", c.Feed.RecoverEvery, "period of the crash recovery pass")
+	d(&c.Feed.PrepareAfter, "feed-prepare-after", c.Feed.PrepareAfter, "prepare a user's next chunk this long after a first page (0: off)")
+	d(&c.Feed.PreparedMaxAge, "feed-prepared-max-age", c.Feed.PreparedMaxAge, "serve a prepared chunk older than this beside a new one")
 	b(&c.Feed.Faults, "feed-faults", c.Feed.Faults, "enable FeedAdmin fault injection on the feed stores")
 	h := &c.Feed.Hedge
 	s((*string)(&h.Mode), "hedge-mode", string(h.Mode), "hedging mode: off, fixed or percentile")

@@ -799,8 +799,13 @@ type ServiceConfig struct {
 	DefaultPageSize     int32                  `protobuf:"varint,4,opt,name=default_page_size,json=defaultPageSize,proto3" json:"default_page_size,omitempty"`
 	MaxPageSize         int32                  `protobuf:"varint,5,opt,name=max_page_size,json=maxPageSize,proto3" json:"max_page_size,omitempty"`
 	StalePendingMs      float64                `protobuf:"fixed64,6,opt,name=stale_pending_ms,json=stalePendingMs,proto3" json:"stale_pending_ms,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// A user's next chunk is prepared this long after a first page (0: off); left unset, the
+	// value in force is kept.
+	PrepareAfterMs *float64 `protobuf:"fixed64,7,opt,name=prepare_after_ms,json=prepareAfterMs,proto3,oneof" json:"prepare_after_ms,omitempty"`
+	// A prepared chunk older than this is served beside a new chunk; left unset, kept.
+	PreparedMaxAgeMs *float64 `protobuf:"fixed64,8,opt,name=prepared_max_age_ms,json=preparedMaxAgeMs,proto3,oneof" json:"prepared_max_age_ms,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ServiceConfig) Reset() {
@@ -871,6 +876,20 @@ func (x *ServiceConfig) GetMaxPageSize() int32 {
 func (x *ServiceConfig) GetStalePendingMs() float64 {
 	if x != nil {
 		return x.StalePendingMs
+	}
+	return 0
+}
+
+func (x *ServiceConfig) GetPrepareAfterMs() float64 {
+	if x != nil && x.PrepareAfterMs != nil {
+		return *x.PrepareAfterMs
+	}
+	return 0
+}
+
+func (x *ServiceConfig) GetPreparedMaxAgeMs() float64 {
+	if x != nil && x.PreparedMaxAgeMs != nil {
+		return *x.PreparedMaxAgeMs
 	}
 	return 0
 }
@@ -1090,14 +1109,18 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\n" +
 	"error_rate\x18\x06 \x01(\x01R\terrorRate\x12\x16\n" +
 	"\x06outage\x18\a \x01(\bR\x06outage\"\x19\n" +
-	"\x17GetServiceConfigRequest\"\x88\x02\n" +
+	"\x17GetServiceConfigRequest\"\x98\x03\n" +
 	"\rServiceConfig\x122\n" +
 	"\x15generator_deadline_ms\x18\x01 \x01(\x01R\x13generatorDeadlineMs\x12,\n" +
 	"\x12persist_timeout_ms\x18\x02 \x01(\x01R\x10persistTimeoutMs\x12\x1b\n" +
 	"\tmax_items\x18\x03 \x01(\x05R\bmaxItems\x12*\n" +
 	"\x11default_page_size\x18\x04 \x01(\x05R\x0fdefaultPageSize\x12\"\n" +
 	"\rmax_page_size\x18\x05 \x01(\x05R\vmaxPageSize\x12(\n" +
-	"\x10stale_pending_ms\x18\x06 \x01(\x01R\x0estalePendingMs\"\x17\n" +
+	"\x10stale_pending_ms\x18\x06 \x01(\x01R\x0estalePendingMs\x12-\n" +
+	"\x10prepare_after_ms\x18\a \x01(\x01H\x00R\x0eprepareAfterMs\x88\x01\x01\x122\n" +
+	"\x13prepared_max_age_ms\x18\b \x01(\x01H\x01R\x10preparedMaxAgeMs\x88\x01\x01B\x13\n" +
+	"\x11_prepare_after_msB\x16\n" +
+	"\x14_prepared_max_age_ms\"\x17\n" +
 	"\x15GetReplicationRequest\"\xcb\x02\n" +
 	"\vReplication\x12\x1c\n" +
 	"\tmechanism\x18\x01 \x01(\tR\tmechanism\x12\x15\n" +
@@ -1202,6 +1225,7 @@ func file_feed_v1_feed_proto_init() {
 	if File_feed_v1_feed_proto != nil {
 		return
 	}
+	file_feed_v1_feed_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1,0 +1,176 @@
+package feedsvc
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// Preparing a chunk ahead of a visit (Config.PrepareAfter; docs/read-path.md, "A fresh page
+// with no fsync on it").
+//
+// A first page schedules the preparation of the user's next chunk. When it runs, the generator
+// takes the chunk from the pools and the chunk is recorded as a prepared row: a pending row
+// whose version says "not served yet", written with a synced write like any served chunk, so
+// from then on its pins are in the user's feed and in no pool. The next first page reads it at
+// the top of the feed and serves it: a compare-and-set rewrites the row as served (lazily: the
+// store's next synced write makes it durable) and enqueues its materialization. Only the
+// request whose compare-and-set wins shows the items as fresh; a concurrent one shows them as
+// feed items. A machine crash that loses the rewrite leaves the chunk prepared, and the next
+// visit shows the same pins, in the same place, as fresh once more: never lost, never twice in
+// the feed.
+
+const (
+	// maxPreparing bounds the preparations running at once in a process; past it a
+	// preparation is skipped (the next visit calls the generator, as without preparation).
+	maxPreparing = 4
+	// maxPreparedHints bounds the users this process remembers as prepared (see maybePrepared);
+	// past it the hints are dropped, which only sends those users' next visits through the
+	// generator, which then serves their prepared chunks too.
+	maxPreparedHints = 100_000
+)
+
+// maybePrepared reports whether this process recorded a prepared chunk for user that no visit
+// has served yet: the first page then reads before it calls the generator.
+func (s *Service) maybePrepared(user zen.ID) bool {
+	_, ok := s.prepared.Load(user)
+	return ok
+}
+
+func (s *Service) notePrepared(user zen.ID) {
+	if s.nprepared.Load() >= maxPreparedHints {
+		s.prepared.Clear()
+		s.nprepared.Store(0)
+	}
+	if _, loaded := s.prepared.LoadOrStore(user, struct{}{}); !loaded {
+		s.nprepared.Add(1)
+	}
+}
+
+func (s *Service) forgetPrepared(user zen.ID) {
+	if _, ok := s.prepared.LoadAndDelete(user); ok {
+		s.nprepared.Add(-1)
+	}
+}
+
+// servePrepared marks the prepared chunks a first page read as served, each with a lazy
+// compare-and-set on the primary that only one request wins, and enqueues their
+// materialization. It returns the sequences of the chunks this request won: their items are
+// fresh on this page. outcome labels the metric (served, or stale when a new chunk came too).
+func (s *Service) servePrepared(ctx context.Context, user zen.ID, rows []preparedRow, outcome string) map[uint64]bool {
+	start := time.Now()
+	s.forgetPrepared(user)
+	ctx, cancel := context.WithTimeout(ctx, s.Config().PersistTimeout)
+	defer cancel()
+	lctx := zen.Lazily(ctx)
+	now := s.now().UnixMilli()
+	served := make(map[uint64]bool, len(rows))
+	for _, p := range rows {
+		pc := p.pc
+		pc.Prepared, pc.ServedMs = false, now
+		ok, err := s.primary.CheckAndSet(lctx, pendingKey(user, p.seq), p.row, encodePending(pc))
+		switch {
+		case err != nil:
+			// Shown as feed items; the next visit serves it (it is still prepared) unless the
+			// write landed, in which case a read re-enqueues it once it is stale.
+			s.m.prepared.WithLabelValues(prepFailed).Inc()
+			s.log.Warn("serve prepared chunk", zap.Stringer("user", user), zap.String("chunk", pc.ChunkID), zap.Error(err))
+			continue
+		case !ok:
+			s.m.prepared.WithLabelValues(prepLost).Inc()
+			continue
+		}
+		served[p.seq] = true
+		s.m.prepared.WithLabelValues(outcome).Inc()
+		s.enqueueMaterialize(ctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: p.seq})
+	}
+	s.m.observeStage(stageFlip, time.Since(start))
+	return served
+}
+
+// prepareLater schedules the preparation of user's next chunk after delay, unless one is
+// scheduled or running in this process already. A page served from the generator drained the
+// pools: it prepares after cfg.PrepareAfter, to let them fill. A page served from a prepared
+// chunk left in the pools what came since that chunk was prepared: it prepares at once. A
+// preparation that finds the pools empty tries again after cfg.PrepareAfter, up to
+// prepareTries times in all.
+func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
+	if cfg.PrepareAfter <= 0 {
+		return
+	}
+	if _, busy := s.preparing.LoadOrStore(user, struct{}{}); busy {
+		return
+	}
+	s.bg.Add(1)
+	var try func(n int)
+	try = func(n int) {
+		again := false
+		defer func() {
+			if !again {
+				s.preparing.Delete(user)
+				s.bg.Done()
+			}
+		}()
+		select {
+		case <-s.closing:
+			return
+		default:
+		}
+		select {
+		case s.prepSlots <- struct{}{}:
+		default:
+			s.m.prepared.WithLabelValues(prepBusy).Inc()
+			return
+		}
+		empty := s.prepare(user)
+		<-s.prepSlots
+		if empty && n+1 < prepareTries {
+			again = true
+			time.AfterFunc(s.Config().PrepareAfter, func() { try(n + 1) })
+		}
+	}
+	time.AfterFunc(delay, func() { try(0) })
+}
+
+// prepareTries bounds the preparations one page schedules while the pools stay empty.
+const prepareTries = 3
+
+// prepare takes user's next chunk from the generator and records it as a prepared row (synced).
+// A chunk it cannot record goes back to the pools, as a first page's would. It reports whether
+// the pools had nothing new.
+func (s *Service) prepare(user zen.ID) (empty bool) {
+	cfg := s.Config()
+	start := time.Now()
+	gctx, gcancel := context.WithTimeout(context.Background(), cfg.GeneratorDeadline)
+	c, err := s.gen.GenerateChunk(gctx, user)
+	gcancel()
+	switch {
+	case err != nil:
+		s.m.prepared.WithLabelValues(prepFailed).Inc()
+		s.log.Debug("prepare chunk", zap.Stringer("user", user), zap.Error(err))
+		return false
+	case c.User != 0 && c.User != user:
+		s.m.prepared.WithLabelValues(prepFailed).Inc()
+		s.settle(user, c.ID, false)
+		return false
+	case len(c.Items) == 0:
+		s.m.prepared.WithLabelValues(prepEmpty).Inc()
+		if c.ID != "" {
+			s.settle(user, c.ID, true)
+		}
+		return true
+	}
+	// No page was read: persist finds the user's pending chunks through their index.
+	if _, err := s.persist(context.Background(), cfg, user, c, pageRead{}, false, true); err != nil {
+		s.m.prepared.WithLabelValues(prepFailed).Inc()
+		s.unrecorded(user, c.ID, "record prepared chunk", err)
+		return false
+	}
+	s.m.prepared.WithLabelValues(prepRecorded).Inc()
+	s.notePrepared(user)
+	s.m.observeStage(stagePrepare, time.Since(start))
+	return false
+}
