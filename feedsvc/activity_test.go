@@ -108,3 +108,36 @@ func TestPinlaterActivityDoesNotHoldPages(t *testing.T) {
 		t.Error("page says rebuilding: a queued touch cannot know")
 	}
 }
+
+// TestRecentActivityDoesNotHoldPages: once the hook said "not rebuilding" for a user, the user's
+// pages in the next seconds do not wait for it again (a rebuild starts only after a long
+// absence); a "rebuilding" answer is not remembered, so the pages after it wait and say so.
+func TestRecentActivityDoesNotHoldPages(t *testing.T) {
+	e := newEnv(t, nil)
+	act := &fakeActivity{}
+	e.rebuild(t, func(d *Deps) { d.Activity = act; d.ActivityWait = time.Second })
+	if p := e.get(t, "", 10); p.Rebuilding {
+		t.Fatal("first page says rebuilding")
+	}
+	e.svc.Wait()
+	block := make(chan struct{})
+	act.mu.Lock()
+	act.block, act.rebuilding = block, true
+	act.mu.Unlock()
+	start := time.Now()
+	p := e.get(t, "", 10)
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Errorf("second page took %s: it waited for the hook that answered moments ago", took)
+	}
+	if p.Rebuilding {
+		t.Error("second page says rebuilding before the hook answered")
+	}
+	act.mu.Lock()
+	act.block = nil
+	act.mu.Unlock()
+	close(block)
+	e.svc.Wait() // the blocked touch answers "rebuilding": forgotten
+	if p := e.get(t, "", 10); !p.Rebuilding {
+		t.Error("page after a rebuilding answer does not wait for the hook and say so")
+	}
+}

@@ -61,10 +61,20 @@ func (s *Service) touch(user zen.ID) func() bool {
 			s.m.activityErrors.Inc()
 			s.log.Debug("activity touch", zap.Stringer("user", user), zap.Error(err))
 		}
+		if err == nil && !r {
+			s.noteActive(user)
+		} else {
+			s.active.Delete(user)
+		}
 		ch <- r && err == nil
 	}()
 	if blind {
 		// The hook never reports a rebuild (it goes over a queue): the page does not wait.
+		return func() bool { return false }
+	}
+	if s.recentlyActive(user) {
+		// The hook said "not rebuilding" for this user moments ago, and a rebuild starts only
+		// when a user comes back after a long absence: the page does not wait for it again.
 		return func() bool { return false }
 	}
 	deadline := time.NewTimer(s.activityWait)
@@ -77,6 +87,31 @@ func (s *Service) touch(user zen.ID) func() bool {
 			s.m.activityLate.Inc()
 			return false
 		}
+	}
+}
+
+// activityFresh is how long a "not rebuilding" answer of the activity hook stands for the
+// user's next pages, and maxActiveUsers bounds the users remembered (past it they are
+// forgotten, which only makes their next pages wait for the hook again).
+const (
+	activityFresh  = 10 * time.Second
+	maxActiveUsers = 100_000
+)
+
+// recentlyActive reports whether the activity hook answered "not rebuilding" for user within
+// activityFresh.
+func (s *Service) recentlyActive(user zen.ID) bool {
+	v, ok := s.active.Load(user)
+	return ok && s.now().Sub(time.UnixMilli(v.(int64))) < activityFresh
+}
+
+func (s *Service) noteActive(user zen.ID) {
+	if s.nactive.Load() >= maxActiveUsers {
+		s.active.Clear()
+		s.nactive.Store(0)
+	}
+	if _, loaded := s.active.Swap(user, s.now().UnixMilli()); !loaded {
+		s.nactive.Add(1)
 	}
 }
 
