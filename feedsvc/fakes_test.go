@@ -46,6 +46,7 @@ type fakeGen struct {
 	block    chan struct{} // when set, GenerateChunk ignores ctx and waits for it
 	settled  map[string]bool
 	settleCh chan string
+	attempts int // GenerateChunk calls, failed ones included
 }
 
 func newFakeGen(size int) *fakeGen {
@@ -55,6 +56,7 @@ func newFakeGen(size int) *fakeGen {
 func (g *fakeGen) GenerateChunk(ctx context.Context, user zen.ID) (Chunk, error) {
 	g.mu.Lock()
 	block, err := g.block, g.err
+	g.attempts++
 	g.mu.Unlock()
 	if block != nil {
 		<-block

@@ -42,6 +42,14 @@ const (
 	// background); stageFlip marks a prepared chunk served, on the request.
 	stagePrepare = "prepare"
 	stageFlip    = "flip"
+	// stagePagePrepared and stagePageGenerated time a whole first page by the way it went:
+	// served from a prepared chunk, or through the generator.
+	stagePagePrepared  = "page_prepared"
+	stagePageGenerated = "page_generated"
+	// stageUserLive is the check that the user exists; stageActivity the wait for the
+	// activity hook's answer after the page is ready.
+	stageUserLive = "user_live"
+	stageActivity = "activity_wait"
 )
 
 // Outcomes of a prepared chunk, the label values of smartfeed_feed_prepared_total.
@@ -104,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Chunk recordings whose write failed without an answer, by what a later look found (recorded: materialized; not_recorded: returned to the pools)."},
 			[]string{"found"}),
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smartfeed_feed_stage_seconds", Help: "Time spent in each stage of GetFeed (generator, read, persist, enqueue).",
+			Name: "smartfeed_feed_stage_seconds", Help: "Time spent in each stage of GetFeed (generator, read, persist, enqueue, flip, user_live, activity_wait; page_prepared and page_generated: a whole first page by its path; prepare: a preparation in the background).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
 		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_prepared_total",

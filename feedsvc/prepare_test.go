@@ -231,3 +231,21 @@ func TestPrepareKnobs(t *testing.T) {
 		t.Errorf("prepare after %v, want 0 (off)", got)
 	}
 }
+
+// A page whose generator call failed schedules no preparation: it would ask the failing
+// generator again.
+func TestPrepareNotAfterGeneratorFailure(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter = time.Millisecond })
+	e.gen.mu.Lock()
+	e.gen.err = errGen
+	e.gen.mu.Unlock()
+	if p := e.get(t, "", 100); p.FreshStatus != FreshGeneratorError {
+		t.Fatalf("status %q, want generator_error", p.FreshStatus)
+	}
+	e.svc.Wait()
+	e.gen.mu.Lock()
+	defer e.gen.mu.Unlock()
+	if e.gen.attempts != 1 {
+		t.Errorf("generator calls = %d, want 1 (no preparation after a failure)", e.gen.attempts)
+	}
+}

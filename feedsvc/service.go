@@ -196,6 +196,10 @@ type Service struct {
 	prepared  sync.Map
 	nprepared atomic.Int64
 	prepSlots chan struct{}
+	// active holds the users whose activity hook answered "not rebuilding" lately
+	// (zen.ID -> Unix ms; see recentlyActive).
+	active  sync.Map
+	nactive atomic.Int64
 }
 
 // New returns a Service.
@@ -372,7 +376,9 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 	}
 	// A deleted or never-existing user has no feed (checked where the graph is at hand).
 	if s.live != nil {
+		lstart := time.Now()
 		live, err := s.live.Live(ctx, []zen.ID{req.User})
+		s.m.observeStage(stageUserLive, time.Since(lstart))
 		if err == nil && !live[req.User] {
 			return Page{}, fmt.Errorf("%w: user %d", ErrNoUser, uint64(req.User))
 		}
@@ -386,7 +392,9 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 		page, err = s.laterPage(ctx, req.User, *after, size)
 	}
 	if err == nil {
+		tstart := time.Now()
 		page.Rebuilding = rebuilding()
+		s.m.observeStage(stageActivity, time.Since(tstart))
 	}
 	s.m.observe(page, err, time.Since(start))
 	return page, err
@@ -403,6 +411,7 @@ func (s *Service) laterPage(ctx context.Context, user zen.ID, after position, si
 }
 
 func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size int) (Page, error) {
+	pageStart := time.Now()
 	if s.hedger.BreakerState() == hedge.BreakerOpen {
 		// The primary is failing or hanging (its breaker opened on the reads). A chunk could not
 		// be recorded on it before the answer: generating one would take pins from the pools,
@@ -444,6 +453,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 			}
 			s.fill(&page, user, nil, res, size, served)
 			s.prepareLater(user, cfg, 0)
+			s.m.observeStage(stagePagePrepared, time.Since(pageStart))
 			return page, nil
 		}
 		readCh <- readResult{res, out, nil}
@@ -522,7 +532,11 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		}
 	}
 	s.fill(&page, user, fresh, rd.res, size, served)
-	s.prepareLater(user, cfg, cfg.PrepareAfter)
+	if gen.err == nil && !timedOut {
+		// Not when the generator failed or was late: a preparation would ask it again.
+		s.prepareLater(user, cfg, cfg.PrepareAfter)
+	}
+	s.m.observeStage(stagePageGenerated, time.Since(pageStart))
 	return page, nil
 }
 
