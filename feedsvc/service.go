@@ -188,10 +188,10 @@ type Service struct {
 	// lastSeq is the last chunk sequence handed out by this process (see nextSeq).
 	lastSeq   atomic.Uint64
 	closeOnce sync.Once
-	// preparing holds the users with a preparation scheduled or running in this process
-	// (zen.ID -> struct{}); prepared those for which this process recorded a prepared chunk
-	// not yet served (zen.ID -> prepared at, Unix ms): a hint that the next first page should
-	// read before it calls the generator. prepSlots bounds the preparations running at once.
+	// preparing holds the users with a preparation scheduled or running in this process;
+	// prepared those for which this process recorded a prepared chunk not yet served, a hint
+	// that the next first page should read before it calls the generator (both zen.ID ->
+	// struct{}); nprepared counts prepared. prepSlots bounds the preparations running at once.
 	preparing sync.Map
 	prepared  sync.Map
 	nprepared atomic.Int64
