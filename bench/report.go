@@ -128,6 +128,11 @@ func Markdown(r *Results, plotDir string) string {
 	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
 		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
 	p("")
+	if g, red := rd.Sched, rd.RedisSched; g != nil && red != nil {
+		p("Goroutines of this process waited, runnable, for a CPU (Go's /sched/latencies): p50 %.3f ms, p99 %.2f ms, p99.9 %.2f ms during the GetFeed calls; p50 %.3f ms, p99 %.2f ms, p99.9 %.2f ms during the Redis calls. A GetFeed crosses several goroutines (client, transport, handler), each a wait.",
+			g.P50Ms, g.P99Ms, g.P999Ms, red.P50Ms, red.P99Ms, red.P999Ms)
+		p("")
+	}
 	if len(rd.Stages) > 0 {
 		p("Where the time went, from the service's own stage histograms over the same calls (p99: the upper bound of its bucket; -1: beyond the last):")
 		p("")

@@ -235,6 +235,11 @@ type ReadResult struct {
 	// Stages are the system's own per-stage histograms over the GetFeed calls of the phase
 	// (smartfeed_feed_stage_seconds, smartfeed_generator_stage_seconds).
 	Stages []StageResult `json:"stages,omitempty"`
+	// Sched is how long the process's goroutines waited, runnable, for a CPU during the GetFeed
+	// calls (Go's scheduler; the Redis peer's calls wait in the same process afterwards).
+	Sched *SchedResult `json:"sched_wait,omitempty"`
+	// RedisSched is the same over the Redis peer's calls.
+	RedisSched *SchedResult `json:"redis_sched_wait,omitempty"`
 }
 
 // HedgeResult is GetFeed with the primary's tail slowed, hedging on or off.
@@ -620,6 +625,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	repl.begin()
 	genCalls0, genTime0 := sys.GeneratorTime()
 	st0 := stages(sys)
+	sched0 := schedSnapshot()
 	end = opts.phase("serving")
 	gl, order, gerrs, grate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
 		return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
@@ -627,15 +633,18 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	end()
 	genCalls1, genTime1 := sys.GeneratorTime()
 	stagesServing := stageDiff(st0, stages(sys))
+	sched1 := schedSnapshot()
 	repl.end("serving")
 	rl, _, _, rrate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
 		_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 		return err
 	})
+	sched2 := schedSnapshot()
 	stopBG()
 	bgw.Wait()
 	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: gl.Summary(), GetFeedRate: grate,
-		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate, Stages: stagesServing}
+		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate, Stages: stagesServing,
+		Sched: schedDiff(sched0, sched1), RedisSched: schedDiff(sched1, sched2)}
 	if n := genCalls1 - genCalls0; n > 0 {
 		res.Reads.GeneratorCalls = n
 		res.Reads.GeneratorMeanMs = float64((genTime1 - genTime0).Microseconds()) / 1000 / n
@@ -648,6 +657,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms; generator %.2f ms mean over %.0f calls",
 		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, grate, gerrs, res.Reads.Redis.P50, res.Reads.Redis.P99,
 		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
+	if g, r := res.Reads.Sched, res.Reads.RedisSched; g != nil && r != nil {
+		say("reads: goroutines waited for a CPU p50 %.3f p99 %.2f ms during GetFeed, p50 %.3f p99 %.2f ms during Redis", g.P50Ms, g.P99Ms, r.P50Ms, r.P99Ms)
+	}
 
 	// 3b. Read throughput: the highest offered GetFeed rate held with p99 under the bound,
 	// fanout running, then the same steps on the Redis peer's ZREVRANGE.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"slices"
 	"strings"
 	"sync"
@@ -36,7 +37,7 @@ import (
 )
 
 // benchFlags are the bench command's own flags.
-type benchFlags struct{ profile, out, docs, cpuprofile, cpuPhase, hbasePE string }
+type benchFlags struct{ profile, out, docs, cpuprofile, cpuPhase, trace, hbasePE string }
 
 // newBenchCmd is "smartfeed bench": the end-to-end benchmark (bench.Run) on an in-process
 // `all` over the real Redis and store, with fsync on; it writes results.json, report.md and
@@ -56,7 +57,8 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	fs.StringVar(&bf.out, "out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
 	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
 	fs.StringVar(&bf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (pprof format) to FILE")
-	fs.StringVar(&bf.cpuPhase, "cpuprofile-phase", "", "with --cpuprofile: profile only this phase ("+strings.Join(bench.Phases, ", ")+")")
+	fs.StringVar(&bf.cpuPhase, "cpuprofile-phase", "", "with --cpuprofile or --trace: profile only this phase ("+strings.Join(bench.Phases, ", ")+")")
+	fs.StringVar(&bf.trace, "trace", "", "write an execution trace (go tool trace: scheduler latency, GC) of the phase --cpuprofile-phase names to FILE")
 	fs.StringVar(&bf.hbasePE, "hbase-pe", filepath.Join("scripts", "hbase-pe.sh"), "with --storage hbase: the script that runs HBase's own Java client "+
 		"(PerformanceEvaluation randomRead) on the pools' HBase, to compare zen's Get and Top(50) with it in the same run (empty: skip)")
 	base := config.DefaultConfig()
@@ -83,8 +85,11 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	default:
 		return fmt.Errorf("bench: --profile %q: want quick or full", bf.profile)
 	}
-	if bf.cpuPhase != "" && (bf.cpuprofile == "" || !slices.Contains(bench.Phases, bf.cpuPhase)) {
-		return fmt.Errorf("bench: --cpuprofile-phase %q: want --cpuprofile and one of %s", bf.cpuPhase, strings.Join(bench.Phases, ", "))
+	if bf.cpuPhase != "" && (bf.cpuprofile == "" && bf.trace == "" || !slices.Contains(bench.Phases, bf.cpuPhase)) {
+		return fmt.Errorf("bench: --cpuprofile-phase %q: want --cpuprofile or --trace and one of %s", bf.cpuPhase, strings.Join(bench.Phases, ", "))
+	}
+	if bf.trace != "" && bf.cpuPhase == "" {
+		return errors.New("bench: --trace wants --cpuprofile-phase: a trace of the whole run is too large to read")
 	}
 	opts.Storage = cfg.Storage.Backend
 	opts.MachineString = machine()
@@ -151,6 +156,24 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 			last = time.Now()
 		}
 	}
+	if bf.trace != "" {
+		f, err := os.Create(bf.trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		defer trace.Stop() // a phase a failed run left open
+		opts.Phase = thenPhase(opts.Phase, func(name string) func() {
+			if name != bf.cpuPhase {
+				return func() {}
+			}
+			if err := trace.Start(f); err != nil {
+				fmt.Fprintf(stdout, "trace of %s: %v\n", name, err)
+				return func() {}
+			}
+			return trace.Stop
+		})
+	}
 	if bf.cpuprofile != "" {
 		f, err := os.Create(bf.cpuprofile)
 		if err != nil {
@@ -163,7 +186,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 				return err
 			}
 		} else {
-			opts.Phase = func(name string) func() {
+			opts.Phase = thenPhase(opts.Phase, func(name string) func() {
 				if name != bf.cpuPhase {
 					return func() {}
 				}
@@ -172,7 +195,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 					return func() {}
 				}
 				return pprof.StopCPUProfile
-			}
+			})
 		}
 	}
 	res, err := bench.Run(ctx, sys, zs, opts, stdout, progress)
@@ -626,4 +649,17 @@ func (s *benchSystem) Stages() []bench.StageHist {
 		}
 	}
 	return out
+}
+
+// thenPhase chains two phase hooks (bench.Options.Phase): a, when set, then b at each phase's
+// start, and their ends in the reverse order.
+func thenPhase(a, b func(string) func()) func(string) func() {
+	if a == nil {
+		return b
+	}
+	return func(name string) func() {
+		endA := a(name)
+		endB := b(name)
+		return func() { endB(); endA() }
+	}
 }
