@@ -47,6 +47,8 @@ type fakeGen struct {
 	settled  map[string]bool
 	settleCh chan string
 	attempts int // GenerateChunk calls, failed ones included
+	// settleErr, when set, fails every Settle (a generator that cannot be reached).
+	settleErr error
 }
 
 func newFakeGen(size int) *fakeGen {
@@ -78,6 +80,10 @@ func (g *fakeGen) GenerateChunk(ctx context.Context, user zen.ID) (Chunk, error)
 
 func (g *fakeGen) Settle(_ context.Context, _ zen.ID, chunkID string, delivered bool) error {
 	g.mu.Lock()
+	if err := g.settleErr; err != nil {
+		g.mu.Unlock()
+		return err
+	}
 	g.settled[chunkID] = delivered
 	g.mu.Unlock()
 	select {
@@ -159,7 +165,9 @@ func newEnv(t testing.TB, mod func(*Config, *hedge.Policy)) *env {
 	done := make(chan struct{})
 	go func() { _ = repl.Run(rctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	cfg, pol := DefaultConfig(), hedge.DefaultPolicy()
+	// Every served chunk becomes a job in e.queue, run when the test says (e.materialize);
+	// inline_test.go turns inline materialization on.
+	cfg, pol := queuedConfig(), hedge.DefaultPolicy()
 	pol.Warmup = 0
 	if mod != nil {
 		mod(&cfg, &pol)
@@ -177,6 +185,14 @@ func newEnv(t testing.TB, mod func(*Config, *hedge.Policy)) *env {
 	}
 	t.Cleanup(e.svc.Wait)
 	return e
+}
+
+// queuedConfig is DefaultConfig with every served chunk a job in the test's queue (no inline
+// materialization), for tests that run the jobs themselves, or lose them.
+func queuedConfig() Config {
+	c := DefaultConfig()
+	c.InlineMaterialize = 0
+	return c
 }
 
 // materialize runs every queued job.

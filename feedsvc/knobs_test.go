@@ -28,7 +28,7 @@ func TestApplyKnobs(t *testing.T) {
 		t.Errorf("policy (-want +got):\n%s", diff)
 	}
 	wantC := DefaultConfig()
-	wantC.GeneratorDeadline, wantC.MaxItems = 80*time.Millisecond, 500
+	wantC.GeneratorDeadline, wantC.MaxItems, wantC.InlineMaterialize = 80*time.Millisecond, 500, 2
 	if diff := cmp.Diff(wantC, e.svc.Config()); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}
@@ -38,6 +38,7 @@ func TestApplyKnobs(t *testing.T) {
 		{`{"hedge": {"budget": 0.5}, "service": {"max_items": 0}}`, "max items"},
 		{`{"hegde": {}}`, "unknown field"},
 		{`{"service": {"generator_deadline": "soon"}}`, "duration"},
+		{`{"service": {"inline_materialize": -1}}`, "inline materialize"},
 		{`not json`, "knobs"},
 	} {
 		err := e.svc.ApplyKnobs([]byte(tc.doc))

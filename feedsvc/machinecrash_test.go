@@ -47,7 +47,7 @@ func TestMaterializeMachineCrash(t *testing.T) {
 		q := &fakeQueue{}
 		svc, err := New(Deps{Primary: primary, Standby: standby, Generator: newFakeGen(5), Enqueuer: q,
 			Now: func() time.Time { return time.Unix(1_800_000_000, 0) }, TrimEvery: 1},
-			func() Config { c := DefaultConfig(); c.MaxItems = 7; return c }())
+			func() Config { c := queuedConfig(); c.MaxItems = 7; return c }())
 		if err != nil {
 			t.Fatal(err)
 		}

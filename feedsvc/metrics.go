@@ -30,6 +30,9 @@ type metrics struct {
 	stage *prometheus.HistogramVec
 	// prepared counts the chunks prepared ahead of a visit by outcome (see Config.PrepareAfter).
 	prepared *prometheus.CounterVec
+	// inline counts served chunks by where their materialization went (see
+	// Config.InlineMaterialize).
+	inline *prometheus.CounterVec
 }
 
 // Stages of GetFeed, the label values of smartfeed_feed_stage_seconds.
@@ -61,6 +64,15 @@ const (
 	prepServed   = "served"   // served fresh by a visit that called no generator
 	prepStale    = "stale"    // served fresh beside a new chunk (older than PreparedMaxAge)
 	prepLost     = "lost"     // another request served it first (shown as materialized items)
+)
+
+// Where a served chunk's materialization went, the label values of
+// smartfeed_feed_materialize_inline_total.
+const (
+	inlineDone   = "done"   // materialized in this process, no job
+	inlineFailed = "failed" // tried in this process, failed: enqueued
+	inlineBusy   = "busy"   // every inline slot taken: enqueued
+	inlineOff    = "off"    // Config.InlineMaterialize 0: enqueued
 )
 
 // observeStage records d under stage.
@@ -118,11 +130,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smartfeed_feed_prepared_total",
 			Help: "Chunks prepared ahead of a visit, by outcome (recorded, empty, failed, busy; then served, stale or lost)."},
 			[]string{"outcome"}),
+		inline: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_feed_materialize_inline_total",
+			Help: "Served chunks by where their materialization went: done in process, or enqueued as a job (failed, busy, off)."},
+			[]string{"path"}),
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
-			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate, m.unsureRecordings, m.stage, m.prepared} {
+			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate, m.unsureRecordings, m.stage, m.prepared, m.inline} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register feed metrics: %w", err)
 			}

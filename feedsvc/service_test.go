@@ -594,7 +594,7 @@ func TestMaterializeCrashAndRetry(t *testing.T) {
 		// A frozen clock: the two runs compared row by row get the same chunk sequences.
 		svc, err := New(Deps{Primary: ct, Standby: inner, Generator: newFakeGen(5), Enqueuer: q,
 			Now: func() time.Time { return time.Unix(1_800_000_000, 0) }, TrimEvery: 1},
-			func() Config { c := DefaultConfig(); c.MaxItems = 7; return c }())
+			func() Config { c := queuedConfig(); c.MaxItems = 7; return c }())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,7 +53,7 @@ func TestUnsureRecordingSettledByWhatLanded(t *testing.T) {
 				t.Fatal(err)
 			}
 			svc, err := New(Deps{Primary: lt, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue,
-				Hedger: h, UnsureGrace: 50 * time.Millisecond}, DefaultConfig())
+				Hedger: h, UnsureGrace: 50 * time.Millisecond}, queuedConfig())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +119,7 @@ func TestCloseEndsUnsureWait(t *testing.T) {
 	e := newEnv(t, nil)
 	lt := &lostAnswerTable{Table: e.repl, land: true}
 	svc, err := New(Deps{Primary: lt, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue,
-		UnsureGrace: time.Hour}, DefaultConfig())
+		UnsureGrace: time.Hour}, queuedConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestSequencesUniqueAcrossProcesses(t *testing.T) {
 			frozen := func() time.Time { return time.Unix(1_800_000_000, 0) }
 			var svcs []*Service
 			for range 2 {
-				svc, err := New(Deps{Primary: primary, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue, Now: frozen}, DefaultConfig())
+				svc, err := New(Deps{Primary: primary, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue, Now: frozen}, queuedConfig())
 				if err != nil {
 					t.Fatal(err)
 				}

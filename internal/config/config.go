@@ -361,6 +361,11 @@ type Feed struct {
 	// PreparedMaxAge: a prepared chunk older than this is served beside a new chunk from the
 	// generator. Default 30s.
 	PreparedMaxAge Duration `json:"prepared_max_age"`
+	// InlineMaterialize is how many served chunks the feed process materializes at once
+	// itself, after the page is answered, rather than through a materialize job on Redis
+	// (feedsvc.Config.InlineMaterialize; live-tunable in the knobs file). Default 4; 0: every
+	// chunk is a job.
+	InlineMaterialize int `json:"inline_materialize"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -392,6 +397,7 @@ func DefaultConfig() Config {
 			RecoverAfter:        Duration(time.Minute),
 			RecoverEvery:        Duration(time.Minute),
 			PreparedMaxAge:      Duration(30 * time.Second),
+			InlineMaterialize:   4,
 			Hedge:               hedge.DefaultPolicy(),
 		},
 		ShutdownTimeout: Duration(30 * time.Second),
@@ -494,6 +500,9 @@ func (c Config) Validate() error {
 	}
 	if c.Feed.PreparedMaxAge <= 0 || c.Feed.PreparedMaxAge > Duration(time.Hour) {
 		bad("feed.prepared_max_age: %v not in (0, 1h]", c.Feed.PreparedMaxAge.D())
+	}
+	if c.Feed.InlineMaterialize < 0 || c.Feed.InlineMaterialize > 1024 {
+		bad("feed.inline_materialize: %d not in [0, 1024]", c.Feed.InlineMaterialize)
 	}
 	if c.Feed.StandbyMaxStaleness < 0 {
 		bad("feed.standby_max_staleness: negative")

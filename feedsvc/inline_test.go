@@ -1,0 +1,123 @@
+package feedsvc
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// inlineCounts reads smartfeed_feed_materialize_inline_total by path.
+func inlineCounts(e *env) map[string]float64 {
+	out := map[string]float64{}
+	for _, p := range []string{inlineDone, inlineFailed, inlineBusy, inlineOff} {
+		if v := testutil.ToFloat64(e.svc.m.inline.WithLabelValues(p)); v > 0 {
+			out[p] = v
+		}
+	}
+	return out
+}
+
+// TestInlineMaterialize: with Config.InlineMaterialize, a served chunk is materialized in
+// process after the answer, with no job: the next page shows its pins as materialized items
+// below the next chunk, the generator has it settled as delivered, and the queue is empty.
+// With it off, the chunk becomes a job, as before.
+func TestInlineMaterialize(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		inline int
+		jobs   int
+		counts map[string]float64
+	}{
+		{"on", 4, 0, map[string]float64{inlineDone: 2}},
+		{"off", 0, 2, map[string]float64{inlineOff: 2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.InlineMaterialize = tc.inline })
+			first := e.get(t, "", 10)
+			e.svc.Wait()
+			second := e.get(t, "", 10)
+			e.svc.Wait()
+			jobs := e.queue.take()
+			if len(jobs) != tc.jobs {
+				t.Fatalf("%d materialize jobs enqueued, want %d", len(jobs), tc.jobs)
+			}
+			for _, j := range jobs {
+				if err := e.svc.Materialize(t.Context(), j); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if diff := cmp.Diff(tc.counts, inlineCounts(e)); diff != "" {
+				t.Errorf("materialize paths (-want +got):\n%s", diff)
+			}
+			if d, ok := e.gen.settledAs("c1"); !ok || !d {
+				t.Errorf("chunk c1 settled %v (%v), want delivered", d, ok)
+			}
+			// The second chunk's pins above the first's, each once, after both materialized
+			// (the generator has nothing more).
+			e.gen.mu.Lock()
+			e.gen.size = 0
+			e.gen.mu.Unlock()
+			want := append(pagePins(second)[:5:5], pagePins(first)...)
+			if diff := cmp.Diff(want, e.all(t, 10)); diff != "" {
+				t.Errorf("feed after materialization (-want +got):\n%s", diff)
+			}
+			prefix := userPrefix(prefixFeed, e.user)
+			rows, err := e.primary.Scan(t.Context(), zen.ScanOptions{Start: prefix, Stop: zen.PrefixEnd(prefix)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				if _, pending, err := feedKey(r.Key); err != nil || pending {
+					t.Errorf("feed row %x: pending %v, %v; want only materialized items", r.Key, pending, err)
+				}
+			}
+		})
+	}
+}
+
+// TestInlineMaterializeFallsBack: a chunk whose inline run fails, or that finds every inline
+// slot taken, becomes a materialize job; the job completes it.
+func TestInlineMaterializeFallsBack(t *testing.T) {
+	t.Run("failed", func(t *testing.T) {
+		e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.InlineMaterialize = 4 })
+		e.gen.mu.Lock()
+		e.gen.settleErr = errors.New("generator unreachable")
+		e.gen.mu.Unlock()
+		e.get(t, "", 10)
+		e.svc.Wait()
+		if diff := cmp.Diff(map[string]float64{inlineFailed: 1}, inlineCounts(e)); diff != "" {
+			t.Errorf("materialize paths (-want +got):\n%s", diff)
+		}
+		jobs := e.queue.take()
+		if len(jobs) != 1 {
+			t.Fatalf("%d jobs enqueued after a failed inline run, want 1", len(jobs))
+		}
+		e.gen.mu.Lock()
+		e.gen.settleErr = nil
+		e.gen.mu.Unlock()
+		if err := e.svc.Materialize(t.Context(), jobs[0]); err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := e.gen.settledAs("c1"); !ok || !d {
+			t.Errorf("chunk c1 settled %v (%v) after its job, want delivered", d, ok)
+		}
+	})
+	t.Run("busy", func(t *testing.T) {
+		e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.InlineMaterialize = 2 })
+		e.svc.inlineRunning.Add(2) // both slots taken
+		e.get(t, "", 10)
+		e.svc.Wait()
+		e.svc.inlineRunning.Add(-2)
+		if diff := cmp.Diff(map[string]float64{inlineBusy: 1}, inlineCounts(e)); diff != "" {
+			t.Errorf("materialize paths (-want +got):\n%s", diff)
+		}
+		if jobs := e.queue.take(); len(jobs) != 1 {
+			t.Fatalf("%d jobs enqueued with every inline slot taken, want 1", len(jobs))
+		}
+	})
+}
