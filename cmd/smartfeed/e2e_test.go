@@ -445,7 +445,10 @@ type feedRow struct {
 	Seq     uint64
 	Pos     uint32
 	Pending bool
-	Pins    []zen.ID // one for an item row; the chunk's pins for a pending row
+	// Prepared: a pending row holding a prepared chunk no page has served yet (its version
+	// byte is 2, feedsvc/layout.go's preparedVersion).
+	Prepared bool
+	Pins     []zen.ID // one for an item row; the chunk's pins for a pending row
 }
 
 // scanFeed reads the user's materialized feed rows straight from a table, newest chunk first.
@@ -462,7 +465,7 @@ func scanFeed(ctx context.Context, tb zen.Table, user zen.ID) ([]feedRow, error)
 		r := feedRow{Seq: ^binary.BigEndian.Uint64(kv.Key[9:17])}
 		switch len(kv.Key) {
 		case 17:
-			r.Pending = true
+			r.Pending, r.Prepared = true, len(kv.Value) > 0 && kv.Value[0] == 2
 			pins, err := pendingPins(kv.Value)
 			if err != nil {
 				return nil, fmt.Errorf("pending row %x: %w", kv.Key, err)
