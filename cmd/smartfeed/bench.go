@@ -69,6 +69,7 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 		if err != nil {
 			return err
 		}
+		setMaxProcs(cfg.MaxProcs, getenv)
 		return runBench(cmd.Context(), cfg, bf, cmd.OutOrStdout())
 	}
 	return cmd
@@ -341,7 +342,7 @@ func writeBenchDocs(dir, out string, res *bench.Results) error {
 
 func machine() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s/%s, %d CPUs, %s (%s)", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), host)
+	return fmt.Sprintf("%s/%s, %d CPUs, GOMAXPROCS %d, %s (%s)", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), host)
 }
 
 func commit() string {
