@@ -6,9 +6,10 @@ import (
 
 // maxProcs is the GOMAXPROCS that config.Config.MaxProcs asks for, given Go's default (def),
 // the machine's CPUs and whether the GOMAXPROCS environment variable is set: 0 (auto) is
-// twice def, unless the variable is set or def is below the CPUs (a cgroup CPU limit: more
-// threads than the quota only get the process throttled); -1 is def. It returns def when
-// nothing is to change.
+// twice def, at most def+8 (what was measured is small machines; a large one seldom has every
+// processor held, and the garbage collector's workers grow with GOMAXPROCS), unless the
+// variable is set or def is below the CPUs (a cgroup CPU limit: more threads than the quota
+// only get the process throttled); -1 is def. It returns def when nothing is to change.
 func maxProcs(want, def, cpus int, envSet bool) int {
 	switch {
 	case want > 0:
@@ -16,7 +17,7 @@ func maxProcs(want, def, cpus int, envSet bool) int {
 	case want < 0, envSet, def < cpus:
 		return def
 	}
-	return 2 * def
+	return def + min(def, 8)
 }
 
 // setMaxProcs applies config.Config.MaxProcs to the runtime and returns GOMAXPROCS before and

@@ -9,6 +9,7 @@ func TestMaxProcs(t *testing.T) {
 		env                  bool
 	}{
 		{"auto doubles Go's default", 0, 2, 2, 4, false},
+		{"auto adds at most 8", 0, 32, 32, 40, false},
 		{"auto leaves a cgroup limit", 0, 2, 8, 2, false},
 		{"auto leaves GOMAXPROCS set", 0, 3, 3, 3, true},
 		{"explicit", 6, 2, 2, 6, false},

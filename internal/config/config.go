@@ -55,9 +55,9 @@ type Config struct {
 	// false: a typo in an address fails at once.
 	WaitForDeps bool `json:"wait_for_deps"`
 	// MaxProcs sets how many goroutines run at once (Go's GOMAXPROCS) in a server, the demo
-	// and the bench. 0, the default, is twice Go's own default, unless the GOMAXPROCS
-	// environment variable is set or a cgroup CPU limit lowered Go's default below the
-	// machine's CPUs (then Go's default): a feed process runs GetFeed beside CPU-bound
+	// and the bench. 0, the default, is twice Go's own default (at most 8 more), unless the
+	// GOMAXPROCS environment variable is set or a cgroup CPU limit lowered Go's default below
+	// the machine's CPUs (then Go's default): a feed process runs GetFeed beside CPU-bound
 	// background work (fanout, compactions, materializations), Go's scheduler lets a running
 	// goroutine keep its processor for up to 10 ms before a request's goroutine gets it, and
 	// with twice the processors the kernel time-slices the threads much finer
