@@ -69,7 +69,6 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 		if err != nil {
 			return err
 		}
-		setMaxProcs(cfg.MaxProcs, getenv)
 		return runBench(cmd.Context(), cfg, bf, cmd.OutOrStdout())
 	}
 	return cmd

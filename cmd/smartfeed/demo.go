@@ -77,7 +77,6 @@ Takes the servers' flags too, with the demo's defaults.`,
 		if err != nil {
 			return err
 		}
-		setMaxProcs(cfg.MaxProcs, getenv)
 		return runDemo(cmd.Context(), cfg, df, cmd.OutOrStdout())
 	}
 	return cmd

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -79,23 +80,22 @@ func newServeCmd(role, short string, getenv func(string) string) *cobra.Command 
 		if err != nil {
 			return err
 		}
-		return serve(cmd.Context(), role, cfg, getenv, cmd.ErrOrStderr())
+		return serve(cmd.Context(), role, cfg, cmd.ErrOrStderr())
 	}
 	return cmd
 }
 
 // serve runs role with cfg, logging to stderr: it checks the dependencies (or waits for them,
 // with --wait-for-deps), builds the app and runs it.
-func serve(ctx context.Context, role string, cfg config.Config, getenv func(string) string, stderr io.Writer) error {
+func serve(ctx context.Context, role string, cfg config.Config, stderr io.Writer) error {
 	log, err := newLogger(cfg.Log, stderr)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	goDefault, procs := setMaxProcs(cfg.MaxProcs, getenv)
 	// One structured line: the effective config, secrets masked.
 	log.Info("starting", zap.String("role", role), zap.String("version", buildVersion()),
-		zap.Int("gomaxprocs", procs), zap.Int("go_default_gomaxprocs", goDefault),
+		zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)),
 		zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
 	if err := awaitDeps(ctx, startDeps(role, cfg), cfg.WaitForDeps, log, depBackoff{}); err != nil {
 		return err

@@ -54,15 +54,6 @@ type Config struct {
 	// start wait for it, with backoff, instead of exiting with an error naming it. Default
 	// false: a typo in an address fails at once.
 	WaitForDeps bool `json:"wait_for_deps"`
-	// MaxProcs sets how many goroutines run at once (Go's GOMAXPROCS) in a server, the demo
-	// and the bench. 0, the default, is twice Go's own default (at most 8 more), unless the
-	// GOMAXPROCS environment variable is set or a cgroup CPU limit lowered Go's default below
-	// the machine's CPUs (then Go's default): a feed process runs GetFeed beside CPU-bound
-	// background work (fanout, compactions, materializations), Go's scheduler lets a running
-	// goroutine keep its processor for up to 10 ms before a request's goroutine gets it, and
-	// with twice the processors the kernel time-slices the threads much finer
-	// (docs/read-path.md). -1 is Go's default; N > 0 is N.
-	MaxProcs int `json:"max_procs"`
 }
 
 // Storage chooses the zen backend: embedded Pebble under a data directory (the default) or HBase,
@@ -509,9 +500,6 @@ func (c Config) Validate() error {
 	}
 	if c.Feed.PreparedMaxAge <= 0 || c.Feed.PreparedMaxAge > Duration(time.Hour) {
 		bad("feed.prepared_max_age: %v not in (0, 1h]", c.Feed.PreparedMaxAge.D())
-	}
-	if c.MaxProcs < -1 || c.MaxProcs > 4096 {
-		bad("max_procs: %d not in [-1, 4096]", c.MaxProcs)
 	}
 	if c.Feed.InlineMaterialize < 0 || c.Feed.InlineMaterialize > 1024 {
 		bad("feed.inline_materialize: %d not in [0, 1024]", c.Feed.InlineMaterialize)

@@ -105,7 +105,6 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	f(&c.Feed.Hedge.Warmup, "hedge-warmup", c.Feed.Hedge.Warmup, "fraction of calls that also read the standby")
 	d(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound of the whole graceful shutdown")
 	b(&c.WaitForDeps, "wait-for-deps", c.WaitForDeps, "at start, wait (with backoff) for an unreachable Redis or HBase instead of exiting with an error")
-	i(&c.MaxProcs, "max-procs", c.MaxProcs, "goroutines running at once, GOMAXPROCS (0: twice Go's default, at most 8 more, unless GOMAXPROCS is set or a cgroup limits the CPUs; -1: Go's default)")
 	NameEnvTwins(fs)
 }
 
