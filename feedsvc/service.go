@@ -801,6 +801,11 @@ func (s *Service) enqueueMaterialize(ctx context.Context, task MaterializeTask) 
 // whether it is done. Materialize is safe to run twice, concurrently or after a crash, so a
 // job for the same chunk (a read that found it stale, the recovery pass) may run beside it.
 func (s *Service) materializeInline(ctx context.Context, task MaterializeTask) bool {
+	select {
+	case <-s.closing:
+		return false // shutting down: the job (or the pending row) outlives this process
+	default:
+	}
 	limit := int64(s.Config().InlineMaterialize)
 	if limit <= 0 {
 		s.m.inline.WithLabelValues(inlineOff).Inc()

@@ -163,16 +163,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		}
 		defer f.Close()
 		defer trace.Stop() // a phase a failed run left open
-		opts.Phase = thenPhase(opts.Phase, func(name string) func() {
-			if name != bf.cpuPhase {
-				return func() {}
-			}
-			if err := trace.Start(f); err != nil {
-				fmt.Fprintf(stdout, "trace of %s: %v\n", name, err)
-				return func() {}
-			}
-			return trace.Stop
-		})
+		opts.Phase = thenPhase(opts.Phase, onlyPhase(bf.cpuPhase, "trace", stdout, func() error { return trace.Start(f) }, trace.Stop))
 	}
 	if bf.cpuprofile != "" {
 		f, err := os.Create(bf.cpuprofile)
@@ -186,16 +177,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 				return err
 			}
 		} else {
-			opts.Phase = thenPhase(opts.Phase, func(name string) func() {
-				if name != bf.cpuPhase {
-					return func() {}
-				}
-				if err := pprof.StartCPUProfile(f); err != nil {
-					fmt.Fprintf(stdout, "cpu profile of %s: %v\n", name, err)
-					return func() {}
-				}
-				return pprof.StopCPUProfile
-			})
+			opts.Phase = thenPhase(opts.Phase, onlyPhase(bf.cpuPhase, "cpu profile", stdout, func() error { return pprof.StartCPUProfile(f) }, pprof.StopCPUProfile))
 		}
 	}
 	res, err := bench.Run(ctx, sys, zs, opts, stdout, progress)
@@ -649,6 +631,21 @@ func (s *benchSystem) Stages() []bench.StageHist {
 		}
 	}
 	return out
+}
+
+// onlyPhase is a phase hook (bench.Options.Phase) that calls start when phase begins and stop
+// when it ends; a start that fails is reported as what (a trace, a CPU profile) and skipped.
+func onlyPhase(phase, what string, stdout io.Writer, start func() error, stop func()) func(string) func() {
+	return func(name string) func() {
+		if name != phase {
+			return func() {}
+		}
+		if err := start(); err != nil {
+			fmt.Fprintf(stdout, "%s of %s: %v\n", what, name, err)
+			return func() {}
+		}
+		return stop
+	}
 }
 
 // thenPhase chains two phase hooks (bench.Options.Phase): a, when set, then b at each phase's
