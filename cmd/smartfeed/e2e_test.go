@@ -1051,8 +1051,11 @@ func (e *e2e) crashMaterialize(user zen.ID) {
 	e.t.Helper()
 	fa := &failAfter{Table: e.a.feedPrimary}
 	rec := &pinlatertest.Recorder{}
+	// The chunk becomes a job (not materialized inline), so the test can run it and crash it.
+	jobs := e.a.feed.Config()
+	jobs.InlineMaterialize = 0
 	crashing, err := feedsvc.New(feedsvc.Deps{Primary: fa, Standby: e.a.feedStandby, Generator: e.gen,
-		Enqueuer: feedsvc.PinlaterEnqueuer{Client: rec}}, e.a.feed.Config())
+		Enqueuer: feedsvc.PinlaterEnqueuer{Client: rec}}, jobs)
 	e.must(err)
 	page, err := crashing.GetFeed(e.ctx, feedsvc.Request{User: user, PageSize: 50})
 	e.must(err)
