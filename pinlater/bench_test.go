@@ -3,6 +3,7 @@ package pinlater
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,4 +148,46 @@ func endToEndPinlater(b *testing.B, e *env) {
 		}
 	}
 	b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "tasks/s")
+}
+
+// BenchmarkDequeuers runs tasks that wait on I/O (2 ms each, as a fanout on a remote store
+// does) with 16 slots over the four default queues, the work in fanout, with one asynq
+// processor against the default four. One processor takes tasks one at a time, a Lua script per
+// queue it looks in, so it caps the tasks/s whatever the slots. Run: go test ./pinlater -run
+// '^$' -bench Dequeuers -benchtime 3x (with SMARTFEED_REDIS_ADDR set).
+func BenchmarkDequeuers(b *testing.B) {
+	for _, n := range []int{1, 4} {
+		b.Run(fmt.Sprintf("dequeuers=%d", n), func(b *testing.B) {
+			e := newEnv(b)
+			var done atomic.Int64
+			cfg := e.config()
+			cfg.Concurrency = 16
+			cfg.Dequeuers = n
+			cfg.PollInterval = 20 * time.Millisecond
+			e.start(cfg, map[string]Handler{TypeFanout: Typed(func(ctx context.Context, p FanoutPayload) error {
+				time.Sleep(2 * time.Millisecond)
+				done.Add(1)
+				return nil
+			})})
+			ctx := context.Background()
+			b.ReportAllocs()
+			total := 0
+			for b.Loop() {
+				for range benchBatch {
+					total++
+					task, err := NewFanout(FanoutPayload{Pin: uint64(total), Author: 1, Board: 2, CreatedMs: 1})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := e.client.Enqueue(ctx, task); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for done.Load() < int64(total) {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "tasks/s")
+		})
+	}
 }

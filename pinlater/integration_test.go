@@ -3,6 +3,7 @@ package pinlater
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -634,5 +635,66 @@ func TestDeadlines(t *testing.T) {
 		if got := left[b]; got > want || got < want-5*time.Second/2 && want > 5*time.Second || got <= 0 {
 			t.Errorf("board %d: %v left of the deadline, want just under %v", b, got, want)
 		}
+	}
+}
+
+// TestDequeuersShareSlots: the Concurrency slots are split over the Dequeuers processors, so
+// with 3 slots over 2 of them exactly 3 tasks run at once, and every task runs once.
+func TestDequeuersShareSlots(t *testing.T) {
+	e := newEnv(t)
+	var running, most, runs atomic.Int32
+	release := make(chan struct{})
+	cfg := e.config()
+	cfg.Concurrency = 3
+	cfg.Dequeuers = 2
+	e.start(cfg, map[string]Handler{TypeRespace: HandlerFunc(func(ctx context.Context, tk *Task) error {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release
+		running.Add(-1)
+		runs.Add(1)
+		return nil
+	})})
+	for b := uint64(1); b <= 7; b++ {
+		if _, err := e.client.Enqueue(t.Context(), respaceTask(t, b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 10*time.Second, "3 tasks running", func() bool { return running.Load() == 3 })
+	time.Sleep(300 * time.Millisecond) // a fourth slot would have taken a task by now
+	if got := most.Load(); got != 3 {
+		t.Fatalf("%d tasks ran at once, want the 3 slots", got)
+	}
+	// Two asynq servers (processors) in Redis' registry, of 2 and 1 slots, each serving every
+	// queue.
+	in := asynq.NewInspector(e.opt)
+	defer in.Close()
+	var slots []int
+	waitFor(t, 10*time.Second, "2 processors registered", func() bool {
+		all, err := in.Servers()
+		if err != nil {
+			return false
+		}
+		slots = slots[:0]
+		for _, si := range all {
+			if _, ours := si.Queues[e.client.keys.queue(QueueDefault)]; ours {
+				if len(si.Queues) != len(DefaultQueueWeights()) {
+					t.Errorf("processor serves %v, want every queue", si.Queues)
+				}
+				slots = append(slots, si.Concurrency)
+			}
+		}
+		return len(slots) == 2
+	})
+	slices.Sort(slots)
+	if d := cmp.Diff([]int{1, 2}, slots); d != "" {
+		t.Errorf("processors' slots (-want +got):\n%s", d)
+	}
+	close(release)
+	waitFor(t, 10*time.Second, "7 runs", func() bool { return runs.Load() == 7 })
+	time.Sleep(200 * time.Millisecond)
+	if got := runs.Load(); got != 7 {
+		t.Errorf("%d runs of 7 tasks, want each once", got)
 	}
 }
