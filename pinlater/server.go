@@ -89,16 +89,17 @@ type Config struct {
 	// until one has a task), a round trip each, before the next take starts. So one caps the
 	// server at about 1 / (queues tried × round trip) tasks a second, whatever Concurrency
 	// is: near 400 a second on a loaded 2-core machine. Each has its own dequeue loop (and its
-	// own asynq housekeeping: heartbeat, scheduled-task forwarder, lease recoverer). Default
-	// 4, at most Concurrency.
+	// own asynq housekeeping: heartbeat, scheduled-task forwarder, lease recoverer); all but
+	// the first poll empty queues at 4×PollInterval. Default 4, at most Concurrency.
 	Dequeuers int
 	// ShutdownTimeout is how long Shutdown waits for running tasks before handing them back to
 	// Redis for another worker. Default 10 s.
 	ShutdownTimeout time.Duration
 	// PollInterval is how often empty queues are polled: a task enqueued on an idle server waits
 	// on average this long before it starts (asynq sleeps half of it plus up to all of it), and
-	// a fanout is two hops (the event, then its receiver pages). Default 100 ms; each idle
-	// worker slot then costs Redis about 10 dequeue scripts a second.
+	// a fanout is two hops (the event, then its receiver pages). Default 100 ms; an idle server
+	// then costs Redis about 10 polls a second (a dequeue script per queue each), plus 2.5 for
+	// each further processor (Dequeuers).
 	PollInterval time.Duration
 	// DelayedCheckInterval is how often scheduled and retrying tasks (including rate-limited ones)
 	// are moved back to their queues. Default 1 s.
@@ -248,12 +249,19 @@ func (s *Server) Start() error {
 		if i < s.cfg.Concurrency%n {
 			slots++
 		}
+		// An idle processor polls every queue each interval. The first polls at PollInterval,
+		// so a task on an idle server starts as soon as before; the others at four times it,
+		// so that idling costs Redis under twice what one processor did, not four times.
+		poll := s.cfg.PollInterval
+		if i > 0 {
+			poll *= 4
+		}
 		srv := asynq.NewServer(s.cfg.Redis, asynq.Config{
 			Concurrency:              slots,
 			Queues:                   queues,
 			StrictPriority:           s.cfg.StrictPriority,
 			ShutdownTimeout:          s.cfg.ShutdownTimeout,
-			TaskCheckInterval:        s.cfg.PollInterval,
+			TaskCheckInterval:        poll,
 			DelayedTaskCheckInterval: s.cfg.DelayedCheckInterval,
 			RetryDelayFunc:           s.retryDelay,
 			IsFailure:                func(err error) bool { var d *deferError; return !errors.As(err, &d) },
