@@ -88,9 +88,11 @@ type Config struct {
 	// tasks one at a time: each take is a Lua script per queue it looks in (in weight order,
 	// until one has a task), a round trip each, before the next take starts. So one caps the
 	// server at about 1 / (queues tried × round trip) tasks a second, whatever Concurrency
-	// is: near 400 a second on a loaded 2-core machine. Each has its own dequeue loop (and its
+	// is. Each has its own dequeue loop (and its
 	// own asynq housekeeping: heartbeat, scheduled-task forwarder, lease recoverer); all but
-	// the first poll empty queues at 4×PollInterval. Default 4, at most Concurrency.
+	// the first poll empty queues at 4×PollInterval. More than one helps where handlers wait
+	// on I/O with CPU to spare; on a loaded 2-core machine four made GetFeed beside the worker
+	// slower (docs/pools.md, session 44). Default 1, at most Concurrency.
 	Dequeuers int
 	// ShutdownTimeout is how long Shutdown waits for running tasks before handing them back to
 	// Redis for another worker. Default 10 s.
@@ -155,7 +157,7 @@ func NewServer(cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Serv
 		cfg.Concurrency = 10
 	}
 	if cfg.Dequeuers <= 0 {
-		cfg.Dequeuers = 4
+		cfg.Dequeuers = 1
 	}
 	cfg.Dequeuers = min(cfg.Dequeuers, cfg.Concurrency)
 	if cfg.ShutdownTimeout <= 0 {

@@ -301,6 +301,9 @@ type Worker struct {
 	Concurrency int `json:"concurrency"`
 	// StrictPriority drains higher queues first instead of sharing by weight. Default false.
 	StrictPriority bool `json:"strict_priority"`
+	// Dequeuers is how many Asynq processors share the Concurrency slots, each taking tasks
+	// one at a time (pinlater.Config.Dequeuers). Default 1; at most Concurrency.
+	Dequeuers int `json:"dequeuers"`
 	// ShutdownTimeout is how long running tasks may finish before they are handed back. Default 10s.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
 	// OutboxGrace is how long an event recorded in the outbox may stay unknown to Redis before
@@ -386,7 +389,7 @@ func DefaultConfig() Config {
 		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092"},
 		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000},
 		Log:   Log{Level: "info", Format: "auto"},
-		Worker: Worker{Concurrency: 10, ShutdownTimeout: Duration(10 * time.Second),
+		Worker: Worker{Concurrency: 10, Dequeuers: 1, ShutdownTimeout: Duration(10 * time.Second),
 			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second),
 			FeatureTTL: Duration(time.Minute)},
 		Generator: Generator{},
@@ -479,6 +482,9 @@ func (c Config) Validate() error {
 	}
 	if c.Worker.Concurrency < 1 || c.Worker.Concurrency > 10000 {
 		bad("worker.concurrency: %d out of [1, 10000]", c.Worker.Concurrency)
+	}
+	if c.Worker.Dequeuers < 1 || c.Worker.Dequeuers > c.Worker.Concurrency {
+		bad("worker.dequeuers: %d out of [1, worker.concurrency]", c.Worker.Dequeuers)
 	}
 	if c.Worker.OutboxGrace <= 0 || c.Worker.OutboxRelayInterval <= 0 {
 		bad("worker.outbox_grace and worker.outbox_relay_interval must be positive")

@@ -34,6 +34,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"hedge min max", func(c *Config) { c.Feed.Hedge.Max = time.Millisecond }, "min <= max"},
 		{"namespace", func(c *Config) { c.Redis.Namespace = "a-b" }, "redis.namespace"},
 		{"concurrency", func(c *Config) { c.Worker.Concurrency = 0 }, "worker.concurrency"},
+		{"dequeuers", func(c *Config) { c.Worker.Dequeuers = 0 }, "worker.dequeuers"},
+		{"dequeuers over slots", func(c *Config) { c.Worker.Dequeuers = c.Worker.Concurrency + 1 }, "worker.dequeuers"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

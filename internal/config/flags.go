@@ -77,6 +77,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.Log.Format, "log-format", c.Log.Format, "log format: json, console, or auto (console on a terminal, JSON otherwise)")
 	i(&c.Worker.Concurrency, "worker-concurrency", c.Worker.Concurrency, "pinlater tasks run at once")
 	b(&c.Worker.StrictPriority, "worker-strict-priority", c.Worker.StrictPriority, "drain higher-priority queues first")
+	i(&c.Worker.Dequeuers, "worker-dequeuers", c.Worker.Dequeuers, "Asynq processors sharing the worker's slots, each taking tasks one at a time (more helps handlers that wait on I/O)")
 	d(&c.Worker.ShutdownTimeout, "worker-shutdown-timeout", c.Worker.ShutdownTimeout, "how long running tasks may finish at shutdown")
 	d(&c.Worker.OutboxGrace, "outbox-grace", c.Worker.OutboxGrace, "how long an outbox event may be unknown to Redis before the relay enqueues it again")
 	d(&c.Worker.OutboxRelayInterval, "outbox-relay-interval", c.Worker.OutboxRelayInterval, "how often the relay walks the outbox")
