@@ -129,13 +129,21 @@ func endToEndPinlater(b *testing.B, e *env) {
 		done.Add(1)
 		return nil
 	})})
+	enqueueBatches(b, e, &done, func(i int) (*Task, error) {
+		return NewInverseEdge(InverseEdgePayload{From: uint64(i), EdgeType: 10, To: 7})
+	})
+}
+
+// enqueueBatches enqueues benchBatch tasks made by newTask(1, 2, ...) per iteration and waits
+// until done counts them all; it reports tasks/s.
+func enqueueBatches(b *testing.B, e *env, done *atomic.Int64, newTask func(i int) (*Task, error)) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	total := 0
 	for b.Loop() {
 		for range benchBatch {
 			total++
-			task, err := NewInverseEdge(InverseEdgePayload{From: uint64(total), EdgeType: 10, To: 7})
+			task, err := newTask(total)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -152,7 +160,7 @@ func endToEndPinlater(b *testing.B, e *env) {
 
 // BenchmarkDequeuers runs tasks that wait on I/O (2 ms each, as a fanout on a remote store
 // does) with 16 slots over the four default queues, the work in fanout, with one asynq
-// processor against the default four. One processor takes tasks one at a time, a Lua script per
+// processor (the default) against four. One processor takes tasks one at a time, a Lua script per
 // queue it looks in, so it caps the tasks/s whatever the slots. Run: go test ./pinlater -run
 // '^$' -bench Dequeuers -benchtime 3x (with SMARTFEED_REDIS_ADDR set).
 func BenchmarkDequeuers(b *testing.B) {
@@ -169,25 +177,9 @@ func BenchmarkDequeuers(b *testing.B) {
 				done.Add(1)
 				return nil
 			})})
-			ctx := context.Background()
-			b.ReportAllocs()
-			total := 0
-			for b.Loop() {
-				for range benchBatch {
-					total++
-					task, err := NewFanout(FanoutPayload{Pin: uint64(total), Author: 1, Board: 2, CreatedMs: 1})
-					if err != nil {
-						b.Fatal(err)
-					}
-					if _, err := e.client.Enqueue(ctx, task); err != nil {
-						b.Fatal(err)
-					}
-				}
-				for done.Load() < int64(total) {
-					time.Sleep(time.Millisecond)
-				}
-			}
-			b.ReportMetric(float64(total)/b.Elapsed().Seconds(), "tasks/s")
+			enqueueBatches(b, e, &done, func(i int) (*Task, error) {
+				return NewFanout(FanoutPayload{Pin: uint64(i), Author: 1, Board: 2, CreatedMs: 1})
+			})
 		})
 	}
 }
