@@ -200,12 +200,45 @@ func (g *Graph) casPoint(ctx context.Context, key, expected, value []byte) (bool
 
 // finishRemove completes a removal whose point row is in state removing: it deletes the edge row,
 // then the point row. The count was already taken care of by the call that set removing.
+//
+// Several calls may finish one removal (its remover and any add that finds it half done), and
+// one of them can be late: its delete of the edge row may land after another finished the
+// removal and an add put the edge back at the same seq (the row's key names only seq and
+// member). The point row tells: when this call does not delete it (someone else did, or it
+// changed), it restores the edge row of whatever live point now holds the same seq.
 func (g *Graph) finishRemove(ctx context.Context, from ID, t EdgeType, to ID, cur []byte, p point) error {
 	if err := g.edges.Apply(ctx, []Mutation{{Key: edgeRowKey(from, t, p.seq, to), Delete: true}}); err != nil {
 		return err
 	}
-	_, err := g.edges.CheckAndSet(ctx, pointKey(from, t, to), cur, nil)
-	return err
+	ok, err := g.edges.CheckAndSet(ctx, pointKey(from, t, to), cur, nil)
+	if err != nil || ok {
+		return err
+	}
+	return g.restoreEdgeRow(ctx, from, t, to, p.seq)
+}
+
+// restoreEdgeRow puts back the edge row at seq s after this call deleted it, if the point row
+// now holds a live edge at s (a later add of the same member at the same seq, whose row the
+// delete may have taken). Any delete of an edge row that may be late is followed by this
+// check: an add writes its point row before its edge row, so a point read after the delete
+// sees every add whose row the delete could have hit. A restored row whose edge is removed
+// meanwhile is left without a point row, which readers skip.
+func (g *Graph) restoreEdgeRow(ctx context.Context, from ID, t EdgeType, to ID, s seq.Seq) error {
+	v, err := g.edges.Get(ctx, pointKey(from, t, to))
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	p, err := decodePoint(v)
+	if err != nil {
+		return err
+	}
+	if p.state == pointRemoving || p.seq != s {
+		return nil
+	}
+	return g.edges.Apply(ctx, []Mutation{{Key: edgeRowKey(from, t, s, to), Value: nonEmpty(p.data)}})
 }
 
 // AddEdge adds e to the list (e.From, e.Type). It is idempotent: re-adding an existing edge keeps
@@ -647,8 +680,12 @@ func (g *Graph) ListEdges(ctx context.Context, from ID, t EdgeType, cur string, 
 		// Best effort: a stale row is skipped whether or not this delete lands. The delete
 		// takes only the value read: if a move brought the pin back to this seq meanwhile and
 		// rewrote the row (Order's moves write a fresh value), the row is valid again and stays.
+		// An add writes the same value again (its data), so a delete that landed is followed
+		// by restoreEdgeRow, for an add at this seq since the point was read.
 		for _, r := range stale {
-			_, _ = g.edges.CheckAndSet(ctx, r.Key, nonEmpty(r.Value), nil)
+			if ok, err := g.edges.CheckAndSet(ctx, r.Key, nonEmpty(r.Value), nil); err == nil && ok {
+				_ = g.restoreEdgeRow(ctx, from, t, ID(binary.BigEndian.Uint64(r.Key[edgeRowLen-8:])), seq.FromKey(r.Key[edgeListPrefixLen:]))
+			}
 		}
 		if len(rows) < want {
 			break // the list is exhausted

@@ -478,6 +478,143 @@ func TestListEdgesSkipsStaleRows(t *testing.T) {
 	}
 }
 
+// gateStore wraps a store and holds the first write to an edge row (tag 1, a 35-byte key) that
+// deletes it, once armed, until released: a call that is late with its delete.
+type gateStore struct {
+	zen.Store
+	mu      sync.Mutex
+	armed   bool
+	reached chan struct{}
+	release chan struct{}
+}
+
+func newGateStore(s zen.Store) *gateStore {
+	return &gateStore{Store: s, reached: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (s *gateStore) arm() { s.mu.Lock(); s.armed = true; s.mu.Unlock() }
+
+// hold blocks the calling write if it deletes an edge row and the gate is armed (then disarms).
+func (s *gateStore) hold(key []byte, del bool) {
+	if !del || len(key) != 35 || key[10] != 1 {
+		return
+	}
+	s.mu.Lock()
+	armed := s.armed
+	s.armed = false
+	s.mu.Unlock()
+	if armed {
+		close(s.reached)
+		<-s.release
+	}
+}
+
+func (s *gateStore) Table(ctx context.Context, name string) (zen.Table, error) {
+	t, err := s.Store.Table(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return &gateTable{Table: t, s: s}, nil
+}
+
+type gateTable struct {
+	zen.Table
+	s *gateStore
+}
+
+func (t *gateTable) Apply(ctx context.Context, muts []zen.Mutation) error {
+	for _, m := range muts {
+		t.s.hold(m.Key, m.Delete)
+	}
+	return t.Table.Apply(ctx, muts)
+}
+
+func (t *gateTable) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
+	t.s.hold(key, value == nil)
+	return t.Table.CheckAndSet(ctx, key, expected, value)
+}
+
+// TestEdgeLateDeleteKeepsReAdd: a delete of an edge row that lands late (a remover held between
+// its two last writes while an add finished its removal and put the edge back at the same seq;
+// a reader's cleanup of a row it read as stale while the edge came back at that seq) must not
+// take the row of the edge now there: the list, HasEdge and the count agree.
+func TestEdgeLateDeleteKeepsReAdd(t *testing.T) {
+	ctx := context.Background()
+	u := mustID(t, 1, zen.TypeUser, 1)
+	v := mustID(t, 2, zen.TypeUser, 7)
+	add := func(g *zen.Graph, s uint64) {
+		t.Helper()
+		if err := g.AddEdge(ctx, zen.Edge{From: u, Type: zen.EdgeFollowsUser, To: v, Seq: sq(s)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(name string, g *zen.Graph, wantSeq uint64) {
+		t.Helper()
+		h, err := g.HasEdge(ctx, u, zen.EdgeFollowsUser, v)
+		if err != nil {
+			t.Fatalf("%s: HasEdge: %v", name, err)
+		}
+		if diff := cmp.Diff([]pos{{wantSeq, 7}}, positions(listAll(t, g, u, zen.EdgeFollowsUser, 5, true))); diff != "" || h.Seq != sq(wantSeq) {
+			t.Errorf("%s: HasEdge seq %s, list (-want +got):\n%s", name, h.Seq, diff)
+		}
+		if n := count(t, g, u, zen.EdgeFollowsUser); n != 1 {
+			t.Errorf("%s: count %d, want 1", name, n)
+		}
+	}
+
+	t.Run("late remover", func(t *testing.T) {
+		gs := newGateStore(zenmem.New())
+		g := newGraph(t, gs, newClock())
+		add(g, 3)
+		gs.arm()
+		done := make(chan error, 1)
+		go func() { done <- g.RemoveEdge(ctx, u, zen.EdgeFollowsUser, v) }()
+		<-gs.reached // the remover set removing and is about to delete the edge row
+		add(g, 3)    // finishes the removal itself, then adds afresh at the same seq
+		close(gs.release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		check("late remover", g, 3)
+	})
+
+	t.Run("late stale cleanup", func(t *testing.T) {
+		gs := newGateStore(zenmem.New())
+		g := newGraph(t, gs, newClock())
+		add(g, 3)
+		// A leftover row at seq 5 (an add that lost a race), with the value an add writes.
+		tb, err := gs.Store.Table(ctx, zen.TableEdges)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := binary.BigEndian.AppendUint64(nil, uint64(u))
+		k = binary.BigEndian.AppendUint16(k, uint16(zen.EdgeFollowsUser))
+		k = append(k, 1)
+		k = binary.BigEndian.AppendUint64(k, 0)
+		k = binary.BigEndian.AppendUint64(k, 5)
+		k = binary.BigEndian.AppendUint64(k, uint64(v))
+		if err := tb.Apply(ctx, []zen.Mutation{{Key: k, Value: []byte{}}}); err != nil {
+			t.Fatal(err)
+		}
+		gs.arm()
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := g.ListEdges(ctx, u, zen.EdgeFollowsUser, "", 5, true)
+			done <- err
+		}()
+		<-gs.reached // the reader saw the row at 5 as stale (the point says 3)
+		if err := g.RemoveEdge(ctx, u, zen.EdgeFollowsUser, v); err != nil {
+			t.Fatal(err)
+		}
+		add(g, 5) // the edge comes back at seq 5, writing the same bytes the reader read
+		close(gs.release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		check("late stale cleanup", g, 5)
+	})
+}
+
 // TestStoreErrors: every call reports a failing store as a wrapped error, never a panic.
 func TestStoreErrors(t *testing.T) {
 	ctx := context.Background()
