@@ -103,9 +103,12 @@ func TestKill9MidTask(t *testing.T) {
 		runs.Add(1)
 		return nil
 	})
-	// Two fresh servers, as after a restart of a worker fleet: still exactly one run.
-	s1 := e.start(e.config(), map[string]Handler{TypeRespace: h})
-	e.start(e.config(), map[string]Handler{TypeRespace: h})
+	// Two fresh servers, as after a restart of a worker fleet: still exactly one run. Without
+	// the reclaimer: this is asynq's own recovery (TestOrphanReclaimed is the reclaimer's).
+	cfg := e.config()
+	cfg.ReclaimAfter = -1
+	s1 := e.start(cfg, map[string]Handler{TypeRespace: h})
+	e.start(cfg, map[string]Handler{TypeRespace: h})
 	waitFor(t, 60*time.Second, "the task to complete after the kill", func() bool { return runs.Load() >= 1 })
 	time.Sleep(300 * time.Millisecond)
 	if got := runs.Load(); got != 1 {
@@ -125,6 +128,140 @@ func TestKill9MidTask(t *testing.T) {
 		t.Fatalf("queue after recovery = %+v, %v; want empty", st, err)
 	}
 	t.Logf("recovered and completed %v after the kill", time.Since(killed).Round(time.Second))
+}
+
+// killChildMidTask enqueues a respace task, lets a child worker process start it and kills the
+// child with SIGKILL: the task stays active in Redis, held by no live worker, its lease running
+// out. It returns the task's ID and the end of its lease.
+func killChildMidTask(t *testing.T, e *env, board uint64) (string, time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	info, err := e.client.Enqueue(ctx, respaceTask(t, board), MaxAttempts(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), crashChildEnv+"="+e.ns, crashAddrEnv+"="+e.opt.Addr)
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Process.Kill()
+	waitFor(t, 30*time.Second, "the child to start the task", func() bool {
+		n, _ := e.rdb.Get(ctx, crashStartedKey(e.ns)).Int()
+		return n == 1
+	})
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = child.Wait()
+	exp, err := e.rdb.ZScore(ctx, "asynq:{"+e.client.keys.queue(QueueDefault)+"}:lease", info.ID).Result()
+	if err != nil {
+		t.Fatalf("lease of the killed task: %v", err)
+	}
+	return info.ID, time.Unix(int64(exp), 0)
+}
+
+// TestOrphanReclaimed: a task whose worker died (or whose dequeue's answer Redis never sent, as
+// when Redis is killed) is taken back by the reclaimer ReclaimAfter after its lease ends, not
+// asynq's 60–120 s; never while its lease runs; not more than reclaimMax times; and it runs once
+// more, not counted as a failed attempt.
+func TestOrphanReclaimed(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	id, leaseEnd := killChildMidTask(t, e, 4343)
+	state := func() string {
+		ts, err := e.admin.Task(ctx, QueueDefault, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts.State
+	}
+	if got := state(); got != "active" {
+		t.Fatalf("task after the kill: %s, want active", got)
+	}
+	// A server not started: its reclaimOnce is called with chosen clocks, so the test does not
+	// wait for the lease.
+	cfg := e.config()
+	cfg.ReclaimAfter = 5 * time.Second
+	s, err := NewServer(cfg, e.log, e.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Shutdown()
+	for _, at := range []time.Time{time.Now(), leaseEnd, leaseEnd.Add(4 * time.Second)} {
+		if n, err := s.reclaimOnce(ctx, at); err != nil || n != 0 {
+			t.Fatalf("reclaim at lease end %+v: %d, %v; want 0 (the lease has not ended %v ago)", at.Sub(leaseEnd), n, err, cfg.ReclaimAfter)
+		}
+	}
+	if got := state(); got != "active" {
+		t.Fatalf("task after reclaims within its lease: %s, want active", got)
+	}
+	later := leaseEnd.Add(6 * time.Second)
+	taskKey := "asynq:{" + e.client.keys.queue(QueueDefault) + "}:t:" + id
+	if err := e.rdb.HSet(ctx, taskKey, "pinlater_reclaims", reclaimMax).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.reclaimOnce(ctx, later); err != nil || n != 0 {
+		t.Fatalf("reclaim of a task reclaimed %d times already: %d, %v; want 0 (left to asynq)", reclaimMax, n, err)
+	}
+	if err := e.rdb.HSet(ctx, taskKey, "pinlater_reclaims", reclaimMax-1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.reclaimOnce(ctx, later); err != nil || n != 1 {
+		t.Fatalf("reclaim after the lease ended: %d, %v; want 1", n, err)
+	}
+	if got := state(); got != "pending" {
+		t.Fatalf("reclaimed task: %s, want pending", got)
+	}
+	if n, err := s.reclaimOnce(ctx, later); err != nil || n != 0 {
+		t.Fatalf("second reclaim: %d, %v; want 0", n, err)
+	}
+	if got := value(t, s.m.reclaimed.WithLabelValues(QueueDefault)); got != 1 {
+		t.Errorf("reclaimed counted = %v, want 1", got)
+	}
+
+	var runs, attempt atomic.Int32
+	e.start(e.config(), map[string]Handler{TypeRespace: HandlerFunc(func(ctx context.Context, tk *Task) error {
+		attempt.Store(int32(tk.Attempt()))
+		runs.Add(1)
+		return nil
+	})})
+	waitFor(t, 10*time.Second, "the reclaimed task to run", func() bool { return runs.Load() >= 1 })
+	time.Sleep(300 * time.Millisecond)
+	if got := runs.Load(); got != 1 {
+		t.Errorf("runs = %d, want 1", got)
+	}
+	if got := attempt.Load(); got != 1 {
+		t.Errorf("attempt of the reclaimed run = %d, want 1 (a reclaim is not a failed run)", got)
+	}
+	waitFor(t, 5*time.Second, "the queue to empty", func() bool {
+		st, err := e.admin.Queue(ctx, QueueDefault)
+		return err == nil && st.Pending+st.Active+st.Retry+st.Dead == 0
+	})
+}
+
+// TestReclaimerRuns: a started server's reclaimer takes an orphan back on its own, soon after its
+// lease ends (here ReclaimAfter 1 s; asynq's recoverer would wait 30 s more and look once a
+// minute).
+func TestReclaimerRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a 30 s lease")
+	}
+	e := newEnv(t)
+	_, leaseEnd := killChildMidTask(t, e, 4444)
+	var runs atomic.Int32
+	cfg := e.config()
+	cfg.ReclaimAfter = time.Second
+	e.start(cfg, map[string]Handler{TypeRespace: HandlerFunc(func(ctx context.Context, tk *Task) error {
+		runs.Add(1)
+		return nil
+	})})
+	waitFor(t, time.Until(leaseEnd)+15*time.Second, "the orphan to run again", func() bool { return runs.Load() >= 1 })
+	if late := time.Since(leaseEnd); late > 10*time.Second {
+		t.Errorf("orphan ran %v after its lease ended, want within a few seconds", late.Round(time.Second))
+	}
+	t.Logf("orphan ran %v after its lease ended", time.Since(leaseEnd).Round(100*time.Millisecond))
 }
 
 // TestOrphanReportedOnce: every server's recoverer can find the same expired lease at once (two

@@ -19,6 +19,7 @@ type metrics struct {
 	deferred   *prometheus.CounterVec
 	panics     *prometheus.CounterVec
 	orphaned   *prometheus.CounterVec
+	reclaimed  *prometheus.CounterVec // by queue only: the reclaimer does not decode the task
 	duration   *prometheus.HistogramVec
 	wait       *prometheus.HistogramVec
 }
@@ -49,6 +50,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		if *c.dst, err = counter(c.name, c.help); err != nil {
 			return nil, err
 		}
+	}
+	m.reclaimed, err = register(reg, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "pinlater", Name: "tasks_reclaimed_total",
+		Help: "Tasks put back in their queue because their lease had ended with no live worker holding them (reclaim.go)."}, []string{"queue"}))
+	if err != nil {
+		return nil, err
 	}
 	m.duration, err = register(reg, prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "pinlater", Name: "task_duration_seconds", Help: "Handler run time.",

@@ -113,6 +113,10 @@ type Config struct {
 	RateCheckInterval time.Duration
 	// Clock, if set, is the rate limiter's clock (tests). Default: Redis server time.
 	Clock func() time.Time
+	// ReclaimAfter: a task of these queues whose lease ended this long ago (its worker died, or
+	// Redis crashed before the worker heard it had the task) goes back to its queue, instead of
+	// waiting 60–120 s for asynq's recoverer (see reclaim.go). Default 5 s; negative: off.
+	ReclaimAfter time.Duration
 	// Outbox, if set, is the outbox of the DurableClients enqueuing to these queues: the server
 	// deletes a task's row when the task is done (or dead), before asynq forgets the task.
 	Outbox OutboxStore
@@ -131,6 +135,8 @@ type Server struct {
 	mws      []Middleware
 	errs     []error
 	srvs     []*asynq.Server // Config.Dequeuers of them once started
+	stop     chan struct{}   // closed by Shutdown: ends the reclaimer
+	bg       sync.WaitGroup  // the reclaimer
 }
 
 // NewServer returns a server; register handlers with Handle, then Start it. logger and reg may be
@@ -171,6 +177,9 @@ func NewServer(cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Serv
 	}
 	if cfg.RateCheckInterval <= 0 {
 		cfg.RateCheckInterval = time.Second
+	}
+	if cfg.ReclaimAfter == 0 {
+		cfg.ReclaimAfter = 5 * time.Second
 	}
 	if cfg.RateHorizon <= 0 {
 		cfg.RateHorizon = time.Minute
@@ -279,6 +288,11 @@ func (s *Server) Start() error {
 		}
 		s.srvs = append(s.srvs, srv)
 	}
+	if s.cfg.ReclaimAfter > 0 {
+		s.stop = make(chan struct{})
+		stop := s.stop
+		s.bg.Go(func() { s.reclaimLoop(stop) })
+	}
 	return nil
 }
 
@@ -299,7 +313,12 @@ func (s *Server) Drain() {
 func (s *Server) Shutdown() {
 	s.mu.Lock()
 	srvs := s.srvs
+	if s.stop != nil {
+		close(s.stop)
+		s.stop = nil
+	}
 	s.mu.Unlock()
+	s.bg.Wait()
 	// All stop taking tasks first, then wait for their running ones side by side: the wait is
 	// one ShutdownTimeout, not one per processor.
 	for _, srv := range srvs {
