@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -117,14 +118,22 @@ func startAll(t *testing.T) (*app, *grpc.ClientConn) {
 	return startAllWith(t, nil)
 }
 
-// startAllWith is startAll with the test config changed by mod (nil: unchanged).
+// startAllWith is startAll with the test config changed by mod (nil: unchanged). With
+// SMARTFEED_TEST_LOG=FILE the app logs at debug level to FILE (to look into a failure).
 func startAllWith(t *testing.T, mod func(*config.Config)) (*app, *grpc.ClientConn) {
 	t.Helper()
 	cfg := testConfig(t)
 	if mod != nil {
 		mod(&cfg)
 	}
-	a, err := newApp(t.Context(), roleAll, cfg, zap.NewNop(), newRegistry())
+	lg := zap.NewNop()
+	if f := os.Getenv("SMARTFEED_TEST_LOG"); f != "" {
+		zc := zap.NewDevelopmentConfig()
+		zc.OutputPaths = []string{f}
+		zc.Level = zap.NewAtomicLevelAt(zap.DebugLevel)
+		lg, _ = zc.Build()
+	}
+	a, err := newApp(t.Context(), roleAll, cfg, lg, newRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

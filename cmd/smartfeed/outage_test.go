@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/internal/testenv"
+	"github.com/smartfeed/smartfeed/pinlater"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/zen"
@@ -208,8 +210,15 @@ func TestRedisOutageLosesNothing(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
+			lost := map[uint64]bool{}
 			for u, ps := range m {
 				t.Errorf("follower %d never got %d of the %d pins answered OK: %v", u, len(ps), len(okPins), ps)
+				for _, p := range ps {
+					lost[p] = true
+				}
+			}
+			for p := range lost {
+				t.Logf("pin %d: %s", p, fanoutState(ctx, a, p, author, board.GetId()))
 			}
 			break
 		}
@@ -249,4 +258,34 @@ func TestRedisOutageLosesNothing(t *testing.T) {
 	if p99 > 200*time.Millisecond {
 		t.Errorf("GetFeed p99 during the outage %v, want under 200 ms", p99)
 	}
+}
+
+// fanoutState describes where the fanout of a pin is (for a failure message): its task in Redis
+// and its outbox row.
+func fanoutState(ctx context.Context, a *app, pin, author, board uint64) string {
+	id := fmt.Sprintf("fanout:%d:%d:%d", pin, author, board)
+	var out []string
+	if a.pinAdmin != nil {
+		pol, _ := pinlater.DefaultPolicy(pinlater.TypeFanout)
+		st, err := a.pinAdmin.Task(ctx, pol.Queue, id)
+		if err != nil {
+			out = append(out, fmt.Sprintf("task %s: %v", id, err))
+		} else {
+			out = append(out, fmt.Sprintf("task %s: %s (attempts %d, last error %q)", id, st.State, st.Attempts, st.LastErr))
+		}
+	}
+	if a.outbox != nil {
+		row := "no outbox row"
+		err := a.outbox.Range(ctx, nil, nil, 1<<20, func(k, _ []byte) error {
+			if strings.HasSuffix(string(k), id) {
+				row = "outbox row " + string(k)
+			}
+			return nil
+		})
+		if err != nil {
+			row = fmt.Sprintf("outbox: %v", err)
+		}
+		out = append(out, row)
+	}
+	return strings.Join(out, "; ")
 }
