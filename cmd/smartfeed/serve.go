@@ -537,7 +537,8 @@ func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 	var err error
 	a.pinServer, err = pinlater.NewServer(pinlater.Config{Redis: redis, Namespace: a.cfg.Redis.Namespace,
 		Queues: queues, StrictPriority: a.cfg.Worker.StrictPriority, Concurrency: a.cfg.Worker.Concurrency,
-		Dequeuers: a.cfg.Worker.Dequeuers, ShutdownTimeout: a.cfg.Worker.ShutdownTimeout.D(), Outbox: a.outboxStore()}, a.log.Named("pinlater"), a.reg)
+		Dequeuers: a.cfg.Worker.Dequeuers, ShutdownTimeout: a.cfg.Worker.ShutdownTimeout.D(), ReclaimAfter: a.cfg.Worker.ReclaimAfter.D(),
+		Outbox: a.outboxStore()}, a.log.Named("pinlater"), a.reg)
 	if err != nil {
 		return fmt.Errorf("pinlater server: %w", err)
 	}

@@ -306,6 +306,11 @@ type Worker struct {
 	Dequeuers int `json:"dequeuers"`
 	// ShutdownTimeout is how long running tasks may finish before they are handed back. Default 10s.
 	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	// ReclaimAfter: a task whose Asynq lease ended this long ago (its worker died, or Redis was
+	// killed before the worker heard it had the task) goes back to its queue
+	// (pinlater.Config.ReclaimAfter); Asynq alone would run it 60–120 s after. Default 5s;
+	// negative: off.
+	ReclaimAfter Duration `json:"reclaim_after"`
 	// OutboxGrace is how long an event recorded in the outbox may stay unknown to Redis before
 	// the relay enqueues it again. Default 30s.
 	OutboxGrace Duration `json:"outbox_grace"`
@@ -389,7 +394,7 @@ func DefaultConfig() Config {
 		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092"},
 		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000},
 		Log:   Log{Level: "info", Format: "auto"},
-		Worker: Worker{Concurrency: 10, Dequeuers: 1, ShutdownTimeout: Duration(10 * time.Second),
+		Worker: Worker{Concurrency: 10, Dequeuers: 1, ShutdownTimeout: Duration(10 * time.Second), ReclaimAfter: Duration(5 * time.Second),
 			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second),
 			FeatureTTL: Duration(time.Minute)},
 		Generator: Generator{},
@@ -485,6 +490,9 @@ func (c Config) Validate() error {
 	}
 	if c.Worker.Dequeuers < 1 || c.Worker.Dequeuers > c.Worker.Concurrency {
 		bad("worker.dequeuers: %d out of [1, worker.concurrency]", c.Worker.Dequeuers)
+	}
+	if c.Worker.ReclaimAfter == 0 {
+		bad("worker.reclaim_after: 0 (want a duration, or a negative one for off)")
 	}
 	if c.Worker.OutboxGrace <= 0 || c.Worker.OutboxRelayInterval <= 0 {
 		bad("worker.outbox_grace and worker.outbox_relay_interval must be positive")

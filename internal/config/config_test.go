@@ -36,6 +36,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"concurrency", func(c *Config) { c.Worker.Concurrency = 0 }, "worker.concurrency"},
 		{"dequeuers", func(c *Config) { c.Worker.Dequeuers = 0 }, "worker.dequeuers"},
 		{"dequeuers over slots", func(c *Config) { c.Worker.Dequeuers = c.Worker.Concurrency + 1 }, "worker.dequeuers"},
+		{"reclaim after 0", func(c *Config) { c.Worker.ReclaimAfter = 0 }, "worker.reclaim_after"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

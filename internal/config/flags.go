@@ -79,6 +79,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	b(&c.Worker.StrictPriority, "worker-strict-priority", c.Worker.StrictPriority, "drain higher-priority queues first")
 	i(&c.Worker.Dequeuers, "worker-dequeuers", c.Worker.Dequeuers, "Asynq processors sharing the worker's slots, each taking tasks one at a time (more helps handlers that wait on I/O)")
 	d(&c.Worker.ShutdownTimeout, "worker-shutdown-timeout", c.Worker.ShutdownTimeout, "how long running tasks may finish at shutdown")
+	d(&c.Worker.ReclaimAfter, "worker-reclaim-after", c.Worker.ReclaimAfter, "a task whose Asynq lease ended this long ago (dead worker, killed Redis) goes back to its queue (negative: off, Asynq's recoverer alone)")
 	d(&c.Worker.OutboxGrace, "outbox-grace", c.Worker.OutboxGrace, "how long an outbox event may be unknown to Redis before the relay enqueues it again")
 	d(&c.Worker.OutboxRelayInterval, "outbox-relay-interval", c.Worker.OutboxRelayInterval, "how often the relay walks the outbox")
 	d(&c.Worker.FeatureTTL, "worker-feature-ttl", c.Worker.FeatureTTL, "how long the fanout keeps a receiver's scoring features (affinity, interest follows) once read (0: read for every pin)")
