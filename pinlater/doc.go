@@ -60,15 +60,19 @@
 // while its running tasks finish (before a deploy), and Server.Shutdown then waits up to
 // Config.ShutdownTimeout and hands unfinished tasks back to Redis.
 //
-// A worker that dies (kill -9) leaves its tasks active with a lease that is no longer extended;
-// 30 s after the lease expires, the recoverer of any live server (it runs at start and every
-// minute) puts them back with one attempt counted, so they run again.
+// A worker that dies (kill -9) leaves its tasks active with a lease that is no longer extended,
+// and so does a Redis killed after a dequeue reached its append-only file but before the worker
+// heard of it. Config.ReclaimAfter (5 s) after the lease ends, the reclaimer of any live server
+// puts such a task back in its queue, no attempt counted (reclaim.go); a task reclaimed three
+// times is left to asynq's recoverer, which takes it 30 s after the lease ended (it runs at start
+// and every minute) with one attempt counted, and in the end sends it to the dead set.
 //
 // # Metrics
 //
 // Counters pinlater_tasks_{enqueued,duplicate,rejected,processed,failed,retried,archived,
-// rate_limited,panics}_total and histograms pinlater_task_duration_seconds and
-// pinlater_task_queue_latency_seconds, labelled by queue and type, are registered by NewClient and
-// NewServer; Admin.Collector adds per-queue gauges (size by state, latency of the oldest pending
-// task, paused, rate).
+// rate_limited,panics,orphaned}_total and histograms pinlater_task_duration_seconds and
+// pinlater_task_queue_latency_seconds, labelled by queue and type, and
+// pinlater_tasks_reclaimed_total, by queue, are registered by NewClient and NewServer;
+// Admin.Collector adds per-queue gauges (size by state, latency of the oldest pending task,
+// paused, rate).
 package pinlater
