@@ -55,40 +55,15 @@ func runCrashChild() int {
 func TestKill9MidTask(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	info, err := e.client.Enqueue(ctx, respaceTask(t, 4242), MaxAttempts(3))
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := exec.Command(os.Args[0], "-test.run=^$")
-	child.Env = append(os.Environ(), crashChildEnv+"="+e.ns, crashAddrEnv+"="+e.opt.Addr)
-	child.Stderr = os.Stderr
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer child.Process.Kill()
-	waitFor(t, 30*time.Second, "the child to start the task", func() bool {
-		n, _ := e.rdb.Get(ctx, crashStartedKey(e.ns)).Int()
-		return n == 1
-	})
-	if ts, err := e.admin.Task(ctx, QueueDefault, info.ID); err != nil || ts.State != "active" {
-		t.Fatalf("task before the kill = %+v, %v; want active", ts, err)
-	}
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = child.Wait()
+	_, leaseEnd := killChildMidTask(t, e, 4242)
 	killed := time.Now()
 
 	// asynq's recoverer requeues tasks whose lease expired more than 30 s ago; it runs when a
 	// server starts and then every minute. Start the fresh server once that point has passed, from
 	// the lease expiry recorded in Redis, so the test does not depend on the recoverer's phase.
-	exp, err := e.rdb.ZScore(ctx, "asynq:{"+e.client.keys.queue(QueueDefault)+"}:lease", info.ID).Result()
-	if err != nil {
-		t.Fatalf("lease of the killed task: %v", err)
-	}
-	ready := time.Unix(int64(exp), 0).Add(31 * time.Second)
+	ready := leaseEnd.Add(31 * time.Second)
 	t.Logf("killed; lease expires %v after the kill; fresh server starts in %v",
-		time.Unix(int64(exp), 0).Sub(killed).Round(time.Second), time.Until(ready).Round(time.Second))
+		leaseEnd.Sub(killed).Round(time.Second), time.Until(ready).Round(time.Second))
 	// Nothing runs it in the meantime: the task stays active, owned by a dead process.
 	time.Sleep(time.Until(ready))
 
@@ -151,6 +126,9 @@ func killChildMidTask(t *testing.T, e *env, board uint64) (string, time.Time) {
 		n, _ := e.rdb.Get(ctx, crashStartedKey(e.ns)).Int()
 		return n == 1
 	})
+	if ts, err := e.admin.Task(ctx, QueueDefault, info.ID); err != nil || ts.State != "active" {
+		t.Fatalf("task before the kill = %+v, %v; want active", ts, err)
+	}
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
