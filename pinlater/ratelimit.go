@@ -104,13 +104,18 @@ type limiter struct {
 }
 
 // limited reports whether q has a rate set, from a copy refreshed every l.ttl. Runs of queues
-// without a rate skip the script; a rate set or changed applies everywhere within l.ttl.
+// without a rate skip the script; a rate set or changed applies everywhere within l.ttl. When
+// Redis does not answer the refresh, the copy it has stands (tried again on the next call):
+// a queue without a rate does not hold its tasks back for a Redis hiccup.
 func (l *limiter) limited(ctx context.Context, q string) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.rates == nil || time.Since(l.ratesT) >= l.ttl {
 		qs, err := l.rdb.HKeys(ctx, l.keys.rates()).Result()
 		if err != nil {
+			if l.rates != nil {
+				return l.rates[q], nil
+			}
 			return false, fmt.Errorf("read rates: %w", err)
 		}
 		l.rates = make(map[string]bool, len(qs))

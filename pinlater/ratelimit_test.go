@@ -1,6 +1,7 @@
 package pinlater
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -8,6 +9,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/hibiken/asynq"
+
+	"github.com/smartfeed/smartfeed/internal/testenv"
 )
 
 // TestLimiterCounts drives the Redis token bucket with a test clock and checks decisions by count.
@@ -119,5 +123,57 @@ func TestLimiterSharedAcrossProcesses(t *testing.T) {
 	// 20 tokens now, and 20 reserved slots within the 1 s horizon (50 ms apart).
 	if granted.Load() != 20 || reserved.Load() != 20 {
 		t.Fatalf("granted %d, reserved %d; want 20 and 20", granted.Load(), reserved.Load())
+	}
+}
+
+// TestAdmitThroughRedisOutage: while the limiter's Redis is down, a queue without a rate keeps
+// running on the rates read before; with no rates read yet, a task that asynq would still retry
+// is put off (not counted), and one on its last retry waits for Redis instead of being put off
+// (asynq would send it to the dead set on any error).
+func TestAdmitThroughRedisOutage(t *testing.T) {
+	rp := testenv.StartRedis(t)
+	ctx := t.Context()
+	newServer := func() *Server {
+		s, err := NewServer(Config{Redis: asynq.RedisClientOpt{Addr: rp.Addr(), DialTimeout: 100 * time.Millisecond},
+			RateCheckInterval: time.Nanosecond}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Shutdown)
+		return s
+	}
+	warm, cold := newServer(), newServer()
+	if err := warm.admit(ctx, QueueDefault, TypeRespace, "a", true); err != nil {
+		t.Fatalf("admit with Redis up: %v", err)
+	}
+	rp.Kill()
+	if err := warm.admit(ctx, QueueDefault, TypeRespace, "b", true); err != nil {
+		t.Errorf("admit with the rates read before the outage: %v, want nil (no rate on the queue)", err)
+	}
+	var d *deferError
+	c0 := time.Now()
+	if err := cold.admit(ctx, QueueDefault, TypeRespace, "c", true); !errors.As(err, &d) {
+		t.Errorf("admit of a retriable task, no rates known, Redis down: %v, want a deferral", err)
+	}
+	// One failed call to the dead Redis takes the client's retries; the outage lasts well past
+	// a few of them, so a task that did not wait would be seen returning.
+	outage := max(3*time.Second, 3*time.Since(c0))
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- cold.admit(ctx, QueueDefault, TypeRespace, "d", false) }()
+	select {
+	case err := <-done:
+		t.Fatalf("admit of a task on its last retry returned %v while Redis was down, want it to wait", err)
+	case <-time.After(outage):
+	}
+	rp.Start()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("admit of the waiting task once Redis was back: %v", err)
+		}
+		t.Logf("the task on its last retry ran %v after it asked, once Redis answered", time.Since(start).Round(100*time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("admit still waiting 10 s after Redis came back")
 	}
 }

@@ -350,25 +350,8 @@ func (s *Server) process(ctx context.Context, at *asynq.Task, chain map[string]H
 		maxAttempts = maxRetry + 1
 	}
 
-	// Rate limit. Deferring is only safe while asynq would still retry the task; past that (a task
-	// whose earlier runs crashed) wait here instead.
-	for {
-		dec, wait, err := s.lim.take(ctx, q, id)
-		if err != nil {
-			return &deferError{why: err.Error(), wait: time.Second}
-		}
-		if dec == decRun {
-			break
-		}
-		s.m.deferred.WithLabelValues(q, at.Type()).Inc()
-		if retried < maxRetry {
-			return &deferError{why: "rate limited (" + dec.String() + ")", wait: wait}
-		}
-		select {
-		case <-ctx.Done():
-			return &deferError{why: "rate limited", wait: wait}
-		case <-time.After(wait):
-		}
+	if err := s.admit(ctx, q, at.Type(), id, retried < maxRetry); err != nil {
+		return err
 	}
 
 	typ := at.Type()
@@ -408,6 +391,35 @@ func (s *Server) process(ctx context.Context, at *asynq.Task, chain map[string]H
 	}
 	s.m.retried.WithLabelValues(q, typ).Inc()
 	return err
+}
+
+// admit waits for the rate limit of queue q to let task id run. Putting a task off returns a
+// deferError, which asynq takes back without counting an attempt, but only while it would
+// still retry the task (canDefer): asynq sends a task that has used its retries (its earlier
+// runs crashed) to the dead set on any error, a deferral too. Such a task waits here instead,
+// for its slot or for the limiter's Redis to answer again, until ctx ends.
+func (s *Server) admit(ctx context.Context, q, typ, id string, canDefer bool) error {
+	for {
+		dec, wait, err := s.lim.take(ctx, q, id)
+		why := ""
+		switch {
+		case err != nil:
+			why, wait = err.Error(), time.Second
+		case dec == decRun:
+			return nil
+		default:
+			s.m.deferred.WithLabelValues(q, typ).Inc()
+			why = "rate limited (" + dec.String() + ")"
+		}
+		if canDefer {
+			return &deferError{why: why, wait: wait}
+		}
+		select {
+		case <-ctx.Done():
+			return &deferError{why: why, wait: wait}
+		case <-time.After(wait):
+		}
+	}
 }
 
 // clearOutbox deletes the outbox row of a finished task. A failure only costs a second run: the
