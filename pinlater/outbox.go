@@ -306,7 +306,7 @@ func (d *DurableClient) RelayOnce(ctx context.Context) (int, error) {
 			pipe := d.c.rdb.Pipeline()
 			cmds := make([]*redis.IntCmd, len(due))
 			for i, r := range due {
-				cmds[i] = pipe.Exists(ctx, "asynq:{"+d.c.keys.queue(r.rec.Queue)+"}:t:"+r.rec.ID)
+				cmds[i] = pipe.Exists(ctx, d.c.keys.asynq(r.rec.Queue)+"t:"+r.rec.ID)
 			}
 			if _, err := pipe.Exec(ctx); err != nil {
 				return relayed, fmt.Errorf("outbox relay: look up tasks: %w", err)

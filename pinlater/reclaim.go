@@ -83,8 +83,7 @@ func (s *Server) reclaimOnce(ctx context.Context, now time.Time) (int, error) {
 	cutoff := now.Add(-s.cfg.ReclaimAfter).Unix()
 	n := 0
 	for q := range s.cfg.Queues {
-		phys := s.keys.queue(q)
-		pre := "asynq:{" + phys + "}:"
+		pre := s.keys.asynq(q)
 		ids, err := s.rdb.ZRangeByScore(ctx, pre+"lease", &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cutoff, 10)}).Result()
 		if err != nil {
 			return n, err

@@ -131,7 +131,10 @@ func startAllWith(t *testing.T, mod func(*config.Config)) (*app, *grpc.ClientCon
 		zc := zap.NewDevelopmentConfig()
 		zc.OutputPaths = []string{f}
 		zc.Level = zap.NewAtomicLevelAt(zap.DebugLevel)
-		lg, _ = zc.Build()
+		var err error
+		if lg, err = zc.Build(); err != nil {
+			t.Fatalf("SMARTFEED_TEST_LOG: %v", err)
+		}
 	}
 	a, err := newApp(t.Context(), roleAll, cfg, lg, newRegistry())
 	if err != nil {

@@ -263,11 +263,16 @@ func TestRedisOutageLosesNothing(t *testing.T) {
 // fanoutState describes where the fanout of a pin is (for a failure message): its task in Redis
 // and its outbox row.
 func fanoutState(ctx context.Context, a *app, pin, author, board uint64) string {
-	id := fmt.Sprintf("fanout:%d:%d:%d", pin, author, board)
+	// The task the write path enqueued for the pin: its ID and queue as pinlater derives them.
+	// (The creation time is not part of the ID; the payload needs one to be valid.)
+	task, err := pinlater.NewFanout(pinlater.FanoutPayload{Pin: pin, Author: author, Board: board, CreatedMs: time.Now().UnixMilli()})
+	if err != nil {
+		return err.Error()
+	}
+	id := task.ID()
 	var out []string
 	if a.pinAdmin != nil {
-		pol, _ := pinlater.DefaultPolicy(pinlater.TypeFanout)
-		st, err := a.pinAdmin.Task(ctx, pol.Queue, id)
+		st, err := a.pinAdmin.Task(ctx, task.Policy().Queue, id)
 		if err != nil {
 			out = append(out, fmt.Sprintf("task %s: %v", id, err))
 		} else {
