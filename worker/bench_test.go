@@ -228,3 +228,53 @@ func parallelN(ctx context.Context, g, n int, fn func(ctx context.Context, i int
 	}
 	return first
 }
+
+// BenchmarkFanoutTaskInline measures one fanout task at a time whose receiver lists are all
+// delivered inline (200 followers of the author, a board follower, an interest follower) and
+// whose pin brings a related pin to the saver, on a Pebble store on disk with fsync on: the
+// task's latency, which its sequential commits bound.
+func BenchmarkFanoutTaskInline(b *testing.B) {
+	ctx := context.Background()
+	s, err := zenpebble.Open(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	w := newWorld(b, s, Config{TrimEvery: 1 << 20}, 200, nil)
+	other, err := w.g.Create(ctx, zen.TypeBoard, w.alice, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := w.q.handlers[pinlater.TypeFanout]
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		pin, err := w.g.Create(ctx, zen.TypePin, w.travel, map[string]any{"author": w.alice.String(), "board": w.travel.String(),
+			"created_ms": w.clk.now().UnixMilli()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// On two boards, with a pin of the other board: the saver gets a related pin.
+		for _, e := range []zen.Edge{{From: w.travel, Type: zen.EdgeBoardPins, To: pin.ID}, {From: other.ID, Type: zen.EdgeBoardPins, To: pin.ID},
+			{From: other.ID, Type: zen.EdgeBoardPins, To: w.pins[1]}, {From: pin.ID, Type: zen.EdgePinInterests, To: w.cats}} {
+			if err := w.g.AddEdge(ctx, e); err != nil {
+				b.Fatal(err)
+			}
+			if _, ok := e.Type.Inverse(); ok {
+				hd, _ := w.g.HasEdge(ctx, e.From, e.Type, e.To)
+				if err := w.g.AddInverse(ctx, hd); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		task, err := pinlater.NewFanout(pinlater.FanoutPayload{Pin: uint64(pin.ID), Author: uint64(w.alice), Board: uint64(w.travel),
+			CreatedMs: w.clk.now().UnixMilli(), Interests: []uint64{uint64(w.cats)}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if err := h.ProcessTask(ctx, task); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

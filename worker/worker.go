@@ -160,6 +160,9 @@ type Worker struct {
 	log    *zap.Logger
 	m      *metrics
 	feats  *featureCache // nil: features read every time
+	// lazyTask: the pools and the worker's state share one sequential log (zen.SameLog), so a
+	// fanout task's writes before its last one need not wait for their own fsync (HandleFanout).
+	lazyTask bool
 	// onInsert, when set, is called with each batch of entries written (OnInsert).
 	onInsert atomic.Pointer[func([]zen.PoolEntry)]
 }
@@ -196,7 +199,7 @@ func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Optio
 	}
 	cfg = cfg.withDefaults()
 	return &Worker{g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
-		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m,
+		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m, lazyTask: zen.SameLog(pools, state),
 		feats: newFeatureCache(cfg.FeatureTTL, cfg.FeatureCacheSize, o.Now, m.featureHits, m.featureMisses)}, nil
 }
 
@@ -375,10 +378,20 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 	if relatedFor != 0 {
 		return w.insertRecommended(ctx, relatedFor, pin, author, board, p.CreatedMs)
 	}
+	// The task's writes up to its last one, Forget's, are lazy where the pools and the state
+	// share one log: the inline lists' pool rows, their upkeep, the checkpoints' removal and the
+	// saver's related pins are visible at once and made durable by Forget's synced write to the
+	// same log, before the task is acknowledged (one fsync a task instead of one a list). A
+	// machine crash before it leaves the task unacknowledged; its rerun writes the same rows.
+	// The chunk tasks' enqueues and checkpoints stay synced (enqueueChunks).
+	lctx := ctx
+	if w.lazyTask {
+		lctx = zen.Lazily(ctx)
+	}
 	var progress []receiverList // lists with a checkpoint row
 	facts := &pinFacts{}        // read by the first list delivered inline, reused by the others
 	for _, l := range lists {
-		has, err := w.enqueueChunks(ctx, p, l, facts)
+		has, err := w.enqueueChunks(ctx, lctx, p, l, facts)
 		if err != nil {
 			return err
 		}
@@ -387,7 +400,10 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 		}
 	}
 	// Every list is fanned out (its chunk tasks are durable): the checkpoints go.
-	if err := w.clearProgress(ctx, p, progress); err != nil {
+	if err := w.clearProgress(lctx, p, progress); err != nil {
+		return err
+	}
+	if err := w.relatedForSaver(lctx, author, pin, board, p.CreatedMs); err != nil {
 		return err
 	}
 	// The saver has the pin now: it leaves the saver's own pools, and stays out. Forget leaves a
@@ -397,11 +413,11 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 	// generator. The alternative, each fanout chunk checking every receiver's own saves, costs a
 	// graph read per receiver on the hottest path; this is one write per save, bounded by
 	// Pools.Expire.
+	//
+	// It is the task's last write, synced (ctx, not lctx), so that it makes the lazy ones
+	// before it durable.
 	if _, err := w.pools.Forget(ctx, author, []zen.ID{pin}); err != nil {
 		return fmt.Errorf("fanout %d: %w", pin, err)
-	}
-	if err := w.relatedForSaver(ctx, author, pin, board, p.CreatedMs); err != nil {
-		return err
 	}
 	w.m.tasks.WithLabelValues(pinlater.TypeFanout).Inc()
 	return nil
@@ -413,8 +429,10 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 // store error) resumes at the first page without a task, instead of listing and enqueueing a
 // million-follower list again from the start.
 //
-// It reports whether the list has a checkpoint row (to be cleared when the fanout is done).
-func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l receiverList, facts *pinFacts) (bool, error) {
+// It reports whether the list has a checkpoint row (to be cleared when the fanout is done). A
+// list delivered inline is written with lctx (HandleFanout: lazily where a later synced write
+// of the task makes it durable); everything else with ctx.
+func (w *Worker) enqueueChunks(ctx, lctx context.Context, p pinlater.FanoutPayload, l receiverList, facts *pinFacts) (bool, error) {
 	n, err := w.g.CountEdges(ctx, l.from, l.typ)
 	if err != nil {
 		return false, fmt.Errorf("fanout %d: count %d/%d: %w", p.Pin, l.from, l.typ, err)
@@ -438,7 +456,7 @@ func (w *Worker) enqueueChunks(ctx context.Context, p pinlater.FanoutPayload, l 
 		opts = append(opts, pinlater.Bulk())
 	}
 	if !resumed && n <= int64(w.cfg.InlineReceivers) {
-		more, err := w.deliverChunk(ctx, pinlater.FanoutChunkPayload{
+		more, err := w.deliverChunk(lctx, pinlater.FanoutChunkPayload{
 			Pin: p.Pin, Author: p.Author, Board: p.Board, Interest: uint64(l.interest),
 			CreatedMs: p.CreatedMs, Source: uint8(l.src), ListFrom: uint64(l.from),
 			EdgeType: uint16(l.typ), Limit: min(max(w.cfg.ChunkSize, w.cfg.InlineReceivers), zen.MaxEdgePage),

@@ -26,7 +26,7 @@ type world struct {
 	pins                []zen.ID
 }
 
-func newWorld(t *testing.T, s zen.Store, cfg Config, nFollowers int, wrap func(zen.Table) zen.Table) *world {
+func newWorld(t testing.TB, s zen.Store, cfg Config, nFollowers int, wrap func(zen.Table) zen.Table) *world {
 	t.Helper()
 	ctx := context.Background()
 	e := newEnvWrap(t, s, cfg, wrap)
