@@ -255,18 +255,10 @@ func BenchmarkFanoutTaskInline(b *testing.B) {
 			b.Fatal(err)
 		}
 		// On two boards, with a pin of the other board: the saver gets a related pin.
-		for _, e := range []zen.Edge{{From: w.travel, Type: zen.EdgeBoardPins, To: pin.ID}, {From: other.ID, Type: zen.EdgeBoardPins, To: pin.ID},
-			{From: other.ID, Type: zen.EdgeBoardPins, To: w.pins[1]}, {From: pin.ID, Type: zen.EdgePinInterests, To: w.cats}} {
-			if err := w.g.AddEdge(ctx, e); err != nil {
-				b.Fatal(err)
-			}
-			if _, ok := e.Type.Inverse(); ok {
-				hd, _ := w.g.HasEdge(ctx, e.From, e.Type, e.To)
-				if err := w.g.AddInverse(ctx, hd); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
+		w.edge(b, w.travel, zen.EdgeBoardPins, pin.ID)
+		w.edge(b, other.ID, zen.EdgeBoardPins, pin.ID)
+		w.edge(b, other.ID, zen.EdgeBoardPins, w.pins[1])
+		w.edge(b, pin.ID, zen.EdgePinInterests, w.cats)
 		task, err := pinlater.NewFanout(pinlater.FanoutPayload{Pin: uint64(pin.ID), Author: uint64(w.alice), Board: uint64(w.travel),
 			CreatedMs: w.clk.now().UnixMilli(), Interests: []uint64{uint64(w.cats)}})
 		if err != nil {

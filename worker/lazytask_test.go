@@ -43,15 +43,8 @@ func TestFanoutDurableWhenAcknowledged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []zen.ID{w.pins[0], x.ID} {
-		if err := w.g.AddEdge(ctx, zen.Edge{From: art.ID, Type: zen.EdgeBoardPins, To: p}); err != nil {
-			t.Fatal(err)
-		}
-		h, _ := w.g.HasEdge(ctx, art.ID, zen.EdgeBoardPins, p)
-		if err := w.g.AddInverse(ctx, h); err != nil {
-			t.Fatal(err)
-		}
-	}
+	w.edge(t, art.ID, zen.EdgeBoardPins, w.pins[0])
+	w.edge(t, art.ID, zen.EdgeBoardPins, x.ID)
 
 	var mid vfs.FS
 	inserts := 0

@@ -38,18 +38,7 @@ func newWorld(t testing.TB, s zen.Store, cfg Config, nFollowers int, wrap func(z
 		}
 		return o.ID
 	}
-	edge := func(from zen.ID, et zen.EdgeType, to zen.ID) {
-		ed := zen.Edge{From: from, Type: et, To: to}
-		if err := e.g.AddEdge(ctx, ed); err != nil {
-			t.Fatal(err)
-		}
-		if _, ok := et.Inverse(); ok {
-			h, _ := e.g.HasEdge(ctx, from, et, to)
-			if err := e.g.AddInverse(ctx, h); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	edge := func(from zen.ID, et zen.EdgeType, to zen.ID) { w.edge(t, from, et, to) }
 	w.alice = mk(zen.TypeUser, 0, nil)
 	w.travel = mk(zen.TypeBoard, w.alice, nil)
 	w.cats = mk(zen.TypeInterest, 0, nil)
@@ -73,6 +62,21 @@ func newWorld(t testing.TB, s zen.Store, cfg Config, nFollowers int, wrap func(z
 		}
 	}
 	return w
+}
+
+// edge adds the edge from -et-> to, and its inverse when the type has one.
+func (w *world) edge(t testing.TB, from zen.ID, et zen.EdgeType, to zen.ID) {
+	t.Helper()
+	ctx := context.Background()
+	if err := w.g.AddEdge(ctx, zen.Edge{From: from, Type: et, To: to}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := et.Inverse(); ok {
+		h, _ := w.g.HasEdge(ctx, from, et, to)
+		if err := w.g.AddInverse(ctx, h); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func (w *world) fanoutTask(t *testing.T, pin int) *pinlater.Task {
