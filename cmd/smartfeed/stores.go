@@ -118,6 +118,9 @@ func (s *stores) pebbleOptions(name string) []zenpebble.Option {
 	if s.cfg.PebbleMemTableMB > 0 {
 		opts = append(opts, zenpebble.WithMemTableSize(uint64(s.cfg.PebbleMemTableMB)<<20))
 	}
+	if d := time.Duration(s.cfg.PebbleFlushAfter); d > 0 {
+		opts = append(opts, zenpebble.WithFlushAfter(d))
+	}
 	return opts
 }
 
@@ -153,6 +156,12 @@ func (s *stores) registerPebbleStats(name string, p *zenpebble.Store) error {
 		if err := s.reg.Register(f); err != nil {
 			return fmt.Errorf("register %s of %s: %w", g.name, name, err)
 		}
+	}
+	flushes := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "smartfeed_pebble_flushes_total",
+		Help: "Memtable flushes (full memtables, and old ones under storage.pebble_flush_after).", ConstLabels: prometheus.Labels{"store": name}},
+		func() float64 { return float64(cur.Load().Stats().Flushes) })
+	if err := s.reg.Register(flushes); err != nil {
+		return fmt.Errorf("register smartfeed_pebble_flushes_total of %s: %w", name, err)
 	}
 	return nil
 }

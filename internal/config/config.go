@@ -78,6 +78,11 @@ type Storage struct {
 	// writes each such compaction rewrites the whole base level. Default 8; 0 means Pebble's
 	// own default (4).
 	PebbleL0CompactionThreshold int `json:"pebble_l0_compaction_threshold"`
+	// PebbleFlushAfter flushes a Pebble memtable that holds at least 1 MiB and is this old:
+	// readers step over a memtable's deleted rows (the pins chunks took from the heads of the
+	// pools) one by one until a flush, and under a light write load a full-size memtable keeps
+	// them for minutes. Default 10s; 0 flushes only full memtables.
+	PebbleFlushAfter Duration `json:"pebble_flush_after"`
 	// HBase holds the quorums of the three stores.
 	HBase HBase `json:"hbase"`
 	// ShardMap is where the live shard map comes from; empty fields mean the default map
@@ -385,6 +390,7 @@ func DefaultConfig() Config {
 			PebbleCacheMB:               256,
 			PebbleMemTableMB:            64,
 			PebbleL0CompactionThreshold: 8,
+			PebbleFlushAfter:            Duration(10 * time.Second),
 			HBase:                       HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond)},
 			ShardMap:                    ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
@@ -426,6 +432,9 @@ func (c Config) Validate() error {
 		}
 		if c.Storage.PebbleMemTableMB < 0 || c.Storage.PebbleMemTableMB > 4096 {
 			bad("storage.pebble_memtable_mb: %d is not in [0, 4096]", c.Storage.PebbleMemTableMB)
+		}
+		if d := time.Duration(c.Storage.PebbleFlushAfter); d != 0 && (d < 100*time.Millisecond || d > time.Hour) {
+			bad("storage.pebble_flush_after: %v is not 0 or in [100ms, 1h]", d)
 		}
 		if c.Storage.PebbleL0CompactionThreshold < 0 || c.Storage.PebbleL0CompactionThreshold > 64 {
 			bad("storage.pebble_l0_compaction_threshold: %d is not in [0, 64]", c.Storage.PebbleL0CompactionThreshold)

@@ -35,6 +35,8 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -61,6 +63,7 @@ type config struct {
 	mem    uint64
 	l0     int
 	fs     vfs.FS
+	flush  time.Duration
 }
 
 // WithNoSync makes writes return once they are in the write-ahead log without waiting for
@@ -90,6 +93,17 @@ func WithMemTableSize(n uint64) Option { return func(c *config) { c.mem = n } }
 // rewrites it less often, for a few more sublevels to merge on reads.
 func WithL0CompactionThreshold(n int) Option { return func(c *config) { c.l0 = n } }
 
+// WithFlushAfter flushes the memtable once its oldest unflushed write is about d old (checked
+// every d/4), if it holds at least flushMinBytes of log. Reads step over the deleted keys of a
+// memtable one by one, as skiplist nodes, until a flush turns them into sstable entries (one per
+// key, read in blocks) and compaction drops them; under a light write load a 64 MiB memtable
+// keeps them for minutes. 0, the default, flushes only when the memtable is full.
+func WithFlushAfter(d time.Duration) Option { return func(c *config) { c.flush = d } }
+
+// flushMinBytes is the least unflushed log WithFlushAfter flushes: a smaller memtable costs its
+// readers little, and its flush would be an L0 file of a few rows.
+const flushMinBytes = 1 << 20
+
 // Store is a zen.Store over one Pebble database. It is safe for concurrent use.
 type Store struct {
 	db    *pebble.DB
@@ -104,6 +118,13 @@ type Store struct {
 
 	mu     sync.Mutex
 	tables map[string]*Table
+
+	// lastFlush is when the last memtable flush ended (unix nanoseconds); stop ends the
+	// WithFlushAfter loop, done is closed when it has.
+	lastFlush atomic.Int64
+	stop      chan struct{}
+	stopOnce  sync.Once
+	done      chan struct{}
 
 	// afterRead, when set (by tests only), runs between the read and the write of CheckAndSet
 	// and Increment, to widen the window a missing lock would leave open.
@@ -155,6 +176,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if cfg.l0 > 0 {
 		po.L0CompactionThreshold = cfg.l0
 	}
+	s := &Store{wo: pebble.NoSync, seed: maphash.MakeSeed(), tables: map[string]*Table{}}
+	s.lastFlush.Store(time.Now().UnixNano())
+	po.EventListener = &pebble.EventListener{FlushEnd: func(pebble.FlushInfo) { s.lastFlush.Store(time.Now().UnixNano()) }}
 	if cfg.cache > 0 {
 		c := pebble.NewCache(cfg.cache)
 		defer c.Unref()
@@ -164,11 +188,41 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pebble %q: %w", dir, err)
 	}
-	wo := pebble.NoSync
+	s.db = db
 	if cfg.sync {
-		wo = pebble.Sync
+		s.wo = pebble.Sync
 	}
-	return &Store{db: db, wo: wo, seed: maphash.MakeSeed(), tables: map[string]*Table{}}, nil
+	if cfg.flush > 0 {
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.flushOld(cfg.flush)
+	}
+	return s, nil
+}
+
+// flushOld flushes the memtable when the last flush ended at least d ago and the log holds
+// at least flushMinBytes not yet flushed (WithFlushAfter).
+func (s *Store) flushOld(d time.Duration) {
+	defer close(s.done)
+	tick := time.NewTicker(max(d/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		if time.Since(time.Unix(0, s.lastFlush.Load())) < d {
+			continue
+		}
+		s.life.RLock()
+		if !s.closed && s.db.Metrics().WAL.Size >= flushMinBytes {
+			if _, err := s.db.AsyncFlush(); err == nil {
+				// Not again before this flush has ended and d has passed.
+				s.lastFlush.Store(time.Now().UnixNano())
+			}
+		}
+		s.life.RUnlock()
+	}
 }
 
 // Table returns the named table. Names are 1 to 64 characters of [a-z0-9_].
@@ -195,6 +249,10 @@ func (s *Store) Table(_ context.Context, name string) (zen.Table, error) {
 
 // Close flushes and closes the database. Tables must not be used afterwards.
 func (s *Store) Close() error {
+	if s.stop != nil {
+		s.stopOnce.Do(func() { close(s.stop) })
+		<-s.done
+	}
 	s.life.Lock()
 	defer s.life.Unlock()
 	if s.closed {
@@ -845,6 +903,7 @@ type Stats struct {
 	MemTables           int64  // memtables, the mutable one included
 	CompactionDebtBytes uint64 // Pebble's estimate of what is left to compact
 	Compactions         int64  // compactions running
+	Flushes             int64  // memtable flushes since Open
 }
 
 // Stats returns the store's LSM shape now (zero after Close).
@@ -856,5 +915,6 @@ func (s *Store) Stats() Stats {
 	}
 	m := s.db.Metrics()
 	return Stats{ReadAmp: m.ReadAmp() + int(m.MemTable.Count), L0Files: m.Levels[0].TablesCount, L0Sublevels: m.Levels[0].Sublevels,
-		MemTables: m.MemTable.Count, CompactionDebtBytes: m.Compact.EstimatedDebt, Compactions: m.Compact.NumInProgress}
+		MemTables: m.MemTable.Count, CompactionDebtBytes: m.Compact.EstimatedDebt, Compactions: m.Compact.NumInProgress,
+		Flushes: m.Flush.Count}
 }

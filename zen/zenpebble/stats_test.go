@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -71,5 +72,65 @@ func TestScanCopies(t *testing.T) {
 		if !bytes.Equal(r.Key, muts[i].Key) || !bytes.Equal(r.Value, muts[i].Value) || r.Value == nil {
 			t.Fatalf("row %d = %q=%x, want %q=%x (non-nil)", i, r.Key, r.Value, muts[i].Key, muts[i].Value)
 		}
+	}
+}
+
+// TestFlushAfter: WithFlushAfter flushes a memtable holding at least flushMinBytes once it is
+// old enough, leaves a smaller one alone, and stops with Close; without it nothing flushes a
+// memtable that is not full. The deleted rows of a flushed memtable no longer cost readers a
+// step each (BenchmarkTopAfterTakes).
+func TestFlushAfter(t *testing.T) {
+	ctx := context.Background()
+	write := func(t *testing.T, s *Store, bytes int) {
+		t.Helper()
+		tb := openTable(t, s, "t")
+		var muts []zen.Mutation
+		for i := 0; i*1024 < bytes; i++ {
+			muts = append(muts, zen.Mutation{Key: fmt.Appendf(nil, "k%06d", i), Value: make([]byte, 1024)})
+		}
+		if err := tb.Apply(ctx, muts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushesWithin := func(s *Store, d time.Duration) int64 {
+		deadline := time.Now().Add(d)
+		for time.Now().Before(deadline) {
+			if n := s.Stats().Flushes; n > 0 {
+				return n
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return s.Stats().Flushes
+	}
+	for _, tc := range []struct {
+		name  string
+		opts  []Option
+		bytes int
+		want  bool
+	}{
+		{"old memtable of 2 MiB", []Option{WithFlushAfter(100 * time.Millisecond)}, 2 << 20, true},
+		{"old memtable under 1 MiB", []Option{WithFlushAfter(100 * time.Millisecond)}, 512 << 10, false},
+		{"no flush age", nil, 2 << 20, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open("", append(tc.opts, WithMemTableSize(64<<20))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			write(t, s, tc.bytes)
+			wait := time.Second
+			if tc.want {
+				wait = 10 * time.Second
+			}
+			if got := flushesWithin(s, wait) > 0; got != tc.want {
+				t.Errorf("flushed %v, want %v (%+v)", got, tc.want, s.Stats())
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil { // the flush loop is stopped once
+				t.Fatal(err)
+			}
+		})
 	}
 }
