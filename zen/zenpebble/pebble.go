@@ -93,11 +93,13 @@ func WithMemTableSize(n uint64) Option { return func(c *config) { c.mem = n } }
 // rewrites it less often, for a few more sublevels to merge on reads.
 func WithL0CompactionThreshold(n int) Option { return func(c *config) { c.l0 = n } }
 
-// WithFlushAfter flushes the memtable once its oldest unflushed write is about d old (checked
-// every d/4), if it holds at least flushMinBytes of log. Reads step over the deleted keys of a
-// memtable one by one, as skiplist nodes, until a flush turns them into sstable entries (one per
-// key, read in blocks) and compaction drops them; under a light write load a 64 MiB memtable
-// keeps them for minutes. 0, the default, flushes only when the memtable is full.
+// WithFlushAfter flushes the memtable once the last flush ended at least d ago (checked every
+// d/4), if the log holds at least flushMinBytes not yet flushed. Reads step over the deleted
+// keys of a memtable one by one, as skiplist nodes, until a flush turns them into sstable
+// entries (one per key, read in blocks) and compaction drops them; under a light write load a
+// 64 MiB memtable keeps them for minutes. A flush writes out the memtable, a prefix of the log
+// in order, so a crash still leaves a prefix of the writes (lazy ones included). 0, the
+// default, flushes only when the memtable is full.
 func WithFlushAfter(d time.Duration) Option { return func(c *config) { c.flush = d } }
 
 // flushMinBytes is the least unflushed log WithFlushAfter flushes: a smaller memtable costs its
