@@ -81,7 +81,9 @@ type Storage struct {
 	// PebbleFlushAfter flushes a Pebble memtable that holds at least 1 MiB and is this old:
 	// readers step over a memtable's deleted rows (the pins chunks took from the heads of the
 	// pools) one by one until a flush, and under a light write load a full-size memtable keeps
-	// them for minutes. Default 10s; 0 flushes only full memtables.
+	// them for minutes. Each such flush is a small L0 file that compaction merges into the
+	// whole base level, and on two cores that compaction showed in the reads' tail
+	// (docs/read-path.md, session 48). Default 0: only full memtables are flushed.
 	PebbleFlushAfter Duration `json:"pebble_flush_after"`
 	// HBase holds the quorums of the three stores.
 	HBase HBase `json:"hbase"`
@@ -390,7 +392,6 @@ func DefaultConfig() Config {
 			PebbleCacheMB:               256,
 			PebbleMemTableMB:            64,
 			PebbleL0CompactionThreshold: 8,
-			PebbleFlushAfter:            Duration(10 * time.Second),
 			HBase:                       HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond)},
 			ShardMap:                    ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
