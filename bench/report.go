@@ -124,6 +124,9 @@ func Markdown(r *Results, plotDir string) string {
 	p("|---|---|---|---|---|---|")
 	p("| GetFeed (gRPC, loopback) | %.2f ms | %.2f ms | %.2f ms | %.0f | %d |", rd.GetFeed.P50, rd.GetFeed.P99, rd.GetFeed.P999, rd.GetFeedRate, rd.Errors)
 	p("| Redis ZREVRANGE 0..%d | %.2f ms | %.2f ms | %.2f ms | %.0f | |", 49, rd.Redis.P50, rd.Redis.P99, rd.Redis.P999, rd.RedisRate)
+	if f := rd.Floor; f != nil {
+		p("| empty gRPC call (health check, GetFeed's connection) | %.2f ms | %.2f ms | %.2f ms | | |", f.P50, f.P99, f.P999)
+	}
 	p("")
 	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
 		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)

@@ -52,6 +52,13 @@ type System interface {
 	RawWrite(ctx context.Context, rows, keyLen, valueLen, batch int) (float64, error)
 }
 
+// Pinger is a System that can also make an empty call over the transport GetFeed uses (the
+// gRPC health check on the same connection): the floor under GetFeed's latency at the client,
+// measured at the same offered load and concurrency.
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
 // Baseline is the Mastodon-style peer: a Redis sorted set per user.
 type Baseline interface {
 	// Push adds pin to every receiver's feed (pipelined ZADD + trim) and returns the inserts.
@@ -240,6 +247,10 @@ type ReadResult struct {
 	Sched *SchedResult `json:"sched_wait,omitempty"`
 	// RedisSched is the same over the Redis peer's calls.
 	RedisSched *SchedResult `json:"redis_sched_wait,omitempty"`
+	// Floor is an empty call over GetFeed's transport (Pinger) at the same offered load and
+	// concurrency, after the Redis peer's calls, the fanout still running: what GetFeed would
+	// cost at the client if the service took no time.
+	Floor *Summary `json:"grpc_floor,omitempty"`
 }
 
 // HedgeResult is GetFeed with the primary's tail slowed, hedging on or off.
@@ -640,11 +651,21 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		return err
 	})
 	sched2 := schedSnapshot()
+	var floor *Summary
+	if p, ok := sys.(Pinger); ok {
+		fl, _, ferrs, _ := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(int) error { return p.Ping(ctx) })
+		if ferrs == 0 {
+			f := fl.Summary()
+			floor = &f
+		} else {
+			res.Notes = append(res.Notes, fmt.Sprintf("grpc floor: %d of the empty calls failed", ferrs))
+		}
+	}
 	stopBG()
 	bgw.Wait()
 	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: gl.Summary(), GetFeedRate: grate,
 		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate, Stages: stagesServing,
-		Sched: schedDiff(sched0, sched1), RedisSched: schedDiff(sched1, sched2)}
+		Sched: schedDiff(sched0, sched1), RedisSched: schedDiff(sched1, sched2), Floor: floor}
 	if n := genCalls1 - genCalls0; n > 0 {
 		res.Reads.GeneratorCalls = n
 		res.Reads.GeneratorMeanMs = float64((genTime1 - genTime0).Microseconds()) / 1000 / n
@@ -657,6 +678,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms; generator %.2f ms mean over %.0f calls",
 		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, grate, gerrs, res.Reads.Redis.P50, res.Reads.Redis.P99,
 		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
+	if f := res.Reads.Floor; f != nil {
+		say("reads: an empty gRPC call (health check) on GetFeed's connection p50 %.2f p99 %.2f ms, same load", f.P50, f.P99)
+	}
 	if g, r := res.Reads.Sched, res.Reads.RedisSched; g != nil && r != nil {
 		say("reads: goroutines waited for a CPU p50 %.3f p99 %.2f ms during GetFeed, p50 %.3f p99 %.2f ms during Redis", g.P50Ms, g.P99Ms, r.P50Ms, r.P99Ms)
 	}

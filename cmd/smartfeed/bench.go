@@ -24,6 +24,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/smartfeed/smartfeed/bench"
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
@@ -336,9 +337,10 @@ func commit() string {
 
 // benchSystem is bench.System over an in-process `all`.
 type benchSystem struct {
-	a    *app
-	feed feedv1.FeedServiceClient
-	pub  *worker.Publisher
+	a      *app
+	feed   feedv1.FeedServiceClient
+	health healthpb.HealthClient // on feed's connection: bench.Pinger
+	pub    *worker.Publisher
 	// lazyPins: a pin's event goes through an outbox row in the graph's log, written durably
 	// after the pin's writes, so those wait for no fsync (as graphsvc.WithEventTable does for
 	// CreatePin, and the demo's makers).
@@ -369,7 +371,7 @@ func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tm
 		<-done
 		return nil, nil, err
 	}
-	s := &benchSystem{a: a, feed: feedv1.NewFeedServiceClient(conn), boards: map[uint64]zen.ID{},
+	s := &benchSystem{a: a, feed: feedv1.NewFeedServiceClient(conn), health: healthpb.NewHealthClient(conn), boards: map[uint64]zen.ID{},
 		pub:      worker.NewPublisher(a.durable, a.graph, a.worker.Config().HotFollowers),
 		lazyPins: a.outbox != nil && a.graph.SharesLog(a.outbox.Table())}
 	a.worker.OnInsert(s.inserted)
@@ -384,7 +386,10 @@ func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tm
 	return s, closeFn, nil
 }
 
-var _ bench.Replication = (*benchSystem)(nil)
+var (
+	_ bench.Replication = (*benchSystem)(nil)
+	_ bench.Pinger      = (*benchSystem)(nil)
+)
 
 // ReplicationLags implements bench.Replication: the canary's measurements with HBase's own
 // replication, the change-log replicator's otherwise.
@@ -518,6 +523,12 @@ func (s *benchSystem) FanoutPending(ctx context.Context) (int, error) {
 
 func (s *benchSystem) GetFeed(ctx context.Context, user uint64, n int) error {
 	_, err := s.feed.GetFeed(ctx, &feedv1.GetFeedRequest{UserId: user, PageSize: int32(n)})
+	return err
+}
+
+// Ping is the gRPC health check of the whole server on GetFeed's connection (bench.Pinger).
+func (s *benchSystem) Ping(ctx context.Context) error {
+	_, err := s.health.Check(ctx, &healthpb.HealthCheckRequest{})
 	return err
 }
 
