@@ -28,6 +28,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"pebble needs dir", func(c *Config) { c.Storage.DataDir = "" }, "storage.data_dir"},
 		{"pebble memtable", func(c *Config) { c.Storage.PebbleMemTableMB = -1 }, "storage.pebble_memtable_mb"},
 		{"pebble l0 threshold", func(c *Config) { c.Storage.PebbleL0CompactionThreshold = 65 }, "storage.pebble_l0_compaction_threshold"},
+		{"pebble flush after, too short", func(c *Config) { c.Storage.PebbleFlushAfter = Duration(time.Millisecond) }, "storage.pebble_flush_after"},
+		{"pebble flush after, negative", func(c *Config) { c.Storage.PebbleFlushAfter = Duration(-time.Second) }, "storage.pebble_flush_after"},
 		{"log level", func(c *Config) { c.Log.Level = "loud" }, "log.level"},
 		{"hedge percentile", func(c *Config) { c.Feed.Hedge.Percentile = 100 }, "feed.hedge: hedge policy: percentile"},
 		{"hedge budget", func(c *Config) { c.Feed.Hedge.Budget = 1.5 }, "feed.hedge: hedge policy: budget"},
