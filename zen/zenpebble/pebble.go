@@ -121,8 +121,8 @@ type Store struct {
 	mu     sync.Mutex
 	tables map[string]*Table
 
-	// lastFlush is when the last memtable flush ended (unix nanoseconds); stop ends the
-	// WithFlushAfter loop, done is closed when it has.
+	// WithFlushAfter only: lastFlush is when the last memtable flush ended (unix
+	// nanoseconds); stop ends the flush loop, done is closed when it has.
 	lastFlush atomic.Int64
 	stop      chan struct{}
 	stopOnce  sync.Once
@@ -179,8 +179,10 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		po.L0CompactionThreshold = cfg.l0
 	}
 	s := &Store{wo: pebble.NoSync, seed: maphash.MakeSeed(), tables: map[string]*Table{}}
-	s.lastFlush.Store(time.Now().UnixNano())
-	po.EventListener = &pebble.EventListener{FlushEnd: func(pebble.FlushInfo) { s.lastFlush.Store(time.Now().UnixNano()) }}
+	if cfg.flush > 0 {
+		s.lastFlush.Store(time.Now().UnixNano())
+		po.EventListener = &pebble.EventListener{FlushEnd: func(pebble.FlushInfo) { s.lastFlush.Store(time.Now().UnixNano()) }}
+	}
 	if cfg.cache > 0 {
 		c := pebble.NewCache(cfg.cache)
 		defer c.Unref()
