@@ -2,7 +2,9 @@ package feedsvc
 
 import (
 	"errors"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -120,4 +122,69 @@ func TestInlineMaterializeFallsBack(t *testing.T) {
 			t.Fatalf("%d jobs enqueued with every inline slot taken, want 1", len(jobs))
 		}
 	})
+}
+
+// TestBackgroundLanes: the read path's background work runs only in a free lane
+// (Deps.BackgroundLanes). With the one lane held, a served chunk's inline materialization waits
+// laneWait and becomes a job, and a preparation is skipped as busy; the pages are answered all
+// the same. Once the lane is free both run in process again.
+func TestBackgroundLanes(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) {
+		c.InlineMaterialize, c.PrepareAfter = 4, time.Millisecond
+	})
+	e.rebuild(t, func(d *Deps) { d.BackgroundLanes = 1 })
+	if got := cap(e.svc.lanes); got != 1 {
+		t.Fatalf("lanes = %d, want 1", got)
+	}
+	busyPrep := func() float64 { return testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepBusy)) }
+
+	e.svc.lanes <- struct{}{} // something else holds the only lane
+	start := time.Now()
+	p := e.get(t, "", 10)
+	if p.FreshStatus != FreshIncluded || len(freshPins(p)) != 5 {
+		t.Fatalf("page with the lane held: status %q, %d fresh; want included, 5", p.FreshStatus, len(freshPins(p)))
+	}
+	e.svc.Wait()
+	if waited := time.Since(start); waited < laneWait {
+		t.Errorf("background work gave up after %v, want at least laneWait (%v)", waited, laneWait)
+	}
+	if diff := cmp.Diff(map[string]float64{inlineBusy: 1}, inlineCounts(e)); diff != "" {
+		t.Errorf("materialize paths with the lane held (-want +got):\n%s", diff)
+	}
+	if jobs := e.queue.take(); len(jobs) != 1 {
+		t.Errorf("%d jobs enqueued with the lane held, want 1", len(jobs))
+	}
+	if got := busyPrep(); got != 1 {
+		t.Errorf("preparations skipped as busy = %v, want 1", got)
+	}
+	if got := e.gen.calls(); got != 1 {
+		t.Errorf("generator calls = %d, want 1 (no preparation ran)", got)
+	}
+
+	<-e.svc.lanes // the lane is free again
+	e.get(t, "", 10)
+	e.svc.Wait()
+	if diff := cmp.Diff(map[string]float64{inlineBusy: 1, inlineDone: 1}, inlineCounts(e)); diff != "" {
+		t.Errorf("materialize paths with the lane free (-want +got):\n%s", diff)
+	}
+	if got := e.gen.calls(); got != 3 {
+		t.Errorf("generator calls = %d, want 3 (the page's and its preparation's)", got)
+	}
+	if got := len(e.svc.lanes); got != 0 {
+		t.Errorf("%d lanes still held after the work ended, want 0", got)
+	}
+}
+
+// TestBackgroundLanesDefault: half the processors, at least one; out of range is refused.
+func TestBackgroundLanesDefault(t *testing.T) {
+	if got, want := defaultBackgroundLanes(), max(1, runtime.GOMAXPROCS(0)/2); got != want {
+		t.Errorf("default lanes = %d, want %d", got, want)
+	}
+	e := newEnv(t, nil)
+	for _, n := range []int{-1, 1025} {
+		d := Deps{Primary: e.repl, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue, BackgroundLanes: n}
+		if _, err := New(d, e.svc.Config()); err == nil {
+			t.Errorf("New with %d background lanes: no error", n)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package feedsvc
 
 import (
 	"context"
+	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -107,6 +108,10 @@ func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 	s.bg.Add(1)
 	var try func(n int)
 	try = func(n int) {
+		// A preparation is background work that costs a generator call: let whatever is
+		// runnable first (the page's response writer, which this page's handler has just woken)
+		// go before it, or it waits for a processor behind it (session 49).
+		runtime.Gosched()
 		again := false
 		defer func() {
 			if !again {
@@ -125,12 +130,25 @@ func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 			s.m.prepared.WithLabelValues(prepBusy).Inc()
 			return
 		}
+		if !s.acquireLane() {
+			<-s.prepSlots
+			s.m.prepared.WithLabelValues(prepBusy).Inc()
+			return
+		}
 		empty := s.prepare(user)
+		s.releaseLane()
 		<-s.prepSlots
 		if empty && n+1 < prepareTries {
 			again = true
 			time.AfterFunc(s.Config().PrepareAfter, func() { try(n + 1) })
 		}
+	}
+	if delay <= 0 {
+		// Not a timer of 0: a goroutine a timer starts takes the processor's next slot from
+		// the response writer the handler wakes as it returns, and runs first. Started here,
+		// before the handler returns, it is the one that waits.
+		go try(0)
+		return
 	}
 	time.AfterFunc(delay, func() { try(0) })
 }
@@ -174,3 +192,39 @@ func (s *Service) prepare(user zen.ID) (empty bool) {
 	s.m.observeStage(stagePrepare, time.Since(start))
 	return false
 }
+
+// laneWait bounds how long background work waits for a lane before it gives up (a preparation
+// is skipped, a materialization goes to the queue).
+const laneWait = 250 * time.Millisecond
+
+// defaultBackgroundLanes is Deps.BackgroundLanes's default: half the processors, at least one.
+// Go's scheduler has no priorities: a page's handler, its response writer and a client's reader
+// queue for a processor behind whatever is runnable, so background work that could fill every
+// processor makes the pages wait behind it (session 49's execution traces). Bounded to half,
+// a processor is left for the requests.
+func defaultBackgroundLanes() int {
+	return max(1, runtime.GOMAXPROCS(0)/2)
+}
+
+// acquireLane waits up to laneWait for a background lane; false when none came free or the
+// service is closing.
+func (s *Service) acquireLane() bool {
+	select {
+	case s.lanes <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(laneWait)
+	defer t.Stop()
+	select {
+	case s.lanes <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-s.closing:
+		return false
+	}
+}
+
+// releaseLane gives a lane back.
+func (s *Service) releaseLane() { <-s.lanes }

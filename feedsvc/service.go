@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,6 +161,11 @@ type Deps struct {
 	// exceed MaxItems by the chunks since the last one (about TrimEvery of them). 0 means
 	// DefaultTrimEvery; 1 trims after every chunk.
 	TrimEvery int
+	// BackgroundLanes bounds the read path's background tasks (preparations, inline
+	// materializations) running at once in this process, so that they cannot hold every
+	// processor while pages wait for one (docs/read-path.md, "Background work waits its
+	// turn"). 0 means half of GOMAXPROCS, at least 1; at most 1024.
+	BackgroundLanes int
 }
 
 // DefaultUnsureGrace is Deps.UnsureGrace's default: beyond the HBase client's RPC timeouts.
@@ -215,6 +221,9 @@ type Service struct {
 	// inlineRunning counts the materializations running in this process (see
 	// Config.InlineMaterialize).
 	inlineRunning atomic.Int64
+	// lanes bounds the read path's background work running at once in this process
+	// (preparations and inline materializations; see acquireLane).
+	lanes chan struct{}
 }
 
 // New returns a Service.
@@ -261,6 +270,12 @@ func New(d Deps, c Config) (*Service, error) {
 	if d.TrimEvery < 1 || d.TrimEvery > 1<<16 {
 		return nil, fmt.Errorf("feedsvc: trim every %d is not in [1, 65536]", d.TrimEvery)
 	}
+	if d.BackgroundLanes == 0 {
+		d.BackgroundLanes = defaultBackgroundLanes()
+	}
+	if d.BackgroundLanes < 1 || d.BackgroundLanes > 1024 {
+		return nil, fmt.Errorf("feedsvc: background lanes %d is not in [1, 1024]", d.BackgroundLanes)
+	}
 	if d.IndexShards < 0 || d.IndexShards > maxIndexShards {
 		return nil, fmt.Errorf("feedsvc: index shards %d is not in [1, %d]", d.IndexShards, maxIndexShards)
 	}
@@ -268,7 +283,8 @@ func New(d Deps, c Config) (*Service, error) {
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
-		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing)}
+		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing),
+		lanes: make(chan struct{}, d.BackgroundLanes)}
 	s.cfg.Store(&c)
 	return s, nil
 }
@@ -785,6 +801,8 @@ func (s *Service) enqueueMaterialize(ctx context.Context, task MaterializeTask) 
 	go func() {
 		defer s.bg.Done()
 		defer s.enqueues.Done()
+		// Behind whatever is runnable: the page's response writer first (see prepareLater).
+		runtime.Gosched()
 		if s.materializeInline(ctx, task) {
 			return
 		}
@@ -817,6 +835,11 @@ func (s *Service) materializeInline(ctx context.Context, task MaterializeTask) b
 		return false
 	}
 	defer s.inlineRunning.Add(-1)
+	if !s.acquireLane() {
+		s.m.inline.WithLabelValues(inlineBusy).Inc()
+		return false
+	}
+	defer s.releaseLane()
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), materializeInlineBound)
 	defer cancel()
 	if err := s.Materialize(mctx, task); err != nil {

@@ -504,7 +504,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	a.feedPrimary, a.feedStandby = writeTo, gate
 	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
-		Logger: a.log.Named("feedsvc"), Registerer: a.reg}
+		Logger: a.log.Named("feedsvc"), Registerer: a.reg, BackgroundLanes: a.cfg.Feed.BackgroundLanes}
 	// Deleted pins are filtered on read where this process has the graph (the main store);
 	// a feed process with a remote generator and its own stores relies on the generator's
 	// filter and the worker's purge.

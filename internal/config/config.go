@@ -381,6 +381,11 @@ type Feed struct {
 	// (feedsvc.Config.InlineMaterialize; live-tunable in the knobs file). Default 4; 0: every
 	// chunk is a job.
 	InlineMaterialize int `json:"inline_materialize"`
+	// BackgroundLanes bounds the feed process's background work for the read path
+	// (preparations, inline materializations) running at once, so that it leaves processors
+	// to the requests (feedsvc.Deps.BackgroundLanes). 0, the default: half of GOMAXPROCS, at
+	// least 1.
+	BackgroundLanes int `json:"background_lanes"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -527,6 +532,9 @@ func (c Config) Validate() error {
 	}
 	if c.Feed.InlineMaterialize < 0 || c.Feed.InlineMaterialize > 1024 {
 		bad("feed.inline_materialize: %d not in [0, 1024]", c.Feed.InlineMaterialize)
+	}
+	if c.Feed.BackgroundLanes < 0 || c.Feed.BackgroundLanes > 1024 {
+		bad("feed.background_lanes: %d not in [0, 1024]", c.Feed.BackgroundLanes)
 	}
 	if c.Feed.StandbyMaxStaleness < 0 {
 		bad("feed.standby_max_staleness: negative")

@@ -30,6 +30,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"pebble l0 threshold", func(c *Config) { c.Storage.PebbleL0CompactionThreshold = 65 }, "storage.pebble_l0_compaction_threshold"},
 		{"pebble flush after, too short", func(c *Config) { c.Storage.PebbleFlushAfter = Duration(time.Millisecond) }, "storage.pebble_flush_after"},
 		{"pebble flush after, negative", func(c *Config) { c.Storage.PebbleFlushAfter = Duration(-time.Second) }, "storage.pebble_flush_after"},
+		{"background lanes, negative", func(c *Config) { c.Feed.BackgroundLanes = -1 }, "feed.background_lanes"},
+		{"background lanes, too many", func(c *Config) { c.Feed.BackgroundLanes = 1025 }, "feed.background_lanes"},
 		{"log level", func(c *Config) { c.Log.Level = "loud" }, "log.level"},
 		{"hedge percentile", func(c *Config) { c.Feed.Hedge.Percentile = 100 }, "feed.hedge: hedge policy: percentile"},
 		{"hedge budget", func(c *Config) { c.Feed.Hedge.Budget = 1.5 }, "feed.hedge: hedge policy: budget"},
