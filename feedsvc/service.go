@@ -164,12 +164,18 @@ type Deps struct {
 	// BackgroundLanes bounds the read path's background tasks (preparations, inline
 	// materializations) running at once in this process, so that they cannot hold every
 	// processor while pages wait for one (docs/read-path.md, "Background work waits its
-	// turn"). 0 means half of GOMAXPROCS, at least 1; at most 1024.
+	// turn"). 0 means half of GOMAXPROCS, at least 1, which suits an embedded store, where
+	// that work is the processors'; at most MaxBackgroundLanes, which is no bound beyond the
+	// preparations' and Config.InlineMaterialize's own (a store across the network, where the
+	// work waits on RPCs).
 	BackgroundLanes int
 }
 
 // DefaultUnsureGrace is Deps.UnsureGrace's default: beyond the HBase client's RPC timeouts.
 const DefaultUnsureGrace = 30 * time.Second
+
+// MaxBackgroundLanes is Deps.BackgroundLanes's largest value.
+const MaxBackgroundLanes = 1024
 
 // DefaultTrimEvery is Deps.TrimEvery's default.
 const DefaultTrimEvery = 8
@@ -273,8 +279,8 @@ func New(d Deps, c Config) (*Service, error) {
 	if d.BackgroundLanes == 0 {
 		d.BackgroundLanes = defaultBackgroundLanes()
 	}
-	if d.BackgroundLanes < 1 || d.BackgroundLanes > 1024 {
-		return nil, fmt.Errorf("feedsvc: background lanes %d is not in [1, 1024]", d.BackgroundLanes)
+	if d.BackgroundLanes < 1 || d.BackgroundLanes > MaxBackgroundLanes {
+		return nil, fmt.Errorf("feedsvc: background lanes %d is not in [1, %d]", d.BackgroundLanes, MaxBackgroundLanes)
 	}
 	if d.IndexShards < 0 || d.IndexShards > maxIndexShards {
 		return nil, fmt.Errorf("feedsvc: index shards %d is not in [1, %d]", d.IndexShards, maxIndexShards)

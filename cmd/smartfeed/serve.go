@@ -504,7 +504,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	a.feedPrimary, a.feedStandby = writeTo, gate
 	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
-		Logger: a.log.Named("feedsvc"), Registerer: a.reg, BackgroundLanes: a.cfg.Feed.BackgroundLanes}
+		Logger: a.log.Named("feedsvc"), Registerer: a.reg, BackgroundLanes: backgroundLanes(a.cfg)}
 	// Deleted pins are filtered on read where this process has the graph (the main store);
 	// a feed process with a remote generator and its own stores relies on the generator's
 	// filter and the worker's purge.
@@ -551,6 +551,17 @@ func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 		}
 	}
 	return nil
+}
+
+// backgroundLanes is feed.background_lanes, with its default by backend: feedsvc's own (half the
+// processors) on Pebble, whose reads and writes are this process's processors; no bound on HBase,
+// where the read path's background work waits on RPCs and half the processors as lanes would
+// hold preparations to a few a second.
+func backgroundLanes(c config.Config) int {
+	if c.Feed.BackgroundLanes == 0 && c.Storage.Backend == config.BackendHBase {
+		return feedsvc.MaxBackgroundLanes
+	}
+	return c.Feed.BackgroundLanes
 }
 
 // outboxStore is the outbox the pinlater server clears finished tasks from (nil without one: a

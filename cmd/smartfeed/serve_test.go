@@ -19,6 +19,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
@@ -236,6 +237,27 @@ func TestRunRefusesBadConfig(t *testing.T) {
 		var stderr bytes.Buffer
 		if err := run(t.Context(), args, io.Discard, &stderr); err == nil {
 			t.Errorf("%v: no error", args)
+		}
+	}
+}
+
+// TestBackgroundLanes: feed.background_lanes 0 is feedsvc's default (half the processors) on
+// Pebble and no bound on HBase; a value set is kept on either.
+func TestBackgroundLanes(t *testing.T) {
+	for _, tc := range []struct {
+		backend string
+		set     int
+		want    int
+	}{
+		{config.BackendPebble, 0, 0},
+		{config.BackendHBase, 0, feedsvc.MaxBackgroundLanes},
+		{config.BackendPebble, 3, 3},
+		{config.BackendHBase, 2, 2},
+	} {
+		c := config.DefaultConfig()
+		c.Storage.Backend, c.Feed.BackgroundLanes = tc.backend, tc.set
+		if got := backgroundLanes(c); got != tc.want {
+			t.Errorf("backgroundLanes(%s, %d) = %d, want %d", tc.backend, tc.set, got, tc.want)
 		}
 	}
 }

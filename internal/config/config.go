@@ -384,7 +384,8 @@ type Feed struct {
 	// BackgroundLanes bounds the feed process's background work for the read path
 	// (preparations, inline materializations) running at once, so that it leaves processors
 	// to the requests (feedsvc.Deps.BackgroundLanes). 0, the default: half of GOMAXPROCS, at
-	// least 1.
+	// least 1, on Pebble, where that work is the processors'; no bound beyond the work's own on
+	// HBase, where it waits on RPCs.
 	BackgroundLanes int `json:"background_lanes"`
 }
 
