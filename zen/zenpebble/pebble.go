@@ -121,12 +121,14 @@ type Store struct {
 	mu     sync.Mutex
 	tables map[string]*Table
 
-	// WithFlushAfter only: lastFlush is when the last memtable flush ended (unix
-	// nanoseconds); stop ends the flush loop, done is closed when it has.
+	// stop ends the background loops (holdStates, and flushOld under WithFlushAfter); held
+	// and done are closed when each has ended. lastFlush is when the last memtable flush
+	// ended (unix nanoseconds; WithFlushAfter only).
 	lastFlush atomic.Int64
 	stop      chan struct{}
 	stopOnce  sync.Once
 	done      chan struct{}
+	held      chan struct{}
 
 	// afterRead, when set (by tests only), runs between the read and the write of CheckAndSet
 	// and Increment, to widen the window a missing lock would leave open.
@@ -196,11 +198,65 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if cfg.sync {
 		s.wo = pebble.Sync
 	}
+	s.stop, s.held = make(chan struct{}), make(chan struct{})
+	go s.holdStates()
 	if cfg.flush > 0 {
-		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		s.done = make(chan struct{})
 		go s.flushOld(cfg.flush)
 	}
 	return s, nil
+}
+
+// holdEvery and holdFor: holdStates takes a reference to the database's current state every
+// holdEvery and drops it holdFor later.
+const (
+	holdEvery = 20 * time.Millisecond
+	holdFor   = time.Second
+)
+
+// holdStates keeps a reference to each state of the database it sees (an iterator, opened and
+// never positioned, every holdEvery) for holdFor, so that the reference dropped last is most
+// often its own. Whoever drops the last reference to a state that a flush or compaction
+// replaced deletes its obsolete files, and evicts their blocks from the block cache first, on
+// its own goroutine, yielding every five blocks. In the demo that goroutine was a GetFeed's
+// read, which waited 280 ms to run again (docs/read-path.md, "A request that paid for a
+// compaction"). A state current for less than holdEvery may still be released by a reader.
+func (s *Store) holdStates() {
+	defer close(s.held)
+	tick := time.NewTicker(holdEvery)
+	defer tick.Stop()
+	const depth = int(holdFor / holdEvery)
+	ring := make([]*pebble.Iterator, depth)
+	next := 0
+	defer func() {
+		for _, it := range ring {
+			if it != nil {
+				_ = it.Close()
+			}
+		}
+	}()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		s.life.RLock()
+		if s.closed {
+			s.life.RUnlock()
+			return
+		}
+		it, err := s.db.NewIter(nil)
+		s.life.RUnlock()
+		if err != nil {
+			continue
+		}
+		if old := ring[next]; old != nil {
+			_ = old.Close()
+		}
+		ring[next] = it
+		next = (next + 1) % depth
+	}
 }
 
 // flushOld flushes the memtable when the last flush ended at least d ago and the log holds
@@ -253,8 +309,9 @@ func (s *Store) Table(_ context.Context, name string) (zen.Table, error) {
 
 // Close flushes and closes the database. Tables must not be used afterwards.
 func (s *Store) Close() error {
-	if s.stop != nil {
-		s.stopOnce.Do(func() { close(s.stop) })
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.held
+	if s.done != nil {
 		<-s.done
 	}
 	s.life.Lock()

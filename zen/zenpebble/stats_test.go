@@ -134,3 +134,58 @@ func TestFlushAfter(t *testing.T) {
 		})
 	}
 }
+
+// TestHoldStates: the store's own references keep the tables a compaction replaced alive as
+// zombies (still referenced, not yet deleted) for about holdFor after it, however quickly the
+// readers let go, so that the reference dropped last, whose holder deletes them, is the store's;
+// then they go.
+func TestHoldStates(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tb := openTable(t, s, "t")
+	write := func(round int) {
+		t.Helper()
+		var ms []zen.Mutation
+		for i := range 100 {
+			ms = append(ms, zen.Mutation{Key: fmt.Appendf(nil, "k%03d", i), Value: fmt.Appendf(nil, "v%d", round)})
+		}
+		if err := tb.Apply(ctx, ms); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(0)
+	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * holdEvery) // the holder has seen the state with this table
+	write(1)
+	start := time.Now()
+	// The compaction rewrites the table of round 0 with the rows of round 1.
+	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	// A reader that comes and goes after the compaction is not the last reference.
+	if _, err := tb.Get(ctx, []byte("k001")); err != nil {
+		t.Fatal(err)
+	}
+	if z := s.db.Metrics().Table.ZombieCount; z == 0 && time.Since(start) < holdFor/2 {
+		t.Fatalf("no zombie tables right after the compaction: the store held no reference to the state before it")
+	}
+	deadline := time.Now().Add(holdFor + 5*time.Second)
+	for s.db.Metrics().Table.ZombieCount != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d zombie tables %v after the compaction, want none after about %v", s.db.Metrics().Table.ZombieCount, time.Since(start), holdFor)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if held := time.Since(start); held < holdFor/2 {
+		t.Errorf("the replaced tables went after %v, want about %v", held, holdFor)
+	}
+}
