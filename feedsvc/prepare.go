@@ -17,12 +17,13 @@ import (
 // takes the chunk from the pools and the chunk is recorded as a prepared row: a pending row
 // whose version says "not served yet", written with a synced write like any served chunk, so
 // from then on its pins are in the user's feed and in no pool. The next first page reads it at
-// the top of the feed and serves it: a compare-and-set rewrites the row as served (lazily: the
-// store's next synced write makes it durable) and enqueues its materialization. Only the
-// request whose compare-and-set wins shows the items as fresh; a concurrent one shows them as
-// feed items. A machine crash that loses the rewrite leaves the chunk prepared, and the next
-// visit shows the same pins, in the same place, as fresh once more: never lost, never twice in
-// the feed.
+// the top of the feed and serves it: a compare-and-set rewrites the row as served, and the page
+// is answered once that write is durable (its fsync joins whatever else the store is syncing),
+// then its materialization is enqueued. Only the request whose compare-and-set wins shows the
+// items as fresh; a concurrent one shows them as feed items. So no crash can show a prepared
+// chunk as fresh twice: a crash before the rewrite is durable comes before any answer that
+// showed it (session 50; before, the rewrite was lazy and a machine crash could lose it after
+// the answer, and the next visit showed the same pins as fresh once more).
 
 const (
 	// maxPreparing bounds the preparations running at once in a process; past it a
@@ -57,7 +58,7 @@ func (s *Service) forgetPrepared(user zen.ID) {
 	}
 }
 
-// servePrepared marks the prepared chunks a first page read as served, each with a lazy
+// servePrepared marks the prepared chunks a first page read as served, each with a synced
 // compare-and-set on the primary that only one request wins, and enqueues their
 // materialization. It returns the sequences of the chunks this request won: their items are
 // fresh on this page. outcome labels the metric (served, or stale when a new chunk came too).
@@ -66,13 +67,12 @@ func (s *Service) servePrepared(ctx context.Context, user zen.ID, rows []prepare
 	s.forgetPrepared(user)
 	ctx, cancel := context.WithTimeout(ctx, s.Config().PersistTimeout)
 	defer cancel()
-	lctx := zen.Lazily(ctx)
 	now := s.now().UnixMilli()
 	served := make(map[uint64]bool, len(rows))
 	for _, p := range rows {
 		pc := p.pc
 		pc.Prepared, pc.ServedMs = false, now
-		ok, err := s.primary.CheckAndSet(lctx, pendingKey(user, p.seq), p.row, encodePending(pc))
+		ok, err := s.primary.CheckAndSet(ctx, pendingKey(user, p.seq), p.row, encodePending(pc))
 		switch {
 		case err != nil:
 			// Shown as feed items; the next visit serves it (it is still prepared) unless the

@@ -139,10 +139,11 @@ func TestPreparedChunkStale(t *testing.T) {
 	}
 }
 
-// A machine crash can lose the lazy write that marks a prepared chunk served. What is promised
-// then (docs/read-path.md): the chunk is shown fresh once more at the next visit if its
-// materialization was lost too, or as feed items if not; either way each pin is in the feed
-// once and none is lost.
+// The write that marks a prepared chunk served is durable before the page is answered, but a
+// store can still come back with the row prepared: a standby promoted before the mark was
+// copied to it, a restore from a backup. What is promised then (docs/read-path.md): the chunk is
+// shown fresh once more at the next visit if its materialization was lost too, or as feed items
+// if not; either way each pin is in the feed once and none is lost.
 func TestPreparedChunkLostFlip(t *testing.T) {
 	for _, jobSurvived := range []bool{false, true} {
 		t.Run(map[bool]string{false: "job lost", true: "job survived"}[jobSurvived], func(t *testing.T) {
@@ -162,7 +163,7 @@ func TestPreparedChunkLostFlip(t *testing.T) {
 				t.Fatalf("visit fresh (-want +got):\n%s", diff)
 			}
 			e.svc.Wait()
-			// The crash: the served mark is lost, the row is prepared again.
+			// The store comes back without the served mark: the row is prepared again.
 			p := before.prepared[0]
 			if err := e.repl.Apply(ctx, []zen.Mutation{{Key: pendingKey(e.user, p.seq), Value: p.row}}); err != nil {
 				t.Fatal(err)

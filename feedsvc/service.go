@@ -60,7 +60,7 @@ type Config struct {
 	// PrepareAfter, when positive, prepares the user's next chunk this long after a first page:
 	// the generator runs in the background and the chunk is recorded, synced, as a prepared
 	// row at the top of the user's feed. The next first page serves it as fresh with no
-	// generator call and no synced write on the request (docs/read-path.md). 0 (the default)
+	// generator call, only the synced mark that it was served (docs/read-path.md). 0 (the default)
 	// prepares nothing.
 	PrepareAfter time.Duration `json:"prepare_after"`
 	// PreparedMaxAge: a prepared chunk older than this is still served fresh, but beside a new
@@ -473,7 +473,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	readCh := make(chan readResult, 1)
 	if cfg.PrepareAfter > 0 && s.maybePrepared(user) {
 		// This process prepared the user's next chunk: read first, and serve it if it is young,
-		// with no generator call and no synced write.
+		// with no generator call.
 		start := time.Now()
 		res, out, err := s.read(ctx, user, nil, size)
 		s.m.observeStage(stageRead, time.Since(start))

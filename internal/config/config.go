@@ -370,7 +370,7 @@ type Feed struct {
 	// RecoverEvery is the period of the recovery pass (one runs at start). Default 1m.
 	RecoverEvery Duration `json:"recover_every"`
 	// PrepareAfter, when positive, prepares a user's next chunk this long after a first page,
-	// so that the next visit serves it with no generator call and no synced write on the
+	// so that the next visit serves it with no generator call, only a synced mark on the
 	// request (feedsvc.Config.PrepareAfter; live-tunable in the knobs file). 0: off.
 	PrepareAfter Duration `json:"prepare_after"`
 	// PreparedMaxAge: a prepared chunk older than this is served beside a new chunk from the
