@@ -88,6 +88,7 @@ var freshStatuses = map[FreshStatus]feedv1.FreshStatus{
 	FreshPersistFailed:  feedv1.FreshStatus_FRESH_STATUS_PERSIST_FAILED,
 	FreshPrimaryDown:    feedv1.FreshStatus_FRESH_STATUS_PERSIST_FAILED,
 	FreshNotFirstPage:   feedv1.FreshStatus_FRESH_STATUS_NOT_FIRST_PAGE,
+	FreshRecent:         feedv1.FreshStatus_FRESH_STATUS_RECENT,
 }
 
 func protoStore(s hedge.Store) feedv1.Store {
@@ -208,7 +209,7 @@ func protoConfig(c Config) *feedv1.ServiceConfig {
 	return &feedv1.ServiceConfig{GeneratorDeadlineMs: ms(c.GeneratorDeadline), PersistTimeoutMs: ms(c.PersistTimeout),
 		MaxItems: int32(c.MaxItems), DefaultPageSize: int32(c.DefaultPageSize), MaxPageSize: int32(c.MaxPageSize),
 		StalePendingMs: ms(c.StalePending), PrepareAfterMs: proto.Float64(ms(c.PrepareAfter)),
-		PreparedMaxAgeMs: proto.Float64(ms(c.PreparedMaxAge))}
+		PreparedMaxAgeMs: proto.Float64(ms(c.PreparedMaxAge)), MinChunkIntervalMs: proto.Float64(ms(c.MinChunkInterval))}
 }
 
 // GetServiceConfig implements FeedAdmin.
@@ -243,11 +244,16 @@ func protoReplication(st ReplicationStatus) *feedv1.Replication {
 const MinLiveMaxItems = 100
 
 func (a *AdminServer) SetServiceConfig(_ context.Context, in *feedv1.ServiceConfig) (*feedv1.ServiceConfig, error) {
-	cur := a.svc.Config()
-	c := Config{MaxItems: int(in.GetMaxItems()), DefaultPageSize: int(in.GetDefaultPageSize()),
-		MaxPageSize: int(in.GetMaxPageSize()), PrepareAfter: cur.PrepareAfter, PreparedMaxAge: cur.PreparedMaxAge}
+	// The knobs ServiceConfig does not carry (inline_materialize) keep their values.
+	c := a.svc.Config()
+	c.MaxItems, c.DefaultPageSize, c.MaxPageSize = int(in.GetMaxItems()), int(in.GetDefaultPageSize()), int(in.GetMaxPageSize())
 	var err error
-	// Left unset, the preparation knobs keep their values (a client older than them sends none).
+	// Left unset, the optional knobs keep their values (a client older than them sends none).
+	if in.MinChunkIntervalMs != nil {
+		if c.MinChunkInterval, err = fromMS("min_chunk_interval_ms", in.GetMinChunkIntervalMs()); err != nil {
+			return nil, err
+		}
+	}
 	if in.PrepareAfterMs != nil {
 		if c.PrepareAfter, err = fromMS("prepare_after_ms", in.GetPrepareAfterMs()); err != nil {
 			return nil, err

@@ -21,7 +21,8 @@ import (
 //	              "breaker_window": 20, "breaker_open_for": "2s", "breaker_probes": 3},
 //	  "service": {"generator_deadline": "150ms", "persist_timeout": "200ms", "max_items": 1000,
 //	              "default_page_size": 25, "max_page_size": 200, "stale_pending": "30s",
-//	              "prepare_after": "0s", "prepared_max_age": "30s", "inline_materialize": 4},
+//	              "prepare_after": "0s", "prepared_max_age": "30s", "min_chunk_interval": "0s",
+//	              "inline_materialize": 4},
 //	  "standby": {"max_staleness": "5s"}
 //	}
 //
@@ -47,6 +48,7 @@ type serviceKnobs struct {
 	StalePending      *duration `json:"stale_pending"`
 	PrepareAfter      *duration `json:"prepare_after"`
 	PreparedMaxAge    *duration `json:"prepared_max_age"`
+	MinChunkInterval  *duration `json:"min_chunk_interval"`
 	InlineMaterialize *int      `json:"inline_materialize"`
 }
 
@@ -101,6 +103,7 @@ func (s *Service) ApplyKnobs(doc []byte) error {
 		setDur(&c.StalePending, v.StalePending)
 		setDur(&c.PrepareAfter, v.PrepareAfter)
 		setDur(&c.PreparedMaxAge, v.PreparedMaxAge)
+		setDur(&c.MinChunkInterval, v.MinChunkInterval)
 		set(&c.InlineMaterialize, v.InlineMaterialize)
 	}
 	var maxStale *time.Duration

@@ -45,10 +45,12 @@ const (
 	// background); stageFlip marks a prepared chunk served, on the request.
 	stagePrepare = "prepare"
 	stageFlip    = "flip"
-	// stagePagePrepared and stagePageGenerated time a whole first page by the way it went:
-	// served from a prepared chunk, or through the generator.
+	// stagePagePrepared, stagePageGenerated and stagePageRecent time a whole first page by the
+	// way it went: served from a prepared chunk, through the generator, or from the feed as it
+	// stands because the generator was asked moments ago (Config.MinChunkInterval).
 	stagePagePrepared  = "page_prepared"
 	stagePageGenerated = "page_generated"
+	stagePageRecent    = "page_recent"
 	// stageUserLive is the check that the user exists; stageActivity the wait for the
 	// activity hook's answer after the page is ready.
 	stageUserLive = "user_live"
@@ -124,7 +126,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Chunk recordings whose write failed without an answer, by what a later look found (recorded: materialized; not_recorded: returned to the pools)."},
 			[]string{"found"}),
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smartfeed_feed_stage_seconds", Help: "Time spent in each stage of GetFeed (generator, read, persist, enqueue, flip, user_live, activity_wait; page_prepared and page_generated: a whole first page by its path; prepare: a preparation in the background).",
+			Name: "smartfeed_feed_stage_seconds", Help: "Time spent in each stage of GetFeed (generator, read, persist, enqueue, flip, user_live, activity_wait; page_prepared, page_generated and page_recent: a whole first page by its path; prepare: a preparation in the background).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
 		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_prepared_total",

@@ -92,6 +92,42 @@ func (s *Service) servePrepared(ctx context.Context, user zen.ID, rows []prepare
 	return served
 }
 
+// noteAsked records that this process asks the generator for user's chunk now (see
+// Config.MinChunkInterval).
+func (s *Service) noteAsked(user zen.ID) {
+	if s.nasked.Load() >= maxPreparedHints {
+		// Forgetting only lets a user's next chunk come sooner.
+		s.asked.Clear()
+		s.nasked.Store(0)
+	}
+	if _, loaded := s.asked.Swap(user, s.now().UnixMilli()); !loaded {
+		s.nasked.Add(1)
+	}
+}
+
+// askedWithin reports whether this process asked the generator for user's chunk less than
+// interval ago, and how long ago.
+func (s *Service) askedWithin(user zen.ID, interval time.Duration) (time.Duration, bool) {
+	if interval <= 0 {
+		return 0, false
+	}
+	v, ok := s.asked.Load(user)
+	if !ok {
+		return 0, false
+	}
+	since := time.Duration(s.now().UnixMilli()-v.(int64)) * time.Millisecond
+	return since, since >= 0 && since < interval
+}
+
+// askWait is how long until user's next generator call is interval after the last one (0 when
+// it may be now).
+func (s *Service) askWait(user zen.ID, interval time.Duration) time.Duration {
+	if since, ok := s.askedWithin(user, interval); ok {
+		return interval - since
+	}
+	return 0
+}
+
 // prepareLater schedules the preparation of user's next chunk after delay, unless one is
 // scheduled or running in this process already. A page served from the generator drained the
 // pools: it prepares after cfg.PrepareAfter, to let them fill. A page served from a prepared
@@ -104,6 +140,9 @@ func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 	}
 	if _, busy := s.preparing.LoadOrStore(user, struct{}{}); busy {
 		return
+	}
+	if wait := s.askWait(user, cfg.MinChunkInterval); wait > delay {
+		delay = wait // not before the user's generator calls are MinChunkInterval apart
 	}
 	s.bg.Add(1)
 	var try func(n int)
@@ -162,6 +201,7 @@ const prepareTries = 3
 func (s *Service) prepare(user zen.ID) (empty bool) {
 	cfg := s.Config()
 	start := time.Now()
+	s.noteAsked(user)
 	gctx, gcancel := context.WithTimeout(context.Background(), cfg.GeneratorDeadline)
 	c, err := s.gen.GenerateChunk(gctx, user)
 	gcancel()

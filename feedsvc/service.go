@@ -66,6 +66,13 @@ type Config struct {
 	// PreparedMaxAge: a prepared chunk older than this is still served fresh, but beside a new
 	// chunk from the generator (the pools have had time to fill again). Default 30s.
 	PreparedMaxAge time.Duration `json:"prepared_max_age"`
+	// MinChunkInterval is the least time between two generator calls for one user in this
+	// process (a first page's or a preparation's). A first page sooner than that after the
+	// last call serves the feed as it stands, prepared chunks included, with FreshRecent
+	// instead of asking the generator again; a preparation due sooner waits for it. A user who
+	// reloads ten times a second gets one chunk a second, not ten chunks of the few pins that
+	// came meanwhile, and the reloads cost a read each. 0 (the default) bounds nothing.
+	MinChunkInterval time.Duration `json:"min_chunk_interval"`
 	// InlineMaterialize is how many served chunks this process materializes at once itself,
 	// in the background after the page is answered, instead of enqueueing a materialize job;
 	// a chunk past it, or whose inline run fails, is enqueued as before. The process that
@@ -110,6 +117,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: prepare after %v is not in [0, 1h]", c.PrepareAfter)
 	case c.PreparedMaxAge <= 0 || c.PreparedMaxAge > time.Hour:
 		return fmt.Errorf("config: prepared max age %v is not in (0, 1h]", c.PreparedMaxAge)
+	case c.MinChunkInterval < 0 || c.MinChunkInterval > time.Hour:
+		return fmt.Errorf("config: min chunk interval %v is not in [0, 1h]", c.MinChunkInterval)
 	case c.InlineMaterialize < 0 || c.InlineMaterialize > 1024:
 		return fmt.Errorf("config: inline materialize %d is not in [0, 1024]", c.InlineMaterialize)
 	}
@@ -220,6 +229,10 @@ type Service struct {
 	prepared  sync.Map
 	nprepared atomic.Int64
 	prepSlots chan struct{}
+	// asked holds when this process last asked the generator for each user's chunk (zen.ID ->
+	// Unix ms, by Deps.Now; see Config.MinChunkInterval); nasked counts it.
+	asked  sync.Map
+	nasked atomic.Int64
 	// active holds the users whose activity hook answered "not rebuilding" lately
 	// (zen.ID -> Unix ms; see recentlyActive).
 	active  sync.Map
@@ -339,6 +352,9 @@ const (
 	// could not be recorded); the pins stay in the pools. On the wire it is PERSIST_FAILED.
 	FreshPrimaryDown  FreshStatus = "primary_down"
 	FreshNotFirstPage FreshStatus = "not_first_page" // later pages are materialized only
+	// FreshRecent: the generator was asked for this user's chunk less than
+	// Config.MinChunkInterval ago; the page is the feed as it stands.
+	FreshRecent FreshStatus = "recent"
 )
 
 // Request asks for one page of a user's feed. An empty Cursor asks for the first page.
@@ -495,8 +511,36 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		}
 		readCh <- readResult{res, out, nil}
 	}
+	if since, ok := s.askedWithin(user, cfg.MinChunkInterval); ok {
+		// The generator was asked for this user's chunk a moment ago: serve the feed as it
+		// stands, and the prepared chunks in it, with no generator call.
+		var rd readResult
+		if len(readCh) > 0 {
+			rd = <-readCh
+		} else {
+			start := time.Now()
+			rd.res, rd.out, rd.err = s.read(ctx, user, nil, size)
+			s.m.observeStage(stageRead, time.Since(start))
+		}
+		if rd.err != nil {
+			return Page{}, rd.err
+		}
+		page := Page{From: rd.out.From, Hedged: rd.out.Hedged, FreshStatus: FreshRecent,
+			FreshDetail: fmt.Sprintf("the generator was asked %v ago (feed.min_chunk_interval %v)", since, cfg.MinChunkInterval)}
+		var served map[uint64]bool
+		if len(rd.res.prepared) > 0 {
+			if served = s.servePrepared(ctx, user, rd.res.prepared, prepServed); len(served) > 0 {
+				page.FreshStatus, page.FreshDetail = FreshIncluded, ""
+				s.prepareLater(user, cfg, 0) // the next one, once the interval allows
+			}
+		}
+		s.fill(&page, user, nil, rd.res, size, served)
+		s.m.observeStage(stagePageRecent, time.Since(pageStart))
+		return page, nil
+	}
 	// The generator runs with its own deadline; if it ignores the deadline, the request leaves
 	// without it and a background reader settles whatever it returns late.
+	s.noteAsked(user)
 	genCh := make(chan genResult, 1)
 	gctx, gcancel := context.WithTimeout(ctx, cfg.GeneratorDeadline)
 	defer gcancel()

@@ -49,6 +49,72 @@ func TestEndToEndInvariants(t *testing.T) {
 	}
 }
 
+// TestEndToEndMinChunkInterval: with the binary's default feed.min_chunk_interval (1s), a first
+// page right after another is the feed as it stands (FreshRecent, no generator call): the pins
+// fanned out meanwhile stay in the pools, and the first page after the interval serves them.
+func TestEndToEndMinChunkInterval(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: needs Redis and runs every service; skipped with -short")
+	}
+	e := newE2E(t, false, func(c *config.Config) { c.Feed.MinChunkInterval = config.DefaultConfig().Feed.MinChunkInterval })
+	if got := e.svc.Config().MinChunkInterval; got != time.Second {
+		t.Fatalf("the service's min chunk interval is %v, want the default 1s", got)
+	}
+	A, B := e.user("alice"), e.user("bob")
+	bA := e.board(A)
+	e.follow(B, A)
+	e.drain()
+	first := []zen.ID{e.pin(A, bA, 0), e.pin(A, bA, 0), e.pin(A, bA, 0)}
+	e.drain()
+	get := func(when string) feedsvc.Page {
+		t.Helper()
+		p, err := e.svc.GetFeed(e.ctx, feedsvc.Request{User: B, PageSize: 50})
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		return p
+	}
+	fresh := func(p feedsvc.Page) (out []zen.ID) {
+		for _, it := range p.Items {
+			if it.Fresh {
+				out = append(out, it.Pin)
+			}
+		}
+		return out
+	}
+	p := get("first visit")
+	if p.FreshStatus != feedsvc.FreshIncluded || len(fresh(p)) != len(first) {
+		t.Fatalf("first visit: status %q, %d fresh; want included, %d", p.FreshStatus, len(fresh(p)), len(first))
+	}
+	if p := get("reload"); p.FreshStatus != feedsvc.FreshRecent || len(fresh(p)) != 0 || len(p.Items) != len(first) {
+		t.Fatalf("reload at once: status %q, %d fresh, %d items; want recent, 0, %d", p.FreshStatus, len(fresh(p)), len(p.Items), len(first))
+	}
+	// Live: an hour from now on, so that the rest does not race the clock.
+	c := e.svc.Config()
+	c.MinChunkInterval = time.Hour
+	e.must(e.svc.SetConfig(c))
+	later := []zen.ID{e.pin(A, bA, 0), e.pin(A, bA, 0)}
+	e.drain()
+	if p := get("reload after new pins"); p.FreshStatus != feedsvc.FreshRecent || len(fresh(p)) != 0 {
+		t.Fatalf("reload after new pins: status %q, %d fresh; want recent, 0", p.FreshStatus, len(fresh(p)))
+	}
+	for _, pin := range later {
+		if where := e.locate(B)[pin]; !slices.Contains(where, "pool:following") {
+			t.Errorf("pin %s fanned out during the interval is in %v, want the following pool", pin, where)
+		}
+	}
+	c.MinChunkInterval = 0
+	e.must(e.svc.SetConfig(c))
+	p = get("visit after the interval")
+	slices.Sort(later)
+	got := fresh(p)
+	slices.Sort(got)
+	if p.FreshStatus != feedsvc.FreshIncluded || !slices.Equal(got, later) {
+		t.Errorf("visit after the interval: status %q, fresh %v; want included, %v", p.FreshStatus, got, later)
+	}
+	e.settle()
+}
+
 func runE2E(t *testing.T, twice bool, opts ...func(*config.Config)) *e2e {
 	e := newE2E(t, twice, opts...)
 
@@ -199,6 +265,9 @@ func newE2E(t *testing.T, twice bool, opts ...func(*config.Config)) *e2e {
 	cfg.Admin.Addr = ""
 	cfg.Admin.GRPCAddr = ""
 	cfg.ShutdownTimeout = config.Duration(10 * time.Second)
+	// The scenarios check what each first page's generator call handed out, pages back to
+	// back: no bound between a user's calls (TestEndToEndMinChunkInterval tests the bound).
+	cfg.Feed.MinChunkInterval = 0
 	for _, o := range opts {
 		o(&cfg)
 	}

@@ -500,7 +500,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	fc := feedsvc.DefaultConfig()
 	fc.GeneratorDeadline, fc.MaxItems = a.cfg.Feed.GeneratorDeadline.D(), a.cfg.Feed.MaxItems
 	fc.PrepareAfter, fc.PreparedMaxAge = a.cfg.Feed.PrepareAfter.D(), a.cfg.Feed.PreparedMaxAge.D()
-	fc.InlineMaterialize = a.cfg.Feed.InlineMaterialize
+	fc.InlineMaterialize, fc.MinChunkInterval = a.cfg.Feed.InlineMaterialize, a.cfg.Feed.MinChunkInterval.D()
 	a.feedPrimary, a.feedStandby = writeTo, gate
 	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,

@@ -376,6 +376,11 @@ type Feed struct {
 	// PreparedMaxAge: a prepared chunk older than this is served beside a new chunk from the
 	// generator. Default 30s.
 	PreparedMaxAge Duration `json:"prepared_max_age"`
+	// MinChunkInterval is the least time between two generator calls for one user in the feed
+	// process: a first page sooner after the last call serves the feed as it stands
+	// (feedsvc.Config.MinChunkInterval; live-tunable in the knobs file). Default 1s; 0: no
+	// bound.
+	MinChunkInterval Duration `json:"min_chunk_interval"`
 	// InlineMaterialize is how many served chunks the feed process materializes at once
 	// itself, after the page is answered, rather than through a materialize job on Redis
 	// (feedsvc.Config.InlineMaterialize; live-tunable in the knobs file). Default 4; 0: every
@@ -418,6 +423,7 @@ func DefaultConfig() Config {
 			RecoverAfter:        Duration(time.Minute),
 			RecoverEvery:        Duration(time.Minute),
 			PreparedMaxAge:      Duration(30 * time.Second),
+			MinChunkInterval:    Duration(time.Second),
 			InlineMaterialize:   4,
 			Hedge:               hedge.DefaultPolicy(),
 		},
@@ -527,6 +533,9 @@ func (c Config) Validate() error {
 	}
 	if c.Feed.PrepareAfter < 0 || c.Feed.PrepareAfter > Duration(time.Hour) {
 		bad("feed.prepare_after: %v not in [0, 1h]", c.Feed.PrepareAfter.D())
+	}
+	if c.Feed.MinChunkInterval < 0 || c.Feed.MinChunkInterval > Duration(time.Hour) {
+		bad("feed.min_chunk_interval: %v not in [0, 1h]", c.Feed.MinChunkInterval.D())
 	}
 	if c.Feed.PreparedMaxAge <= 0 || c.Feed.PreparedMaxAge > Duration(time.Hour) {
 		bad("feed.prepared_max_age: %v not in (0, 1h]", c.Feed.PreparedMaxAge.D())

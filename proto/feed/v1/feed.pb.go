@@ -87,6 +87,9 @@ const (
 	FreshStatus_FRESH_STATUS_PERSIST_FAILED FreshStatus = 5
 	// Later pages are materialized only.
 	FreshStatus_FRESH_STATUS_NOT_FIRST_PAGE FreshStatus = 6
+	// The generator was asked for this user's chunk less than feed.min_chunk_interval ago: the
+	// page is the feed as it stands.
+	FreshStatus_FRESH_STATUS_RECENT FreshStatus = 7
 )
 
 // Enum value maps for FreshStatus.
@@ -99,6 +102,7 @@ var (
 		4: "FRESH_STATUS_GENERATOR_TIMEOUT",
 		5: "FRESH_STATUS_PERSIST_FAILED",
 		6: "FRESH_STATUS_NOT_FIRST_PAGE",
+		7: "FRESH_STATUS_RECENT",
 	}
 	FreshStatus_value = map[string]int32{
 		"FRESH_STATUS_UNSPECIFIED":       0,
@@ -108,6 +112,7 @@ var (
 		"FRESH_STATUS_GENERATOR_TIMEOUT": 4,
 		"FRESH_STATUS_PERSIST_FAILED":    5,
 		"FRESH_STATUS_NOT_FIRST_PAGE":    6,
+		"FRESH_STATUS_RECENT":            7,
 	}
 )
 
@@ -804,8 +809,10 @@ type ServiceConfig struct {
 	PrepareAfterMs *float64 `protobuf:"fixed64,7,opt,name=prepare_after_ms,json=prepareAfterMs,proto3,oneof" json:"prepare_after_ms,omitempty"`
 	// A prepared chunk older than this is served beside a new chunk; left unset, kept.
 	PreparedMaxAgeMs *float64 `protobuf:"fixed64,8,opt,name=prepared_max_age_ms,json=preparedMaxAgeMs,proto3,oneof" json:"prepared_max_age_ms,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The least time between two generator calls for one user (0: no bound); left unset, kept.
+	MinChunkIntervalMs *float64 `protobuf:"fixed64,9,opt,name=min_chunk_interval_ms,json=minChunkIntervalMs,proto3,oneof" json:"min_chunk_interval_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ServiceConfig) Reset() {
@@ -890,6 +897,13 @@ func (x *ServiceConfig) GetPrepareAfterMs() float64 {
 func (x *ServiceConfig) GetPreparedMaxAgeMs() float64 {
 	if x != nil && x.PreparedMaxAgeMs != nil {
 		return *x.PreparedMaxAgeMs
+	}
+	return 0
+}
+
+func (x *ServiceConfig) GetMinChunkIntervalMs() float64 {
+	if x != nil && x.MinChunkIntervalMs != nil {
+		return *x.MinChunkIntervalMs
 	}
 	return 0
 }
@@ -1109,7 +1123,7 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\n" +
 	"error_rate\x18\x06 \x01(\x01R\terrorRate\x12\x16\n" +
 	"\x06outage\x18\a \x01(\bR\x06outage\"\x19\n" +
-	"\x17GetServiceConfigRequest\"\x98\x03\n" +
+	"\x17GetServiceConfigRequest\"\xea\x03\n" +
 	"\rServiceConfig\x122\n" +
 	"\x15generator_deadline_ms\x18\x01 \x01(\x01R\x13generatorDeadlineMs\x12,\n" +
 	"\x12persist_timeout_ms\x18\x02 \x01(\x01R\x10persistTimeoutMs\x12\x1b\n" +
@@ -1118,9 +1132,11 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\rmax_page_size\x18\x05 \x01(\x05R\vmaxPageSize\x12(\n" +
 	"\x10stale_pending_ms\x18\x06 \x01(\x01R\x0estalePendingMs\x12-\n" +
 	"\x10prepare_after_ms\x18\a \x01(\x01H\x00R\x0eprepareAfterMs\x88\x01\x01\x122\n" +
-	"\x13prepared_max_age_ms\x18\b \x01(\x01H\x01R\x10preparedMaxAgeMs\x88\x01\x01B\x13\n" +
+	"\x13prepared_max_age_ms\x18\b \x01(\x01H\x01R\x10preparedMaxAgeMs\x88\x01\x01\x126\n" +
+	"\x15min_chunk_interval_ms\x18\t \x01(\x01H\x02R\x12minChunkIntervalMs\x88\x01\x01B\x13\n" +
 	"\x11_prepare_after_msB\x16\n" +
-	"\x14_prepared_max_age_ms\"\x17\n" +
+	"\x14_prepared_max_age_msB\x18\n" +
+	"\x16_min_chunk_interval_ms\"\x17\n" +
 	"\x15GetReplicationRequest\"\xcb\x02\n" +
 	"\vReplication\x12\x1c\n" +
 	"\tmechanism\x18\x01 \x01(\tR\tmechanism\x12\x15\n" +
@@ -1136,7 +1152,7 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SOURCE_FOLLOWING\x10\x01\x12\x13\n" +
 	"\x0fSOURCE_INTEREST\x10\x02\x12\x12\n" +
-	"\x0eSOURCE_RELATED\x10\x03*\xe6\x01\n" +
+	"\x0eSOURCE_RELATED\x10\x03*\xff\x01\n" +
 	"\vFreshStatus\x12\x1c\n" +
 	"\x18FRESH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15FRESH_STATUS_INCLUDED\x10\x01\x12\x16\n" +
@@ -1144,7 +1160,8 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\x1cFRESH_STATUS_GENERATOR_ERROR\x10\x03\x12\"\n" +
 	"\x1eFRESH_STATUS_GENERATOR_TIMEOUT\x10\x04\x12\x1f\n" +
 	"\x1bFRESH_STATUS_PERSIST_FAILED\x10\x05\x12\x1f\n" +
-	"\x1bFRESH_STATUS_NOT_FIRST_PAGE\x10\x06*D\n" +
+	"\x1bFRESH_STATUS_NOT_FIRST_PAGE\x10\x06\x12\x17\n" +
+	"\x13FRESH_STATUS_RECENT\x10\a*D\n" +
 	"\x05Store\x12\x15\n" +
 	"\x11STORE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTORE_PRIMARY\x10\x01\x12\x11\n" +
