@@ -130,6 +130,11 @@ func Markdown(r *Results, plotDir string) string {
 	p("")
 	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
 		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
+	if rd.Readers > 0 && rd.Offered > 0 {
+		p("")
+		p("The calls read %d distinct users, each back every %.2f s on average: a page sooner than `feed.min_chunk_interval` after the user's last generator call is a plain read of the feed.",
+			rd.Readers, float64(rd.Readers)/rd.Offered)
+	}
 	p("")
 	if g, red := rd.Sched, rd.RedisSched; g != nil && red != nil {
 		p("Goroutines of this process waited, runnable, for a CPU (Go's /sched/latencies): p50 %.3f ms, p99 %.2f ms, p99.9 %.2f ms during the GetFeed calls; p50 %.3f ms, p99 %.2f ms, p99.9 %.2f ms during the Redis calls. A GetFeed crosses several goroutines (client, transport, handler), each a wait.",

@@ -235,6 +235,11 @@ type ReadResult struct {
 	RedisRate   float64 `json:"redis_achieved_per_sec"`
 	FirstP99Ms  float64 `json:"getfeed_first_third_p99_ms"`
 	LastP99Ms   float64 `json:"getfeed_last_third_p99_ms"`
+	// Readers is how many distinct users the GetFeeds read (the model's active readers,
+	// weighted by how much each reads), so each came back every Readers/Offered seconds on
+	// average: the bench's readers reload far more often than people do, which a per-user
+	// bound on generator calls (feed.min_chunk_interval) turns into plain reads.
+	Readers int `json:"distinct_readers"`
 	// GeneratorCalls and GeneratorMeanMs: the generator calls made by those GetFeeds (first
 	// pages) and their mean time, from the service's own histogram.
 	GeneratorCalls  float64 `json:"generator_calls"`
@@ -632,7 +637,12 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		defer bgw.Done()
 		_, _, _ = fanout(bg, sys, w, opts.EventRate, opts.ReadFor+opts.ReadFor, 4, nil, t0)
 	}()
-	say("reads: GetFeed at %.0f/s, %d concurrent, for %v, fanout running", opts.ReadRate, opts.Concurrency, opts.ReadFor)
+	distinct := map[int]bool{}
+	for _, u := range readers {
+		distinct[u] = true
+	}
+	say("reads: GetFeed at %.0f/s, %d concurrent, for %v, fanout running; %d distinct readers (each back every %.2f s on average)",
+		opts.ReadRate, opts.Concurrency, opts.ReadFor, len(distinct), float64(len(distinct))/opts.ReadRate)
 	repl.begin()
 	genCalls0, genTime0 := sys.GeneratorTime()
 	st0 := stages(sys)
@@ -665,7 +675,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	bgw.Wait()
 	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: gl.Summary(), GetFeedRate: grate,
 		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate, Stages: stagesServing,
-		Sched: schedDiff(sched0, sched1), RedisSched: schedDiff(sched1, sched2), Floor: floor}
+		Sched: schedDiff(sched0, sched1), RedisSched: schedDiff(sched1, sched2), Floor: floor, Readers: len(distinct)}
 	if n := genCalls1 - genCalls0; n > 0 {
 		res.Reads.GeneratorCalls = n
 		res.Reads.GeneratorMeanMs = float64((genTime1 - genTime0).Microseconds()) / 1000 / n
