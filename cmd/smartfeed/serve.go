@@ -40,6 +40,7 @@ import (
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/slowtrace"
 	"github.com/smartfeed/smartfeed/pinlater"
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
 	"github.com/smartfeed/smartfeed/worker"
@@ -144,6 +145,9 @@ type app struct {
 	cfg  config.Config
 	log  *zap.Logger
 	reg  *prometheus.Registry
+	// slow writes the execution trace around slow public calls (nil when
+	// admin.slow_trace_dir is empty).
+	slow *slowtrace.Recorder
 
 	stores *stores
 	// router routes the shard-keyed tables over the stores of --stores (nil without any);
@@ -582,6 +586,14 @@ func (a *app) buildGRPC() error {
 	if err != nil {
 		return err
 	}
+	if dir := a.cfg.Admin.SlowTraceDir; dir != "" {
+		// Outermost: a slow call is timed whole, its authentication included.
+		if a.slow, err = slowtrace.Start(slowtrace.Options{Dir: dir, Over: a.cfg.Admin.SlowTraceOver.D(),
+			Logger: a.log.Named("slowtrace"), Registerer: a.reg}); err != nil {
+			return err
+		}
+		units = append([]grpc.UnaryServerInterceptor{a.slow.UnaryInterceptor()}, units...)
+	}
 	// Authentication first: nothing of an unauthenticated call is looked at.
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(append(units, boundUnary)...),
 		grpc.ChainStreamInterceptor(append(streams, boundStream)...)}
@@ -874,6 +886,9 @@ func (a *app) shutdown(ctx context.Context, stopBG context.CancelFunc) error {
 	}
 	step("connections", func() error { a.closeConns(); return nil })
 	step("stores", a.stores.close)
+	if a.slow != nil {
+		step("slow traces", func() error { a.slow.Close(); a.slow = nil; return nil })
+	}
 	return errors.Join(errs...)
 }
 
@@ -964,6 +979,9 @@ func (a *app) closeConns() {
 // closeAll releases what newApp built when run never ran.
 func (a *app) closeAll() {
 	a.closeConns()
+	if a.slow != nil {
+		a.slow.Close()
+	}
 	if err := a.stores.close(); err != nil {
 		a.log.Warn("close stores", zap.Error(err))
 	}

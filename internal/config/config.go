@@ -258,6 +258,12 @@ type Admin struct {
 	TokenFile string `json:"token_file"`
 	// Pprof serves /debug/pprof on the admin HTTP listener. Default false.
 	Pprof bool `json:"pprof"`
+	// SlowTraceDir, when set, keeps the last seconds of the process's execution trace in
+	// memory (Go's flight recorder) and writes them there when a public gRPC call takes longer
+	// than SlowTraceOver, at most one every 10 s and 50 in all (package slowtrace). Empty: off.
+	SlowTraceDir string `json:"slow_trace_dir"`
+	// SlowTraceOver is the bound of SlowTraceDir. Default 100ms.
+	SlowTraceOver Duration `json:"slow_trace_over"`
 }
 
 // TLS configures the listeners' certificate.
@@ -409,7 +415,7 @@ func DefaultConfig() Config {
 		Redis: Redis{Addr: "127.0.0.1:6379"},
 		Cache: Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
 		GRPC:  GRPC{Addr: "127.0.0.1:9090"},
-		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092"},
+		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092", SlowTraceOver: Duration(100 * time.Millisecond)},
 		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000},
 		Log:   Log{Level: "info", Format: "auto"},
 		Worker: Worker{Concurrency: 10, Dequeuers: 1, ShutdownTimeout: Duration(10 * time.Second), ReclaimAfter: Duration(5 * time.Second),
@@ -533,6 +539,9 @@ func (c Config) Validate() error {
 	}
 	if c.Feed.PrepareAfter < 0 || c.Feed.PrepareAfter > Duration(time.Hour) {
 		bad("feed.prepare_after: %v not in [0, 1h]", c.Feed.PrepareAfter.D())
+	}
+	if c.Admin.SlowTraceOver <= 0 {
+		bad("admin.slow_trace_over: %v is not positive", c.Admin.SlowTraceOver.D())
 	}
 	if c.Feed.MinChunkInterval < 0 || c.Feed.MinChunkInterval > Duration(time.Hour) {
 		bad("feed.min_chunk_interval: %v not in [0, 1h]", c.Feed.MinChunkInterval.D())

@@ -62,6 +62,8 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.Admin.GRPCAddr, "admin-grpc-addr", c.Admin.GRPCAddr, "admin gRPC listen address (FeedAdmin); empty disables it")
 	s(&c.Admin.TokenFile, "admin-token-file", c.Admin.TokenFile, "file holding the admin credential the admin gRPC port requires")
 	b(&c.Admin.Pprof, "pprof", c.Admin.Pprof, "serve /debug/pprof on the admin HTTP listener")
+	s(&c.Admin.SlowTraceDir, "slow-trace-dir", c.Admin.SlowTraceDir, "write the last seconds of the execution trace to this directory when a public gRPC call is slow (empty: off)")
+	d(&c.Admin.SlowTraceOver, "slow-trace-over", c.Admin.SlowTraceOver, "a public gRPC call slower than this has its trace written (with --slow-trace-dir)")
 	s(&c.Auth.JWKSFile, "auth-jwks-file", c.Auth.JWKSFile, "JWKS of the identity provider: callers of the public port present its tokens")
 	s(&c.Auth.Issuer, "auth-issuer", c.Auth.Issuer, "required iss of the tokens (empty: any)")
 	s(&c.Auth.Audience, "auth-audience", c.Auth.Audience, "required aud of the tokens (empty: any)")
