@@ -64,7 +64,7 @@ func (s *Service) touch(user zen.ID) func() bool {
 		if err == nil && !r {
 			s.noteActive(user)
 		} else {
-			s.active.Delete(user)
+			s.active.forget(user)
 		}
 		ch <- r && err == nil
 	}()
@@ -101,19 +101,11 @@ const (
 // recentlyActive reports whether the activity hook answered "not rebuilding" for user within
 // activityFresh.
 func (s *Service) recentlyActive(user zen.ID) bool {
-	v, ok := s.active.Load(user)
-	return ok && s.now().Sub(time.UnixMilli(v.(int64))) < activityFresh
+	at, ok := s.active.get(user)
+	return ok && s.now().Sub(time.UnixMilli(at)) < activityFresh
 }
 
-func (s *Service) noteActive(user zen.ID) {
-	if s.nactive.Load() >= maxActiveUsers {
-		s.active.Clear()
-		s.nactive.Store(0)
-	}
-	if _, loaded := s.active.Swap(user, s.now().UnixMilli()); !loaded {
-		s.nactive.Add(1)
-	}
-}
+func (s *Service) noteActive(user zen.ID) { s.active.set(user, s.now().UnixMilli()) }
 
 // filterLive drops the items of res whose pins are no longer live, reading further (after the
 // last item read) to fill the page again, at most maxLiveRereads times. The cursor stays

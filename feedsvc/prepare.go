@@ -38,25 +38,13 @@ const (
 // maybePrepared reports whether this process recorded a prepared chunk for user that no visit
 // has served yet: the first page then reads before it calls the generator.
 func (s *Service) maybePrepared(user zen.ID) bool {
-	_, ok := s.prepared.Load(user)
+	_, ok := s.prepared.get(user)
 	return ok
 }
 
-func (s *Service) notePrepared(user zen.ID) {
-	if s.nprepared.Load() >= maxPreparedHints {
-		s.prepared.Clear()
-		s.nprepared.Store(0)
-	}
-	if _, loaded := s.prepared.LoadOrStore(user, struct{}{}); !loaded {
-		s.nprepared.Add(1)
-	}
-}
+func (s *Service) notePrepared(user zen.ID) { s.prepared.set(user, s.now().UnixMilli()) }
 
-func (s *Service) forgetPrepared(user zen.ID) {
-	if _, ok := s.prepared.LoadAndDelete(user); ok {
-		s.nprepared.Add(-1)
-	}
-}
+func (s *Service) forgetPrepared(user zen.ID) { s.prepared.forget(user) }
 
 // servePrepared marks the prepared chunks a first page read as served, each with a synced
 // compare-and-set on the primary that only one request wins, and enqueues their
@@ -94,16 +82,7 @@ func (s *Service) servePrepared(ctx context.Context, user zen.ID, rows []prepare
 
 // noteAsked records that this process asks the generator for user's chunk now (see
 // Config.MinChunkInterval).
-func (s *Service) noteAsked(user zen.ID) {
-	if s.nasked.Load() >= maxPreparedHints {
-		// Forgetting only lets a user's next chunk come sooner.
-		s.asked.Clear()
-		s.nasked.Store(0)
-	}
-	if _, loaded := s.asked.Swap(user, s.now().UnixMilli()); !loaded {
-		s.nasked.Add(1)
-	}
-}
+func (s *Service) noteAsked(user zen.ID) { s.asked.set(user, s.now().UnixMilli()) }
 
 // askedWithin reports whether this process asked the generator for user's chunk less than
 // interval ago, and how long ago.
@@ -111,11 +90,11 @@ func (s *Service) askedWithin(user zen.ID, interval time.Duration) (time.Duratio
 	if interval <= 0 {
 		return 0, false
 	}
-	v, ok := s.asked.Load(user)
+	at, ok := s.asked.get(user)
 	if !ok {
 		return 0, false
 	}
-	since := time.Duration(s.now().UnixMilli()-v.(int64)) * time.Millisecond
+	since := time.Duration(s.now().UnixMilli()-at) * time.Millisecond
 	return since, since >= 0 && since < interval
 }
 

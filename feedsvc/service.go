@@ -221,22 +221,19 @@ type Service struct {
 	// lastSeq is the last chunk sequence handed out by this process (see nextSeq).
 	lastSeq   atomic.Uint64
 	closeOnce sync.Once
-	// preparing holds the users with a preparation scheduled or running in this process;
-	// prepared those for which this process recorded a prepared chunk not yet served, a hint
-	// that the next first page should read before it calls the generator (both zen.ID ->
-	// struct{}); nprepared counts prepared. prepSlots bounds the preparations running at once.
+	// preparing holds the users with a preparation scheduled or running in this process
+	// (zen.ID -> struct{}); prepared those for which this process recorded a prepared chunk not
+	// yet served, a hint that the next first page should read before it calls the generator.
+	// prepSlots bounds the preparations running at once.
 	preparing sync.Map
-	prepared  sync.Map
-	nprepared atomic.Int64
+	prepared  userMarks
 	prepSlots chan struct{}
-	// asked holds when this process last asked the generator for each user's chunk (zen.ID ->
-	// Unix ms, by Deps.Now; see Config.MinChunkInterval); nasked counts it.
-	asked  sync.Map
-	nasked atomic.Int64
-	// active holds the users whose activity hook answered "not rebuilding" lately
-	// (zen.ID -> Unix ms; see recentlyActive).
-	active  sync.Map
-	nactive atomic.Int64
+	// asked holds when this process last asked the generator for each user's chunk (by
+	// Deps.Now; see Config.MinChunkInterval).
+	asked userMarks
+	// active holds the users whose activity hook answered "not rebuilding" lately, and when
+	// (see recentlyActive).
+	active userMarks
 	// inlineRunning counts the materializations running in this process (see
 	// Config.InlineMaterialize).
 	inlineRunning atomic.Int64
@@ -304,6 +301,7 @@ func New(d Deps, c Config) (*Service, error) {
 		indexShards: d.IndexShards, gate: d.StandbyGate, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
 		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing),
 		lanes: make(chan struct{}, d.BackgroundLanes)}
+	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers
 	s.cfg.Store(&c)
 	return s, nil
 }
