@@ -44,11 +44,7 @@ func TestStats(t *testing.T) {
 // rows share blocks), and an empty value is empty, not nil.
 func TestScanCopies(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, "")
 	tb := openTable(t, s, "t")
 	var muts []zen.Mutation
 	for i := range 3000 { // several blocks
@@ -141,11 +137,7 @@ func TestFlushAfter(t *testing.T) {
 // then they go.
 func TestHoldStates(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, "")
 	tb := openTable(t, s, "t")
 	write := func(round int) {
 		t.Helper()
