@@ -419,6 +419,7 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 	if _, err := w.pools.Forget(ctx, author, []zen.ID{pin}); err != nil {
 		return fmt.Errorf("fanout %d: %w", pin, err)
 	}
+	w.m.observeDelay(w.now(), p.CreatedMs)
 	w.m.tasks.WithLabelValues(pinlater.TypeFanout).Inc()
 	return nil
 }
@@ -743,6 +744,7 @@ func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPa
 	if _, err := w.deliverChunk(ctx, p, nil); err != nil {
 		return err
 	}
+	w.m.observeDelay(w.now(), p.CreatedMs)
 	w.m.tasks.WithLabelValues(pinlater.TypeFanoutChunk).Inc()
 	return nil
 }

@@ -5,12 +5,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/zen"
@@ -380,6 +382,61 @@ func TestHotAuthorChunks(t *testing.T) {
 				if n, _ := w.w.Pools().Size(ctx, u, zen.SourceFollowing); n != 1 {
 					t.Errorf("receiver %d has %d entries, want 1", u, n)
 				}
+			}
+		})
+	}
+}
+
+// TestFanoutDelay checks the fanout delay histogram: one observation at the end of the fanout
+// task and one per chunk task, each the time since the pin's created_ms; none for a pin deleted
+// before its fanout ran; and a created_ms in the future counts as no delay.
+func TestFanoutDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		createdAt time.Duration // created_ms relative to the worker's clock
+		deleted   bool
+		count     uint64
+		sum       float64
+	}{
+		// alice: 10 followers → 3 chunk tasks of 4; the fanout task itself delivers travel's.
+		{"fanout and chunks", -1500 * time.Millisecond, false, 4, 6},
+		{"clock ahead", 3 * time.Second, false, 4, 0},
+		// The fanout task of a deleted pin ends at once, without chunks and without a delay.
+		{"deleted pin", -time.Second, true, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			w := newWorld(t, zenmem.New(), Config{ChunkSize: 4, HotFollowers: 5}, 10, nil)
+			if tc.deleted {
+				if err := w.g.Delete(ctx, w.pins[1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := pinlater.FanoutPayload{Pin: uint64(w.pins[1]), Author: uint64(w.alice), Board: uint64(w.travel),
+				CreatedMs: w.clk.now().Add(tc.createdAt).UnixMilli()}
+			task, err := pinlater.NewFanout(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.q.Enqueue(ctx, task)
+			if err := w.q.run(ctx); err != nil {
+				t.Fatal(err)
+			}
+			m := &dto.Metric{}
+			if err := w.w.m.delay.Write(m); err != nil {
+				t.Fatal(err)
+			}
+			h := m.GetHistogram()
+			if h.GetSampleCount() != tc.count || math.Abs(h.GetSampleSum()-tc.sum) > 1e-9 {
+				t.Errorf("delay histogram: %d observations summing to %v s, want %d summing to %v s",
+					h.GetSampleCount(), h.GetSampleSum(), tc.count, tc.sum)
+			}
+			// Every delay was the same: the snapshot's median is in the bucket that holds it
+			// (buckets from 5 ms, each 1.5× the last).
+			d, ok := w.w.DelaySnapshot().Quantile(DelaySnapshot{}, 0.5)
+			if want := time.Duration(tc.sum / float64(max(tc.count, 1)) * float64(time.Second)); ok != (tc.count > 0) ||
+				d < want*2/3 || d > max(want*3/2, 5*time.Millisecond) {
+				t.Errorf("median delay %v (%v), want %d delays of %v", d, ok, tc.count, want)
 			}
 		})
 	}

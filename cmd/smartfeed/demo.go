@@ -25,6 +25,7 @@ import (
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/pinlater"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	"github.com/smartfeed/smartfeed/worker"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -271,9 +272,9 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 		case <-ticker.C:
 			st.syncInserts(a)
 			if tty {
-				fmt.Fprintf(stdout, "\r\033[K%s", st.line(df.duration))
+				fmt.Fprintf(stdout, "\r\033[K%s", st.line(df.duration, false))
 			} else if time.Since(lastPlain) >= 5*time.Second {
-				fmt.Fprintln(stdout, st.line(df.duration))
+				fmt.Fprintln(stdout, st.line(df.duration, false))
 				lastPlain = time.Now()
 			}
 		}
@@ -283,7 +284,7 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 	if tty {
 		fmt.Fprint(stdout, "\r\033[K")
 	}
-	fmt.Fprintf(stdout, "summary: %s\n", st.line(0))
+	fmt.Fprintf(stdout, "summary: %s\n", st.line(0, true))
 	if st.reads.Load() > 0 && st.readErrs.Load() == st.reads.Load() {
 		return errors.New("demo: every GetFeed failed (see the log)")
 	}
@@ -308,6 +309,12 @@ func (s *demoStats) syncInserts(a *app) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if a.worker != nil {
+		s.delays = append(s.delays, a.worker.DelaySnapshot())
+		if len(s.delays) > delayWindow {
+			s.delays = s.delays[1:]
+		}
+	}
 	s.depth, s.qlag = depth, qlag
 	s.depths = append(s.depths, depth)
 	if len(s.depths) > 6 {
@@ -399,7 +406,13 @@ type demoStats struct {
 	depth  int
 	qlag   time.Duration
 	depths []int
+	// the worker's fanout delay histogram at the last samples (oldest first): the live line's
+	// lag p99 is over the window they span
+	delays []worker.DelaySnapshot
 }
+
+// delayWindow is how many samples (one every 500 ms) the live line's fanout lag p99 spans.
+const delayWindow = 60
 
 const latWindow = 10000
 
@@ -466,8 +479,10 @@ func (s *demoStats) percentiles(ps ...int) []time.Duration {
 	return out
 }
 
-// line is the summary line; total > 0 draws a progress bar of the elapsed time.
-func (s *demoStats) line(total time.Duration) string {
+// line is the live line, or the summary line when summary is set; total > 0 draws a progress bar
+// of the elapsed time. The live line's fanout lag p99 is over the last 30 s, the summary's over
+// the whole run.
+func (s *demoStats) line(total time.Duration, summary bool) string {
 	el := time.Since(s.start)
 	p := s.percentiles(50, 99)
 	var b strings.Builder
@@ -476,10 +491,20 @@ func (s *demoStats) line(total time.Duration) string {
 	}
 	s.mu.Lock()
 	depth, qlag, growing := s.depth, s.qlag, len(s.depths) >= 4 && slices.IsSorted(s.depths) && s.depths[len(s.depths)-1] > s.depths[0]
+	lagP99 := "-"
+	if summary && len(s.delays) > 0 {
+		if v, ok := s.delays[len(s.delays)-1].Quantile(worker.DelaySnapshot{}, 0.99); ok {
+			lagP99 = fmtLag(v)
+		}
+	} else if len(s.delays) > 1 {
+		if v, ok := s.delays[len(s.delays)-1].Quantile(s.delays[0], 0.99); ok {
+			lagP99 = fmtLag(v)
+		}
+	}
 	s.mu.Unlock()
-	fmt.Fprintf(&b, "%4ds  events %d (%d/s)  pool inserts %d (%d/s)  fanout queue %d (oldest %s)  GetFeed %d/s of %.0f/s p50 %s p99 %s  hedges %d  fresh pins %d",
+	fmt.Fprintf(&b, "%4ds  events %d (%d/s)  pool inserts %d (%d/s)  fanout queue %d (oldest %s, lag p99 %s)  GetFeed %d/s of %.0f/s p50 %s p99 %s  hedges %d  fresh pins %d",
 		int(el.Seconds()), s.events.Load(), perSecond(s.events.Load(), el), s.inserts.Load(), perSecond(s.inserts.Load(), el),
-		depth, qlag.Round(100*time.Millisecond), perSecond(s.reads.Load(), el), s.readTarget, fmtMs(p[0]), fmtMs(p[1]), s.hedged.Load(), s.fresh.Load())
+		depth, qlag.Round(100*time.Millisecond), lagP99, perSecond(s.reads.Load(), el), s.readTarget, fmtMs(p[0]), fmtMs(p[1]), s.hedged.Load(), s.fresh.Load())
 	if growing && qlag > 2*time.Second {
 		b.WriteString("  WARNING: the worker is falling behind (fanout queue growing)")
 	}
@@ -487,6 +512,14 @@ func (s *demoStats) line(total time.Duration) string {
 		fmt.Fprintf(&b, "  errors %d (see the log)", n)
 	}
 	return b.String()
+}
+
+// fmtLag formats a lag: whole milliseconds below a second, tenths of a second above.
+func fmtLag(d time.Duration) string {
+	if d >= time.Second {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 func fmtMs(d time.Duration) string {

@@ -39,6 +39,9 @@ func TestDemoBounded(t *testing.T) {
 			t.Errorf("first run output lacks %q:\n%s", want, first)
 		}
 	}
+	if !regexp.MustCompile(`summary: .*lag p99 [0-9.]+m?s\)`).MatchString(first) {
+		t.Errorf("the summary line has no fanout lag p99:\n%s", first)
+	}
 	sum := summaryNumbers(t, first)
 	if sum["events"] == 0 || sum["GetFeed"] == 0 || sum["pool inserts"] == 0 || sum["fresh pins"] == 0 {
 		t.Errorf("first run: %v, want events, pool inserts, reads and fresh pins all above 0:\n%s", sum, first)
