@@ -157,11 +157,22 @@ func (s *stores) registerPebbleStats(name string, p *zenpebble.Store) error {
 			return fmt.Errorf("register %s of %s: %w", g.name, name, err)
 		}
 	}
-	flushes := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "smartfeed_pebble_flushes_total",
-		Help: "Memtable flushes (full memtables, and old ones under storage.pebble_flush_after).", ConstLabels: prometheus.Labels{"store": name}},
-		func() float64 { return float64(cur.Load().Stats().Flushes) })
-	if err := s.reg.Register(flushes); err != nil {
-		return fmt.Errorf("register smartfeed_pebble_flushes_total of %s: %w", name, err)
+	for _, c := range []struct {
+		name, help string
+		v          func(zenpebble.Stats) float64
+	}{
+		{"smartfeed_pebble_flushes_total", "Memtable flushes (full memtables, and old ones under storage.pebble_flush_after).",
+			func(s zenpebble.Stats) float64 { return float64(s.Flushes) }},
+		{"smartfeed_pebble_write_stalls_total", "Times Pebble held writes (memtables waiting for a flush, or L0 too deep); each is also logged.",
+			func(s zenpebble.Stats) float64 { return float64(s.WriteStalls) }},
+		{"smartfeed_pebble_write_stall_seconds_total", "Time writes were held by Pebble's write stalls.",
+			func(s zenpebble.Stats) float64 { return s.WriteStallTime.Seconds() }},
+	} {
+		f := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help, ConstLabels: prometheus.Labels{"store": name}},
+			func() float64 { return c.v(cur.Load().Stats()) })
+		if err := s.reg.Register(f); err != nil {
+			return fmt.Errorf("register %s of %s: %w", c.name, name, err)
+		}
 	}
 	return nil
 }

@@ -39,6 +39,15 @@ func TestPebbleStatsGauges(t *testing.T) {
 	if !named {
 		t.Error("no smartfeed_pebble_memtables{store=\"store:moved\"} for a --stores Pebble store")
 	}
+	for _, name := range []string{"smartfeed_pebble_flushes_total", "smartfeed_pebble_write_stalls_total", "smartfeed_pebble_write_stall_seconds_total"} {
+		var found bool
+		for _, m := range gatherSeries(reg, name) {
+			found = found || (labelValue(m, "store") == "store:moved" && m.GetCounter() != nil)
+		}
+		if !found {
+			t.Errorf("no counter %s{store=\"store:moved\"}", name)
+		}
+	}
 	for round := range 2 {
 		if _, err := st.get(ctx, storeMain); err != nil {
 			t.Fatalf("round %d: %v", round, err)

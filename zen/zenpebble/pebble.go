@@ -123,12 +123,15 @@ type Store struct {
 
 	// stop ends the background loops (holdStates, and flushOld under WithFlushAfter); held
 	// and done are closed when each has ended. lastFlush is when the last memtable flush
-	// ended (unix nanoseconds; WithFlushAfter only).
+	// ended (unix nanoseconds; read under WithFlushAfter).
 	lastFlush atomic.Int64
-	stop      chan struct{}
-	stopOnce  sync.Once
-	done      chan struct{}
-	held      chan struct{}
+	// stalls counts Pebble's write stalls (writes held because memtables wait to be flushed or
+	// L0 is too deep), stallNanos their total time, stallAt when the current one began.
+	stalls, stallNanos, stallAt atomic.Int64
+	stop                        chan struct{}
+	stopOnce                    sync.Once
+	done                        chan struct{}
+	held                        chan struct{}
 
 	// afterRead, when set (by tests only), runs between the read and the write of CheckAndSet
 	// and Increment, to widen the window a missing lock would leave open.
@@ -183,7 +186,20 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	s := &Store{wo: pebble.NoSync, seed: maphash.MakeSeed(), tables: map[string]*Table{}}
 	if cfg.flush > 0 {
 		s.lastFlush.Store(time.Now().UnixNano())
-		po.EventListener = &pebble.EventListener{FlushEnd: func(pebble.FlushInfo) { s.lastFlush.Store(time.Now().UnixNano()) }}
+	}
+	// Pebble calls these with its own lock held: they only count and log.
+	po.EventListener = &pebble.EventListener{
+		FlushEnd: func(pebble.FlushInfo) { s.lastFlush.Store(time.Now().UnixNano()) },
+		WriteStallBegin: func(i pebble.WriteStallBeginInfo) {
+			s.stalls.Add(1)
+			s.stallAt.Store(time.Now().UnixNano())
+			cfg.logger.Warn("pebble write stall: writes wait", zap.String("reason", i.Reason))
+		},
+		WriteStallEnd: func() {
+			d := time.Duration(max(0, time.Now().UnixNano()-s.stallAt.Load()))
+			s.stallNanos.Add(int64(d))
+			cfg.logger.Warn("pebble write stall ended", zap.Duration("took", d))
+		},
 	}
 	if cfg.cache > 0 {
 		c := pebble.NewCache(cfg.cache)
@@ -965,6 +981,10 @@ type Stats struct {
 	CompactionDebtBytes uint64 // Pebble's estimate of what is left to compact
 	Compactions         int64  // compactions running
 	Flushes             int64  // memtable flushes since Open
+	// WriteStalls is how many times Pebble held writes since Open (memtables waiting for a
+	// flush, or too many L0 sublevels), and WriteStallTime their total duration.
+	WriteStalls    int64
+	WriteStallTime time.Duration
 }
 
 // Stats returns the store's LSM shape now (zero after Close).
@@ -977,5 +997,5 @@ func (s *Store) Stats() Stats {
 	m := s.db.Metrics()
 	return Stats{ReadAmp: m.ReadAmp() + int(m.MemTable.Count), L0Files: m.Levels[0].TablesCount, L0Sublevels: m.Levels[0].Sublevels,
 		MemTables: m.MemTable.Count, CompactionDebtBytes: m.Compact.EstimatedDebt, Compactions: m.Compact.NumInProgress,
-		Flushes: m.Flush.Count}
+		Flushes: m.Flush.Count, WriteStalls: s.stalls.Load(), WriteStallTime: time.Duration(s.stallNanos.Load())}
 }

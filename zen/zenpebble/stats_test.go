@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -179,5 +184,58 @@ func TestHoldStates(t *testing.T) {
 	}
 	if held := time.Since(start); held < holdFor/2 {
 		t.Errorf("the replaced tables went after %v, want about %v", held, holdFor)
+	}
+}
+
+// slowSSTFS is an in-memory FS whose new sstables take a while to create: flushes lag writes.
+type slowSSTFS struct {
+	vfs.FS
+	delay time.Duration
+}
+
+func (f slowSSTFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	if strings.HasSuffix(name, ".sst") {
+		time.Sleep(f.delay)
+	}
+	return f.FS.Create(name, category)
+}
+
+// TestWriteStalls: writes faster than (slow) flushes make Pebble hold them; Stats counts each
+// stall and its time, and the log says so. The same writes into a memtable that holds them all
+// (no flush) have none.
+func TestWriteStalls(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name   string
+		mem    uint64
+		stalls bool
+	}{
+		{"fits in the memtable", 64 << 20, false},
+		{"flushes lag", 1 << 20, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core, logs := observer.New(zap.WarnLevel)
+			s := openStore(t, "", WithFS(slowSSTFS{vfs.NewMem(), 200 * time.Millisecond}), WithMemTableSize(tc.mem), WithNoSync(),
+				WithLogger(zap.New(core)))
+			tb := openTable(t, s, "t")
+			val := bytes.Repeat([]byte("v"), 1000)
+			for b := range 12 { // 12 MB
+				muts := make([]zen.Mutation, 1000)
+				for i := range muts {
+					muts[i] = zen.Mutation{Key: fmt.Appendf(nil, "k%02d%04d", b, i), Value: val}
+				}
+				if err := tb.Apply(ctx, muts); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := s.Stats()
+			if got := st.WriteStalls > 0; got != tc.stalls {
+				t.Fatalf("write stalls %d (%v), want some: %v", st.WriteStalls, st.WriteStallTime, tc.stalls)
+			}
+			if tc.stalls && (st.WriteStallTime <= 0 || logs.FilterMessage("pebble write stall: writes wait").Len() == 0) {
+				t.Errorf("stalls %d took %v, %d stall lines logged; want a time and a line",
+					st.WriteStalls, st.WriteStallTime, logs.FilterMessage("pebble write stall: writes wait").Len())
+			}
+		})
 	}
 }
