@@ -130,6 +130,10 @@ func Markdown(r *Results, plotDir string) string {
 	p("")
 	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
 		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
+	if len(rd.Fresh) > 0 {
+		p("")
+		p("The calls by fresh status (the service's counter): %s. A `timeout` is a first page whose generator call missed its deadline.", freshLine(rd.Fresh))
+	}
 	if rd.Readers > 0 && rd.Offered > 0 {
 		p("")
 		p("The calls read %d distinct users, each back every %.2f s on average: a page sooner than `feed.min_chunk_interval` after the user's last generator call is a plain read of the feed.",
@@ -307,4 +311,18 @@ func rateStepsMarkdown(r *Results) string {
 		r.RateStepBoundMs, rateStepsLabel(r.RedisRateSteps, r.RedisMaxRate))
 	p("")
 	return b.String()
+}
+
+// freshLine is the fresh status counts as "included 237, recent 1764", by status name.
+func freshLine(m map[string]uint64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }

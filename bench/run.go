@@ -247,6 +247,10 @@ type ReadResult struct {
 	// Stages are the system's own per-stage histograms over the GetFeed calls of the phase
 	// (smartfeed_feed_stage_seconds, smartfeed_generator_stage_seconds).
 	Stages []StageResult `json:"stages,omitempty"`
+	// Fresh counts the GetFeed calls of the phase by the page's fresh status, from the
+	// service's own counter: "timeout" is a first page whose generator call missed its deadline
+	// (the page came without new pins).
+	Fresh map[string]uint64 `json:"fresh,omitempty"`
 	// Sched is how long the process's goroutines waited, runnable, for a CPU during the GetFeed
 	// calls (Go's scheduler; the Redis peer's calls wait in the same process afterwards).
 	Sched *SchedResult `json:"sched_wait,omitempty"`
@@ -645,7 +649,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		opts.ReadRate, opts.Concurrency, opts.ReadFor, len(distinct), float64(len(distinct))/opts.ReadRate)
 	repl.begin()
 	genCalls0, genTime0 := sys.GeneratorTime()
-	st0 := stages(sys)
+	st0, fresh0 := stages(sys), freshCounts(sys)
 	sched0 := schedSnapshot()
 	end = opts.phase("serving")
 	gl, order, gerrs, grate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
@@ -653,7 +657,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	})
 	end()
 	genCalls1, genTime1 := sys.GeneratorTime()
-	stagesServing := stageDiff(st0, stages(sys))
+	stagesServing, freshServing := stageDiff(st0, stages(sys)), freshDiff(fresh0, freshCounts(sys))
 	sched1 := schedSnapshot()
 	repl.end("serving")
 	rl, _, _, rrate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
@@ -674,7 +678,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	stopBG()
 	bgw.Wait()
 	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: gl.Summary(), GetFeedRate: grate,
-		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate, Stages: stagesServing,
+		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate, Stages: stagesServing, Fresh: freshServing,
 		Sched: schedDiff(sched0, sched1), RedisSched: schedDiff(sched1, sched2), Floor: floor, Readers: len(distinct)}
 	if n := genCalls1 - genCalls0; n > 0 {
 		res.Reads.GeneratorCalls = n
@@ -688,6 +692,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms; generator %.2f ms mean over %.0f calls",
 		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, grate, gerrs, res.Reads.Redis.P50, res.Reads.Redis.P99,
 		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
+	if len(res.Reads.Fresh) > 0 {
+		say("reads: GetFeed by fresh status: %s", freshLine(res.Reads.Fresh))
+	}
 	if f := res.Reads.Floor; f != nil {
 		say("reads: an empty gRPC call (health check) on GetFeed's connection p50 %.2f p99 %.2f ms, same load", f.P50, f.P99)
 	}

@@ -74,3 +74,32 @@ func stages(sys System) []StageHist {
 	}
 	return nil
 }
+
+// FreshCounter is implemented by a System that counts its GetFeed calls by fresh status (the
+// page's: "included", "recent", "timeout" when the generator missed its deadline, ...).
+type FreshCounter interface {
+	FreshCounts() map[string]uint64
+}
+
+// freshCounts snapshots sys's GetFeed calls by fresh status (nil when it has none).
+func freshCounts(sys System) map[string]uint64 {
+	if f, ok := sys.(FreshCounter); ok {
+		return f.FreshCounts()
+	}
+	return nil
+}
+
+// freshDiff is the calls of each status between two snapshots, the statuses with none left out
+// (nil when there were none at all).
+func freshDiff(before, after map[string]uint64) map[string]uint64 {
+	var out map[string]uint64
+	for k, v := range after {
+		if n := v - min(v, before[k]); n > 0 {
+			if out == nil {
+				out = map[string]uint64{}
+			}
+			out[k] = n
+		}
+	}
+	return out
+}

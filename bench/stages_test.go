@@ -25,3 +25,29 @@ func TestStageDiff(t *testing.T) {
 		t.Errorf("stageDiff (-want +got):\n%s", d)
 	}
 }
+
+// TestFreshDiff: the calls of each fresh status between two snapshots; statuses first seen in
+// the later one count whole, statuses with no new calls are left out.
+func TestFreshDiff(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		before, after map[string]uint64
+		want          map[string]uint64
+	}{
+		{"none", nil, nil, nil},
+		{"no new calls", map[string]uint64{"recent": 5}, map[string]uint64{"recent": 5}, nil},
+		{"new and grown", map[string]uint64{"recent": 5, "included": 2},
+			map[string]uint64{"recent": 9, "included": 2, "timeout": 1}, map[string]uint64{"recent": 4, "timeout": 1}},
+		// A counter that went backwards (a restarted system) counts nothing, not a wrap.
+		{"backwards", map[string]uint64{"recent": 9}, map[string]uint64{"recent": 3}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, freshDiff(tc.before, tc.after)); diff != "" {
+				t.Errorf("freshDiff (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if got, want := freshLine(map[string]uint64{"timeout": 1, "included": 237, "recent": 1764}), "included 237, recent 1764, timeout 1"; got != want {
+		t.Errorf("freshLine = %q, want %q", got, want)
+	}
+}

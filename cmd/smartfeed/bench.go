@@ -387,8 +387,9 @@ func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tm
 }
 
 var (
-	_ bench.Replication = (*benchSystem)(nil)
-	_ bench.Pinger      = (*benchSystem)(nil)
+	_ bench.Replication  = (*benchSystem)(nil)
+	_ bench.Pinger       = (*benchSystem)(nil)
+	_ bench.FreshCounter = (*benchSystem)(nil)
 )
 
 // ReplicationLags implements bench.Replication: the canary's measurements with HBase's own
@@ -572,6 +573,18 @@ func (s *benchSystem) GeneratorTime() (float64, time.Duration) {
 		}
 	}
 	return 0, 0
+}
+
+// FreshCounts is the feed service's GetFeed calls by fresh status so far
+// (smartfeed_feed_requests_total, summed over outcomes).
+func (s *benchSystem) FreshCounts() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, m := range gatherSeries(s.a.reg, "smartfeed_feed_requests_total") {
+		if f := labelValue(m, "fresh"); f != "" {
+			out[f] += uint64(m.GetCounter().GetValue())
+		}
+	}
+	return out
 }
 
 // RawWrite writes rows of random sorted keys in batches from 4 writers into a table of the
