@@ -64,7 +64,7 @@ func TestWriteHasEveryRatio(t *testing.T) {
 		Hedging:   []HedgeResult{{Hedging: false}, {Hedging: true, ExtraLoad: 0.02}},
 		Scale:     []ScaleResult{{Users: 10, CPUSecPerEvent: 1}, {Users: 100, CPUSecPerEvent: 2}},
 		lagSeries: []lagPoint{{time.Second, time.Millisecond}},
-		Reads:     ReadResult{GeneratorCalls: 40, GeneratorMeanMs: 3.25, Fresh: map[string]uint64{"included": 40, "timeout": 1}}}
+		Reads:     ReadResult{GeneratorCalls: 40, GeneratorMeanMs: 3.25, Fresh: map[string]uint64{"included": 40, "generator_timeout": 1}}}
 	if err := Write(dir, r); err != nil {
 		t.Fatal(err)
 	}
@@ -89,10 +89,10 @@ func TestWriteHasEveryRatio(t *testing.T) {
 			Fresh           map[string]uint64 `json:"fresh"`
 		} `json:"reads"`
 	}
-	if err := json.Unmarshal(b, &res); err != nil || res.Reads.GeneratorMeanMs != 3.25 || res.Reads.Fresh["timeout"] != 1 {
+	if err := json.Unmarshal(b, &res); err != nil || res.Reads.GeneratorMeanMs != 3.25 || res.Reads.Fresh["generator_timeout"] != 1 {
 		t.Errorf("results.json generator time = %v, fresh %v, %v", res.Reads.GeneratorMeanMs, res.Reads.Fresh, err)
 	}
-	if rep, _ := os.ReadFile(filepath.Join(dir, "report.md")); !strings.Contains(string(rep), "fresh status (the service's counter): included 40, timeout 1.") {
+	if rep, _ := os.ReadFile(filepath.Join(dir, "report.md")); !strings.Contains(string(rep), "fresh status (the service's counter): generator_timeout 1, included 40.") {
 		t.Errorf("report.md does not give the calls by fresh status")
 	}
 	if rep, _ := os.ReadFile(filepath.Join(dir, "report.md")); !strings.Contains(string(rep), "generator (first pages) took 3.25 ms on average over 40 calls") {

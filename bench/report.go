@@ -132,7 +132,7 @@ func Markdown(r *Results, plotDir string) string {
 		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
 	if len(rd.Fresh) > 0 {
 		p("")
-		p("The calls by fresh status (the service's counter): %s. A `timeout` is a first page whose generator call missed its deadline.", freshLine(rd.Fresh))
+		p("The calls by fresh status (the service's counter): %s. A `generator_timeout` is a first page whose generator call missed its deadline.", freshLine(rd.Fresh))
 	}
 	if rd.Readers > 0 && rd.Offered > 0 {
 		p("")

@@ -248,8 +248,8 @@ type ReadResult struct {
 	// (smartfeed_feed_stage_seconds, smartfeed_generator_stage_seconds).
 	Stages []StageResult `json:"stages,omitempty"`
 	// Fresh counts the GetFeed calls of the phase by the page's fresh status, from the
-	// service's own counter: "timeout" is a first page whose generator call missed its deadline
-	// (the page came without new pins).
+	// service's own counter: "generator_timeout" is a first page whose generator call missed
+	// its deadline (the page came without new pins).
 	Fresh map[string]uint64 `json:"fresh,omitempty"`
 	// Sched is how long the process's goroutines waited, runnable, for a CPU during the GetFeed
 	// calls (Go's scheduler; the Redis peer's calls wait in the same process afterwards).

@@ -76,7 +76,8 @@ func stages(sys System) []StageHist {
 }
 
 // FreshCounter is implemented by a System that counts its GetFeed calls by fresh status (the
-// page's: "included", "recent", "timeout" when the generator missed its deadline, ...).
+// page's: "included", "recent", "generator_timeout" when the generator missed its deadline,
+// ...).
 type FreshCounter interface {
 	FreshCounts() map[string]uint64
 }

@@ -37,7 +37,7 @@ func TestFreshDiff(t *testing.T) {
 		{"none", nil, nil, nil},
 		{"no new calls", map[string]uint64{"recent": 5}, map[string]uint64{"recent": 5}, nil},
 		{"new and grown", map[string]uint64{"recent": 5, "included": 2},
-			map[string]uint64{"recent": 9, "included": 2, "timeout": 1}, map[string]uint64{"recent": 4, "timeout": 1}},
+			map[string]uint64{"recent": 9, "included": 2, "generator_timeout": 1}, map[string]uint64{"recent": 4, "generator_timeout": 1}},
 		// A counter that went backwards (a restarted system) counts nothing, not a wrap.
 		{"backwards", map[string]uint64{"recent": 9}, map[string]uint64{"recent": 3}, nil},
 	} {
@@ -47,7 +47,7 @@ func TestFreshDiff(t *testing.T) {
 			}
 		})
 	}
-	if got, want := freshLine(map[string]uint64{"timeout": 1, "included": 237, "recent": 1764}), "included 237, recent 1764, timeout 1"; got != want {
+	if got, want := freshLine(map[string]uint64{"generator_timeout": 1, "included": 237, "recent": 1764}), "generator_timeout 1, included 237, recent 1764"; got != want {
 		t.Errorf("freshLine = %q, want %q", got, want)
 	}
 }
