@@ -399,7 +399,7 @@ type demoStats struct {
 	readTarget float64 // GetFeed calls offered per second
 
 	mu  sync.Mutex
-	lat []time.Duration // the most recent GetFeed latencies (a ring)
+	lat []timedLatency // the most recent GetFeed latencies (a ring)
 	pos int
 	// the fanout queues (fanout and bulk): tasks not done, the age of the oldest pending one,
 	// and the depth at the last few samples (to see it grow)
@@ -411,10 +411,20 @@ type demoStats struct {
 	delays []worker.DelaySnapshot
 }
 
-// delayWindow is how many samples (one every 500 ms) the live line's fanout lag p99 spans.
-const delayWindow = 60
+// delayWindow is how many samples (one every 500 ms) the live line's fanout lag p99 spans:
+// liveWindow.
+const delayWindow = int(liveWindow / (500 * time.Millisecond))
 
 const latWindow = 10000
+
+// liveWindow is how far back the live line's GetFeed percentiles and fanout lag look.
+const liveWindow = 30 * time.Second
+
+// timedLatency is one GetFeed's latency and when it ended.
+type timedLatency struct {
+	at time.Time
+	d  time.Duration
+}
 
 // ended reports whether the demo's run is over: ctx is done, or its deadline (--duration) has
 // passed. A call made in the instant between the deadline and its timer firing fails at once
@@ -455,18 +465,24 @@ func (s *demoStats) read(ctx context.Context, c feedv1.FeedServiceClient, user z
 	s.items.Add(int64(len(resp.GetItems())))
 	s.mu.Lock()
 	if len(s.lat) < latWindow {
-		s.lat = append(s.lat, d)
+		s.lat = append(s.lat, timedLatency{start.Add(d), d})
 	} else {
-		s.lat[s.pos] = d
+		s.lat[s.pos] = timedLatency{start.Add(d), d}
 		s.pos = (s.pos + 1) % latWindow
 	}
 	s.mu.Unlock()
 }
 
-// percentiles returns the p-th percentiles (p in [0, 100]) of the recent latencies.
-func (s *demoStats) percentiles(ps ...int) []time.Duration {
+// percentiles returns the p-th percentiles (p in [0, 100]) of the latencies of the GetFeeds that
+// ended at or after since (of the most recent latWindow).
+func (s *demoStats) percentiles(since time.Time, ps ...int) []time.Duration {
 	s.mu.Lock()
-	l := slices.Clone(s.lat)
+	var l []time.Duration
+	for _, x := range s.lat {
+		if !x.at.Before(since) {
+			l = append(l, x.d)
+		}
+	}
 	s.mu.Unlock()
 	out := make([]time.Duration, len(ps))
 	if len(l) == 0 {
@@ -480,11 +496,16 @@ func (s *demoStats) percentiles(ps ...int) []time.Duration {
 }
 
 // line is the live line, or the summary line when summary is set; total > 0 draws a progress bar
-// of the elapsed time. The live line's fanout lag p99 is over the last 30 s, the summary's over
-// the whole run.
+// of the elapsed time. The live line's GetFeed percentiles and fanout lag p99 are over the last
+// 30 s (liveWindow); the summary's GetFeed percentiles are over the last latWindow calls and its
+// lag p99 over the whole run.
 func (s *demoStats) line(total time.Duration, summary bool) string {
 	el := time.Since(s.start)
-	p := s.percentiles(50, 99)
+	since := time.Now().Add(-liveWindow)
+	if summary {
+		since = time.Time{}
+	}
+	p := s.percentiles(since, 50, 99)
 	var b strings.Builder
 	if total > 0 {
 		fmt.Fprintf(&b, "%s ", bar(int64(el), int64(total), 20))

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/smartfeed/smartfeed/internal/testenv"
 )
 
@@ -129,5 +131,33 @@ func TestDemoEnded(t *testing.T) {
 		if got := ended(tc.ctx); got != tc.want {
 			t.Errorf("%s: ended = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// TestPercentilesWindow: the live line's GetFeed percentiles count only the calls that ended in
+// its window; the summary's (since the zero time) count every call kept.
+func TestPercentilesWindow(t *testing.T) {
+	now := time.Now()
+	s := &demoStats{}
+	// 100 old slow calls (100–199 ms) and 100 recent fast ones (1–100 ms): the window sees only
+	// the recent ones.
+	for i := range 100 {
+		s.lat = append(s.lat, timedLatency{now.Add(-time.Minute), time.Duration(100+i) * time.Millisecond})
+		s.lat = append(s.lat, timedLatency{now.Add(-time.Second), time.Duration(1+i) * time.Millisecond})
+	}
+	for _, tc := range []struct {
+		name  string
+		since time.Time
+		want  []time.Duration
+	}{
+		{"live window", now.Add(-liveWindow), []time.Duration{51 * time.Millisecond, 100 * time.Millisecond}},
+		{"summary", time.Time{}, []time.Duration{100 * time.Millisecond, 198 * time.Millisecond}},
+		{"nothing since", now, []time.Duration{0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, s.percentiles(tc.since, 50, 99)); diff != "" {
+				t.Errorf("percentiles (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
