@@ -2,11 +2,9 @@ package worker
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
 
 type metrics struct {
@@ -44,7 +42,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Pool entries removed by upkeep, by cause (unfollow, pin_delete)."}, []string{"cause"}),
 		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_unknown_objects_total",
 			Help: "Task runs that named an object this store never had (failed, then dead-lettered), by task type."}, []string{"type"}),
-		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "smartfeed_worker_fanout_delay_seconds",
+		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: FanoutDelayMetric,
 			Help: "Time from a pin's created_ms to the end of each fanout task that delivered it: the fanout task " +
 				"(its inline receiver lists) and each chunk task of a larger list. Its p99 is the fanout lag a follower sees.",
 			Buckets: fanoutDelayBuckets}),
@@ -64,6 +62,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// FanoutDelayMetric is the histogram of the fanout delay: from a pin's created_ms to the end of
+// each fanout task that delivered it. Its p99 is the fanout lag a follower sees.
+const FanoutDelayMetric = "smartfeed_worker_fanout_delay_seconds"
+
 // fanoutDelayBuckets are the fanout delay histogram's bounds: 5 ms to about 11 minutes, each 1.5×
 // the last, finer than doubling because the live line and dashboards read its p99.
 var fanoutDelayBuckets = prometheus.ExponentialBuckets(0.005, 1.5, 30)
@@ -72,61 +74,4 @@ var fanoutDelayBuckets = prometheus.ExponentialBuckets(0.005, 1.5, 30)
 // the future (another machine's clock) counts as no delay.
 func (m *metrics) observeDelay(now time.Time, createdMs int64) {
 	m.delay.Observe(max(0, float64(now.UnixMilli()-createdMs)/1000))
-}
-
-// DelaySnapshot is the fanout delay histogram (smartfeed_worker_fanout_delay_seconds) at one
-// moment: two of them give the delays of the fanouts that ended in between. The zero value is
-// the histogram before any observation.
-type DelaySnapshot struct {
-	bounds []float64 // upper bounds in seconds, ascending, +Inf left out
-	cum    []uint64  // cumulative counts under each bound
-	count  uint64
-}
-
-// DelaySnapshot reads the fanout delay histogram.
-func (w *Worker) DelaySnapshot() DelaySnapshot {
-	var m dto.Metric
-	if err := w.m.delay.Write(&m); err != nil {
-		return DelaySnapshot{}
-	}
-	h := m.GetHistogram()
-	s := DelaySnapshot{count: h.GetSampleCount()}
-	for _, b := range h.GetBucket() {
-		if math.IsInf(b.GetUpperBound(), +1) {
-			continue
-		}
-		s.bounds = append(s.bounds, b.GetUpperBound())
-		s.cum = append(s.cum, b.GetCumulativeCount())
-	}
-	return s
-}
-
-// Quantile returns the q-th quantile (0 < q ≤ 1) of the delays observed between old and s (s
-// taken later), interpolated linearly within its bucket as Prometheus's histogram_quantile
-// does; above the last bound it is the last bound. ok is false when there were none, or when
-// old is not an earlier snapshot of the same histogram.
-func (s DelaySnapshot) Quantile(old DelaySnapshot, q float64) (d time.Duration, ok bool) {
-	if len(old.cum) != len(s.cum) {
-		if old.count != 0 {
-			return 0, false
-		}
-		old = DelaySnapshot{cum: make([]uint64, len(s.cum))}
-	}
-	if s.count <= old.count {
-		return 0, false
-	}
-	rank := q * float64(s.count-old.count)
-	lower, below := 0.0, 0.0
-	for i, b := range s.bounds {
-		if s.cum[i] < old.cum[i] {
-			return 0, false
-		}
-		c := float64(s.cum[i] - old.cum[i])
-		if c >= rank {
-			v := lower + (b-lower)*(rank-below)/max(c-below, 1e-9)
-			return time.Duration(v * float64(time.Second)), true
-		}
-		lower, below = b, c
-	}
-	return time.Duration(lower * float64(time.Second)), true
 }

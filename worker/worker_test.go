@@ -431,12 +431,14 @@ func TestFanoutDelay(t *testing.T) {
 				t.Errorf("delay histogram: %d observations summing to %v s, want %d summing to %v s",
 					h.GetSampleCount(), h.GetSampleSum(), tc.count, tc.sum)
 			}
-			// Every delay was the same: the snapshot's median is in the bucket that holds it
-			// (buckets from 5 ms, each 1.5× the last).
-			d, ok := w.w.DelaySnapshot().Quantile(DelaySnapshot{}, 0.5)
-			if want := time.Duration(tc.sum / float64(max(tc.count, 1)) * float64(time.Second)); ok != (tc.count > 0) ||
-				d < want*2/3 || d > max(want*3/2, 5*time.Millisecond) {
-				t.Errorf("median delay %v (%v), want %d delays of %v", d, ok, tc.count, want)
+			// Every delay was the same: all of them are in the one bucket that holds it (buckets
+			// from 5 ms, each 1.5× the last), none below it.
+			want := tc.sum / float64(max(tc.count, 1))
+			for _, b := range h.GetBucket() {
+				up, n := b.GetUpperBound(), b.GetCumulativeCount()
+				if (up >= want && up <= max(want*1.5, 0.005) && n != tc.count) || (up < want && n != 0) {
+					t.Errorf("bucket ≤ %v s counts %d, want the %d delays of %v s in the bucket that holds them", up, n, tc.count, want)
+				}
 			}
 		})
 	}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/pinlater"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
@@ -309,8 +310,8 @@ func (s *demoStats) syncInserts(a *app) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if a.worker != nil {
-		s.delays = append(s.delays, a.worker.DelaySnapshot())
+	if ms := gatherSeries(a.reg, worker.FanoutDelayMetric); len(ms) > 0 {
+		s.delays = append(s.delays, hedge.HistogramOf(ms[0].GetHistogram()))
 		if len(s.delays) > delayWindow {
 			s.delays = s.delays[1:]
 		}
@@ -408,7 +409,7 @@ type demoStats struct {
 	depths []int
 	// the worker's fanout delay histogram at the last samples (oldest first): the live line's
 	// lag p99 is over the window they span
-	delays []worker.DelaySnapshot
+	delays []hedge.Histogram
 }
 
 // delayWindow is how many samples (one every 500 ms) the live line's fanout lag p99 spans:
@@ -513,13 +514,13 @@ func (s *demoStats) line(total time.Duration, summary bool) string {
 	s.mu.Lock()
 	depth, qlag, growing := s.depth, s.qlag, len(s.depths) >= 4 && slices.IsSorted(s.depths) && s.depths[len(s.depths)-1] > s.depths[0]
 	lagP99 := "-"
-	if summary && len(s.delays) > 0 {
-		if v, ok := s.delays[len(s.delays)-1].Quantile(worker.DelaySnapshot{}, 0.99); ok {
-			lagP99 = fmtLag(v)
+	if n := len(s.delays); n > 0 {
+		var since hedge.Histogram // the summary: since the start
+		if !summary {
+			since = s.delays[0]
 		}
-	} else if len(s.delays) > 1 {
-		if v, ok := s.delays[len(s.delays)-1].Quantile(s.delays[0], 0.99); ok {
-			lagP99 = fmtLag(v)
+		if w := s.delays[n-1].Since(since); w.Count() > 0 {
+			lagP99 = fmtLag(w.Quantile(0.99))
 		}
 	}
 	s.mu.Unlock()

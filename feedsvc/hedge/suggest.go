@@ -56,6 +56,26 @@ func (h Histogram) Quantile(q float64) time.Duration {
 	return seconds(lower)
 }
 
+// Since is what h counted after old, an earlier snapshot of the same histogram: the
+// observations in between. It is empty when old has other buckets or counts more than h (not an
+// earlier snapshot: the process restarted, say); the empty old gives h.
+func (h Histogram) Since(old Histogram) Histogram {
+	if len(old.Cum) == 0 {
+		return h
+	}
+	if !slices.Equal(old.Upper, h.Upper) {
+		return Histogram{}
+	}
+	out := Histogram{Upper: h.Upper, Cum: make([]uint64, len(h.Cum))}
+	for i := range h.Cum {
+		if h.Cum[i] < old.Cum[i] {
+			return Histogram{}
+		}
+		out.Cum[i] = h.Cum[i] - old.Cum[i]
+	}
+	return out
+}
+
 // sampler draws latencies distributed like h: a bucket by its share of the count, then a
 // uniform point inside it (the +Inf bucket is read as [last bound, 2 × last bound]).
 func (h Histogram) sampler(r *rand.Rand) func() float64 {
@@ -97,7 +117,7 @@ func ParseReadLatency(r io.Reader) (primary, standby Histogram, err error) {
 // the primary's and the standby's histograms; a store with no series is the empty Histogram.
 func ReadLatency(fam *dto.MetricFamily) (primary, standby Histogram) {
 	for _, m := range fam.GetMetric() {
-		h := toHistogram(m.GetHistogram())
+		h := HistogramOf(m.GetHistogram())
 		for _, l := range m.GetLabel() {
 			if l.GetName() != "store" {
 				continue
@@ -113,7 +133,9 @@ func ReadLatency(fam *dto.MetricFamily) (primary, standby Histogram) {
 	return primary, standby
 }
 
-func toHistogram(h *dto.Histogram) Histogram {
+// HistogramOf is the Histogram of a gathered Prometheus histogram series (any, not only the
+// hedger's).
+func HistogramOf(h *dto.Histogram) Histogram {
 	var out Histogram
 	for _, b := range h.GetBucket() {
 		out.Upper = append(out.Upper, b.GetUpperBound())

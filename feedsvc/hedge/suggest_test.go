@@ -123,3 +123,40 @@ smartfeed_hedge_read_seconds_count{store="standby"} 5
 		t.Error("garbage: no error")
 	}
 }
+
+// TestHistogramSince: the quantile of a window between two snapshots counts only the
+// observations in between, interpolated within their bucket; a snapshot that is not an earlier
+// one of the same histogram gives an empty window.
+func TestHistogramSince(t *testing.T) {
+	inf := math.Inf(1)
+	snap := func(cum ...uint64) Histogram {
+		return Histogram{Upper: []float64{0.1, 0.2, 0.4, inf}, Cum: cum}
+	}
+	for _, tc := range []struct {
+		name     string
+		old, now Histogram
+		q        float64
+		want     time.Duration
+		count    uint64
+	}{
+		{"none", snap(5, 5, 5, 5), snap(5, 5, 5, 5), 0.99, 0, 0},
+		// 100 new observations, all in (0.1 s, 0.2 s]: the 99th is 99% of the way through it.
+		{"one bucket", snap(50, 50, 50, 50), snap(50, 150, 150, 150), 0.99, 199 * time.Millisecond, 100},
+		// The old snapshot's slow observations are left out of the window.
+		{"window", snap(0, 0, 90, 100), snap(100, 100, 190, 200), 0.5, 50 * time.Millisecond, 100},
+		// Past the last finite bound: that bound.
+		{"overflow", snap(0, 0, 0, 0), snap(0, 0, 0, 10), 0.99, 400 * time.Millisecond, 10},
+		// Since the empty histogram: everything.
+		{"since start", Histogram{}, snap(0, 0, 4, 4), 0.5, 300 * time.Millisecond, 4},
+		// A histogram that went backwards (a restarted process), or another one: empty.
+		{"reset", snap(9, 9, 9, 9), snap(1, 1, 1, 1), 0.5, 0, 0},
+		{"other buckets", Histogram{Upper: []float64{1, inf}, Cum: []uint64{1, 1}}, snap(0, 0, 4, 4), 0.5, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := tc.now.Since(tc.old)
+			if got := w.Quantile(tc.q).Round(time.Microsecond); w.Count() != tc.count || got != tc.want {
+				t.Errorf("window of %d with quantile %v, want %d and %v", w.Count(), got, tc.count, tc.want)
+			}
+		})
+	}
+}
