@@ -6,6 +6,7 @@
 package gohbase
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -39,6 +40,9 @@ type Client interface {
 	Increment(i *hrpc.Mutate) (int64, error)
 	CheckAndPut(p *hrpc.Mutate, family string, qualifier string,
 		expectedValue []byte) (bool, error)
+	// SendBatch (SmartFeed) sends Gets and Mutates as multi requests at once and returns
+	// one result per call (batch.go).
+	SendBatch(ctx context.Context, calls []hrpc.Call) []hrpc.RPCResult
 	Close()
 }
 

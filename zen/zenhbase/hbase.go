@@ -484,16 +484,28 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 		calls = append(calls, c)
 	}
 	errs := make([]error, len(calls))
-	var wg sync.WaitGroup
-	for i, c := range calls {
-		wg.Go(func() {
-			_, err := t.s.client.Put(c) // sends any Mutate as built: a Put or a row Delete
-			if err != nil {
-				errs[i] = fmt.Errorf("%x: %w", c.Key(), ctxErr(ctx, err))
+	if len(calls) >= batchFrom {
+		hc := make([]hrpc.Call, len(calls))
+		for i, c := range calls {
+			hc[i] = c
+		}
+		for i, r := range t.s.client.SendBatch(ctx, hc) {
+			if r.Error != nil {
+				errs[i] = fmt.Errorf("%x: %w", calls[i].Key(), ctxErr(ctx, r.Error))
 			}
-		})
+		}
+	} else {
+		var wg sync.WaitGroup
+		for i, c := range calls {
+			wg.Go(func() {
+				_, err := t.s.client.Put(c) // sends any Mutate as built: a Put or a row Delete
+				if err != nil {
+					errs[i] = fmt.Errorf("%x: %w", c.Key(), ctxErr(ctx, err))
+				}
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("apply %s: %w", t.name, err)
 	}
@@ -683,23 +695,20 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 
 var _ zen.MultiGetter = (*Table)(nil)
 
-// maxInflightGets bounds the Gets one GetMany has in flight; gohbase coalesces concurrent Gets
-// to one region server into a multi request, so a page of reads costs about one round trip.
-const maxInflightGets = 256
+// batchFrom is the size from which Apply and GetMany send their calls with SendBatch (the
+// patched gohbase's, third_party/gohbase/batch.go): grouped by region server into multi
+// requests sent at once from the calling goroutine. Smaller ones go call by call, each on its
+// own goroutine: a GetMany of one is a Get, and the writes wait in the write client's queue
+// for FlushInterval, to share a multi request (and the region server's WAL sync) with other
+// callers' writes. From batchFrom calls, a goroutine, a blocking send and a region lookup per
+// call cost more than the wait saves: in make bench-hbase's fanout burst (session 51's profile,
+// docs/read-path.md) they were 31% of the process's CPU.
+const batchFrom = 8
 
-// batchedGetsFrom is the size from which GetMany sends through the write client, which batches
-// (up to its RPC queue size, or for FlushInterval) instead of sending at once. The reader sends
-// whatever is queued the moment it is free, so the Gets of a large GetMany go out in many small
-// multi requests, each a syscall and an RPC for the region server to unpack. BenchmarkGetMany
-// (session 36, FlushInterval 1 ms): 200 keys took 3.4–3.8 ms and 7,900–8,100 allocations
-// batched against 4.4–5.3 ms and 9,400–9,700 sent at once; 20 keys were slower batched
-// (1.5 against 0.85–1.1 ms), and a single Get 1.5 against 0.3 ms with even a 100 µs window.
-// The worker's read of a task's receivers is of this size; the read path's are far below.
-const batchedGetsFrom = 128
-
-// GetMany sends every Get at once (up to maxInflightGets) under one call deadline, so gohbase
-// batches them per region server; from batchedGetsFrom keys, through the batching write client.
-// Absent rows give nil entries.
+// GetMany reads keys under one call deadline: from batchFrom keys with one SendBatch through
+// the reader (multi requests per region server, sent at once), below it one Get per key, sent
+// concurrently (gohbase coalesces concurrent Gets to a region server). Absent rows give nil
+// entries.
 func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -711,19 +720,39 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	}
 	ctx, cancel := t.s.callCtx(ctx)
 	defer cancel()
-	c := t.s.reader
-	if len(keys) >= batchedGetsFrom && t.s.opts.FlushInterval > 0 {
-		c = t.s.client
-	}
 	out := make([][]byte, len(keys))
+	if len(keys) >= batchFrom {
+		gets := make([]hrpc.Call, len(keys))
+		for i, k := range keys {
+			g, err := hrpc.NewGet(ctx, t.name, k, t.families)
+			if err != nil {
+				return nil, fmt.Errorf("get many %s: %w", t.name, err)
+			}
+			gets[i] = g
+		}
+		for i, r := range t.s.reader.SendBatch(ctx, gets) {
+			if r.Error != nil {
+				return nil, fmt.Errorf("get many %s %x: %w", t.name, keys[i], ctxErr(ctx, r.Error))
+			}
+			gr, ok := r.Msg.(*pb.GetResponse)
+			if !ok {
+				return nil, fmt.Errorf("get many %s %x: a %T, not a GetResponse", t.name, keys[i], r.Msg)
+			}
+			v, found, err := t.cell(hrpc.ToLocalResult(gr.Result))
+			if err != nil {
+				return nil, fmt.Errorf("get many %s %x: %w", t.name, keys[i], err)
+			}
+			if found {
+				out[i] = v
+			}
+		}
+		return out, nil
+	}
 	errs := make([]error, len(keys))
-	sem := make(chan struct{}, maxInflightGets)
 	var wg sync.WaitGroup
 	for i, k := range keys {
-		sem <- struct{}{}
 		wg.Go(func() {
-			defer func() { <-sem }()
-			v, err := t.getVia(ctx, c, k)
+			v, err := t.getVia(ctx, t.s.reader, k)
 			if errors.Is(err, zen.ErrNotFound) {
 				return
 			}

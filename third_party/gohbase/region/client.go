@@ -219,6 +219,31 @@ func (c *client) QueueRPC(rpc hrpc.Call) {
 	}
 }
 
+// QueueBatch (SmartFeed) sends calls, each a Get or a Mutate for a region this client serves,
+// as multi requests of up to the RPC queue size each, from the caller's goroutine and at once:
+// neither through the queue nor after its flush interval. Each call's result comes on its
+// ResultChan, as with QueueRPC. A batch of one is a multi request of one, as the queue sends.
+func (c *client) QueueBatch(ctx context.Context, calls []hrpc.Call) {
+	size := int(c.rpcQueueSize)
+	if size < 1 {
+		size = 1
+	}
+	for len(calls) > 0 {
+		n := len(calls)
+		if n > size {
+			n = size
+		}
+		m := newMulti(ctx, n)
+		for _, rpc := range calls[:n] {
+			m.add(rpc)
+		}
+		calls = calls[n:]
+		if err := c.trySend(m); err != nil {
+			m.returnResults(nil, err)
+		}
+	}
+}
+
 // Close asks this region.Client to close its connection to the RegionServer.
 // All queued and outstanding RPCs, if any, will be failed as if a connection
 // error had happened.
