@@ -13,6 +13,7 @@ import (
 const (
 	featAffinity byte = 'f' // (receiver, author) -> the affinity row's count (0 when absent)
 	featInterest byte = 'i' // (receiver, interest) -> 1 when receiver follows interest, else 0
+	featActive   byte = 'a' // (receiver, 0) -> its last-active row, only when it said "deliver" (Worker.active)
 )
 
 // featureKey names one cached feature of one receiver.

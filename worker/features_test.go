@@ -105,8 +105,8 @@ func TestFeatureCacheLifetime(t *testing.T) {
 // TestFanoutFeatureCache runs fanouts of alice's pins while another process (a direct write to
 // the store) changes two receivers' features: the scores follow within FeatureTTL, at once after
 // this worker's own RecordEngagement and follow backfill, and at once with the cache off or when
-// the lists go out as chunk tasks. Who receives a pin is never cached: a user deleted after a
-// fanout gets nothing from the next one.
+// the lists go out as chunk tasks. A user deleted after a fanout gets nothing from the next one
+// once worker.active_ttl has passed (TestFanoutActiveCache has the rest of that).
 func TestFanoutFeatureCache(t *testing.T) {
 	ctx := context.Background()
 	const ttl = time.Minute
@@ -123,44 +123,9 @@ func TestFanoutFeatureCache(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, zenmem.New(), tc.cfg, 4, nil)
 			f0, f1, f2, f3 := w.followers[0], w.followers[1], w.followers[2], w.followers[3]
-			n := 0
-			// fanout creates a pin of alice's (tagged cats), fans it out and returns each
-			// follower's score for it (0: not delivered).
 			fanout := func() map[zen.ID]float64 {
 				t.Helper()
-				n++
-				p, err := w.g.Create(ctx, zen.TypePin, w.travel, map[string]any{"author": w.alice.String(), "board": w.travel.String(),
-					"created_ms": w.clk.now().UnixMilli()})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := w.g.AddEdge(ctx, zen.Edge{From: p.ID, Type: zen.EdgePinInterests, To: w.cats}); err != nil {
-					t.Fatal(err)
-				}
-				task, err := pinlater.NewFanout(pinlater.FanoutPayload{Pin: uint64(p.ID), Author: uint64(w.alice), Board: uint64(w.travel),
-					CreatedMs: w.clk.now().UnixMilli(), Interests: []uint64{uint64(w.cats)}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := handler(t, w.q, task.Type()).ProcessTask(ctx, task); err != nil {
-					t.Fatal(err)
-				}
-				if err := w.q.run(ctx); err != nil {
-					t.Fatal(err)
-				}
-				out := map[zen.ID]float64{}
-				for _, u := range []zen.ID{f0, f1, f2, f3} {
-					es, err := w.w.Pools().Top(ctx, u, zen.SourceFollowing, 100)
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, e := range es {
-						if e.Pin == p.ID {
-							out[u] = e.Score
-						}
-					}
-				}
-				return out
+				return poolScores(t, w, fanoutNewPin(t, w, w.cats), f0, f1, f2, f3)
 			}
 			check := func(step string, s map[zen.ID]float64, raisedF1, raisedF2 bool) {
 				t.Helper()
@@ -228,4 +193,120 @@ func TestFanoutFeatureCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFanoutActiveCache: a receiver's last-active row that said "deliver" is kept for
+// ActiveTTL, so a tombstone or an old last-active time written by another process (a direct
+// write to the store) stops deliveries only once it has passed; this worker's own user delete
+// stops them at once; a row that said "skip" is never kept, so a user seen again gets the next
+// pin; with the cache off, or lists sent as chunk tasks, every pin reads the row.
+func TestFanoutActiveCache(t *testing.T) {
+	ctx := context.Background()
+	const ttl = time.Second
+	for _, tc := range []struct {
+		name   string
+		cfg    Config
+		cached bool
+	}{
+		{"cached", Config{ActiveTTL: ttl}, true},
+		{"off", Config{ActiveTTL: -1}, false},
+		{"chunk tasks", Config{ActiveTTL: ttl, InlineReceivers: -1}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, zenmem.New(), tc.cfg, 3, nil)
+			f0, f1, f2 := w.followers[0], w.followers[1], w.followers[2]
+			// fanout fans out a new pin of alice's and says which of f0..f2 got it.
+			fanout := func() []bool {
+				t.Helper()
+				s := poolScores(t, w, fanoutNewPin(t, w), f0, f1, f2)
+				return []bool{s[f0] != 0, s[f1] != 0, s[f2] != 0}
+			}
+			check := func(step string, got []bool, want ...bool) {
+				t.Helper()
+				if diff := cmp.Diff(want, got); diff != "" {
+					t.Errorf("%s: f0, f1, f2 delivered (-want +got):\n%s", step, diff)
+				}
+			}
+			check("first", fanout(), true, true, true)
+			// Another process deletes f1 (its tombstone) and f2 has not been seen for longer
+			// than InactiveAfter.
+			old := w.clk.now().Add(-w.w.cfg.InactiveAfter - time.Hour).UnixMilli()
+			if err := w.state.Apply(ctx, []zen.Mutation{
+				{Key: stateKey(f1, rowActive, 0), Value: i64Bytes(deletedUser)},
+				{Key: stateKey(f2, rowActive, 0), Value: i64Bytes(old)},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			w.clk.add(ttl / 2)
+			check("within ttl", fanout(), true, tc.cached, tc.cached)
+			// This worker deletes f0: its own fanouts read the tombstone at once.
+			del, err := pinlater.NewUserDelete(pinlater.UserDeletePayload{User: uint64(f0)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := handler(t, w.q, del.Type()).ProcessTask(ctx, del); err != nil {
+				t.Fatal(err)
+			}
+			check("after this worker's user delete", fanout(), false, tc.cached, tc.cached)
+			w.clk.add(ttl / 2)
+			check("at ttl", fanout(), false, false, false)
+			// f2 is seen again: a "skip" was not kept, so the next pin reaches it.
+			if err := w.state.Apply(ctx, []zen.Mutation{{Key: stateKey(f2, rowActive, 0), Value: i64Bytes(w.clk.now().UnixMilli())}}); err != nil {
+				t.Fatal(err)
+			}
+			check("f2 back", fanout(), false, false, true)
+			if hits := testutil.ToFloat64(w.w.m.activeHits); (hits > 0) != tc.cached {
+				t.Errorf("active cache hits %v, want some: %v", hits, tc.cached)
+			}
+		})
+	}
+}
+
+// fanoutNewPin creates a pin of alice's on travel, tagged with interests, runs its fanout task
+// and the tasks it enqueued, and returns the pin.
+func fanoutNewPin(t *testing.T, w *world, interests ...zen.ID) zen.ID {
+	t.Helper()
+	ctx := context.Background()
+	p, err := w.g.Create(ctx, zen.TypePin, w.travel, map[string]any{"author": w.alice.String(), "board": w.travel.String(),
+		"created_ms": w.clk.now().UnixMilli()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ins []uint64
+	for _, in := range interests {
+		if err := w.g.AddEdge(ctx, zen.Edge{From: p.ID, Type: zen.EdgePinInterests, To: in}); err != nil {
+			t.Fatal(err)
+		}
+		ins = append(ins, uint64(in))
+	}
+	task, err := pinlater.NewFanout(pinlater.FanoutPayload{Pin: uint64(p.ID), Author: uint64(w.alice), Board: uint64(w.travel),
+		CreatedMs: w.clk.now().UnixMilli(), Interests: ins})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := handler(t, w.q, task.Type()).ProcessTask(ctx, task); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.q.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return p.ID
+}
+
+// poolScores returns each of users' score for pin in its following pool (absent: not there).
+func poolScores(t *testing.T, w *world, pin zen.ID, users ...zen.ID) map[zen.ID]float64 {
+	t.Helper()
+	out := map[zen.ID]float64{}
+	for _, u := range users {
+		es, err := w.w.Pools().Top(context.Background(), u, zen.SourceFollowing, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			if e.Pin == pin {
+				out[u] = e.Score
+			}
+		}
+	}
+	return out
 }

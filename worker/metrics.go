@@ -20,6 +20,7 @@ type metrics struct {
 	delay    prometheus.Histogram
 
 	featureHits, featureMisses prometheus.Counter
+	activeHits, activeMisses   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,10 +52,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Help: "Receiver scoring features (affinity, interest follows) the fanout looked up in its cache, by result (hit, miss: read from the store)."},
 		[]string{"result"})
 	m.featureHits, m.featureMisses = features.WithLabelValues("hit"), features.WithLabelValues("miss")
+	active := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_active_cache_lookups_total",
+		Help: "Receivers' last-active rows the fanout looked up in its cache (worker.active_ttl), by result (hit, miss: read from the store)."},
+		[]string{"result"})
+	m.activeHits, m.activeMisses = active.WithLabelValues("hit"), active.WithLabelValues("miss")
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.inline, m.resumed, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown, m.delay, features} {
+	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.inline, m.resumed, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown, m.delay, features, active} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register worker metrics: %w", err)
 		}

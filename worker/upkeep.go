@@ -340,6 +340,9 @@ func (w *Worker) HandleUserDelete(ctx context.Context, p pinlater.UserDeletePayl
 	if err := w.state.Apply(ctx, []zen.Mutation{{Key: stateKey(user, rowActive, 0), Value: i64Bytes(deletedUser)}}); err != nil {
 		return fmt.Errorf("user delete %d: %w", user, err)
 	}
+	// This process's fanouts read the tombstone from now on; other processes' within their
+	// worker.active_ttl (Config.ActiveTTL).
+	w.active.forget(featureKey{kind: featActive, user: user})
 	// What the user owned: soft-deleted (DeleteUser did it already; an event from a producer did
 	// not), then each pin purged from the pools it was fanned out to and taken off its lists.
 	if err := w.g.DeleteOwned(ctx, user); err != nil {

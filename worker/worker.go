@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"math/big"
 	"slices"
 	"strconv"
@@ -92,6 +93,13 @@ type Config struct {
 	// another process reaches that receiver's scores at most this late; who receives a pin is
 	// never cached (see featureCache).
 	FeatureTTL time.Duration
+	// ActiveTTL is how long the fanout keeps a receiver's last-active row once it read it saying
+	// "deliver" (neither deleted nor inactive), so that the next pins to that receiver within
+	// this time do not read it again (default 1s; negative: read for every pin). A row saying
+	// "skip" is never kept. The price is that a user deleted by another process can still get
+	// pins for this long (rows nobody reads: GetFeed refuses a deleted user), and one inactive
+	// for InactiveAfter for this much longer (see activeKeep).
+	ActiveTTL time.Duration
 	// FeatureCacheSize bounds the features kept, in entries of each of the cache's two
 	// generations (default 262,144: about 10 MB each).
 	FeatureCacheSize int
@@ -130,6 +138,7 @@ func (c Config) withDefaults() Config {
 	def(&c.MatchInterests, 4)
 	def(&c.PurgeMaxReceivers, 100_000)
 	defDur(&c.FeatureTTL, time.Minute)
+	defDur(&c.ActiveTTL, time.Second)
 	def(&c.FeatureCacheSize, 1<<18)
 	c.BackfillLimit = min(c.BackfillLimit, zen.MaxEdgePage)
 	c.RebuildFollowees = min(c.RebuildFollowees, zen.MaxEdgePage)
@@ -160,6 +169,7 @@ type Worker struct {
 	log    *zap.Logger
 	m      *metrics
 	feats  *featureCache // nil: features read every time
+	active *featureCache // receivers' last-active rows that said "deliver"; nil: read every time
 	// lazyTask: the pools and the worker's state share one sequential log (zen.SameLog), so a
 	// fanout task's writes before its last one need not wait for their own fsync (HandleFanout).
 	lazyTask bool
@@ -200,7 +210,8 @@ func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Optio
 	cfg = cfg.withDefaults()
 	return &Worker{g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
 		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m, lazyTask: zen.SameLog(pools, state),
-		feats: newFeatureCache(cfg.FeatureTTL, cfg.FeatureCacheSize, o.Now, m.featureHits, m.featureMisses)}, nil
+		feats:  newFeatureCache(cfg.FeatureTTL, cfg.FeatureCacheSize, o.Now, m.featureHits, m.featureMisses),
+		active: newFeatureCache(cfg.ActiveTTL, cfg.FeatureCacheSize, o.Now, m.activeHits, m.activeMisses)}, nil
 }
 
 // Pools returns the pools the worker writes.
@@ -598,6 +609,25 @@ func (w *Worker) loadPinInfo(ctx context.Context, pi *pinInfo) error {
 	return nil
 }
 
+// noActiveRow stands for a receiver with no last-active row (never seen, or its row lost):
+// delivered to, as a recent one.
+const noActiveRow = math.MinInt64
+
+// skipFor says whether a receiver whose last-active row holds last (noActiveRow: none) is
+// skipped, and why: "deleted" (the tombstone), "inactive" (not seen for InactiveAfter), or ""
+// (deliver).
+func (w *Worker) skipFor(last, nowMs int64) string {
+	switch {
+	case last == noActiveRow:
+		return ""
+	case last == deletedUser:
+		return "deleted"
+	case w.cfg.InactiveAfter > 0 && nowMs-last > w.cfg.InactiveAfter.Milliseconds():
+		return "inactive"
+	}
+	return ""
+}
+
 // receiver is one user about to get a pin, with the per-user features.
 type receiver struct {
 	user     zen.ID
@@ -608,13 +638,32 @@ type receiver struct {
 
 // loadReceivers reads, for each user, the last-active row, the affinity for author and the
 // interest match of the pin, in two batched reads, and marks those to skip (deleted or inactive
-// users). The affinity and interest follows come from feats where it has them (nil: none).
+// users). The affinity and interest follows come from feats where it has them, and with feats
+// the last-active rows that said "deliver" from w.active (nil feats: everything is read).
 func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo, followedInterest zen.ID, feats *featureCache) ([]receiver, error) {
 	rs := make([]receiver, len(users))
 	keys := make([][]byte, 0, 2*len(users))
+	var active *featureCache
+	if feats != nil {
+		active = w.active
+	}
+	var actVals []int64
+	var actCached []bool
+	if active != nil {
+		aks := make([]featureKey, len(users))
+		for i, u := range users {
+			aks[i] = featureKey{kind: featActive, user: u}
+		}
+		actVals, actCached = make([]int64, len(users)), make([]bool, len(users))
+		active.get(aks, actVals, actCached)
+	}
+	actAt := make([]int, 0, len(users)) // the receivers whose last-active row is read
 	for i, u := range users {
 		rs[i].user = u
-		keys = append(keys, stateKey(u, rowActive, 0))
+		if actCached == nil || !actCached[i] {
+			actAt = append(actAt, i)
+			keys = append(keys, stateKey(u, rowActive, 0))
+		}
 	}
 	var affAt []int // the receivers whose affinity is read with the active rows
 	if pi.author != 0 {
@@ -644,18 +693,26 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 		return nil, fmt.Errorf("read receivers: %w", err)
 	}
 	nowMs := w.now().UnixMilli()
-	for i := range rs {
-		if last, ok := i64(vals[i]); ok {
-			switch {
-			case last == deletedUser:
-				rs[i].skip = "deleted"
-			case w.cfg.InactiveAfter > 0 && nowMs-last > w.cfg.InactiveAfter.Milliseconds():
-				rs[i].skip = "inactive"
-			}
+	for i := range actCached {
+		if actCached[i] {
+			rs[i].skip = w.skipFor(actVals[i], nowMs)
 		}
 	}
+	var keep []featureKey
+	var keepVals []int64
+	for j, i := range actAt {
+		last, ok := i64(vals[j])
+		if !ok {
+			last = noActiveRow
+		}
+		if rs[i].skip = w.skipFor(last, nowMs); rs[i].skip == "" && active != nil {
+			keep = append(keep, featureKey{kind: featActive, user: users[i]})
+			keepVals = append(keepVals, last)
+		}
+	}
+	active.put(keep, keepVals)
 	for j, i := range affAt {
-		rs[i].affinity, _ = i64(vals[len(users)+j])
+		rs[i].affinity, _ = i64(vals[len(actAt)+j])
 	}
 	if feats != nil && len(affAt) > 0 {
 		put, got := make([]featureKey, len(affAt)), make([]int64, len(affAt))

@@ -66,9 +66,12 @@ func (a *app) buildWorker(ctx context.Context) error {
 	if a.has(roleFeed) {
 		opts.Feeds = feedRemover{a}
 	}
-	wcfg := worker.Config{FeatureTTL: a.cfg.Worker.FeatureTTL.D()}
+	wcfg := worker.Config{FeatureTTL: a.cfg.Worker.FeatureTTL.D(), ActiveTTL: a.cfg.Worker.ActiveTTL.D()}
 	if wcfg.FeatureTTL == 0 {
 		wcfg.FeatureTTL = -1 // 0 in the config: read for every pin (0 in worker.Config: the default)
+	}
+	if wcfg.ActiveTTL == 0 {
+		wcfg.ActiveTTL = -1
 	}
 	a.worker, err = worker.New(a.graph, poolsT, stateT, a.durable, wcfg, opts)
 	if err != nil {

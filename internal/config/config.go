@@ -336,6 +336,10 @@ type Worker struct {
 	// follows) once read (worker.Config.FeatureTTL): a change made by another process reaches
 	// the scores at most this late. 0 reads them for every pin. Default 1m.
 	FeatureTTL Duration `json:"feature_ttl"`
+	// ActiveTTL is how long the fanout keeps a receiver's last-active row once it said "deliver"
+	// (worker.Config.ActiveTTL): a user deleted by another process can still get pins (that
+	// nobody reads) this long. 0 reads it for every pin. Default 1s.
+	ActiveTTL Duration `json:"active_ttl"`
 }
 
 // Generator configures the generator and feedsvc's access to it.
@@ -420,7 +424,7 @@ func DefaultConfig() Config {
 		Log:   Log{Level: "info", Format: "auto"},
 		Worker: Worker{Concurrency: 10, Dequeuers: 1, ShutdownTimeout: Duration(10 * time.Second), ReclaimAfter: Duration(5 * time.Second),
 			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second),
-			FeatureTTL: Duration(time.Minute)},
+			FeatureTTL: Duration(time.Minute), ActiveTTL: Duration(time.Second)},
 		Generator: Generator{},
 		Feed: Feed{
 			GeneratorDeadline:   Duration(150 * time.Millisecond),
@@ -530,6 +534,9 @@ func (c Config) Validate() error {
 	}
 	if c.Worker.FeatureTTL < 0 {
 		bad("worker.feature_ttl: negative")
+	}
+	if c.Worker.ActiveTTL < 0 {
+		bad("worker.active_ttl: negative")
 	}
 	if c.Feed.GeneratorDeadline <= 0 {
 		bad("feed.generator_deadline: must be positive")

@@ -86,6 +86,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	d(&c.Worker.OutboxGrace, "outbox-grace", c.Worker.OutboxGrace, "how long an outbox event may be unknown to Redis before the relay enqueues it again")
 	d(&c.Worker.OutboxRelayInterval, "outbox-relay-interval", c.Worker.OutboxRelayInterval, "how often the relay walks the outbox")
 	d(&c.Worker.FeatureTTL, "worker-feature-ttl", c.Worker.FeatureTTL, "how long the fanout keeps a receiver's scoring features (affinity, interest follows) once read (0: read for every pin)")
+	d(&c.Worker.ActiveTTL, "worker-active-ttl", c.Worker.ActiveTTL, "how long the fanout keeps a receiver's last-active row once it said deliver (0: read for every pin)")
 	s(&c.Worker.WeightsFile, "weights", c.Worker.WeightsFile, "JSON weights of the pool scorer (worker.Weights); empty: the defaults")
 	s(&c.Generator.ConfigFile, "generator-config", c.Generator.ConfigFile, "generator JSON config file (empty: defaults)")
 	s(&c.Generator.Addr, "generator-addr", c.Generator.Addr, "gRPC target of the generator for feedsvc (empty: in process)")
