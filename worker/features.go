@@ -29,10 +29,12 @@ type featureKey struct {
 // receiver's features once instead of once per pin. On the fanout's hot path these were up to
 // five point reads per receiver beside its one pool write; on HBase each is a Get.
 //
-// Only ranking signals are kept. What decides whether a receiver gets the pin at all (the
-// last-active row, with the deleted-user tombstone) is read every time. A cached value is at
-// most ttl old: an engagement or an interest follow recorded meanwhile by another process
-// changes that receiver's scores ttl late, never which pins reach whom. The worker's own writes
+// Only ranking signals are kept in the Worker's feats cache. What decides whether a receiver
+// gets the pin at all (the last-active row, with the deleted-user tombstone) has a second cache
+// of this type, Worker.active, with a much shorter ttl (Config.ActiveTTL), which keeps only
+// rows that said "deliver". A cached feature is at most ttl old: an engagement or an interest
+// follow recorded meanwhile by another process changes that receiver's scores ttl late, never
+// which pins reach whom. The worker's own writes
 // (RecordEngagement, follow backfills, unfollow cleanups) drop the entries they change in this
 // process's cache only: with roles split (IngestService on a graph process, several worker
 // processes) the other processes see the change within ttl.

@@ -91,14 +91,14 @@ type Config struct {
 	// author, interest follows) once read, so that the next pins of that author or interest do
 	// not read them again (default 1 minute; negative: read every time). A change made by
 	// another process reaches that receiver's scores at most this late; who receives a pin is
-	// never cached (see featureCache).
+	// decided by the last-active row, kept for ActiveTTL only (see featureCache).
 	FeatureTTL time.Duration
 	// ActiveTTL is how long the fanout keeps a receiver's last-active row once it read it saying
 	// "deliver" (neither deleted nor inactive), so that the next pins to that receiver within
 	// this time do not read it again (default 1s; negative: read for every pin). A row saying
 	// "skip" is never kept. The price is that a user deleted by another process can still get
 	// pins for this long (rows nobody reads: GetFeed refuses a deleted user), and one inactive
-	// for InactiveAfter for this much longer (see activeKeep).
+	// for InactiveAfter for this much longer (docs/worker.md, "Active cache").
 	ActiveTTL time.Duration
 	// FeatureCacheSize bounds the features kept, in entries of each of the cache's two
 	// generations (default 262,144: about 10 MB each).
