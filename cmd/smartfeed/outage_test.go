@@ -255,8 +255,11 @@ func TestRedisOutageLosesNothing(t *testing.T) {
 	if errs > 0 {
 		t.Errorf("%d of %d GetFeed calls failed while Redis was down", errs, len(during))
 	}
-	if p99 > 200*time.Millisecond {
-		t.Errorf("GetFeed p99 during the outage %v, want under 200 ms", p99)
+	// The same bound as CreatePin's, for the same reason: a GetFeed that waited on the dead
+	// Redis (a materialization or touch enqueue) would take EnqueueTimeout (500 ms). A tighter
+	// bound measured the machine's load, not the mechanism (211 ms once beside another go test).
+	if p99 > 400*time.Millisecond {
+		t.Errorf("GetFeed p99 during the outage %v: callers wait on Redis", p99)
 	}
 }
 
