@@ -425,9 +425,6 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 		}
 		after = &p
 	}
-	// A person waits on this page: its store calls go ahead of background work where the store
-	// can tell them apart (HBase's priority handlers, zenhbase.Options.UrgentPriority).
-	ctx = zen.Urgently(ctx)
 	// A deleted or never-existing user has no feed (checked where the graph is at hand).
 	if s.live != nil {
 		lstart := time.Now()
@@ -891,8 +888,7 @@ func (s *Service) materializeInline(ctx context.Context, task MaterializeTask) b
 		return false
 	}
 	defer s.releaseLane()
-	// Background work: its store calls do not go ahead of the pages' (zen.Urgently).
-	mctx, cancel := context.WithTimeout(zen.NotUrgently(context.WithoutCancel(ctx)), materializeInlineBound)
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), materializeInlineBound)
 	defer cancel()
 	if err := s.Materialize(mctx, task); err != nil {
 		s.m.inline.WithLabelValues(inlineFailed).Inc()

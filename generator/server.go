@@ -29,9 +29,7 @@ func (s *Server) GenerateChunk(ctx context.Context, req *generatorv1.GenerateChu
 	if err != nil {
 		return nil, err
 	}
-	// A chunk is asked for a page a person waits on (or a page's preparation): its store calls
-	// go ahead of background work (zen.Urgently), as in a feed service's own process.
-	c, err := s.g.GenerateChunk(zen.Urgently(ctx), user, Options{Max: int(req.GetMax()), Debug: req.GetDebug(), CallerRecords: req.GetCallerRecords()})
+	c, err := s.g.GenerateChunk(ctx, user, Options{Max: int(req.GetMax()), Debug: req.GetDebug(), CallerRecords: req.GetCallerRecords()})
 	if err != nil {
 		return nil, grpcError(err)
 	}

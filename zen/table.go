@@ -150,30 +150,6 @@ func IsLazy(ctx context.Context) bool { v, _ := ctx.Value(lazyKey{}).(bool); ret
 
 type lazyKey struct{}
 
-// Urgently returns ctx marked as the work of a request a person is waiting on (a page of a
-// feed), as opposed to background work (fanout, upkeep, materialization). A backend whose
-// server queues calls may serve the calls made with it ahead of the others: the HBase backend
-// sends them with a high RPC priority, which its region servers serve on their priority
-// handlers, so a first page's reads and compare-and-sets do not queue behind the fanout's
-// batches. The embedded backend has no queue and ignores it. It changes no result.
-func Urgently(ctx context.Context) context.Context {
-	return context.WithValue(ctx, urgentKey{}, true)
-}
-
-// NotUrgently returns ctx without the mark of Urgently: for background work started from a
-// request's context (context.WithoutCancel keeps its values).
-func NotUrgently(ctx context.Context) context.Context {
-	if !IsUrgent(ctx) {
-		return ctx
-	}
-	return context.WithValue(ctx, urgentKey{}, false)
-}
-
-// IsUrgent reports whether ctx is marked by Urgently (for backends).
-func IsUrgent(ctx context.Context) bool { v, _ := ctx.Value(urgentKey{}).(bool); return v }
-
-type urgentKey struct{}
-
 // ApplyLazy writes muts with t.Apply under Lazily(ctx).
 func ApplyLazy(ctx context.Context, t Table, muts []Mutation) error {
 	return t.Apply(Lazily(ctx), muts)

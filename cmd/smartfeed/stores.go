@@ -89,7 +89,7 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 		// standby cluster has the same tables under the same prefix.
 		replicated := name == storePrimary && h.NativeReplication()
 		hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: prefix, ZookeeperRoot: h.ZookeeperRoot, Replicated: replicated,
-			FlushInterval: time.Duration(h.WriteFlush), UrgentPriority: h.UrgentPriority})
+			FlushInterval: time.Duration(h.WriteFlush)})
 		if err != nil {
 			return nil, fmt.Errorf("open hbase %s at %s: %w", name, zk, err)
 		}
@@ -198,7 +198,7 @@ func (s *stores) named(ctx context.Context, ns config.NamedStore) (zen.Store, er
 	case config.BackendHBase:
 		h := s.cfg.HBase
 		hb, err := zenhbase.Open(ctx, ns.Addr, zenhbase.Options{TablePrefix: namedStorePrefix(h.TablePrefix, ns.Name),
-			ZookeeperRoot: h.ZookeeperRoot, FlushInterval: time.Duration(h.WriteFlush), UrgentPriority: h.UrgentPriority})
+			ZookeeperRoot: h.ZookeeperRoot, FlushInterval: time.Duration(h.WriteFlush)})
 		if err != nil {
 			return nil, fmt.Errorf("open store %s (hbase at %s): %w", ns.Name, ns.Addr, err)
 		}

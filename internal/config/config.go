@@ -188,11 +188,6 @@ type HBase struct {
 	// (gohbase sends at once when 100 calls are queued). Default 1ms; gohbase's own default is
 	// 20ms.
 	WriteFlush Duration `json:"write_flush"`
-	// UrgentPriority is the RPC priority of a page's store calls (GetFeed's reads, its chunk's
-	// claims and records): a region server serves a call above 10 on its priority handlers
-	// (hbase.regionserver.metahandler.count), not behind the fanout's batches queued for the
-	// ordinary ones. Default 200 (HBase's HIGH_QOS); -1: none, every call queues alike.
-	UrgentPriority int `json:"urgent_priority"`
 }
 
 // Replication modes of HBase.Replication.
@@ -418,7 +413,7 @@ func DefaultConfig() Config {
 			PebbleCacheMB:               256,
 			PebbleMemTableMB:            64,
 			PebbleL0CompactionThreshold: 8,
-			HBase:                       HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond), UrgentPriority: 200},
+			HBase:                       HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond)},
 			ShardMap:                    ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
 		Redis: Redis{Addr: "127.0.0.1:6379"},
@@ -486,9 +481,6 @@ func (c Config) Validate() error {
 		}
 		if h.WriteFlush <= 0 || time.Duration(h.WriteFlush) > time.Second {
 			bad("storage.hbase.write_flush: %v is not in (0, 1s]", time.Duration(h.WriteFlush))
-		}
-		if h.UrgentPriority != -1 && (h.UrgentPriority < 1 || h.UrgentPriority > 65535) {
-			bad("storage.hbase.urgent_priority: %d is neither -1 nor in [1, 65535]", h.UrgentPriority)
 		}
 	default:
 		bad("storage.backend: %q is neither %q nor %q", c.Storage.Backend, BackendPebble, BackendHBase)

@@ -44,7 +44,6 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.Storage.HBase.TablePrefix, "hbase-table-prefix", c.Storage.HBase.TablePrefix, "prefix of every HBase table name")
 	s(&c.Storage.HBase.ZookeeperRoot, "hbase-zk-root", c.Storage.HBase.ZookeeperRoot, "HBase znode")
 	d(&c.Storage.HBase.WriteFlush, "hbase-write-flush", c.Storage.HBase.WriteFlush, "how long the HBase client batches writes before sending them (reads never wait)")
-	i(&c.Storage.HBase.UrgentPriority, "hbase-urgent-priority", c.Storage.HBase.UrgentPriority, "RPC priority of a page's HBase calls, served on the region servers' priority handlers above 10 (-1: none)")
 	s(&c.Storage.HBase.Replication, "hbase-replication", c.Storage.HBase.Replication, "who copies the feed to the standby: hbase (HBase replication), app (feedsvc's change log) or auto")
 	s(&c.Storage.ShardMap.File, "shard-map-file", c.Storage.ShardMap.File, "JSON shard map, watched and applied live (empty: the default map)")
 	s(&c.Storage.ShardMap.ZK, "shard-map-zk", c.Storage.ShardMap.ZK, "ZooKeeper quorum holding the live shard map (empty: none)")

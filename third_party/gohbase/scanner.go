@@ -194,8 +194,7 @@ func (s *scanner) request() (*pb.ScanResponse, hrpc.RegionInfo, error) {
 			s.startRow,
 			nil,
 			hrpc.ScannerID(s.curRegionScannerID),
-			hrpc.NumberOfRows(s.rpc.NumberOfRows()),
-			hrpc.Priority(s.rpc.Priority()))
+			hrpc.NumberOfRows(s.rpc.NumberOfRows()))
 	}
 	if err != nil {
 		return nil, nil, err

@@ -36,7 +36,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -73,12 +72,6 @@ type Options struct {
 	// RPCQueueSize is how many calls gohbase batches per region server before it flushes
 	// (gohbase's default when zero: 100; 1 disables batching).
 	RPCQueueSize int
-	// UrgentPriority is the RPC priority of the calls made with a context marked by
-	// zen.Urgently (a page's reads and writes): region servers serve a call above 10 on their
-	// priority handlers (hbase.regionserver.metahandler.count, 20), not behind the calls
-	// queued for the ordinary ones (the fanout's batches). Default 200, HBase's HIGH_QOS;
-	// negative: no priority is set, every call queues alike.
-	UrgentPriority int
 	// SplitEvery is the number of shards per pre-split region (default 256).
 	SplitEvery int
 	// Shards is the number of shards the pre-split covers (default 4096, the default shard map).
@@ -111,16 +104,11 @@ func (o *Options) defaults() error {
 	if o.Shards == 0 {
 		o.Shards = 4096
 	}
-	if o.UrgentPriority == 0 {
-		o.UrgentPriority = DefaultUrgentPriority
-	}
 	switch {
 	case o.CallTimeout < 0 || o.CreateTimeout < 0 || o.FlushInterval < 0:
 		return errors.New("negative timeout or flush interval")
 	case o.RPCQueueSize < 0:
 		return fmt.Errorf("rpc queue size %d", o.RPCQueueSize)
-	case o.UrgentPriority > math.MaxUint16:
-		return fmt.Errorf("urgent priority %d", o.UrgentPriority)
 	case o.SplitEvery < 0 || o.Shards < 0 || o.Shards > zen.MaxShard+1:
 		return fmt.Errorf("split every %d of %d shards", o.SplitEvery, o.Shards)
 	}
@@ -131,9 +119,6 @@ func (o *Options) defaults() error {
 	}
 	return nil
 }
-
-// DefaultUrgentPriority is Options.UrgentPriority's default: HBase's HConstants.HIGH_QOS.
-const DefaultUrgentPriority = 200
 
 // SplitKeys returns the split keys of a table pre-split every `every` shards over `shards`
 // shards: the 8-byte big-endian IDs s<<46 for s = every, 2·every, … below shards.
@@ -441,18 +426,9 @@ func (t *Table) get(ctx context.Context, key []byte) ([]byte, error) {
 	return t.getVia(ctx, t.s.reader, key)
 }
 
-// opts returns the options of a call made with ctx: opts, and the urgent priority when ctx is
-// marked by zen.Urgently (and the priority is not turned off).
-func (t *Table) opts(ctx context.Context, opts ...func(hrpc.Call) error) []func(hrpc.Call) error {
-	if p := t.s.opts.UrgentPriority; p > 0 && zen.IsUrgent(ctx) {
-		opts = append(opts, hrpc.Priority(uint32(p)))
-	}
-	return opts
-}
-
 // getVia is get through client c.
 func (t *Table) getVia(ctx context.Context, c gohbase.Client, key []byte) ([]byte, error) {
-	g, err := hrpc.NewGet(ctx, t.name, key, t.opts(ctx, t.families)...)
+	g, err := hrpc.NewGet(ctx, t.name, key, t.families)
 	if err != nil {
 		return nil, err
 	}
@@ -472,8 +448,7 @@ func (t *Table) getVia(ctx context.Context, c gohbase.Client, key []byte) ([]byt
 
 // Apply writes the batch: one HBase Put or row Delete per key, sent concurrently. When a key
 // appears more than once only its last mutation is sent. It is atomic per row only: on error
-// some rows may have been written. With ctx marked by zen.Urgently the calls carry the urgent
-// priority, and a batch under batchFrom rows goes through the client that sends at once.
+// some rows may have been written.
 func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -498,10 +473,10 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 		var c *hrpc.Mutate
 		var err error
 		if m.Delete {
-			c, err = hrpc.NewDel(ctx, t.name, bytes.Clone(m.Key), nil, t.opts(ctx)...)
+			c, err = hrpc.NewDel(ctx, t.name, bytes.Clone(m.Key), nil)
 		} else {
 			c, err = hrpc.NewPut(ctx, t.name, bytes.Clone(m.Key),
-				map[string]map[string][]byte{t.fam: {qualifier: encodeValue(m.Value)}}, t.opts(ctx)...)
+				map[string]map[string][]byte{t.fam: {qualifier: encodeValue(m.Value)}})
 		}
 		if err != nil {
 			return fmt.Errorf("apply %s: %w", t.name, err)
@@ -520,15 +495,10 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 			}
 		}
 	} else {
-		// A page's writes (zen.Urgently) do not wait for the write client's flush interval.
-		client := t.s.client
-		if zen.IsUrgent(ctx) {
-			client = t.s.reader
-		}
 		var wg sync.WaitGroup
 		for i, c := range calls {
 			wg.Go(func() {
-				_, err := client.Put(c) // sends any Mutate as built: a Put or a row Delete
+				_, err := t.s.client.Put(c) // sends any Mutate as built: a Put or a row Delete
 				if err != nil {
 					errs[i] = fmt.Errorf("%x: %w", c.Key(), ctxErr(ctx, err))
 				}
@@ -560,7 +530,7 @@ func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 	}
 	ctx, cancel := t.s.callCtx(ctx)
 	defer cancel()
-	opts := t.opts(ctx, t.families)
+	opts := []func(hrpc.Call) error{t.families}
 	if o.Limit > 0 {
 		opts = append(opts, hrpc.NumberOfRows(uint32(min(o.Limit+1, 1000))))
 	}
@@ -670,7 +640,7 @@ func (t *Table) checkAndSet(ctx context.Context, key, expected, value []byte) (b
 		}
 		return false, err
 	case value == nil:
-		del, err := hrpc.NewDel(ctx, t.name, key, nil, t.opts(ctx)...)
+		del, err := hrpc.NewDel(ctx, t.name, key, nil)
 		if err != nil {
 			return false, err
 		}
@@ -693,7 +663,7 @@ func (t *Table) checkAndSet(ctx context.Context, key, expected, value []byte) (b
 		return res.GetProcessed(), nil
 	default:
 		put, err := hrpc.NewPut(ctx, t.name, key,
-			map[string]map[string][]byte{t.fam: {qualifier: encodeValue(value)}}, t.opts(ctx)...)
+			map[string]map[string][]byte{t.fam: {qualifier: encodeValue(value)}})
 		if err != nil {
 			return false, err
 		}
@@ -712,7 +682,7 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 	}
 	ctx, cancel := t.s.callCtx(ctx)
 	defer cancel()
-	inc, err := hrpc.NewIncSingle(ctx, t.name, bytes.Clone(key), t.fam, qualifier, delta, t.opts(ctx)...)
+	inc, err := hrpc.NewIncSingle(ctx, t.name, bytes.Clone(key), t.fam, qualifier, delta)
 	if err != nil {
 		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
 	}
@@ -754,7 +724,7 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	if len(keys) >= batchFrom {
 		gets := make([]hrpc.Call, len(keys))
 		for i, k := range keys {
-			g, err := hrpc.NewGet(ctx, t.name, k, t.opts(ctx, t.families)...)
+			g, err := hrpc.NewGet(ctx, t.name, k, t.families)
 			if err != nil {
 				return nil, fmt.Errorf("get many %s: %w", t.name, err)
 			}

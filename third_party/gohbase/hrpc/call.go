@@ -121,40 +121,6 @@ type base struct {
 
 	region   RegionInfo
 	resultch chan RPCResult
-
-	// priority is the RequestHeader's priority (0: none set).
-	priority uint32
-}
-
-// Priority returns the priority the call is sent with (0: none, the server decides).
-func (b *base) Priority() uint32 {
-	return b.priority
-}
-
-func (b *base) setPriority(p uint32) {
-	b.priority = p
-}
-
-// Prioritized is implemented by calls that carry an RPC priority.
-type Prioritized interface {
-	// Priority returns the priority put in the call's RequestHeader (0: none).
-	Priority() uint32
-}
-
-// Priority sets the priority of the call's RequestHeader (HBASE-15816: a client-set priority).
-// A region server trusts it: above its QOS threshold (10) the call is served by the priority
-// handlers (hbase.regionserver.metahandler.count, 20 by default) rather than waiting behind
-// the calls queued for the ordinary ones; HBase's HIGH_QOS is 200. 0 leaves it unset. A
-// multi request carries the highest priority of the calls batched in it.
-func Priority(p uint32) func(Call) error {
-	return func(c Call) error {
-		b, ok := c.(interface{ setPriority(uint32) })
-		if !ok {
-			return errors.New("'Priority' option does not apply to this call")
-		}
-		b.setPriority(p)
-		return nil
-	}
 }
 
 func (b *base) Context() context.Context {

@@ -692,9 +692,6 @@ func (c *client) send(rpc hrpc.Call) (uint32, error) {
 		MethodName:   proto.String(rpc.Name()),
 		RequestParam: proto.Bool(true),
 	}
-	if pc, ok := rpc.(hrpc.Prioritized); ok && pc.Priority() > 0 {
-		header.Priority = proto.Uint32(pc.Priority())
-	}
 
 	// Propagate any tracing information that is present in the rpc
 	// context into the HBase call

@@ -294,17 +294,6 @@ func (m *multi) add(call hrpc.Call) bool {
 	return len(m.calls) == m.size
 }
 
-// Priority returns the highest priority of the batched calls (0: none set).
-func (m *multi) Priority() uint32 {
-	var p uint32
-	for _, c := range m.calls {
-		if pc, ok := c.(hrpc.Prioritized); ok && pc.Priority() > p {
-			p = pc.Priority()
-		}
-	}
-	return p
-}
-
 // len returns number of batched calls.
 func (m *multi) len() int {
 	return len(m.calls)
