@@ -249,7 +249,13 @@ func (p PinDeletePayload) Validate() error {
 type UserDeletePayload struct {
 	V    int    `json:"v"`
 	User uint64 `json:"user"`
+	// Pass is 0 for the deletion itself, which schedules the same work once more as pass 2,
+	// for what writers that read the user as live before the deletion wrote after it.
+	Pass int `json:"pass,omitempty"`
 }
+
+// UserDeleteLastPass is the Pass of a user deletion's second and last run.
+const UserDeleteLastPass = 2
 
 // TaskType implements Payload.
 func (UserDeletePayload) TaskType() string { return TypeUserDelete }
@@ -258,6 +264,9 @@ func (UserDeletePayload) TaskType() string { return TypeUserDelete }
 func (p UserDeletePayload) Validate() error {
 	if err := checkVersion(TypeUserDelete, p.V); err != nil {
 		return err
+	}
+	if p.Pass != 0 && p.Pass != UserDeleteLastPass {
+		return invalid("%s: pass %d is neither 0 nor %d", TypeUserDelete, p.Pass, UserDeleteLastPass)
 	}
 	return checkID(TypeUserDelete, "user", p.User)
 }

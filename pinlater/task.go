@@ -152,6 +152,10 @@ func dedupID(p Payload) string {
 	case PinDeletePayload:
 		return "pin-delete:" + u(p.Pin)
 	case UserDeletePayload:
+		if p.Pass != 0 {
+			// Enqueued by the first pass while it still runs (and holds the ID above).
+			return "user-delete:" + u(p.User) + ":" + strconv.Itoa(p.Pass)
+		}
 		return "user-delete:" + u(p.User)
 	case FeedDeletePayload:
 		return "feed-delete:" + u(p.User)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -331,6 +332,12 @@ func (w *Worker) HandlePinDelete(ctx context.Context, p pinlater.PinDeletePayloa
 // HandleUserDelete removes a deleted user's pools, worker state and (through the FeedRemover)
 // materialized feed, and leaves a tombstone so that no later fanout delivers to the user again.
 // Idempotent.
+//
+// A fanout that read the user's last-active row before the tombstone (or, in another process,
+// kept it for up to worker.active_ttl) may still write pool rows after this pass deleted the
+// pools, and a materialization in flight may write feed rows after the feed was deleted. Rows
+// nobody reads: GetFeed refuses a deleted user. So the first pass ends by scheduling the same
+// work once more (Pass 2) after userDeleteRecheck, when every such writer has ended.
 func (w *Worker) HandleUserDelete(ctx context.Context, p pinlater.UserDeletePayload) error {
 	user, err := checkID("user delete", p.User, zen.TypeUser)
 	if err != nil {
@@ -402,6 +409,33 @@ func (w *Worker) HandleUserDelete(ctx context.Context, p pinlater.UserDeletePayl
 			return fmt.Errorf("user delete %d: feed: %w", user, err)
 		}
 	}
+	if p.Pass != pinlater.UserDeleteLastPass {
+		t, err := pinlater.NewUserDelete(pinlater.UserDeletePayload{User: p.User, Pass: pinlater.UserDeleteLastPass})
+		if err != nil {
+			return fmt.Errorf("user delete %d: %w", user, err)
+		}
+		if _, err := w.enq.Enqueue(ctx, t, pinlater.ProcessIn(w.userDeleteRecheck())); err != nil {
+			return fmt.Errorf("user delete %d: schedule the second pass: %w", user, err)
+		}
+	}
 	w.m.tasks.WithLabelValues(pinlater.TypeUserDelete).Inc()
 	return nil
+}
+
+// userDeleteRecheck is how long after a user's deletion its second pass runs
+// (Config.UserDeleteRecheck). By default: past the longest run of a fanout task (its pinlater
+// timeout), which may have read the user as live just before the tombstone, or of a
+// materialization already under way, plus the time another process keeps that reading
+// (ActiveTTL), plus a minute for the clocks of the machines involved.
+func (w *Worker) userDeleteRecheck() time.Duration {
+	if w.cfg.UserDeleteRecheck > 0 {
+		return w.cfg.UserDeleteRecheck
+	}
+	longest := time.Duration(0)
+	for _, typ := range []string{pinlater.TypeFanout, pinlater.TypeFanoutChunk, pinlater.TypeMaterialize} {
+		if p, ok := pinlater.DefaultPolicy(typ); ok {
+			longest = max(longest, p.Timeout)
+		}
+	}
+	return longest + max(w.cfg.ActiveTTL, 0) + time.Minute
 }

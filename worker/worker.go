@@ -103,6 +103,10 @@ type Config struct {
 	// FeatureCacheSize bounds the features kept, in entries of each of the cache's two
 	// generations (default 262,144: about 10 MB each).
 	FeatureCacheSize int
+	// UserDeleteRecheck is how long after a user's deletion its second pass runs (see
+	// HandleUserDelete). Default: the longest run of a fanout or materialization task (their
+	// pinlater timeout), plus ActiveTTL, plus a minute: 11m1s with the defaults.
+	UserDeleteRecheck time.Duration
 }
 
 func (c Config) withDefaults() Config {

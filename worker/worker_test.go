@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -667,5 +668,63 @@ func TestOnInsertSeesWrittenEntries(t *testing.T) {
 	run(1)
 	if len(seen) != n {
 		t.Errorf("hook called %d more times after it was cleared", len(seen)-n)
+	}
+}
+
+// TestUserDeleteSecondPass: a user's deletion schedules itself once more (pass 2, after the
+// longest fanout run), and that pass removes the pool rows a fanout that had read the user as
+// live wrote after the first pass; the second pass schedules nothing.
+func TestUserDeleteSecondPass(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, zenmem.New(), Config{}, 3, nil)
+	w.q.Enqueue(ctx, w.fanoutTask(t, 0))
+	if err := w.q.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gone := w.followers[1]
+	if n, _ := w.w.Pools().Size(ctx, gone, 0); n == 0 {
+		t.Fatal("the fanout delivered nothing to the user to delete")
+	}
+	task, err := pinlater.NewUserDelete(pinlater.UserDeletePayload{User: uint64(gone)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.q.Enqueue(ctx, task)
+	first := w.q.pop()
+	if err := handler(t, w.q, pinlater.TypeUserDelete).ProcessTask(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := w.w.Pools().Size(ctx, gone, 0); n != 0 {
+		t.Fatalf("after the first pass: %d pool entries", n)
+	}
+	second := w.q.pop()
+	if second == nil || second.Type() != pinlater.TypeUserDelete || w.q.len() != 0 {
+		t.Fatalf("the first pass enqueued %v and %d more, want one user-delete", second, w.q.len())
+	}
+	var p pinlater.UserDeletePayload
+	if err := json.Unmarshal(second.Payload(), &p); err != nil {
+		t.Fatal(err)
+	}
+	if want := (pinlater.UserDeletePayload{V: pinlater.PayloadVersion, User: uint64(gone), Pass: pinlater.UserDeleteLastPass}); p != want {
+		t.Errorf("second pass payload %+v, want %+v", p, want)
+	}
+	fanout, _ := pinlater.DefaultPolicy(pinlater.TypeFanout)
+	if d := w.w.userDeleteRecheck(); d <= fanout.Timeout+w.w.Config().ActiveTTL {
+		t.Errorf("second pass after %v: not past a fanout run (%v) and the active cache (%v)", d, fanout.Timeout, w.w.Config().ActiveTTL)
+	}
+	// A fanout that read the user's last-active row before the tombstone writes now.
+	late := zen.PoolEntry{User: gone, Source: zen.SourceFollowing, Score: 1, Pin: w.pins[3], Author: w.alice,
+		Board: w.travel, CreatedMs: w.clk.now().UnixMilli()}
+	if _, err := w.w.Pools().Insert(ctx, []zen.PoolEntry{late}); err != nil {
+		t.Fatal(err)
+	}
+	if err := handler(t, w.q, pinlater.TypeUserDelete).ProcessTask(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := w.w.Pools().Size(ctx, gone, 0); n != 0 {
+		t.Errorf("after the second pass: %d pool entries, want 0", n)
+	}
+	if w.q.len() != 0 {
+		t.Errorf("the second pass enqueued %d tasks, want none", w.q.len())
 	}
 }

@@ -342,6 +342,8 @@ func newSplit(t *testing.T, redis, zk string) *split {
 		// Recovery looks at chunks older than a second, every second: the test waits seconds,
 		// not minutes.
 		"SMARTFEED_FEED_RECOVER_AFTER=1s", "SMARTFEED_FEED_RECOVER_EVERY=1s",
+		// The second pass of a user delete: soon, so that the drains after it do not wait 11m.
+		"SMARTFEED_WORKER_USER_DELETE_RECHECK=1s",
 		"SMARTFEED_GENERATOR_CONFIG="+writeGenConfig(t, dir))
 	addrs := freeAddrs(t, 4)
 	s.genAddr, s.workAddr, s.feedAddr, s.graphAddr = addrs[0], addrs[1], addrs[2], addrs[3]

@@ -66,7 +66,8 @@ func (a *app) buildWorker(ctx context.Context) error {
 	if a.has(roleFeed) {
 		opts.Feeds = feedRemover{a}
 	}
-	wcfg := worker.Config{FeatureTTL: a.cfg.Worker.FeatureTTL.D(), ActiveTTL: a.cfg.Worker.ActiveTTL.D()}
+	wcfg := worker.Config{FeatureTTL: a.cfg.Worker.FeatureTTL.D(), ActiveTTL: a.cfg.Worker.ActiveTTL.D(),
+		UserDeleteRecheck: a.cfg.Worker.UserDeleteRecheck.D()}
 	if wcfg.FeatureTTL == 0 {
 		wcfg.FeatureTTL = -1 // 0 in the config: read for every pin (0 in worker.Config: the default)
 	}

@@ -340,6 +340,11 @@ type Worker struct {
 	// (worker.Config.ActiveTTL): a user deleted by another process can still get pins (that
 	// nobody reads) this long. 0 reads it for every pin. Default 1s.
 	ActiveTTL Duration `json:"active_ttl"`
+	// UserDeleteRecheck is how long after a user's deletion the worker deletes what is left of
+	// the user once more: pool and feed rows written by a fanout or a materialization that was
+	// under way when the user was deleted (worker.Config.UserDeleteRecheck). Default 0: the
+	// worker's own, the longest fanout task run plus active_ttl plus a minute (11m1s).
+	UserDeleteRecheck Duration `json:"user_delete_recheck"`
 }
 
 // Generator configures the generator and feedsvc's access to it.
@@ -537,6 +542,9 @@ func (c Config) Validate() error {
 	}
 	if c.Worker.ActiveTTL < 0 {
 		bad("worker.active_ttl: negative")
+	}
+	if c.Worker.UserDeleteRecheck < 0 {
+		bad("worker.user_delete_recheck: negative")
 	}
 	if c.Feed.GeneratorDeadline <= 0 {
 		bad("feed.generator_deadline: must be positive")
