@@ -3,6 +3,7 @@ package feedsvc
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,32 +112,54 @@ func TestPinlaterActivityDoesNotHoldPages(t *testing.T) {
 
 // TestRecentActivityDoesNotHoldPages: once the hook said "not rebuilding" for a user, the user's
 // pages in the next seconds do not wait for it again (a rebuild starts only after a long
-// absence); a "rebuilding" answer is not remembered, so the pages after it wait and say so.
+// absence): in the first half of activityFresh they do not call it at all, in the second half
+// they call it without waiting; a "rebuilding" answer is not remembered, so the pages after it
+// wait and say so.
 func TestRecentActivityDoesNotHoldPages(t *testing.T) {
 	e := newEnv(t, nil)
 	act := &fakeActivity{}
-	e.rebuild(t, func(d *Deps) { d.Activity = act; d.ActivityWait = time.Second })
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	e.rebuild(t, func(d *Deps) { d.Activity = act; d.ActivityWait = time.Second; d.Now = clock })
 	if p := e.get(t, "", 10); p.Rebuilding {
 		t.Fatal("first page says rebuilding")
 	}
 	e.svc.Wait()
+	if n := act.touched(); n != 1 {
+		t.Fatalf("first page called the hook %d times, want 1", n)
+	}
 	block := make(chan struct{})
 	act.mu.Lock()
 	act.block, act.rebuilding = block, true
 	act.mu.Unlock()
+
+	advance(activityFresh/2 - time.Second)
+	if p := e.get(t, "", 10); p.Rebuilding {
+		t.Error("page right after a not-rebuilding answer says rebuilding")
+	}
+	if n := act.touched(); n != 1 {
+		t.Errorf("page %v after a not-rebuilding answer called the hook (%d calls, want 1)", activityFresh/2-time.Second, n)
+	}
+
+	advance(2 * time.Second) // past the first half: the hook is called, not waited for
 	start := time.Now()
 	p := e.get(t, "", 10)
 	if took := time.Since(start); took > 500*time.Millisecond {
-		t.Errorf("second page took %s: it waited for the hook that answered moments ago", took)
+		t.Errorf("page took %s: it waited for the hook that answered moments ago", took)
 	}
 	if p.Rebuilding {
-		t.Error("second page says rebuilding before the hook answered")
+		t.Error("page says rebuilding before the hook answered")
 	}
 	act.mu.Lock()
 	act.block = nil
 	act.mu.Unlock()
 	close(block)
 	e.svc.Wait() // the blocked touch answers "rebuilding": forgotten
+	if n := act.touched(); n != 2 {
+		t.Errorf("hook called %d times, want 2 (the page in the second half renews the answer)", n)
+	}
 	if p := e.get(t, "", 10); !p.Rebuilding {
 		t.Error("page after a rebuilding answer does not wait for the hook and say so")
 	}

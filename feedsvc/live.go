@@ -49,6 +49,16 @@ func (s *Service) touch(user zen.ID) func() bool {
 	if s.activity == nil {
 		return func() bool { return false }
 	}
+	age, known := s.activeAge(user)
+	if known && age < activityFresh/2 {
+		// The hook said "not rebuilding" for this user moments ago, and a rebuild starts only
+		// when a user comes back after a long absence: neither call it again nor wait for it.
+		// The last-active time it keeps is written once a minute at most (the worker's
+		// TouchEvery), so these pages have nothing to add to it. In the second half of
+		// activityFresh the hook is called again, without waiting, to renew the answer.
+		s.m.activitySkipped.Inc()
+		return func() bool { return false }
+	}
 	_, blind := s.activity.(noRebuildSignal)
 	ch := make(chan bool, 1)
 	s.bg.Add(1)
@@ -68,13 +78,9 @@ func (s *Service) touch(user zen.ID) func() bool {
 		}
 		ch <- r && err == nil
 	}()
-	if blind {
-		// The hook never reports a rebuild (it goes over a queue): the page does not wait.
-		return func() bool { return false }
-	}
-	if s.recentlyActive(user) {
-		// The hook said "not rebuilding" for this user moments ago, and a rebuild starts only
-		// when a user comes back after a long absence: the page does not wait for it again.
+	if blind || known && age < activityFresh {
+		// The hook never reports a rebuild (it goes over a queue), or its last "not
+		// rebuilding" still stands: the page does not wait.
 		return func() bool { return false }
 	}
 	deadline := time.NewTimer(s.activityWait)
@@ -91,18 +97,22 @@ func (s *Service) touch(user zen.ID) func() bool {
 }
 
 // activityFresh is how long a "not rebuilding" answer of the activity hook stands for the
-// user's next pages, and maxActiveUsers bounds the users remembered (past it they are
-// forgotten, which only makes their next pages wait for the hook again).
+// user's next pages: they do not wait for the hook, and in its first half they do not call it
+// either. maxActiveUsers bounds the users remembered (past it they are forgotten, which only
+// makes their next pages wait for the hook again).
 const (
 	activityFresh  = 10 * time.Second
 	maxActiveUsers = 100_000
 )
 
-// recentlyActive reports whether the activity hook answered "not rebuilding" for user within
-// activityFresh.
-func (s *Service) recentlyActive(user zen.ID) bool {
+// activeAge reports how long ago the activity hook last answered "not rebuilding" for user
+// (false: not since it was last forgotten).
+func (s *Service) activeAge(user zen.ID) (time.Duration, bool) {
 	at, ok := s.active.get(user)
-	return ok && s.now().Sub(time.UnixMilli(at)) < activityFresh
+	if !ok {
+		return 0, false
+	}
+	return s.now().Sub(time.UnixMilli(at)), true
 }
 
 func (s *Service) noteActive(user zen.ID) { s.active.set(user, s.now().UnixMilli()) }

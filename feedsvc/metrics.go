@@ -24,6 +24,7 @@ type metrics struct {
 	liveErrors         prometheus.Counter
 	activityErrors     prometheus.Counter
 	activityLate       prometheus.Counter
+	activitySkipped    prometheus.Counter
 	unsureRecordings   *prometheus.CounterVec
 	// stage times the parts of GetFeed: the generator call, the materialized read (liveness
 	// filter included), recording the served chunk, and the materialize enqueue.
@@ -121,6 +122,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smartfeed_feed_activity_errors_total", Help: "Activity (Touch) calls that failed."}),
 		activityLate: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_feed_activity_late_total", Help: "Pages answered before the Activity hook did (rebuilding reported false)."}),
+		activitySkipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_activity_skipped_total", Help: "Pages that did not call the Activity hook: it answered \"not rebuilding\" for the user less than 5 s before."}),
 		unsureRecordings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_unsure_recordings_total",
 			Help: "Chunk recordings whose write failed without an answer, by what a later look found (recorded: materialized; not_recorded: returned to the pools)."},
@@ -140,7 +143,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
-			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate, m.unsureRecordings, m.stage, m.prepared, m.inline} {
+			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate, m.activitySkipped, m.unsureRecordings, m.stage, m.prepared, m.inline} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register feed metrics: %w", err)
 			}

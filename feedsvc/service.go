@@ -232,7 +232,7 @@ type Service struct {
 	// Deps.Now; see Config.MinChunkInterval).
 	asked userMarks
 	// active holds the users whose activity hook answered "not rebuilding" lately, and when
-	// (see recentlyActive).
+	// (see activeAge).
 	active userMarks
 	// inlineRunning counts the materializations running in this process (see
 	// Config.InlineMaterialize).
