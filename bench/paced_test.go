@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestPacedAt: every call runs once, at most conc at once, none before its due time, due times
+// spaced by 1/rate.
+func TestPacedAt(t *testing.T) {
+	const n, conc, rate = 60, 3, 2000.0
+	var running, most atomic.Int64
+	var mu sync.Mutex
+	seen := map[int]time.Time{}
+	got := pacedAt(context.Background(), rate, 0, n, conc, func(i int, due time.Time) {
+		if now := time.Now(); now.Before(due) {
+			t.Errorf("call %d started %v before its due time", i, due.Sub(now))
+		}
+		r := running.Add(1)
+		for {
+			m := most.Load()
+			if r <= m || most.CompareAndSwap(m, r) {
+				break
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+		running.Add(-1)
+		mu.Lock()
+		defer mu.Unlock()
+		if _, dup := seen[i]; dup {
+			t.Errorf("call %d ran twice", i)
+		}
+		seen[i] = due
+	})
+	if got != n || len(seen) != n {
+		t.Fatalf("pacedAt returned %d and ran %d calls, want %d", got, len(seen), n)
+	}
+	if m := most.Load(); m > conc {
+		t.Errorf("%d calls ran at once, want at most %d", m, conc)
+	}
+	step := time.Duration(float64(time.Second) / rate)
+	for i := 1; i < n; i++ {
+		if d := seen[i].Sub(seen[i-1]); d < step-time.Microsecond || d > step+time.Microsecond {
+			t.Errorf("due times of calls %d and %d are %v apart, want %v", i-1, i, d, step)
+		}
+	}
+}
+
+// TestPacedStopsWithContext: a cancelled context ends the pacing and every started call is
+// waited for.
+func TestPacedStopsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var done atomic.Int64
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	start := time.Now()
+	paced(ctx, 100, time.Hour, 0, 4, func(int) { time.Sleep(time.Millisecond); done.Add(1) })
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("paced ran %v after its context was cancelled", took)
+	}
+	if done.Load() == 0 {
+		t.Error("no call ran before the cancel")
+	}
+}
