@@ -42,6 +42,7 @@ func main() {
 	match := flag.String("match", "transport,grpc", "comma-separated substrings: report goroutines whose start function holds one")
 	who := flag.String("who", "", "a start function: for its waits for a processor, which goroutines ran meanwhile")
 	over := flag.Float64("over", 0.5, "with -who: waits longer than this many ms")
+	slow := flag.Float64("slow", 0, "with -who: list the FUNC goroutines that lived longer than this many ms, state by state")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: tracewait [-match S,S] [-who FUNC [-over MS]] TRACE")
@@ -55,6 +56,9 @@ func main() {
 	summary(gs, strings.Split(*match, ","))
 	if *who != "" {
 		meanwhile(gs, *who, *over)
+		if *slow > 0 {
+			slowOnes(gs, *who, *slow)
+		}
 	}
 }
 
@@ -268,5 +272,63 @@ func meanwhile(gs map[trace.GoID]*gor, who string, overMs float64) {
 			break
 		}
 		fmt.Printf("    %8.1f  %s\n", ran[n], n)
+	}
+}
+
+// slowOnes prints, for the goroutines that started in who and lived longer than overMs (the
+// slowest 20), where their life went: running, runnable, and each wait by reason.
+func slowOnes(gs map[trace.GoID]*gor, who string, overMs float64) {
+	var slow []*gor
+	var n int
+	for _, g := range gs {
+		if g.start != who || g.ended == 0 {
+			continue
+		}
+		n++
+		if ms(g.born, g.ended) > overMs {
+			slow = append(slow, g)
+		}
+	}
+	sort.Slice(slow, func(i, j int) bool { return ms(slow[i].born, slow[i].ended) > ms(slow[j].born, slow[j].ended) })
+	fmt.Printf("\n%d of %d %s goroutines lived longer than %.2f ms:\n", len(slow), n, who, overMs)
+	total := map[string]float64{}
+	for i, g := range slow {
+		by := map[string]float64{}
+		for _, s := range g.spans {
+			k := s.state
+			if s.why != "" {
+				k = s.why
+			}
+			by[k] += ms(s.start, s.end)
+			total[k] += ms(s.start, s.end)
+		}
+		if i >= 20 {
+			continue
+		}
+		var ks []string
+		for k := range by {
+			ks = append(ks, k)
+		}
+		sort.Slice(ks, func(a, b int) bool { return by[ks[a]] > by[ks[b]] })
+		fmt.Printf("  %.3f ms at %.3f s:", ms(g.born, g.ended), float64(g.born)/1e9)
+		for j, k := range ks {
+			if j == 4 {
+				break
+			}
+			fmt.Printf("  %s %.3f;", k, by[k])
+		}
+		fmt.Println()
+	}
+	var ks []string
+	for k := range total {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(a, b int) bool { return total[ks[a]] > total[ks[b]] })
+	fmt.Println("  in all:")
+	for j, k := range ks {
+		if j == 10 {
+			break
+		}
+		fmt.Printf("    %8.2f ms  %s\n", total[k], k)
 	}
 }
