@@ -14,11 +14,37 @@ import (
 )
 
 // taskRecorder records the tasks enqueued through it.
-type taskRecorder struct{ tasks []*pinlater.Task }
+type taskRecorder struct {
+	mu    sync.Mutex
+	tasks []*pinlater.Task
+}
 
 func (r *taskRecorder) Enqueue(_ context.Context, t *pinlater.Task, _ ...pinlater.Option) (*pinlater.Info, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.tasks = append(r.tasks, t)
 	return &pinlater.Info{ID: t.ID(), Type: t.Type()}, nil
+}
+
+// TestPinlaterActivityPerFewSeconds: with the activity over the queue (split roles), a user
+// reading page after page enqueues one touch task in the first seconds, not one per page.
+func TestPinlaterActivityPerFewSeconds(t *testing.T) {
+	e := newEnv(t, nil)
+	rec := &taskRecorder{}
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	e.rebuild(t, func(d *Deps) { d.Activity = PinlaterActivity{Client: rec, Now: clock}; d.Now = clock })
+	for range 10 {
+		e.get(t, "", 10)
+		e.svc.Wait()
+		mu.Lock()
+		now = now.Add(activityFresh / 20)
+		mu.Unlock()
+	}
+	if n := len(rec.tasks); n != 1 {
+		t.Errorf("10 pages in %v enqueued %d touch tasks, want 1", activityFresh/2, n)
+	}
 }
 
 // TestPinlaterActivity: a touch over the queue is a "touch" task for the worker naming the user
