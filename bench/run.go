@@ -347,35 +347,17 @@ feed:
 	return &World{M: m, IDs: ids}, ctx.Err()
 }
 
-// paced calls fn at rate per second for d (or n times when n > 0), at most conc at once, and
-// waits for them.
+// paced calls fn at rate per second for d (or n times when n > 0), each in its own goroutine
+// bounded by conc, and waits for them.
 func paced(ctx context.Context, rate float64, d time.Duration, n, conc int, fn func(i int)) int {
 	return pacedAt(ctx, rate, d, n, conc, func(i int, _ time.Time) { fn(i) })
 }
 
 // pacedAt is paced that also hands fn the time its call was scheduled for (a call starts later
-// when the conc callers are all busy).
-//
-// The calls run on conc long-lived goroutines, not one new goroutine each: a new goroutine per
-// call paid for its creation and for growing its stack on every call (in a profile of the read
-// rate steps, stack growth under the callers was 5% of the process's CPU), which the system
-// measured beside it in the same process paid for too.
+// when the conc slots are all busy).
 func pacedAt(ctx context.Context, rate float64, d time.Duration, n, conc int, fn func(i int, due time.Time)) int {
-	type call struct {
-		i   int
-		due time.Time
-	}
-	calls := make(chan call)
+	sem := make(chan struct{}, conc)
 	var wg sync.WaitGroup
-	for range conc {
-		wg.Go(func() {
-			for c := range calls {
-				fn(c.i, c.due)
-			}
-		})
-	}
-	wait := time.NewTimer(time.Hour)
-	wait.Stop()
 	start := time.Now()
 	i := 0
 	for ; ctx.Err() == nil; i++ {
@@ -384,19 +366,23 @@ func pacedAt(ctx context.Context, rate float64, d time.Duration, n, conc int, fn
 		}
 		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
 		if w := time.Until(due); w > 0 {
-			wait.Reset(w)
 			select {
 			case <-ctx.Done():
-			case <-wait.C:
+			case <-time.After(w):
 			}
-			wait.Stop()
 		}
 		select {
-		case calls <- call{i, due}:
+		case sem <- struct{}{}:
 		case <-ctx.Done():
+			continue
 		}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			fn(i, due)
+		}(i)
 	}
-	close(calls)
 	wg.Wait()
 	return i
 }
