@@ -31,16 +31,12 @@ func (r *taskRecorder) Enqueue(_ context.Context, t *pinlater.Task, _ ...pinlate
 func TestPinlaterActivityPerFewSeconds(t *testing.T) {
 	e := newEnv(t, nil)
 	rec := &taskRecorder{}
-	var mu sync.Mutex
-	now := time.Unix(1_800_000_000, 0)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	e.rebuild(t, func(d *Deps) { d.Activity = PinlaterActivity{Client: rec, Now: clock}; d.Now = clock })
+	clk := &settableClock{t: time.Unix(1_800_000_000, 0)}
+	e.rebuild(t, func(d *Deps) { d.Activity = PinlaterActivity{Client: rec, Now: clk.now}; d.Now = clk.now })
 	for range 10 {
 		e.get(t, "", 10)
 		e.svc.Wait()
-		mu.Lock()
-		now = now.Add(activityFresh / 20)
-		mu.Unlock()
+		clk.advance(activityFresh / 20)
 	}
 	if n := len(rec.tasks); n != 1 {
 		t.Errorf("10 pages in %v enqueued %d touch tasks, want 1", activityFresh/2, n)
@@ -144,11 +140,8 @@ func TestPinlaterActivityDoesNotHoldPages(t *testing.T) {
 func TestRecentActivityDoesNotHoldPages(t *testing.T) {
 	e := newEnv(t, nil)
 	act := &fakeActivity{}
-	var mu sync.Mutex
-	now := time.Unix(1_800_000_000, 0)
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-	e.rebuild(t, func(d *Deps) { d.Activity = act; d.ActivityWait = time.Second; d.Now = clock })
+	clk := &settableClock{t: time.Unix(1_800_000_000, 0)}
+	e.rebuild(t, func(d *Deps) { d.Activity = act; d.ActivityWait = time.Second; d.Now = clk.now })
 	if p := e.get(t, "", 10); p.Rebuilding {
 		t.Fatal("first page says rebuilding")
 	}
@@ -161,7 +154,7 @@ func TestRecentActivityDoesNotHoldPages(t *testing.T) {
 	act.block, act.rebuilding = block, true
 	act.mu.Unlock()
 
-	advance(activityFresh/2 - time.Second)
+	clk.advance(activityFresh/2 - time.Second)
 	if p := e.get(t, "", 10); p.Rebuilding {
 		t.Error("page right after a not-rebuilding answer says rebuilding")
 	}
@@ -169,7 +162,7 @@ func TestRecentActivityDoesNotHoldPages(t *testing.T) {
 		t.Errorf("page %v after a not-rebuilding answer called the hook (%d calls, want 1)", activityFresh/2-time.Second, n)
 	}
 
-	advance(2 * time.Second) // past the first half: the hook is called, not waited for
+	clk.advance(2 * time.Second) // past the first half: the hook is called, not waited for
 	start := time.Now()
 	p := e.get(t, "", 10)
 	if took := time.Since(start); took > 500*time.Millisecond {
