@@ -514,6 +514,44 @@ func (g *Graph) CountEdges(ctx context.Context, from ID, t EdgeType) (int64, err
 	return max(0, int64(binary.BigEndian.Uint64(v))), nil
 }
 
+// ListKey names one edge list (From, Type) for CountEdgesMany.
+type ListKey struct {
+	From ID
+	Type EdgeType
+}
+
+// CountEdgesMany returns, for each key, what CountEdges would, from one batched read of the
+// counter rows (a task that needs several counts pays one round trip, not one a count). A key
+// that names no valid list fails the call.
+func (g *Graph) CountEdgesMany(ctx context.Context, keys []ListKey) ([]int64, error) {
+	cks := make([][]byte, len(keys))
+	for i, k := range keys {
+		ft, _, _, ok := k.Type.info()
+		if !ok {
+			return nil, fmt.Errorf("count edges: edge type %d: unknown", k.Type)
+		}
+		if err := k.From.Check(ft); err != nil {
+			return nil, fmt.Errorf("count edges type %d: %w", k.Type, err)
+		}
+		cks[i] = edgeCountKey(k.From, k.Type)
+	}
+	vals, err := GetMany(ctx, g.counters, cks)
+	if err != nil {
+		return nil, fmt.Errorf("count edges of %d lists: %w", len(keys), err)
+	}
+	out := make([]int64, len(keys))
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		if len(v) != 8 {
+			return nil, fmt.Errorf("count edges %d-%d: counter is %d bytes", keys[i].From, keys[i].Type, len(v))
+		}
+		out[i] = max(0, int64(binary.BigEndian.Uint64(v)))
+	}
+	return out, nil
+}
+
 // AddInverse writes the inverse of e (e.To → e.From, same seq and data); idempotent like AddEdge.
 // It is what the inverse-edge job runs after the forward AddEdge.
 func (g *Graph) AddInverse(ctx context.Context, e Edge) error {

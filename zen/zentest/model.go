@@ -86,6 +86,7 @@ func RunModel(t *testing.T, open func(t *testing.T) zen.Store) {
 	t.Run("EdgesDuplicateSeq", func(t *testing.T) { modelEdgesDuplicateSeq(t, open(t)) })
 	t.Run("EdgesConcurrent", func(t *testing.T) { modelEdgesConcurrent(t, open(t)) })
 	t.Run("EdgesMembers", func(t *testing.T) { modelEdgesMembers(t, open(t)) })
+	t.Run("EdgesCountMany", func(t *testing.T) { modelEdgesCountMany(t, open(t)) })
 	t.Run("Pools", func(t *testing.T) { modelPoolsBasic(t, open(t)) })
 	t.Run("PoolsConcurrentTake", func(t *testing.T) { modelPoolsConcurrentTake(t, open(t)) })
 	t.Run("PoolsTombstones", func(t *testing.T) { modelPoolsTombstones(t, open(t)) })
@@ -295,6 +296,48 @@ func modelEdgesIdempotent(t *testing.T, s zen.Store) {
 	}
 	if _, err := g.HasEdge(ctx, u, zen.EdgeFollowsUser, v); !errors.Is(err, zen.ErrNotFound) {
 		t.Errorf("S3 HasEdge = %v, want ErrNotFound", err)
+	}
+}
+
+// modelEdgesCountMany: CountEdgesMany answers what CountEdges answers for each list, in the
+// keys' order (a list twice, a list never written, a list emptied again), and refuses a key
+// whose From is not of the list type's kind.
+func modelEdgesCountMany(t *testing.T, s zen.Store) {
+	ctx := modelCtx(t)
+	g := modelGraph(t, s, newModelClock())
+	u, v, w := modelID(t, 1, zen.TypeUser, 1), modelID(t, 2, zen.TypeUser, 2), modelID(t, 3, zen.TypeUser, 3)
+	for i, e := range []zen.Edge{{From: u, Type: zen.EdgeFollowsUser, To: v}, {From: u, Type: zen.EdgeFollowsUser, To: w},
+		{From: v, Type: zen.EdgeFollowsUser, To: w}, {From: w, Type: zen.EdgeFollowsUser, To: u}} {
+		e.Seq = seq.Seq{Lo: 10 + uint64(i)}
+		if err := g.AddEdge(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.RemoveEdge(ctx, w, zen.EdgeFollowsUser, u); err != nil {
+		t.Fatal(err)
+	}
+	keys := []zen.ListKey{{From: u, Type: zen.EdgeFollowsUser}, {From: v, Type: zen.EdgeFollowsUser}, {From: w, Type: zen.EdgeFollowsUser},
+		{From: u, Type: zen.EdgeFollowedByUser}, {From: u, Type: zen.EdgeFollowsUser}}
+	got, err := g.CountEdgesMany(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int64, len(keys))
+	for i, k := range keys {
+		want[i] = modelCount(t, g, k.From, k.Type)
+	}
+	if diff := cmp.Diff([]int64{2, 1, 0, 0, 2}, want); diff != "" {
+		t.Errorf("CountEdges (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("CountEdgesMany against CountEdges (-want +got):\n%s", diff)
+	}
+	if got, err := g.CountEdgesMany(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("CountEdgesMany(nil) = %v, %v", got, err)
+	}
+	board := modelID(t, 4, zen.TypeBoard, 4)
+	if _, err := g.CountEdgesMany(ctx, []zen.ListKey{keys[0], {From: board, Type: zen.EdgeFollowsUser}}); err == nil {
+		t.Error("CountEdgesMany with a board as a user's list: no error")
 	}
 }
 
