@@ -232,6 +232,13 @@ func indexRow(shard uint16, k []byte) (user zen.ID, seq uint64, ok bool) {
 // time) and the number of chunks it completed. A startup pass loops until next is 0; a periodic
 // sweep does the same. A pass over an empty index costs one (empty) scan per shard.
 func (s *Service) RecoverAll(ctx context.Context, after zen.ID, olderThan time.Duration, limit int) (next zen.ID, n int, err error) {
+	return s.recoverAll(ctx, after, olderThan, limit, 0)
+}
+
+// recoverAll is RecoverAll with at least pace between two shards' scans (0: none), so that a
+// periodic pass over thousands of mostly empty shards is a trickle of reads on the store, not a
+// burst of thousands at once (on HBase each scan is a region server call).
+func (s *Service) recoverAll(ctx context.Context, after zen.ID, olderThan time.Duration, limit int, pace time.Duration) (next zen.ID, n int, err error) {
 	if limit < 1 || limit > 100000 {
 		return 0, 0, fmt.Errorf("%w: limit %d is not in [1, 100000]", ErrInvalid, limit)
 	}
@@ -240,7 +247,19 @@ func (s *Service) RecoverAll(ctx context.Context, after zen.ID, olderThan time.D
 	}
 	read := 0
 	var users []zen.ID
+	var tick *time.Ticker
+	if pace > 0 {
+		tick = time.NewTicker(pace)
+		defer tick.Stop()
+	}
 	for shard := int(after.Shard()); shard < s.indexShards && read < limit; shard++ {
+		if tick != nil && shard > int(after.Shard()) {
+			select {
+			case <-ctx.Done():
+				return after, n, ctx.Err()
+			case <-tick.C:
+			}
+		}
 		prefix := indexPrefix(uint16(shard))
 		start := prefix
 		if after != 0 && shard == int(after.Shard()) {

@@ -41,6 +41,10 @@ type RecoverOptions struct {
 	Now func() time.Time
 	// Logger; nil means no logging.
 	Logger *zap.Logger
+	// Spread is the share of Run's interval over which a periodic pass spreads its reads of the
+	// pending index, one shard's scan after another (the first pass, at startup, runs at once).
+	// Default 0.5; negative: no spreading.
+	Spread float64
 }
 
 // Recoverer completes or gives back the chunks a crash left behind: the feed's pending chunks
@@ -71,15 +75,21 @@ func NewRecoverer(s *Service, gen InFlight, o RecoverOptions) *Recoverer {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	if o.Spread == 0 {
+		o.Spread = 0.5
+	}
 	return &Recoverer{feed: s, gen: gen, o: o}
 }
 
 // Pass runs one bounded recovery pass and returns the chunks it completed or gave back.
-func (r *Recoverer) Pass(ctx context.Context) (int, error) {
+func (r *Recoverer) Pass(ctx context.Context) (int, error) { return r.pass(ctx, 0) }
+
+// pass is Pass with at least pace between two shards' scans of the pending index.
+func (r *Recoverer) pass(ctx context.Context, pace time.Duration) (int, error) {
 	total := 0
 	after := zen.ID(0)
 	for range r.o.MaxSteps {
-		next, n, err := r.feed.RecoverAll(ctx, after, r.o.OlderThan, r.o.Batch)
+		next, n, err := r.feed.recoverAll(ctx, after, r.o.OlderThan, r.o.Batch, pace)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("recover feed: %w", err)
@@ -148,12 +158,20 @@ func (r *Recoverer) settleUser(ctx context.Context, user zen.ID, cutMs int64) (i
 	return n, nil
 }
 
-// Run runs a pass now and then every `every` until ctx is done; pass errors are logged.
+// Run runs a pass now and then every `every` until ctx is done; pass errors are logged. The
+// passes after the first spread their scans of the pending index (one per shard, 4,096 with the
+// default shard count, nearly all empty) over Spread of the interval: on HBase a pass at once
+// was a burst of thousands of region server calls each minute, on top of whatever the service
+// was doing then.
 func (r *Recoverer) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
-	for {
-		n, err := r.Pass(ctx)
+	var pace time.Duration
+	for first := true; ; first = false {
+		if !first && r.o.Spread > 0 && r.feed.indexShards > 0 {
+			pace = time.Duration(float64(every) * r.o.Spread / float64(r.feed.indexShards))
+		}
+		n, err := r.pass(ctx, pace)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			r.o.Logger.Warn("recovery pass", zap.Int("recovered", n), zap.Error(err))

@@ -159,3 +159,74 @@ func TestRecovererPagesUsers(t *testing.T) {
 		}
 	}
 }
+
+// scanTimes records when the pending index of each shard was scanned.
+type scanTimes struct {
+	zen.Table
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (s *scanTimes) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
+	if len(o.Start) > 8 && o.Start[8] == prefixPendingIndex {
+		s.mu.Lock()
+		s.at = append(s.at, time.Now())
+		s.mu.Unlock()
+	}
+	return s.Table.Scan(ctx, o)
+}
+
+// passes cuts the scan times into passes (a new pass starts after a gap longer than gap) and
+// returns how long each took, first scan to last, and its number of scans.
+func (s *scanTimes) passes(gap time.Duration) (took []time.Duration, scans []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := 0
+	for i, at := range s.at {
+		if i == 0 || at.Sub(s.at[i-1]) > gap {
+			took, scans, first = append(took, 0), append(scans, 0), i
+		}
+		took[len(took)-1] = at.Sub(s.at[first])
+		scans[len(scans)-1]++
+	}
+	return took, scans
+}
+
+// TestRecovererRunSpreadsPasses: the startup pass reads every shard's pending index at once; the
+// periodic passes after it spread those reads over Spread of the interval (on HBase a pass at
+// once is a burst of thousands of region server calls every minute), and still recover what
+// a crash left.
+func TestRecovererRunSpreadsPasses(t *testing.T) {
+	e, users := pendingOnShards(t, nil)
+	const shards = 16
+	st := &scanTimes{Table: e.repl}
+	e.rebuild(t, func(d *Deps) { d.Primary, d.IndexShards, d.Now = st, shards, e.svc.now })
+	every := 400 * time.Millisecond
+	r := NewRecoverer(e.svc, nil, RecoverOptions{OlderThan: time.Minute, Now: e.svc.now})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { r.Run(ctx, every); close(done) }()
+	time.Sleep(2*every + every/2)
+	cancel()
+	<-done
+
+	took, scans := st.passes(every / 4)
+	if len(took) < 2 {
+		t.Fatalf("%d passes seen (%v scans), want at least 2", len(took), scans)
+	}
+	// Shards 0..7 and then 8..15 are walked by two RecoverAll calls per pass at most; each pass
+	// reads every shard once.
+	if scans[0] != shards || scans[1] != shards {
+		t.Errorf("scans per pass = %v, want %d in each", scans, shards)
+	}
+	if took[0] > every/8 {
+		t.Errorf("startup pass took %v, want it at once (under %v)", took[0], every/8)
+	}
+	// Spread 0.5: 15 gaps of every/2/16 after the first scan.
+	if min := time.Duration(float64(every) * 0.5 * (shards - 1) / shards * 0.9); took[1] < min {
+		t.Errorf("periodic pass took %v, want it spread over at least %v", took[1], min)
+	}
+	if diff := cmp.Diff([]bool{true, true, false}, doneUsers(t, e, users)); diff != "" {
+		t.Errorf("users recovered (-want +got):\n%s", diff)
+	}
+}
