@@ -351,6 +351,7 @@ type benchSystem struct {
 	// arrivals are the watched (user, pin) pairs: arrivalKey → *atomic.Int64, the Unix time
 	// in ns the worker wrote the pin to the user's pools (0: not yet).
 	arrivals sync.Map
+	made     sync.Map // pin → creation ms, of the pins MakePin made and PublishPin has not published
 }
 
 func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tmp string) (*benchSystem, func(), error) {
@@ -450,30 +451,65 @@ func (s *benchSystem) Follow(ctx context.Context, follower, followee uint64) err
 }
 
 func (s *benchSystem) Pin(ctx context.Context, author uint64, watch []uint64) (uint64, error) {
+	pin, board, created, err := s.makePin(ctx, author)
+	if err != nil {
+		return 0, err
+	}
+	for _, u := range watch {
+		s.arrivals.Store(arrivalKey{u, uint64(pin)}, new(atomic.Int64))
+	}
+	if _, err := s.pub.PinSaved(ctx, worker.PinSaved{Pin: pin, User: zen.ID(author), Board: board, CreatedMs: created}); err != nil {
+		return 0, err
+	}
+	return uint64(pin), nil
+}
+
+// makePin creates a pin by author on the author's board: the object and its edges (lazily on
+// Pebble, where the synced outbox row of the pin's event, written after them to the same log,
+// makes them durable). It returns the pin, its board and its creation time in Unix
+// milliseconds.
+func (s *benchSystem) makePin(ctx context.Context, author uint64) (zen.ID, zen.ID, int64, error) {
 	s.mu.Lock()
 	board := s.boards[author]
 	s.mu.Unlock()
 	now := time.Now()
-	wctx := ctx // the pin's writes; PinSaved's outbox row, with ctx, is durable
+	wctx := ctx
 	if s.lazyPins {
 		wctx = zen.Lazily(ctx)
 	}
 	p, err := s.a.graph.Create(wctx, zen.TypePin, board, map[string]any{"author": zen.ID(author).String(), "board": board.String(), "title": "bench"})
 	if err != nil {
-		return 0, err
+		return 0, 0, 0, err
 	}
 	for _, e := range []zen.Edge{{From: zen.ID(author), Type: zen.EdgeUserPins, To: p.ID}, {From: board, Type: zen.EdgeBoardPins, To: p.ID}} {
 		if err := addBoth(wctx, s.a.graph, e); err != nil {
-			return 0, err
+			return 0, 0, 0, err
 		}
 	}
-	for _, u := range watch {
-		s.arrivals.Store(arrivalKey{u, uint64(p.ID)}, new(atomic.Int64))
-	}
-	if _, err := s.pub.PinSaved(ctx, worker.PinSaved{Pin: p.ID, User: zen.ID(author), Board: board, CreatedMs: now.UnixMilli()}); err != nil {
+	return p.ID, board, now.UnixMilli(), nil
+}
+
+// MakePin implements bench.Prepinner: the pin as Pin makes it, its event not published.
+func (s *benchSystem) MakePin(ctx context.Context, author uint64) (uint64, error) {
+	pin, _, created, err := s.makePin(ctx, author)
+	if err != nil {
 		return 0, err
 	}
-	return uint64(p.ID), nil
+	s.made.Store(uint64(pin), created)
+	return uint64(pin), nil
+}
+
+// PublishPin implements bench.Prepinner: the event of a pin MakePin made, as Pin publishes it.
+func (s *benchSystem) PublishPin(ctx context.Context, author, pin uint64) error {
+	v, ok := s.made.LoadAndDelete(pin)
+	if !ok {
+		return fmt.Errorf("pin %d was not made by MakePin", pin)
+	}
+	s.mu.Lock()
+	board := s.boards[author]
+	s.mu.Unlock()
+	_, err := s.pub.PinSaved(ctx, worker.PinSaved{Pin: zen.ID(pin), User: zen.ID(author), Board: board, CreatedMs: v.(int64)})
+	return err
 }
 
 // Arrived reports the worker's own time of writing pin to user's pools (benchSystem.inserted,
