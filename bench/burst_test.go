@@ -8,18 +8,45 @@ import (
 	"time"
 )
 
+// meeting holds each call of arrive until `together` calls have arrived: a burst that does not
+// have that many in flight at once never gets past it.
+type meeting struct {
+	together int
+
+	mu      sync.Mutex
+	arrived int
+	gate    chan struct{}
+}
+
+func (m *meeting) arrive(ctx context.Context) error {
+	m.mu.Lock()
+	if m.gate == nil {
+		m.gate = make(chan struct{})
+	}
+	m.arrived++
+	if m.arrived == m.together {
+		close(m.gate)
+	}
+	gate := m.gate
+	m.mu.Unlock()
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // burstSystem's Pin holds each call until `together` calls are in flight at once, records the
 // authors and whether a follower was watched, and fails the authors in fail.
 type burstSystem struct {
 	System
-	together int
-	fail     map[uint64]bool
+	meeting
+	fail map[uint64]bool
 
 	mu      sync.Mutex
 	authors map[uint64]int
 	watched int
-	gate    chan struct{}
-	waiting int
 }
 
 func (f *burstSystem) Pin(ctx context.Context, author uint64, watch []uint64) (uint64, error) {
@@ -28,16 +55,9 @@ func (f *burstSystem) Pin(ctx context.Context, author uint64, watch []uint64) (u
 	if len(watch) > 0 {
 		f.watched++
 	}
-	f.waiting++
-	if f.waiting == f.together {
-		close(f.gate)
-	}
-	gate := f.gate
 	f.mu.Unlock()
-	select {
-	case <-gate:
-	case <-ctx.Done():
-		return 0, ctx.Err()
+	if err := f.arrive(ctx); err != nil {
+		return 0, err
 	}
 	if f.fail[author] {
 		return 0, errors.New("unavailable")
@@ -54,8 +74,8 @@ func TestBurstPublishesEveryEventAtOnce(t *testing.T) {
 	for i := range authors {
 		authors[i] = i
 	}
-	sys := &burstSystem{together: 64, fail: map[uint64]bool{1003: true, 1100: true},
-		authors: map[uint64]int{}, gate: make(chan struct{})}
+	sys := &burstSystem{meeting: meeting{together: 64}, fail: map[uint64]bool{1003: true, 1100: true},
+		authors: map[uint64]int{}}
 	// With fewer than 64 publishers in flight, or calls waiting on a pace, the first 64 calls
 	// never meet and the context ends them.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -87,15 +107,13 @@ func TestBurstPublishesEveryEventAtOnce(t *testing.T) {
 // `together` are in flight at once; Pin fails the test.
 type prepinSystem struct {
 	System
+	meeting
 	t        *testing.T
-	together int
 	failMake map[uint64]bool
 
 	mu        sync.Mutex
 	made      map[uint64]uint64 // pin → author
 	published map[uint64]int
-	gate      chan struct{}
-	waiting   int
 }
 
 func (f *prepinSystem) Pin(context.Context, uint64, []uint64) (uint64, error) {
@@ -120,18 +138,8 @@ func (f *prepinSystem) PublishPin(ctx context.Context, author, pin uint64) error
 		return errors.New("not a pin made for that author")
 	}
 	f.published[pin]++
-	f.waiting++
-	if f.waiting == f.together {
-		close(f.gate)
-	}
-	gate := f.gate
 	f.mu.Unlock()
-	select {
-	case <-gate:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return f.arrive(ctx)
 }
 
 // TestBurstPublishesPinsMadeBefore: with a Prepinner, makePins makes one pin per author and the
@@ -146,8 +154,8 @@ func TestBurstPublishesPinsMadeBefore(t *testing.T) {
 	for i := range authors {
 		authors[i] = i
 	}
-	sys := &prepinSystem{t: t, together: 64, failMake: map[uint64]bool{1007: true},
-		made: map[uint64]uint64{}, published: map[uint64]int{}, gate: make(chan struct{})}
+	sys := &prepinSystem{t: t, meeting: meeting{together: 64}, failMake: map[uint64]bool{1007: true},
+		made: map[uint64]uint64{}, published: map[uint64]int{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pins, err := makePins(ctx, sys, w, authors)
