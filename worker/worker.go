@@ -447,11 +447,12 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 	return nil
 }
 
-// enqueueChunks walks list l (of n receivers, as counted when the task started) page by page (cursors only survive the page) and enqueues one chunk
-// task per page. Once a chunk task is enqueued (durable: in the outbox) the cursor after it is
-// checkpointed in the worker's state, so a fanout task that dies mid-list (a killed worker, a
-// store error) resumes at the first page without a task, instead of listing and enqueueing a
-// million-follower list again from the start.
+// enqueueChunks walks list l (of n receivers, as counted when the task started) page by page
+// (cursors only survive the page) and enqueues one chunk task per page. Once a chunk task is
+// enqueued (durable: in the outbox) the cursor after it is checkpointed in the worker's state,
+// so a fanout task that dies mid-list (a killed worker, a store error) resumes at the first
+// page without a task, instead of listing and enqueueing a million-follower list again from
+// the start.
 //
 // It reports whether the list has a checkpoint row (to be cleared when the fanout is done). A
 // list delivered inline is written with lctx (HandleFanout: lazily where a later synced write

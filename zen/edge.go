@@ -494,20 +494,34 @@ func (g *Graph) HasEdges(ctx context.Context, keys []EdgeKey) ([]bool, error) {
 
 // CountEdges returns the materialised size of the list (from, t).
 func (g *Graph) CountEdges(ctx context.Context, from ID, t EdgeType) (int64, error) {
-	ft, _, _, ok := t.info()
-	if !ok {
-		return 0, fmt.Errorf("count edges: edge type %d: unknown", t)
+	k, err := countKey(from, t)
+	if err != nil {
+		return 0, err
 	}
-	if err := from.Check(ft); err != nil {
-		return 0, fmt.Errorf("count edges type %d: %w", t, err)
-	}
-	v, err := g.counters.Get(ctx, edgeCountKey(from, t))
+	v, err := g.counters.Get(ctx, k)
 	if errors.Is(err, ErrNotFound) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, fmt.Errorf("count edges %d-%d: %w", from, t, err)
 	}
+	return decodeCount(from, t, v)
+}
+
+// countKey is the counter row of the list (from, t), or the error for a list that cannot be.
+func countKey(from ID, t EdgeType) ([]byte, error) {
+	ft, _, _, ok := t.info()
+	if !ok {
+		return nil, fmt.Errorf("count edges: edge type %d: unknown", t)
+	}
+	if err := from.Check(ft); err != nil {
+		return nil, fmt.Errorf("count edges type %d: %w", t, err)
+	}
+	return edgeCountKey(from, t), nil
+}
+
+// decodeCount reads the counter row v of the list (from, t); a negative count reads as 0.
+func decodeCount(from ID, t EdgeType, v []byte) (int64, error) {
 	if len(v) != 8 {
 		return 0, fmt.Errorf("count edges %d-%d: counter is %d bytes", from, t, len(v))
 	}
@@ -526,14 +540,11 @@ type ListKey struct {
 func (g *Graph) CountEdgesMany(ctx context.Context, keys []ListKey) ([]int64, error) {
 	cks := make([][]byte, len(keys))
 	for i, k := range keys {
-		ft, _, _, ok := k.Type.info()
-		if !ok {
-			return nil, fmt.Errorf("count edges: edge type %d: unknown", k.Type)
+		ck, err := countKey(k.From, k.Type)
+		if err != nil {
+			return nil, err
 		}
-		if err := k.From.Check(ft); err != nil {
-			return nil, fmt.Errorf("count edges type %d: %w", k.Type, err)
-		}
-		cks[i] = edgeCountKey(k.From, k.Type)
+		cks[i] = ck
 	}
 	vals, err := GetMany(ctx, g.counters, cks)
 	if err != nil {
@@ -544,10 +555,9 @@ func (g *Graph) CountEdgesMany(ctx context.Context, keys []ListKey) ([]int64, er
 		if v == nil {
 			continue
 		}
-		if len(v) != 8 {
-			return nil, fmt.Errorf("count edges %d-%d: counter is %d bytes", keys[i].From, keys[i].Type, len(v))
+		if out[i], err = decodeCount(keys[i].From, keys[i].Type, v); err != nil {
+			return nil, err
 		}
-		out[i] = max(0, int64(binary.BigEndian.Uint64(v)))
 	}
 	return out, nil
 }
