@@ -132,6 +132,10 @@ func Markdown(r *Results, plotDir string) string {
 		p("| empty gRPC call (health check, GetFeed's connection) | %.2f ms | %.2f ms | %.2f ms | | |", f.P50, f.P99, f.P999)
 	}
 	p("")
+	if rd.Turns != "" {
+		p("The kinds of call shared the phase %s, each at the offered rate in its own turns, the fanout running throughout.", rd.Turns)
+		p("")
+	}
 	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
 		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
 	if len(rd.Fresh) > 0 {

@@ -92,6 +92,10 @@ type Options struct {
 	StepFor      time.Duration
 	ReadRate     float64 // offered GetFeed (and ZREVRANGE) calls per second
 	ReadFor      time.Duration
+	// ReadSlice is the turn of each kind of call in the serving phase: GetFeed, the Redis
+	// peer's ZREVRANGE and the empty gRPC call take turns of ReadSlice until each has had
+	// ReadFor, so that all three meet the same machine (0: ReadFor, one after the other).
+	ReadSlice time.Duration
 	Concurrency  int
 	PageSize     int
 	SlowFraction float64 // of primary reads slowed in the hedging phase
@@ -138,7 +142,7 @@ func (o Options) phase(name string) func() {
 // Quick is the profile `make bench` runs (≤ 5 minutes on a 2-core machine).
 func Quick() Options {
 	return Options{Profile: "quick", Seed: 8, Users: []int{500, 1000}, EventRate: 10, FanoutFor: 20 * time.Second,
-		StepRates: []float64{5, 20, 80, 320, 640, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second,
+		StepRates: []float64{5, 20, 80, 320, 640, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second, ReadSlice: time.Second,
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
 		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60, BurstEvents: 2000,
 		ReadStepRates: []float64{50, 100, 200, 500, 1000, 2000, 5000, 10000}, ReadStepFor: 3 * time.Second,
@@ -269,14 +273,17 @@ type ReadResult struct {
 	// its deadline (the page came without new pins).
 	Fresh map[string]uint64 `json:"fresh,omitempty"`
 	// Sched is how long the process's goroutines waited, runnable, for a CPU during the GetFeed
-	// calls (Go's scheduler; the Redis peer's calls wait in the same process afterwards).
+	// calls' turns (Go's scheduler; the Redis peer's calls wait in the same process).
 	Sched *SchedResult `json:"sched_wait,omitempty"`
 	// RedisSched is the same over the Redis peer's calls.
 	RedisSched *SchedResult `json:"redis_sched_wait,omitempty"`
 	// Floor is an empty call over GetFeed's transport (Pinger) at the same offered load and
-	// concurrency, after the Redis peer's calls, the fanout still running: what GetFeed would
-	// cost at the client if the service took no time.
+	// concurrency, in turns with GetFeed and the Redis peer, the fanout running: what GetFeed
+	// would cost at the client if the service took no time.
 	Floor *Summary `json:"grpc_floor,omitempty"`
+	// Turns says how the kinds of call shared the phase: "in turns of 1s", or "one after the
+	// other" (Options.ReadSlice).
+	Turns string `json:"turns,omitempty"`
 }
 
 // HedgeResult is GetFeed with the primary's tail slowed, hedging on or off.
@@ -688,57 +695,70 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	end()
 	repl.end("rate steps")
 
-	// 3. Reads while fanout runs: GetFeed against Redis ZREVRANGE, same offered load.
+	// 3. Reads while fanout runs: GetFeed against Redis ZREVRANGE (and an empty gRPC call),
+	// same offered load, in turns.
 	readers := m.Readers(int(opts.ReadRate*opts.ReadFor.Seconds())+1, 3)
 	for _, u := range readers[:min(len(readers), 200)] { // prime: a first page makes a feed
 		_ = sys.GetFeed(ctx, w.IDs[u], opts.PageSize)
+	}
+	kinds := []func(i int) error{
+		func(i int) error { return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize) },
+		func(i int) error {
+			_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
+			return err
+		},
+	}
+	pinger, _ := sys.(Pinger)
+	if pinger != nil {
+		kinds = append(kinds, func(int) error { return pinger.Ping(ctx) })
 	}
 	bg, stopBG := context.WithCancel(ctx)
 	var bgw sync.WaitGroup
 	bgw.Add(1)
 	go func() {
 		defer bgw.Done()
-		_, _, _ = fanout(bg, sys, w, opts.EventRate, opts.ReadFor+opts.ReadFor, 4, nil, t0)
+		// The fanout runs until the last of the calls below is made.
+		_, _, _ = fanout(bg, sys, w, opts.EventRate, time.Duration(len(kinds)+1)*opts.ReadFor, 4, nil, t0)
 	}()
 	distinct := map[int]bool{}
 	for _, u := range readers {
 		distinct[u] = true
 	}
-	say("reads: GetFeed at %.0f/s, %d concurrent, for %v, fanout running; %d distinct readers (each back every %.2f s on average)",
-		opts.ReadRate, opts.Concurrency, opts.ReadFor, len(distinct), float64(len(distinct))/opts.ReadRate)
+	turns := "one after the other"
+	if opts.ReadSlice > 0 && opts.ReadSlice < opts.ReadFor {
+		turns = fmt.Sprintf("in turns of %v", opts.ReadSlice)
+	}
+	say("reads: GetFeed, Redis ZREVRANGE%s at %.0f/s each, %d concurrent, for %v each, %s, fanout running; %d distinct readers (each back every %.2f s on average)",
+		map[bool]string{true: " and an empty gRPC call", false: ""}[pinger != nil], opts.ReadRate, opts.Concurrency, opts.ReadFor, turns,
+		len(distinct), float64(len(distinct))/opts.ReadRate)
 	repl.begin()
 	genCalls0, genTime0 := sys.GeneratorTime()
 	st0, fresh0 := stages(sys), freshCounts(sys)
-	sched0 := schedSnapshot()
 	end = opts.phase("serving")
-	gl, order, gerrs, grate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
-		return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
-	})
+	tr := rotate(ctx, opts.ReadRate, opts.ReadFor, opts.ReadSlice, opts.Concurrency, kinds...)
 	end()
+	// The Redis and empty calls touch none of the service's histograms: the stages are the
+	// GetFeeds' (and the background work they left).
 	genCalls1, genTime1 := sys.GeneratorTime()
 	stagesServing, freshServing := stageDiff(st0, stages(sys)), freshDiff(fresh0, freshCounts(sys))
-	sched1 := schedSnapshot()
 	repl.end("serving")
-	rl, _, _, rrate := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(i int) error {
-		_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
-		return err
-	})
-	sched2 := schedSnapshot()
-	var floor *Summary
-	if p, ok := sys.(Pinger); ok {
-		fl, _, ferrs, _ := reads(ctx, opts.ReadRate, opts.ReadFor, opts.Concurrency, func(int) error { return p.Ping(ctx) })
-		if ferrs == 0 {
-			f := fl.Summary()
-			floor = &f
-		} else {
-			res.Notes = append(res.Notes, fmt.Sprintf("grpc floor: %d of the empty calls failed", ferrs))
-		}
-	}
 	stopBG()
 	bgw.Wait()
-	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: gl.Summary(), GetFeedRate: grate,
-		Errors: gerrs, Redis: rl.Summary(), RedisRate: rrate, Stages: stagesServing, Fresh: freshServing,
-		Sched: schedDiff(sched0, sched1), RedisSched: schedDiff(sched1, sched2), Floor: floor, Readers: len(distinct)}
+	g, r := tr[0], tr[1]
+	var floor *Summary
+	if pinger != nil {
+		if f := tr[2]; f.errs == 0 {
+			fs := f.lat.Summary()
+			floor = &fs
+		} else {
+			res.Notes = append(res.Notes, fmt.Sprintf("grpc floor: %d of the empty calls failed", f.errs))
+		}
+	}
+	order := g.inOrder
+	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: g.lat.Summary(), GetFeedRate: g.rate(),
+		Errors: g.errs, Redis: r.lat.Summary(), RedisRate: r.rate(), Stages: stagesServing, Fresh: freshServing,
+		Sched: g.sched.result(), RedisSched: r.sched.result(), Floor: floor, Readers: len(distinct),
+		Turns: turns}
 	if n := genCalls1 - genCalls0; n > 0 {
 		res.Reads.GeneratorCalls = n
 		res.Reads.GeneratorMeanMs = float64((genTime1 - genTime0).Microseconds()) / 1000 / n
@@ -747,9 +767,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Reads.FirstP99Ms = Summarize(order[:third]).P99
 		res.Reads.LastP99Ms = Summarize(order[len(order)-third:]).P99
 	}
-	res.getfeed, res.redis = gl.Sorted(), rl.Sorted()
+	res.getfeed, res.redis = g.lat.Sorted(), r.lat.Sorted()
 	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms; generator %.2f ms mean over %.0f calls",
-		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, grate, gerrs, res.Reads.Redis.P50, res.Reads.Redis.P99,
+		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, res.Reads.GetFeedRate, g.errs, res.Reads.Redis.P50, res.Reads.Redis.P99,
 		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
 	if len(res.Reads.Fresh) > 0 {
 		say("reads: GetFeed by fresh status: %s", freshLine(res.Reads.Fresh))

@@ -32,14 +32,42 @@ type SchedResult struct {
 
 // schedDiff is the scheduling delay between two snapshots of the histogram.
 func schedDiff(before, after *metrics.Float64Histogram) *SchedResult {
-	if before == nil || after == nil || len(before.Counts) != len(after.Counts) {
+	var a schedAcc
+	a.add(before, after)
+	return a.result()
+}
+
+// schedAcc adds up the scheduling delay of several stretches of time (the slices of one kind
+// of call in an interleaved phase).
+type schedAcc struct {
+	counts  []uint64
+	buckets []float64
+	bad     bool // a snapshot was missing or of another shape
+}
+
+// add counts the waits between two snapshots of the histogram.
+func (a *schedAcc) add(before, after *metrics.Float64Histogram) {
+	if before == nil || after == nil || len(before.Counts) != len(after.Counts) ||
+		a.counts != nil && len(a.counts) != len(after.Counts) {
+		a.bad = true
+		return
+	}
+	if a.counts == nil {
+		a.counts, a.buckets = make([]uint64, len(after.Counts)), after.Buckets
+	}
+	for i := range a.counts {
+		a.counts[i] += after.Counts[i] - before.Counts[i]
+	}
+}
+
+// result is the quantiles of the waits added (nil when a snapshot was missing).
+func (a *schedAcc) result() *SchedResult {
+	if a.bad || a.counts == nil {
 		return nil
 	}
-	counts := make([]uint64, len(after.Counts))
 	var n uint64
-	for i := range counts {
-		counts[i] = after.Counts[i] - before.Counts[i]
-		n += counts[i]
+	for _, k := range a.counts {
+		n += k
 	}
 	if n == 0 {
 		return &SchedResult{}
@@ -47,11 +75,11 @@ func schedDiff(before, after *metrics.Float64Histogram) *SchedResult {
 	q := func(p float64) float64 {
 		want := uint64(math.Ceil(p * float64(n)))
 		var c uint64
-		for i, k := range counts {
+		for i, k := range a.counts {
 			if c += k; c >= want {
-				ub := after.Buckets[i+1]
+				ub := a.buckets[i+1]
 				if math.IsInf(ub, 1) {
-					ub = after.Buckets[i]
+					ub = a.buckets[i]
 				}
 				return ub * 1000
 			}

@@ -29,3 +29,21 @@ func TestSchedDiff(t *testing.T) {
 		t.Errorf("the runtime has no %s histogram", schedLatencies)
 	}
 }
+
+func TestSchedAccAddsStretches(t *testing.T) {
+	buckets := []float64{0, 1e-4, 1e-3, math.Inf(1)}
+	h := func(c ...uint64) *metrics.Float64Histogram { return &metrics.Float64Histogram{Buckets: buckets, Counts: c} }
+	// Two stretches of one kind of call, with another kind's stretch between them that must
+	// not count: 90+9+1 waits in all, the slow ones in the first stretch.
+	var a schedAcc
+	a.add(h(0, 0, 0), h(40, 9, 1))
+	a.add(h(500, 500, 500), h(550, 500, 500))
+	want := &SchedResult{Waits: 100, P50Ms: 0.1, P99Ms: 1, P999Ms: 1}
+	if diff := cmp.Diff(want, a.result()); diff != "" {
+		t.Errorf("schedAcc over two stretches (-want +got):\n%s", diff)
+	}
+	a.add(nil, h(1, 1, 1))
+	if got := a.result(); got != nil {
+		t.Errorf("schedAcc with a missing snapshot = %+v, want nil", got)
+	}
+}
