@@ -119,3 +119,34 @@ func BenchmarkGetFeedFirstPage(b *testing.B) {
 		e.materialize(b)
 	}
 }
+
+// BenchmarkGetFeedRecentPage measures the page most calls get: a first page within
+// min_chunk_interval of the user's last generator call, a plain read of 50 materialized items
+// (the read, the liveness filter, the merge). Its allocations are what the collector pays for
+// on every call (docs/read-path.md, session 56).
+func BenchmarkGetFeedRecentPage(b *testing.B) {
+	e := newEnv(b, func(c *Config, _ *hedge.Policy) { c.MinChunkInterval = 0 })
+	e.gen.size = 10
+	ctx := context.Background()
+	for range 6 {
+		if _, err := e.svc.GetFeed(ctx, Request{User: e.user, PageSize: 50}); err != nil {
+			b.Fatal(err)
+		}
+		e.materialize(b)
+	}
+	cfg := e.svc.Config()
+	cfg.MinChunkInterval = time.Hour
+	if err := e.svc.SetConfig(cfg); err != nil {
+		b.Fatal(err)
+	}
+	p, err := e.svc.GetFeed(ctx, Request{User: e.user, PageSize: 50})
+	if err != nil || len(p.Items) != 50 || p.FreshStatus != FreshRecent {
+		b.Fatalf("primed page: %d items, %v, %v", len(p.Items), p.FreshStatus, err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := e.svc.GetFeed(ctx, Request{User: e.user, PageSize: 50}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

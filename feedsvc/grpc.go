@@ -118,12 +118,15 @@ func (g *GRPCServer) GetFeed(ctx context.Context, req *feedv1.GetFeedRequest) (*
 		Rebuilding:    p.Rebuilding,
 		Items:         make([]*feedv1.FeedItem, 0, len(p.Items)),
 	}
-	for _, it := range p.Items {
-		resp.Items = append(resp.Items, &feedv1.FeedItem{
-			PinId: uint64(it.Pin), PinIdStr: it.Pin.String(), Source: feedv1.Source(it.Source),
-			Score: it.Score, AuthorId: uint64(it.Author), BoardId: uint64(it.Board),
-			Reason: it.Reason, Fresh: it.Fresh,
-		})
+	// The items in one allocation, not one each: a page's allocations are what the collector
+	// pays for on every call.
+	items := make([]feedv1.FeedItem, len(p.Items))
+	for i, it := range p.Items {
+		fi := &items[i]
+		fi.PinId, fi.PinIdStr, fi.Source = uint64(it.Pin), it.Pin.String(), feedv1.Source(it.Source)
+		fi.Score, fi.AuthorId, fi.BoardId = it.Score, uint64(it.Author), uint64(it.Board)
+		fi.Reason, fi.Fresh = it.Reason, it.Fresh
+		resp.Items = append(resp.Items, fi)
 	}
 	return resp, nil
 }

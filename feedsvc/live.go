@@ -131,6 +131,7 @@ func (s *Service) filterLive(ctx context.Context, user zen.ID, res pageRead, siz
 		return res, nil
 	}
 	out := pageRead{stale: res.stale, pendingPins: res.pendingPins, pastPending: res.pastPending, prepared: res.prepared}
+	out.entries = make([]entry, 0, len(res.entries))
 	for round := 0; ; round++ {
 		if len(res.entries) > 0 {
 			live, err := s.liveOf(ctx, res.entries)

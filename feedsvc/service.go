@@ -638,12 +638,17 @@ func (s *Service) unrecorded(user zen.ID, chunkID, what string, err error) {
 // size items, and the cursor after the last.
 func (s *Service) fill(page *Page, user zen.ID, fresh []entry, res pageRead, size int, served map[uint64]bool) {
 	seen := make(map[zen.ID]bool, size)
-	var last *position
-	add := func(e entry, isFresh bool) bool {
+	if page.Items == nil {
+		page.Items = make([]PageItem, 0, min(size, len(fresh)+len(res.entries)))
+	}
+	// last is a copy, not a pointer into e: that would move every entry to the heap.
+	var last position
+	haveLast := false
+	add := func(e *entry, isFresh bool) bool {
 		if len(page.Items) >= size {
 			return false
 		}
-		last = &e.at
+		last, haveLast = e.at, true
 		if seen[e.Pin] {
 			return true
 		}
@@ -652,24 +657,24 @@ func (s *Service) fill(page *Page, user zen.ID, fresh []entry, res pageRead, siz
 		return true
 	}
 	more := res.more
-	for _, e := range fresh {
-		if !add(e, true) {
+	for i := range fresh {
+		if !add(&fresh[i], true) {
 			more = true
 			break
 		}
 	}
-	for _, e := range res.entries {
-		if !add(e, served[e.at.Seq]) {
+	for i := range res.entries {
+		if !add(&res.entries[i], served[res.entries[i].at.Seq]) {
 			more = true
 			break
 		}
 	}
 	if more && len(page.Items) < size && res.consumed != nil {
 		// Every item read was served or deleted: continue after the last one read.
-		last = res.consumed
+		last, haveLast = *res.consumed, true
 	}
-	if more && last != nil {
-		page.NextCursor = encodeCursor(user, *last)
+	if more && haveLast {
+		page.NextCursor = encodeCursor(user, last)
 	}
 	s.reenqueueStale(user, res.stale)
 }
@@ -1052,7 +1057,8 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 		return after == nil || p.Seq < after.Seq || (p.Seq == after.Seq && p.Pos > after.Pos)
 	}
 	pendingSeqs := map[uint64]bool{}
-	seen := map[zen.ID]bool{}
+	seen := make(map[zen.ID]bool, size)
+	res.entries = make([]entry, 0, size)
 	batch := size + 8
 	for {
 		rows, err := t.Scan(ctx, zen.ScanOptions{Start: startKey, Stop: stop, Limit: batch})
