@@ -38,7 +38,7 @@ import (
 )
 
 // benchFlags are the bench command's own flags.
-type benchFlags struct{ profile, out, docs, cpuprofile, cpuPhase, trace, hbasePE string }
+type benchFlags struct{ profile, out, docs, cpuprofile, cpuPhase, trace, memprofile, hbasePE string }
 
 // newBenchCmd is "smartfeed bench": the end-to-end benchmark (bench.Run) on an in-process
 // `all` over the real Redis and store, with fsync on; it writes results.json, report.md and
@@ -59,6 +59,7 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
 	fs.StringVar(&bf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (pprof format) to FILE")
 	fs.StringVar(&bf.cpuPhase, "cpuprofile-phase", "", "with --cpuprofile or --trace: profile only this phase ("+strings.Join(bench.Phases, ", ")+")")
+	fs.StringVar(&bf.memprofile, "memprofile", "", "with --cpuprofile-phase: write the allocation profile at the phase's start to FILE.base and at its end to FILE (go tool pprof -sample_index alloc_space -base FILE.base FILE)")
 	fs.StringVar(&bf.trace, "trace", "", "write an execution trace (go tool trace: scheduler latency, GC) of the phase --cpuprofile-phase names to FILE")
 	fs.StringVar(&bf.hbasePE, "hbase-pe", filepath.Join("scripts", "hbase-pe.sh"), "with --storage hbase: the script that runs HBase's own Java client "+
 		"(PerformanceEvaluation randomRead) on the pools' HBase, to compare zen's Get and Top(50) with it in the same run (empty: skip)")
@@ -86,8 +87,11 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	default:
 		return fmt.Errorf("bench: --profile %q: want quick or full", bf.profile)
 	}
-	if bf.cpuPhase != "" && (bf.cpuprofile == "" && bf.trace == "" || !slices.Contains(bench.Phases, bf.cpuPhase)) {
-		return fmt.Errorf("bench: --cpuprofile-phase %q: want --cpuprofile or --trace and one of %s", bf.cpuPhase, strings.Join(bench.Phases, ", "))
+	if bf.cpuPhase != "" && (bf.cpuprofile == "" && bf.trace == "" && bf.memprofile == "" || !slices.Contains(bench.Phases, bf.cpuPhase)) {
+		return fmt.Errorf("bench: --cpuprofile-phase %q: want --cpuprofile, --memprofile or --trace and one of %s", bf.cpuPhase, strings.Join(bench.Phases, ", "))
+	}
+	if bf.memprofile != "" && bf.cpuPhase == "" {
+		return errors.New("bench: --memprofile wants --cpuprofile-phase")
 	}
 	if bf.trace != "" && bf.cpuPhase == "" {
 		return errors.New("bench: --trace wants --cpuprofile-phase: a trace of the whole run is too large to read")
@@ -165,6 +169,18 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		defer f.Close()
 		defer trace.Stop() // a phase a failed run left open
 		opts.Phase = thenPhase(opts.Phase, onlyPhase(bf.cpuPhase, "trace", stdout, func() error { return trace.Start(f) }, trace.Stop))
+	}
+	if bf.memprofile != "" {
+		write := func(path string) error {
+			f, err := os.Create(path)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return pprof.Lookup("allocs").WriteTo(f, 0)
+		}
+		opts.Phase = thenPhase(opts.Phase, onlyPhase(bf.cpuPhase, "allocation profile", stdout,
+			func() error { return write(bf.memprofile + ".base") }, func() { _ = write(bf.memprofile) }))
 	}
 	if bf.cpuprofile != "" {
 		f, err := os.Create(bf.cpuprofile)
