@@ -108,6 +108,10 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	}
 	defer logFile.Close()
 	cfg.Log.Level = "warn"
+	if blog, err := newLogger(cfg.Log, logFile); err == nil {
+		// One tuner for the process, whichever of the bench's systems runs.
+		defer startGCFloor(cfg, blog, nil)()
+	}
 	newSys := func(ctx context.Context, tag string) (*benchSystem, func(), error) {
 		c := cfg
 		c.Redis.Namespace = fmt.Sprintf("bench%s%d", tag, time.Now().UnixNano())

@@ -122,6 +122,7 @@ func runDemo(ctx context.Context, cfg config.Config, df demoFlags, stdout io.Wri
 		return err
 	}
 	reg := newRegistry()
+	defer startGCFloor(cfg, log, reg)()
 	a, err := newApp(ctx, roleAll, cfg, log, reg)
 	if err != nil {
 		return err

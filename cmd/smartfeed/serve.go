@@ -40,6 +40,7 @@ import (
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/gcfloor"
 	"github.com/smartfeed/smartfeed/internal/slowtrace"
 	"github.com/smartfeed/smartfeed/pinlater"
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
@@ -104,11 +105,29 @@ func serve(ctx context.Context, role string, cfg config.Config, stderr io.Writer
 	if ctx.Err() != nil {
 		return nil // stopped while waiting for the dependencies
 	}
-	a, err := newApp(ctx, role, cfg, log, newRegistry())
+	reg := newRegistry()
+	defer startGCFloor(cfg, log, reg)()
+	a, err := newApp(ctx, role, cfg, log, reg)
 	if err != nil {
 		return err
 	}
 	return a.run(ctx)
+}
+
+// startGCFloor keeps the collector's heap goal at cfg.GCHeapFloorMB or more for the process
+// (package gcfloor; off at 0, with GOGC=off, or while another runs in the process) and returns
+// what stops it.
+func startGCFloor(cfg config.Config, log *zap.Logger, reg prometheus.Registerer) (stop func()) {
+	if cfg.GCHeapFloorMB == 0 {
+		return func() {}
+	}
+	t, err := gcfloor.Start(gcfloor.Options{Floor: uint64(cfg.GCHeapFloorMB) << 20, Registerer: reg})
+	if err != nil {
+		log.Info("gc heap floor off", zap.Error(err))
+		return func() {}
+	}
+	log.Info("gc heap floor", zap.Uint64("floor_mib", t.Floor()>>20), zap.Int("gogc", t.Current()))
+	return t.Stop
 }
 
 // newRegistry returns a fresh registry with the Go and process collectors.

@@ -54,6 +54,12 @@ type Config struct {
 	// start wait for it, with backoff, instead of exiting with an error naming it. Default
 	// false: a typo in an address fails at once.
 	WaitForDeps bool `json:"wait_for_deps"`
+	// GCHeapFloorMB is the least heap goal of Go's collector, in MiB: GOGC is raised after each
+	// collection while the live heap is under half of it, so a small heap is not collected
+	// dozens of times a second under load (package internal/gcfloor). Capped at half
+	// GOMEMLIMIT and a quarter of the container's memory limit. 0 turns it off (GOGC as set).
+	// Default 256.
+	GCHeapFloorMB int `json:"gc_heap_floor_mb"`
 }
 
 // Storage chooses the zen backend: embedded Pebble under a data directory (the default) or HBase,
@@ -443,6 +449,7 @@ func DefaultConfig() Config {
 			Hedge:               hedge.DefaultPolicy(),
 		},
 		ShutdownTimeout: Duration(30 * time.Second),
+		GCHeapFloorMB:   256,
 	}
 }
 
@@ -581,6 +588,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown_timeout: must be positive")
+	}
+	if c.GCHeapFloorMB < 0 || c.GCHeapFloorMB > 1<<20 {
+		bad("gc_heap_floor_mb: %d is not in [0, 1048576]", c.GCHeapFloorMB)
 	}
 	return errors.Join(errs...)
 }
