@@ -82,20 +82,20 @@ type Baseline interface {
 
 // Options sizes a run.
 type Options struct {
-	Profile      string
-	Storage      string
-	Seed         uint64
-	Users        []int         // the scale curve's sizes; the first is the main run's
-	EventRate    float64       // sustained events per second of the fanout phase
-	FanoutFor    time.Duration // length of the fanout phase
-	StepRates    []float64     // event rates tried for the highest sustainable rate
-	StepFor      time.Duration
-	ReadRate     float64 // offered GetFeed (and ZREVRANGE) calls per second
-	ReadFor      time.Duration
+	Profile   string
+	Storage   string
+	Seed      uint64
+	Users     []int         // the scale curve's sizes; the first is the main run's
+	EventRate float64       // sustained events per second of the fanout phase
+	FanoutFor time.Duration // length of the fanout phase
+	StepRates []float64     // event rates tried for the highest sustainable rate
+	StepFor   time.Duration
+	ReadRate  float64 // offered GetFeed (and ZREVRANGE) calls per second
+	ReadFor   time.Duration
 	// ReadSlice is the turn of each kind of call in the serving phase: GetFeed, the Redis
 	// peer's ZREVRANGE and the empty gRPC call take turns of ReadSlice until each has had
 	// ReadFor, so that all three meet the same machine (0: ReadFor, one after the other).
-	ReadSlice time.Duration
+	ReadSlice    time.Duration
 	Concurrency  int
 	PageSize     int
 	SlowFraction float64 // of primary reads slowed in the hedging phase

@@ -32,7 +32,9 @@ func TestSchedDiff(t *testing.T) {
 
 func TestSchedAccAddsStretches(t *testing.T) {
 	buckets := []float64{0, 1e-4, 1e-3, math.Inf(1)}
-	h := func(c ...uint64) *metrics.Float64Histogram { return &metrics.Float64Histogram{Buckets: buckets, Counts: c} }
+	h := func(c ...uint64) *metrics.Float64Histogram {
+		return &metrics.Float64Histogram{Buckets: buckets, Counts: c}
+	}
 	// Two stretches of one kind of call, with another kind's stretch between them that must
 	// not count: 90+9+1 waits in all, the slow ones in the first stretch.
 	var a schedAcc
