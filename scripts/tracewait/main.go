@@ -6,6 +6,7 @@
 //
 //	go run ./scripts/tracewait -match transport,GetFeed TRACE
 //	go run ./scripts/tracewait -who 'google.golang.org/grpc/internal/transport.NewServerTransport.func3' TRACE
+//	go run ./scripts/tracewait -match grpc,feedsvc -who 'github.com/smartfeed/smartfeed/bench.pacedAt.func1' -window 2 TRACE
 //
 // docs/read-path.md, "Background work waits its turn", is what it was written for.
 package main
@@ -43,9 +44,11 @@ func main() {
 	who := flag.String("who", "", "a start function: for its waits for a processor, which goroutines ran meanwhile")
 	over := flag.Float64("over", 0.5, "with -who: waits longer than this many ms")
 	slow := flag.Float64("slow", 0, "with -who: list the FUNC goroutines that lived longer than this many ms, state by state")
+	window := flag.Float64("window", 0, "with -who: for the 4 slowest FUNC goroutines that lived longer than this many ms, every state of the "+
+		"-match goroutines during their lives, and the CPU each kind of goroutine used then")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: tracewait [-match S,S] [-who FUNC [-over MS]] TRACE")
+		fmt.Fprintln(os.Stderr, "usage: tracewait [-match S,S] [-who FUNC [-over MS] [-slow MS] [-window MS]] TRACE")
 		os.Exit(2)
 	}
 	gs, err := read(flag.Arg(0))
@@ -58,6 +61,9 @@ func main() {
 		meanwhile(gs, *who, *over)
 		if *slow > 0 {
 			slowOnes(gs, *who, *slow)
+		}
+		if *window > 0 {
+			windows(gs, *who, strings.Split(*match, ","), *window)
 		}
 	}
 }
@@ -330,5 +336,65 @@ func slowOnes(gs map[trace.GoID]*gor, who string, overMs float64) {
 			break
 		}
 		fmt.Printf("    %8.2f ms  %s\n", total[k], k)
+	}
+}
+
+// windows prints, for the 4 slowest goroutines that started in who and lived longer than overMs,
+// a timeline of the goroutines matching match (and the slow one) during its life, every running
+// stretch and every other state longer than 50 µs, then how much CPU each kind of goroutine used
+// in that window: whether the processors were busy (with what) or idle while the call waited.
+func windows(gs map[trace.GoID]*gor, who string, match []string, overMs float64) {
+	var slow []*gor
+	for _, g := range gs {
+		if g.start == who && g.ended != 0 && ms(g.born, g.ended) > overMs {
+			slow = append(slow, g)
+		}
+	}
+	sort.Slice(slow, func(i, j int) bool { return ms(slow[i].born, slow[i].ended) > ms(slow[j].born, slow[j].ended) })
+	for i, c := range slow {
+		if i == 4 {
+			break
+		}
+		a, b := c.born, c.ended
+		fmt.Printf("\n%s lived %.3f ms from %.3f s (ms from its start, how long, goroutine, state):\n", who, ms(a, b), float64(a)/1e9)
+		type line struct {
+			t    trace.Time
+			text string
+		}
+		var lines []line
+		running := map[string]float64{}
+		var total float64
+		for id, g := range gs {
+			shown := g == c || slices.ContainsFunc(match, func(m string) bool { return m != "" && strings.Contains(g.start, m) })
+			for _, s := range g.spans {
+				if s.end < a || s.start > b {
+					continue
+				}
+				if s.state == "running" {
+					d := ms(max(s.start, a), min(s.end, b))
+					running[g.start] += d
+					total += d
+				}
+				if shown && s.start >= a && (s.state == "running" || ms(s.start, s.end) > 0.05) {
+					lines = append(lines, line{s.start, fmt.Sprintf("  %8.3f %8.3f  g%-8d %-9s %s %s", ms(a, s.start), ms(s.start, s.end), id, s.state, g.start, s.why)})
+				}
+			}
+		}
+		sort.Slice(lines, func(i, j int) bool { return lines[i].t < lines[j].t })
+		for _, l := range lines {
+			fmt.Println(l.text)
+		}
+		fmt.Printf("  CPU used by every goroutine in the %.3f ms window: %.3f ms (GOMAXPROCS processors could give it %.3f ms each); by kind:\n", ms(a, b), total, ms(a, b))
+		var ns []string
+		for n := range running {
+			ns = append(ns, n)
+		}
+		sort.Slice(ns, func(i, j int) bool { return running[ns[i]] > running[ns[j]] })
+		for j, n := range ns {
+			if j == 8 {
+				break
+			}
+			fmt.Printf("    %8.3f  %s\n", running[n], n)
+		}
 	}
 }
