@@ -397,6 +397,9 @@ type demoStats struct {
 	events, eventErrs, inserts atomic.Int64
 	reads, readErrs, hedged    atomic.Int64
 	fresh, items               atomic.Int64
+	// genTimeouts are the first pages whose generator call missed its deadline (fresh status
+	// GENERATOR_TIMEOUT): served from the materialized feed, with no new pins.
+	genTimeouts atomic.Int64
 
 	readTarget float64 // GetFeed calls offered per second
 
@@ -458,6 +461,9 @@ func (s *demoStats) read(ctx context.Context, c feedv1.FeedServiceClient, user z
 	s.reads.Add(1)
 	if resp.GetHedged() {
 		s.hedged.Add(1)
+	}
+	if resp.GetFreshStatus() == feedv1.FreshStatus_FRESH_STATUS_GENERATOR_TIMEOUT {
+		s.genTimeouts.Add(1)
 	}
 	for _, it := range resp.GetItems() {
 		if it.GetFresh() {
@@ -525,9 +531,9 @@ func (s *demoStats) line(total time.Duration, summary bool) string {
 		}
 	}
 	s.mu.Unlock()
-	fmt.Fprintf(&b, "%4ds  events %d (%d/s)  pool inserts %d (%d/s)  fanout queue %d (oldest %s, lag p99 %s)  GetFeed %d/s of %.0f/s p50 %s p99 %s  hedges %d  fresh pins %d",
+	fmt.Fprintf(&b, "%4ds  events %d (%d/s)  pool inserts %d (%d/s)  fanout queue %d (oldest %s, lag p99 %s)  GetFeed %d/s of %.0f/s p50 %s p99 %s  generator timeouts %d  hedges %d  fresh pins %d",
 		int(el.Seconds()), s.events.Load(), perSecond(s.events.Load(), el), s.inserts.Load(), perSecond(s.inserts.Load(), el),
-		depth, qlag.Round(100*time.Millisecond), lagP99, perSecond(s.reads.Load(), el), s.readTarget, fmtMs(p[0]), fmtMs(p[1]), s.hedged.Load(), s.fresh.Load())
+		depth, qlag.Round(100*time.Millisecond), lagP99, perSecond(s.reads.Load(), el), s.readTarget, fmtMs(p[0]), fmtMs(p[1]), s.genTimeouts.Load(), s.hedged.Load(), s.fresh.Load())
 	if growing && qlag > 2*time.Second {
 		b.WriteString("  WARNING: the worker is falling behind (fanout queue growing)")
 	}

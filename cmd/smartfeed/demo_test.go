@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/smartfeed/smartfeed/internal/testenv"
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 )
 
 // TestDemoBounded runs the demo twice for a few seconds on a small graph: the first run builds
@@ -70,7 +73,7 @@ func summaryNumbers(t *testing.T, out string) map[string]int {
 		line = line[:j]
 	}
 	got := map[string]int{}
-	for _, name := range []string{"events", "pool inserts", "GetFeed", "fresh pins"} {
+	for _, name := range []string{"events", "pool inserts", "GetFeed", "generator timeouts", "fresh pins"} {
 		m := regexp.MustCompile(regexp.QuoteMeta(name) + ` (\d+)`).FindStringSubmatch(line)
 		if m == nil {
 			t.Fatalf("summary lacks %q: %s", name, line)
@@ -159,5 +162,29 @@ func TestPercentilesWindow(t *testing.T) {
 				t.Errorf("percentiles (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// statusFeed answers every GetFeed with one fresh item and the given fresh status.
+type statusFeed struct {
+	feedv1.FeedServiceClient
+	status feedv1.FreshStatus
+}
+
+func (f statusFeed) GetFeed(context.Context, *feedv1.GetFeedRequest, ...grpc.CallOption) (*feedv1.GetFeedResponse, error) {
+	return &feedv1.GetFeedResponse{FreshStatus: f.status, Items: []*feedv1.FeedItem{{PinId: 1, Fresh: true}}}, nil
+}
+
+// TestDemoCountsGeneratorTimeouts checks that the live line counts the first pages whose
+// generator call missed its deadline, and only those.
+func TestDemoCountsGeneratorTimeouts(t *testing.T) {
+	s := &demoStats{start: time.Now(), readTarget: 10}
+	for _, st := range []feedv1.FreshStatus{feedv1.FreshStatus_FRESH_STATUS_INCLUDED, feedv1.FreshStatus_FRESH_STATUS_GENERATOR_TIMEOUT,
+		feedv1.FreshStatus_FRESH_STATUS_EMPTY, feedv1.FreshStatus_FRESH_STATUS_GENERATOR_TIMEOUT, feedv1.FreshStatus_FRESH_STATUS_GENERATOR_ERROR} {
+		s.read(t.Context(), statusFeed{status: st}, 1, zap.NewNop())
+	}
+	got := summaryNumbers(t, "summary: "+s.line(0, true))
+	if got["generator timeouts"] != 2 || got["fresh pins"] != 5 {
+		t.Errorf("after 5 pages, 2 of them generator timeouts: %v", got)
 	}
 }
