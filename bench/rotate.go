@@ -2,18 +2,28 @@ package bench
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
 // turnResult is what one kind of call of a rotation measured, over all of its turns.
 type turnResult struct {
-	lat     *Latencies
 	inOrder []time.Duration // every successful call's latency, in the order the calls started
 	errs    int
 	calls   int           // calls made
 	spent   time.Duration // its turns' share of d, together
 	wall    time.Duration // its turns' wall time, the calls in flight at their ends waited for
 	sched   schedAcc      // the process's scheduling delay during its turns
+}
+
+// summary is the distribution of its successful calls' latencies.
+func (t *turnResult) summary() Summary { return Summarize(t.inOrder) }
+
+// sorted is a sorted copy of its latencies.
+func (t *turnResult) sorted() []time.Duration {
+	s := slices.Clone(t.inOrder)
+	slices.Sort(s)
+	return s
 }
 
 // rate is the calls that succeeded per second of its turns' wall time.
@@ -37,7 +47,7 @@ func rotate(ctx context.Context, rate float64, d, slice time.Duration, conc int,
 	}
 	out := make([]*turnResult, len(calls))
 	for k := range out {
-		out[k] = &turnResult{lat: &Latencies{}}
+		out[k] = &turnResult{}
 	}
 	for ctx.Err() == nil {
 		more := false
@@ -54,9 +64,6 @@ func rotate(ctx context.Context, rate float64, d, slice time.Duration, conc int,
 			_, inOrder, errs, _ := reads(ctx, rate, turn, conc, func(i int) error { return call(base + i) })
 			t.wall += time.Since(start)
 			t.sched.add(s0, schedSnapshot())
-			for _, l := range inOrder {
-				t.lat.Add(l)
-			}
 			t.inOrder = append(t.inOrder, inOrder...)
 			t.errs += errs
 			t.calls += len(inOrder) + errs // reads waits for every call it started

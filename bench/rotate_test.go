@@ -65,8 +65,8 @@ func TestRotateInTurns(t *testing.T) {
 			t.Errorf("kind %d counted %d calls, made %d", k, tr[k].calls, len(seen[k]))
 		}
 	}
-	if g := tr[0]; g.errs != 0 || len(g.inOrder) != g.calls || g.lat.Summary().N != g.calls {
-		t.Errorf("the good kind: %d errors, %d latencies in order, %d in the summary, of %d calls", g.errs, len(g.inOrder), g.lat.Summary().N, g.calls)
+	if g := tr[0]; g.errs != 0 || len(g.inOrder) != g.calls || g.summary().N != g.calls || len(g.sorted()) != g.calls || !slices.IsSorted(g.sorted()) {
+		t.Errorf("the good kind: %d errors, %d latencies in order, %d in the summary, of %d calls", g.errs, len(g.inOrder), g.summary().N, g.calls)
 	}
 	if b := tr[1]; b.errs != b.calls || len(b.inOrder) != 0 || b.rate() != 0 {
 		t.Errorf("the failing kind: %d errors of %d calls, %d latencies, rate %v", b.errs, b.calls, len(b.inOrder), b.rate())

@@ -748,15 +748,15 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	var floor *Summary
 	if pinger != nil {
 		if f := tr[2]; f.errs == 0 {
-			fs := f.lat.Summary()
+			fs := f.summary()
 			floor = &fs
 		} else {
 			res.Notes = append(res.Notes, fmt.Sprintf("grpc floor: %d of the empty calls failed", f.errs))
 		}
 	}
 	order := g.inOrder
-	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: g.lat.Summary(), GetFeedRate: g.rate(),
-		Errors: g.errs, Redis: r.lat.Summary(), RedisRate: r.rate(), Stages: stagesServing, Fresh: freshServing,
+	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: g.summary(), GetFeedRate: g.rate(),
+		Errors: g.errs, Redis: r.summary(), RedisRate: r.rate(), Stages: stagesServing, Fresh: freshServing,
 		Sched: g.sched.result(), RedisSched: r.sched.result(), Floor: floor, Readers: len(distinct),
 		Turns: turns}
 	if n := genCalls1 - genCalls0; n > 0 {
@@ -767,7 +767,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Reads.FirstP99Ms = Summarize(order[:third]).P99
 		res.Reads.LastP99Ms = Summarize(order[len(order)-third:]).P99
 	}
-	res.getfeed, res.redis = g.lat.Sorted(), r.lat.Sorted()
+	res.getfeed, res.redis = g.sorted(), r.sorted()
 	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms; generator %.2f ms mean over %.0f calls",
 		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, res.Reads.GetFeedRate, g.errs, res.Reads.Redis.P50, res.Reads.Redis.P99,
 		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
