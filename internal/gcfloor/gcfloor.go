@@ -43,8 +43,8 @@ type Options struct {
 	// CgroupMax is the file holding the container's memory limit (tests); empty means cgroup
 	// v2's /sys/fs/cgroup/memory.max, or v1's memory/memory.limit_in_bytes.
 	CgroupMax string
-	// Registerer, when set (it may be nil), receives smartfeed_gc_percent (the GOGC in force) and
-	// smartfeed_gc_heap_floor_bytes.
+	// Registerer, when set (it may be nil), receives smartfeed_gc_heap_floor_bytes. The GOGC
+	// in force is the Go collector's go_gc_gogc_percent (the registry's collectors.NewGoCollector).
 	Registerer prometheus.Registerer
 }
 
@@ -55,7 +55,6 @@ type Tuner struct {
 	mu      sync.Mutex
 	stopped bool
 	current int
-	gauge   prometheus.Gauge
 	samples []metrics.Sample
 }
 
@@ -100,17 +99,12 @@ func start(o Options) (*Tuner, error) {
 	t := &Tuner{floor: floor, base: base, current: base,
 		samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
 	if o.Registerer != nil {
-		t.gauge = prometheus.NewGauge(prometheus.GaugeOpts{Name: "smartfeed_gc_percent",
-			Help: "The GOGC in force: raised after each collection while the live heap is small (gc_heap_floor_mb)."})
 		floor := prometheus.NewGauge(prometheus.GaugeOpts{Name: "smartfeed_gc_heap_floor_bytes",
 			Help: "The least heap goal the GC tuner keeps (gc_heap_floor_mb)."})
 		floor.Set(float64(t.floor))
-		for _, c := range []prometheus.Collector{t.gauge, floor} {
-			if err := o.Registerer.Register(c); err != nil {
-				return nil, err
-			}
+		if err := o.Registerer.Register(floor); err != nil {
+			return nil, err
 		}
-		t.gauge.Set(float64(base))
 	}
 	t.tune()
 	t.arm()
@@ -159,9 +153,6 @@ func (t *Tuner) tune() bool {
 	if p := Percent(t.floor, live, t.base); p != t.current {
 		debug.SetGCPercent(p)
 		t.current = p
-		if t.gauge != nil {
-			t.gauge.Set(float64(p))
-		}
 	}
 	return true
 }
@@ -208,7 +199,4 @@ func (t *Tuner) Stop() {
 	defer running.Store(false)
 	debug.SetGCPercent(t.base)
 	t.current = t.base
-	if t.gauge != nil {
-		t.gauge.Set(float64(t.base))
-	}
 }
