@@ -67,6 +67,7 @@ const (
 	prepServed   = "served"   // served fresh by a visit that called no generator
 	prepStale    = "stale"    // served fresh beside a new chunk (older than PreparedMaxAge)
 	prepLost     = "lost"     // another request served it first (shown as materialized items)
+	prepDemoted  = "demoted"  // rewritten as served, unshown, by DemotePrepared after a crash
 )
 
 // Where a served chunk's materialization went, the label values of

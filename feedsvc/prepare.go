@@ -1,7 +1,10 @@
 package feedsvc
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"time"
 
@@ -20,10 +23,14 @@ import (
 // the top of the feed and serves it: a compare-and-set rewrites the row as served, and the page
 // is answered once that write is durable (its fsync joins whatever else the store is syncing),
 // then its materialization is enqueued. Only the request whose compare-and-set wins shows the
-// items as fresh; a concurrent one shows them as feed items. So no crash can show a prepared
-// chunk as fresh twice: a crash before the rewrite is durable comes before any answer that
-// showed it (session 50; before, the rewrite was lazy and a machine crash could lose it after
-// the answer, and the next visit showed the same pins as fresh once more).
+// items as fresh; a concurrent one shows them as feed items. No crash can show a prepared
+// chunk as fresh twice. By default the page waits for the rewrite's fsync, so a crash that
+// loses it comes before any answer that showed the chunk (session 50). With
+// Deps.LazyServedMark the rewrite is lazy and the page does not wait for it; a crash may then
+// lose it after the answer, and the next start, told the store was not closed cleanly, runs
+// DemotePrepared before it serves: every prepared row is rewritten as served (its pins stay
+// where they are, as feed items), so a chunk that was shown is not shown as fresh again, and
+// one that was not is never labelled fresh (at most once, not exactly once).
 
 const (
 	// maxPreparing bounds the preparations running at once in a process; past it a
@@ -60,7 +67,11 @@ func (s *Service) servePrepared(ctx context.Context, user zen.ID, rows []prepare
 	for _, p := range rows {
 		pc := p.pc
 		pc.Prepared, pc.ServedMs = false, now
-		ok, err := s.primary.CheckAndSet(ctx, pendingKey(user, p.seq), p.row, encodePending(pc))
+		wctx := ctx
+		if s.lazyServedMark {
+			wctx = zen.Lazily(ctx)
+		}
+		ok, err := s.primary.CheckAndSet(wctx, pendingKey(user, p.seq), p.row, encodePending(pc))
 		switch {
 		case err != nil:
 			// Shown as feed items; the next visit serves it (it is still prepared) unless the
@@ -78,6 +89,61 @@ func (s *Service) servePrepared(ctx context.Context, user zen.ID, rows []prepare
 	}
 	s.m.observeStage(stageFlip, time.Since(start))
 	return served
+}
+
+// DemotePrepared rewrites every prepared row of the primary as served, with no page having shown
+// it as fresh, and enqueues its materialization: its pins stay at the top of the user's feed, as
+// feed items. A start after a crash that may have lost lazy served marks (Deps.LazyServedMark)
+// runs it before the first GetFeed, so that no chunk a page showed as fresh is shown as fresh
+// again. It walks the pending index (Deps.IndexShards scans) and returns how many rows it
+// rewrote.
+func (s *Service) DemotePrepared(ctx context.Context) (int, error) {
+	const page = 1000
+	n := 0
+	now := s.now().UnixMilli()
+	for shard := range s.indexShards {
+		prefix := indexPrefix(uint16(shard))
+		start, stop := prefix, zen.PrefixEnd(prefix)
+		for {
+			rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: stop, Limit: page})
+			if err != nil {
+				return n, fmt.Errorf("demote prepared: scan pending index of shard %d: %w", shard, err)
+			}
+			for _, kv := range rows {
+				user, seq, ok := indexRow(uint16(shard), kv.Key)
+				if !ok {
+					continue
+				}
+				k := pendingKey(user, seq)
+				raw, err := s.primary.Get(ctx, k)
+				if errors.Is(err, zen.ErrNotFound) {
+					continue
+				}
+				if err != nil {
+					return n, fmt.Errorf("demote prepared: read pending chunk of %d: %w", user, err)
+				}
+				pc, err := decodePending(raw)
+				if err != nil || !pc.Prepared {
+					continue // a served chunk; a corrupt row is the recovery pass's to report
+				}
+				pc.Prepared, pc.ServedMs = false, now
+				ok, err = s.primary.CheckAndSet(ctx, k, raw, encodePending(pc))
+				if err != nil {
+					return n, fmt.Errorf("demote prepared chunk %s of %d: %w", pc.ChunkID, user, err)
+				}
+				if ok {
+					n++
+					s.m.prepared.WithLabelValues(prepDemoted).Inc()
+					s.enqueueMaterialize(ctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: seq})
+				}
+			}
+			if len(rows) < page {
+				break
+			}
+			start = append(bytes.Clone(rows[len(rows)-1].Key), 0)
+		}
+	}
+	return n, nil
 }
 
 // noteAsked records that this process asks the generator for user's chunk now (see

@@ -178,6 +178,12 @@ type Deps struct {
 	// preparations' and Config.InlineMaterialize's own (a store across the network, where the
 	// work waits on RPCs).
 	BackgroundLanes int
+	// LazyServedMark writes the served mark of a prepared chunk (the compare-and-set a first
+	// page that serves it makes) with zen.Lazily: the page does not wait for its fsync. Set it
+	// only when every start of the service after a crash that may have lost lazy writes of
+	// Primary (zenpebble.Store.Unclean) runs DemotePrepared before the first GetFeed; the
+	// binary does. Backends that make every write durable (HBase) lose nothing either way.
+	LazyServedMark bool
 }
 
 // DefaultUnsureGrace is Deps.UnsureGrace's default: beyond the HBase client's RPC timeouts.
@@ -205,6 +211,7 @@ type Service struct {
 	activityWait     time.Duration
 	indexShards      int
 	gate             *StalenessGate
+	lazyServedMark   bool
 
 	// reenqueued remembers stale pending chunks already re-enqueued by this process.
 	mu         sync.Mutex
@@ -298,7 +305,7 @@ func New(d Deps, c Config) (*Service, error) {
 	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
-		indexShards: d.IndexShards, gate: d.StandbyGate, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
+		indexShards: d.IndexShards, gate: d.StandbyGate, lazyServedMark: d.LazyServedMark, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
 		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing),
 		lanes: make(chan struct{}, d.BackgroundLanes)}
 	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers

@@ -56,7 +56,7 @@ func (c *crashClock) Advance(d time.Duration) {
 //
 // Some image must hold a served chunk the generator lost (the feed's pending row without the
 // generator's record): otherwise the ready record was synced and the lazy path went untested.
-func TestServedChunkMachineCrash(t *testing.T) { servedChunkMachineCrash(t, false) }
+func TestServedChunkMachineCrash(t *testing.T) { servedChunkMachineCrash(t, false, false) }
 
 // TestPreparedChunkMachineCrash is TestServedChunkMachineCrash with preparation on
 // (feedsvc.Config.PrepareAfter): after the first page, each page serves the chunk prepared
@@ -65,9 +65,17 @@ func TestServedChunkMachineCrash(t *testing.T) { servedChunkMachineCrash(t, fals
 // image may hold a chunk a page served that is still marked prepared. (Until session 50 the
 // mark did not wait for its fsync, and an image after the answer could hold the chunk still
 // prepared, which the next visit showed as fresh once more.)
-func TestPreparedChunkMachineCrash(t *testing.T) { servedChunkMachineCrash(t, true) }
+func TestPreparedChunkMachineCrash(t *testing.T) { servedChunkMachineCrash(t, true, false) }
 
-func servedChunkMachineCrash(t *testing.T, prepare bool) {
+// TestPreparedLazyMarkMachineCrash is TestPreparedChunkMachineCrash with the served mark written
+// lazily (feedsvc.Deps.LazyServedMark, as the binary wires it): the page does not wait for its
+// fsync, so some image must hold a chunk a page showed still marked prepared (else the lazy
+// path went untested). Each image's feed store reports the crash (zenpebble.Store.Unclean) and
+// the service runs DemotePrepared before the user comes back, as the binary does; then
+// everything TestServedChunkMachineCrash holds holds, no pin shown as fresh twice included.
+func TestPreparedLazyMarkMachineCrash(t *testing.T) { servedChunkMachineCrash(t, true, true) }
+
+func servedChunkMachineCrash(t *testing.T, prepare, lazyMark bool) {
 	ctx := context.Background()
 	t0 := time.Unix(1_800_000_000, 0)
 	clk := &crashClock{t: t0}
@@ -93,6 +101,7 @@ func servedChunkMachineCrash(t *testing.T, prepare bool) {
 		pools *zen.Pools
 		feed  zen.Table
 		svc   *feedsvc.Service
+		store *zenpebble.Store // the feed's
 		close func()
 	}
 	open := func(mainFS, feedFS *vfs.MemFS, crashing bool) system {
@@ -145,11 +154,11 @@ func servedChunkMachineCrash(t *testing.T, prepare bool) {
 			fc.PrepareAfter, fc.PreparedMaxAge = time.Millisecond, time.Hour
 		}
 		svc, err := feedsvc.New(feedsvc.Deps{Primary: feed, Standby: standby, Generator: localGenerator{g},
-			Enqueuer: dropEnqueuer{}, Now: clk.Now, IndexShards: 2}, fc)
+			Enqueuer: dropEnqueuer{}, Now: clk.Now, IndexShards: 2, LazyServedMark: lazyMark}, fc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return system{g: g, pools: pools, feed: feed, svc: svc, close: func() {
+		return system{g: g, pools: pools, feed: feed, svc: svc, store: fs, close: func() {
 			svc.Wait()
 			g.Wait()
 			for _, s := range []*zenpebble.Store{ms, fs} {
@@ -235,6 +244,15 @@ func servedChunkMachineCrash(t *testing.T, prepare bool) {
 				break
 			}
 		}
+		if !sys.store.Unclean() {
+			t.Fatalf("image %d: the feed store does not report the crash", i)
+		}
+		if lazyMark {
+			// As the binary does before it serves (cmd/smartfeed serve.go, buildFeed).
+			if _, err := sys.svc.DemotePrepared(ctx); err != nil {
+				t.Fatalf("image %d: demote prepared: %v", i, err)
+			}
+		}
 		// The user comes back at once, before the recovery pass (which leaves chunks younger
 		// than a minute alone); then the pass, first pages for the pins it gave back, and the
 		// pass again, which materializes what they served.
@@ -307,7 +325,10 @@ func servedChunkMachineCrash(t *testing.T, prepare bool) {
 	if lost == 0 {
 		t.Errorf("no crash image held a served chunk the generator had lost: its ready record was synced, so the lazy path went untested")
 	}
-	if unmarked > 0 {
+	switch {
+	case lazyMark && unmarked == 0:
+		t.Errorf("no crash image held a chunk a page showed still marked prepared: the served mark was durable before the answer, so the lazy path went untested")
+	case !lazyMark && unmarked > 0:
 		t.Errorf("%d crash images hold a chunk a page showed as fresh still marked prepared (preparation %v): the served mark was not durable before the answer", unmarked, prepare)
 	}
 	t.Logf("%d crash images, %d with a served chunk the generator had lost, %d with a served chunk still marked prepared", len(images), lost, unmarked)

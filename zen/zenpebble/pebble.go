@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -136,7 +137,24 @@ type Store struct {
 	// afterRead, when set (by tests only), runs between the read and the write of CheckAndSet
 	// and Increment, to widen the window a missing lock would leave open.
 	afterRead func()
+
+	// fs and dir locate the clean-close marker (cleanMarker); unclean is whether Open found the
+	// database without it.
+	fs      vfs.FS
+	dir     string
+	unclean bool
 }
+
+// cleanMarker is the file Close leaves in the database's directory once the database is
+// closed, and Open removes: a database found without it was last left by a process that did not
+// Close it (a crash of the process or of the machine).
+const cleanMarker = "SMARTFEED-CLOSED-CLEANLY"
+
+// Unclean reports whether the process that used the database before this Open did not Close it:
+// it crashed, or its machine did. Writes it made Lazily may be lost then (the latest ones, a
+// suffix of its log), so a caller that wrote lazily what it must not lose the effect of can
+// make amends before it serves (feedsvc.Service.DemotePrepared). A new database is clean.
+func (s *Store) Unclean() bool { return s.unclean }
 
 // ErrClosed is returned by every call on a closed Store.
 var ErrClosed = errors.New("zenpebble: store closed")
@@ -177,6 +195,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if cfg.fs != nil {
 		po.FS = cfg.fs
 	}
+	if po.FS == nil {
+		po.FS = vfs.Default
+	}
 	if cfg.mem > 0 {
 		po.MemTableSize = cfg.mem
 	}
@@ -206,11 +227,25 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		defer c.Unref()
 		po.Cache = c
 	}
+	fresh := true
+	if dir != "" {
+		if names, err := po.FS.List(dir); err == nil && len(names) > 0 {
+			fresh = false
+		}
+	}
 	db, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, fmt.Errorf("open pebble %q: %w", dir, err)
 	}
 	s.db = db
+	if dir != "" {
+		s.fs, s.dir = po.FS, dir
+		if s.unclean, err = takeMarker(po.FS, dir); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("open pebble %q: %w", dir, err)
+		}
+		s.unclean = s.unclean && !fresh
+	}
 	if cfg.sync {
 		s.wo = pebble.Sync
 	}
@@ -338,6 +373,49 @@ func (s *Store) Close() error {
 	s.closed = true
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("close pebble: %w", err)
+	}
+	if s.fs != nil {
+		if err := putMarker(s.fs, s.dir); err != nil {
+			return fmt.Errorf("close pebble: %w", err)
+		}
+	}
+	return nil
+}
+
+// takeMarker removes dir's clean-close marker, durably, and reports whether it was missing.
+func takeMarker(fs vfs.FS, dir string) (missing bool, err error) {
+	path := fs.PathJoin(dir, cleanMarker)
+	if _, err := fs.Stat(path); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return true, nil
+		}
+		return false, fmt.Errorf("clean-close marker: %w", err)
+	}
+	if err := fs.Remove(path); err != nil {
+		return false, fmt.Errorf("remove clean-close marker: %w", err)
+	}
+	return false, syncDir(fs, dir)
+}
+
+// putMarker writes dir's clean-close marker, durably.
+func putMarker(fs vfs.FS, dir string) error {
+	f, err := fs.Create(fs.PathJoin(dir, cleanMarker), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return fmt.Errorf("clean-close marker: %w", err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return fmt.Errorf("clean-close marker: %w", err)
+	}
+	return syncDir(fs, dir)
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	if err := errors.Join(d.Sync(), d.Close()); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }
