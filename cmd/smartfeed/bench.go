@@ -97,6 +97,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		return errors.New("bench: --trace wants --cpuprofile-phase: a trace of the whole run is too large to read")
 	}
 	opts.Storage = cfg.Storage.Backend
+	setMaxProcs(cfg) // before machine(), which names it
 	opts.MachineString = machine()
 	opts.Commit = commit()
 	if err := os.MkdirAll(bf.out, 0o755); err != nil {

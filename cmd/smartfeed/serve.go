@@ -95,6 +95,7 @@ func serve(ctx context.Context, role string, cfg config.Config, stderr io.Writer
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	setMaxProcs(cfg)
 	// One structured line: the effective config, secrets masked.
 	log.Info("starting", zap.String("role", role), zap.String("version", buildVersion()),
 		zap.Int("gomaxprocs", runtime.GOMAXPROCS(0)),
@@ -112,6 +113,19 @@ func serve(ctx context.Context, role string, cfg config.Config, stderr io.Writer
 		return err
 	}
 	return a.run(ctx)
+}
+
+// setMaxProcs sets GOMAXPROCS from cfg.MaxProcs (config.Config.MaxProcs): that many, or with 0
+// twice the runtime's default unless the GOMAXPROCS environment variable chose it. It returns
+// the value in force.
+func setMaxProcs(cfg config.Config) int {
+	switch {
+	case cfg.MaxProcs > 0:
+		runtime.GOMAXPROCS(cfg.MaxProcs)
+	case os.Getenv("GOMAXPROCS") == "":
+		runtime.GOMAXPROCS(2 * runtime.GOMAXPROCS(0))
+	}
+	return runtime.GOMAXPROCS(0)
 }
 
 // startGCFloor keeps the collector's heap goal at cfg.GCHeapFloorMB or more for the process

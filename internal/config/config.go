@@ -60,6 +60,13 @@ type Config struct {
 	// GOMEMLIMIT and a quarter of the container's memory limit. 0 turns it off (GOGC as set).
 	// Default 256.
 	GCHeapFloorMB int `json:"gc_heap_floor_mb"`
+	// MaxProcs is the process's GOMAXPROCS. 0, the default: twice the processors the runtime
+	// would use (the CPUs, or the container's CPU limit), unless the GOMAXPROCS environment
+	// variable is set, which then holds. The embedded store's log syncs are system calls that
+	// keep their processor for as long as the disk takes (0.3–3 ms each here), and the runtime
+	// takes it back only when its monitor next looks; with a processor per CPU, two syncs at
+	// once left none for the requests (docs/read-path.md, "Processors held by fsyncs").
+	MaxProcs int `json:"max_procs"`
 }
 
 // Storage chooses the zen backend: embedded Pebble under a data directory (the default) or HBase,
@@ -391,8 +398,9 @@ type Feed struct {
 	// RecoverEvery is the period of the recovery pass (one runs at start). Default 1m.
 	RecoverEvery Duration `json:"recover_every"`
 	// PrepareAfter, when positive, prepares a user's next chunk this long after a first page,
-	// so that the next visit serves it with no generator call, only a synced mark on the
-	// request (feedsvc.Config.PrepareAfter; live-tunable in the knobs file). 0: off.
+	// so that the next visit serves it with no generator call and no fsync: its served mark is
+	// lazy, and a start after a crash demotes the prepared chunks (feedsvc.Config.PrepareAfter,
+	// feedsvc.Deps.LazyServedMark; live-tunable in the knobs file). Default 500ms; 0: off.
 	PrepareAfter Duration `json:"prepare_after"`
 	// PreparedMaxAge: a prepared chunk older than this is served beside a new chunk from the
 	// generator. Default 30s.
@@ -443,6 +451,7 @@ func DefaultConfig() Config {
 			StandbyMaxStaleness: Duration(30 * time.Second),
 			RecoverAfter:        Duration(time.Minute),
 			RecoverEvery:        Duration(time.Minute),
+			PrepareAfter:        Duration(500 * time.Millisecond),
 			PreparedMaxAge:      Duration(30 * time.Second),
 			MinChunkInterval:    Duration(time.Second),
 			InlineMaterialize:   4,
@@ -588,6 +597,9 @@ func (c Config) Validate() error {
 	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown_timeout: must be positive")
+	}
+	if c.MaxProcs < 0 || c.MaxProcs > 4096 {
+		bad("max_procs: %d is not in [0, 4096]", c.MaxProcs)
 	}
 	if c.GCHeapFloorMB < 0 || c.GCHeapFloorMB > 1<<20 {
 		bad("gc_heap_floor_mb: %d is not in [0, 1048576]", c.GCHeapFloorMB)

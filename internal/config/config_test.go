@@ -45,6 +45,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"dequeuers over slots", func(c *Config) { c.Worker.Dequeuers = c.Worker.Concurrency + 1 }, "worker.dequeuers"},
 		{"reclaim after 0", func(c *Config) { c.Worker.ReclaimAfter = 0 }, "worker.reclaim_after"},
 		{"gc heap floor, negative", func(c *Config) { c.GCHeapFloorMB = -1 }, "gc_heap_floor_mb"},
+		{"max procs, negative", func(c *Config) { c.MaxProcs = -1 }, "max_procs"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -113,6 +113,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	f(&c.Feed.Hedge.Budget, "hedge-budget", c.Feed.Hedge.Budget, "largest fraction of calls that may hedge on the cutoff")
 	f(&c.Feed.Hedge.Warmup, "hedge-warmup", c.Feed.Hedge.Warmup, "fraction of calls that also read the standby")
 	d(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound of the whole graceful shutdown")
+	i(&c.MaxProcs, "max-procs", c.MaxProcs, "GOMAXPROCS (0: twice the CPUs, unless the GOMAXPROCS environment variable is set)")
 	i(&c.GCHeapFloorMB, "gc-heap-floor-mb", c.GCHeapFloorMB, "least heap goal of Go's collector, in MiB: GOGC is raised while the live heap is small (0: GOGC as set)")
 	b(&c.WaitForDeps, "wait-for-deps", c.WaitForDeps, "at start, wait (with backoff) for an unreachable Redis or HBase instead of exiting with an error")
 	NameEnvTwins(fs)
