@@ -49,6 +49,83 @@ func TestEndToEndInvariants(t *testing.T) {
 	}
 }
 
+// TestEndToEndPrepared: with the binary's default feed.prepare_after (500ms) and its wiring (the
+// lazy served mark), a first page is followed by the preparation of the next chunk: the pins
+// fanned out after the first page leave the pools for a prepared row, and the next first page
+// serves them fresh (from the prepared row, which it marks served), once; the page after that
+// has no fresh pin, and every pin is in the feed once.
+func TestEndToEndPrepared(t *testing.T) {
+	if testing.Short() {
+		t.Skip("e2e: needs Redis and runs every service; skipped with -short")
+	}
+	def := config.DefaultConfig().Feed.PrepareAfter
+	e := newE2E(t, false, func(c *config.Config) { c.Feed.PrepareAfter = def })
+	if got := e.svc.Config().PrepareAfter; got != 500*time.Millisecond {
+		t.Fatalf("the service's prepare_after is %v, want the default 500ms", got)
+	}
+	A, B := e.user("alice"), e.user("bob")
+	bA := e.board(A)
+	e.follow(B, A)
+	e.drain()
+	first := []zen.ID{e.pin(A, bA, 0), e.pin(A, bA, 0)}
+	e.drain()
+	get := func(when string) (feedsvc.Page, []zen.ID) {
+		t.Helper()
+		p, err := e.svc.GetFeed(e.ctx, feedsvc.Request{User: B, PageSize: 50})
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		var fresh []zen.ID
+		for _, it := range p.Items {
+			if it.Fresh {
+				fresh = append(fresh, it.Pin)
+			}
+		}
+		slices.Sort(fresh)
+		return p, fresh
+	}
+	slices.Sort(first)
+	if p, fresh := get("first visit"); p.FreshStatus != feedsvc.FreshIncluded || !slices.Equal(fresh, first) {
+		t.Fatalf("first visit: status %q, fresh %v; want included, %v", p.FreshStatus, fresh, first)
+	}
+	later := []zen.ID{e.pin(A, bA, 0), e.pin(A, bA, 0), e.pin(A, bA, 0)}
+	slices.Sort(later)
+	e.drain()
+	// The preparation runs prepare_after after the first page (and once min_chunk_interval
+	// has passed), and again while it finds the pools empty.
+	preparedPins := func() []zen.ID {
+		rows, err := scanFeed(e.ctx, e.a.feedPrimary, B)
+		e.must(err)
+		var out []zen.ID
+		for _, r := range rows {
+			if r.Prepared {
+				out = append(out, r.Pins...)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !slices.Equal(preparedPins(), later) {
+		if time.Now().After(deadline) {
+			t.Fatalf("prepared rows hold %v, want the pins fanned out after the first page %v", preparedPins(), later)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p, fresh := get("second visit")
+	if p.FreshStatus != feedsvc.FreshIncluded || !slices.Equal(fresh, later) {
+		t.Fatalf("second visit: status %q, fresh %v; want included, the prepared %v", p.FreshStatus, fresh, later)
+	}
+	if left := preparedPins(); len(left) != 0 {
+		t.Errorf("after the visit that served it, prepared rows still hold %v", left)
+	}
+	if p, fresh := get("third visit"); len(fresh) != 0 {
+		t.Errorf("third visit: status %q, fresh %v; want nothing fresh (the prepared chunk was served)", p.FreshStatus, fresh)
+	}
+	e.settle()
+	e.checkFeedUnique(B)
+}
+
 // TestEndToEndMinChunkInterval: with the binary's default feed.min_chunk_interval (1s), a first
 // page right after another is the feed as it stands (FreshRecent, no generator call): the pins
 // fanned out meanwhile stay in the pools, and the first page after the interval serves them.
@@ -266,8 +343,12 @@ func newE2E(t *testing.T, twice bool, opts ...func(*config.Config)) *e2e {
 	cfg.Admin.GRPCAddr = ""
 	cfg.ShutdownTimeout = config.Duration(10 * time.Second)
 	// The scenarios check what each first page's generator call handed out, pages back to
-	// back: no bound between a user's calls (TestEndToEndMinChunkInterval tests the bound).
+	// back: no bound between a user's calls (TestEndToEndMinChunkInterval tests the bound),
+	// and no chunk prepared in the background between them, which would take pins from the
+	// pools while the scenarios take and give back chunks by hand (TestEndToEndPrepared tests
+	// preparation).
 	cfg.Feed.MinChunkInterval = 0
+	cfg.Feed.PrepareAfter = 0
 	for _, o := range opts {
 		o(&cfg)
 	}

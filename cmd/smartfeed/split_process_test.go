@@ -924,18 +924,39 @@ func (s *split) checkOrder(user zen.ID) {
 	}
 }
 
-// checkDegraded: with the generator down, a first page is the materialized feed, flagged.
+// checkDegraded: with the generator down, a first page is the materialized feed, flagged; or,
+// when a chunk was prepared for the user before (feed.prepare_after), that chunk, fresh, then the
+// materialized feed: a prepared chunk is in the feed already and needs no generator.
 func (s *split) checkDegraded(user zen.ID) {
 	s.t.Helper()
-	want := s.materialized(user)
+	var prepared []zen.ID
+	for _, r := range s.feedRows(user) {
+		if r.Prepared {
+			prepared = append(prepared, r.Pins...)
+		}
+	}
+	want := append(prepared, s.materialized(user)...)
 	r, err := s.getFeedErr(user, "")
 	if err != nil {
 		return
 	}
-	switch r.GetFreshStatus() {
-	case feedv1.FreshStatus_FRESH_STATUS_GENERATOR_ERROR, feedv1.FreshStatus_FRESH_STATUS_GENERATOR_TIMEOUT:
+	var fresh []zen.ID
+	for _, it := range r.GetItems() {
+		if it.GetFresh() {
+			fresh = append(fresh, zen.ID(it.GetPinId()))
+		}
+	}
+	switch st := r.GetFreshStatus(); {
+	case len(prepared) > 0 && st == feedv1.FreshStatus_FRESH_STATUS_INCLUDED:
+		if !equalIDs(prepared[:min(len(prepared), 50)], fresh) {
+			s.t.Errorf("degrade: generator down: %s's fresh pins %v are not the prepared chunk %v", s.names[user], fresh, prepared)
+		}
+	case len(prepared) == 0 && (st == feedv1.FreshStatus_FRESH_STATUS_GENERATOR_ERROR || st == feedv1.FreshStatus_FRESH_STATUS_GENERATOR_TIMEOUT):
+		if len(fresh) > 0 {
+			s.t.Errorf("degrade: generator down: %s's page has fresh pins %v", s.names[user], fresh)
+		}
 	default:
-		s.t.Errorf("degrade: generator down: fresh status %v (%s)", r.GetFreshStatus(), r.GetFreshDetail())
+		s.t.Errorf("degrade: generator down: fresh status %v (%s), %d pins prepared", st, r.GetFreshDetail(), len(prepared))
 	}
 	var got []zen.ID
 	for _, it := range r.GetItems() {

@@ -400,7 +400,7 @@ type Feed struct {
 	// PrepareAfter, when positive, prepares a user's next chunk this long after a first page,
 	// so that the next visit serves it with no generator call and no fsync: its served mark is
 	// lazy, and a start after a crash demotes the prepared chunks (feedsvc.Config.PrepareAfter,
-	// feedsvc.Deps.LazyServedMark; live-tunable in the knobs file). 0, the default: off.
+	// feedsvc.Deps.LazyServedMark; live-tunable in the knobs file). Default 500ms; 0: off.
 	PrepareAfter Duration `json:"prepare_after"`
 	// PreparedMaxAge: a prepared chunk older than this is served beside a new chunk from the
 	// generator. Default 30s.
@@ -451,6 +451,7 @@ func DefaultConfig() Config {
 			StandbyMaxStaleness: Duration(30 * time.Second),
 			RecoverAfter:        Duration(time.Minute),
 			RecoverEvery:        Duration(time.Minute),
+			PrepareAfter:        Duration(500 * time.Millisecond),
 			PreparedMaxAge:      Duration(30 * time.Second),
 			MinChunkInterval:    Duration(time.Second),
 			InlineMaterialize:   4,
