@@ -96,7 +96,8 @@ func (s *Service) servePrepared(ctx context.Context, user zen.ID, rows []prepare
 // feed items. A start after a crash that may have lost lazy served marks (Deps.LazyServedMark)
 // runs it before the first GetFeed, so that no chunk a page showed as fresh is shown as fresh
 // again. It walks the pending index (Deps.IndexShards scans) and returns how many rows it
-// rewrote.
+// rewrote. The rewrites are lazy: the store's marker of a clean close is gone until this process
+// closes it, so a crash before they are durable makes the next start demote them again.
 func (s *Service) DemotePrepared(ctx context.Context) (int, error) {
 	const page = 1000
 	n := 0
@@ -127,7 +128,10 @@ func (s *Service) DemotePrepared(ctx context.Context) (int, error) {
 					continue // a served chunk; a corrupt row is the recovery pass's to report
 				}
 				pc.Prepared, pc.ServedMs = false, now
-				ok, err = s.primary.CheckAndSet(ctx, k, raw, encodePending(pc))
+				// Lazily: a crash that loses the rewrite is again a start that finds the store
+				// unclean, which demotes the row again before anything is served; and no page
+				// serves it as fresh meanwhile, since the rewrite is visible at once.
+				ok, err = s.primary.CheckAndSet(zen.Lazily(ctx), k, raw, encodePending(pc))
 				if err != nil {
 					return n, fmt.Errorf("demote prepared chunk %s of %d: %w", pc.ChunkID, user, err)
 				}
