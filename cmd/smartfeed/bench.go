@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
 	"slices"
@@ -348,12 +349,43 @@ func machine() string {
 	return fmt.Sprintf("%s/%s, %d CPUs, GOMAXPROCS %d, %s (%s)", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), host)
 }
 
+// commit names the commit the running binary was built from (Go's VCS stamp: `go build` in a
+// checkout), with "-dirty" when the tree had changes; a binary without the stamp falls back to
+// the checkout in the working directory, as before, and then to "unknown". A results.json of a
+// binary built elsewhere used to name the working directory's commit.
 func commit() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if c := stampedCommit(bi.Settings); c != "" {
+			return c
+		}
+	}
 	b, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "unknown"
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// stampedCommit is the short VCS revision in a binary's build settings ("" without one).
+func stampedCommit(settings []debug.BuildSetting) string {
+	var rev string
+	dirty := false
+	for _, s := range settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	rev = rev[:min(len(rev), 7)]
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
 }
 
 // benchSystem is bench.System over an in-process `all`.
