@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 func TestReadStepHeld(t *testing.T) {
@@ -198,5 +200,37 @@ func TestReportHasRateSteps(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// recordingSystem records the users GetFeed was called for; it fails for the users in fail.
+type recordingSystem struct {
+	System
+	users []uint64
+	fail  map[uint64]bool
+}
+
+func (f *recordingSystem) GetFeed(_ context.Context, user uint64, _ int) error {
+	f.users = append(f.users, user)
+	if f.fail[user] {
+		return errors.New("unavailable")
+	}
+	return nil
+}
+
+// visitOnce calls GetFeed once per distinct reader, in the order they first appear, and times
+// only the calls that succeeded.
+func TestVisitOnce(t *testing.T) {
+	w := &World{IDs: []uint64{10, 11, 12, 13}}
+	sys := &recordingSystem{fail: map[uint64]bool{12: true}}
+	lat, seen := visitOnce(context.Background(), sys, w, []int{2, 0, 2, 3, 0, 2, 3}, 50)
+	if diff := cmp.Diff([]uint64{12, 10, 13}, sys.users); diff != "" {
+		t.Errorf("GetFeed calls (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[int]bool{0: true, 2: true, 3: true}, seen); diff != "" {
+		t.Errorf("distinct readers (-want +got):\n%s", diff)
+	}
+	if lat.N != 2 {
+		t.Errorf("%d visits timed, want 2 (the failed one is not)", lat.N)
 	}
 }

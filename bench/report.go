@@ -138,6 +138,11 @@ func Markdown(r *Results, plotDir string) string {
 	}
 	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
 		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
+	if fv := rd.FirstVisits; fv.N > 0 {
+		p("")
+		p("Before the phase each of the %d distinct readers made its first visit, one after the other with no fanout running (a user never seen has no prepared chunk, so the generator runs): p50 %.2f ms, p99 %.2f ms, max %.2f ms.",
+			fv.N, fv.P50, fv.P99, fv.Max)
+	}
 	if len(rd.Fresh) > 0 {
 		p("")
 		p("The calls by fresh status (the service's counter): %s. A `generator_timeout` is a first page whose generator call missed its deadline.", freshLine(rd.Fresh))
