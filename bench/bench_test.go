@@ -64,7 +64,8 @@ func TestWriteHasEveryRatio(t *testing.T) {
 		Hedging:   []HedgeResult{{Hedging: false}, {Hedging: true, ExtraLoad: 0.02}},
 		Scale:     []ScaleResult{{Users: 10, CPUSecPerEvent: 1}, {Users: 100, CPUSecPerEvent: 2}},
 		lagSeries: []lagPoint{{time.Second, time.Millisecond}},
-		Reads:     ReadResult{GeneratorCalls: 40, GeneratorMeanMs: 3.25, Fresh: map[string]uint64{"included": 40, "generator_timeout": 1}}}
+		Reads: ReadResult{GeneratorCalls: 40, GeneratorMeanMs: 3.25, Fresh: map[string]uint64{"included": 40, "generator_timeout": 1},
+			Prepared: map[string]uint64{"recorded": 30, "busy": 2}, FirstVisits: Summary{N: 38, P50: 3, P99: 6.5, Max: 6.5}}}
 	if err := Write(dir, r); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +88,8 @@ func TestWriteHasEveryRatio(t *testing.T) {
 		Reads struct {
 			GeneratorMeanMs float64           `json:"generator_mean_ms"`
 			Fresh           map[string]uint64 `json:"fresh"`
+			Prepared        map[string]uint64 `json:"prepared"`
+			FirstVisits     Summary           `json:"getfeed_first_visits"`
 		} `json:"reads"`
 	}
 	if err := json.Unmarshal(b, &res); err != nil || res.Reads.GeneratorMeanMs != 3.25 || res.Reads.Fresh["generator_timeout"] != 1 {
@@ -94,6 +97,16 @@ func TestWriteHasEveryRatio(t *testing.T) {
 	}
 	if rep, _ := os.ReadFile(filepath.Join(dir, "report.md")); !strings.Contains(string(rep), "fresh status (the service's counter): generator_timeout 1, included 40.") {
 		t.Errorf("report.md does not give the calls by fresh status")
+	}
+	if res.Reads.Prepared["busy"] != 2 || res.Reads.FirstVisits.N != 38 {
+		t.Errorf("results.json prepared %v, first visits %+v", res.Reads.Prepared, res.Reads.FirstVisits)
+	}
+	rep, _ := os.ReadFile(filepath.Join(dir, "report.md"))
+	for _, want := range []string{"(`smartfeed_feed_prepared_total`): busy 2, recorded 30.",
+		"each of the 38 distinct readers made its first visit", "p50 3.00 ms, p99 6.50 ms"} {
+		if !strings.Contains(string(rep), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
 	}
 	if rep, _ := os.ReadFile(filepath.Join(dir, "report.md")); !strings.Contains(string(rep), "generator (first pages) took 3.25 ms on average over 40 calls") {
 		t.Errorf("report.md does not give the generator's time")

@@ -147,6 +147,10 @@ func Markdown(r *Results, plotDir string) string {
 		p("")
 		p("The calls by fresh status (the service's counter): %s. A `generator_timeout` is a first page whose generator call missed its deadline.", freshLine(rd.Fresh))
 	}
+	if len(rd.Prepared) > 0 {
+		p("")
+		p("Prepared chunks by outcome over the phase (`smartfeed_feed_prepared_total`): %s. A first page with no prepared chunk to serve runs the generator.", freshLine(rd.Prepared))
+	}
 	if rd.Readers > 0 && rd.Offered > 0 {
 		p("")
 		p("The calls read %d distinct users, each back every %.2f s on average: a page sooner than `feed.min_chunk_interval` after the user's last generator call is a plain read of the feed.",

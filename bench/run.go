@@ -276,6 +276,10 @@ type ReadResult struct {
 	// service's own counter: "generator_timeout" is a first page whose generator call missed
 	// its deadline (the page came without new pins).
 	Fresh map[string]uint64 `json:"fresh,omitempty"`
+	// Prepared counts the phase's background preparations and prepared chunks by outcome, from
+	// the service's own counter (smartfeed_feed_prepared_total): a first page that found no
+	// prepared chunk ("busy", "empty", "failed" preparations) runs the generator.
+	Prepared map[string]uint64 `json:"prepared,omitempty"`
 	// Sched is how long the process's goroutines waited, runnable, for a CPU during the GetFeed
 	// calls' turns (Go's scheduler; the Redis peer's calls wait in the same process).
 	Sched *SchedResult `json:"sched_wait,omitempty"`
@@ -759,7 +763,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		len(distinct), float64(len(distinct))/opts.ReadRate)
 	repl.begin()
 	genCalls0, genTime0 := sys.GeneratorTime()
-	st0, fresh0 := stages(sys), freshCounts(sys)
+	st0, fresh0, prep0 := stages(sys), freshCounts(sys), preparedCounts(sys)
 	end = opts.phase("serving")
 	tr := rotate(ctx, opts.ReadRate, opts.ReadFor, opts.ReadSlice, opts.Concurrency, kinds...)
 	end()
@@ -767,6 +771,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	// GetFeeds' (and the background work they left).
 	genCalls1, genTime1 := sys.GeneratorTime()
 	stagesServing, freshServing := stageDiff(st0, stages(sys)), freshDiff(fresh0, freshCounts(sys))
+	prepServing := freshDiff(prep0, preparedCounts(sys))
 	repl.end("serving")
 	stopBG()
 	bgw.Wait()
@@ -782,7 +787,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	}
 	order := g.inOrder
 	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: g.summary(), GetFeedRate: g.rate(),
-		Errors: g.errs, Redis: r.summary(), RedisRate: r.rate(), Stages: stagesServing, Fresh: freshServing,
+		Errors: g.errs, Redis: r.summary(), RedisRate: r.rate(), Stages: stagesServing, Fresh: freshServing, Prepared: prepServing,
 		Sched: g.sched.result(), RedisSched: r.sched.result(), Floor: floor, Readers: len(distinct),
 		Turns: turns, FirstVisits: firstVisits}
 	if n := genCalls1 - genCalls0; n > 0 {
@@ -799,6 +804,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
 	if len(res.Reads.Fresh) > 0 {
 		say("reads: GetFeed by fresh status: %s", freshLine(res.Reads.Fresh))
+	}
+	if len(res.Reads.Prepared) > 0 {
+		say("reads: prepared chunks by outcome: %s", freshLine(res.Reads.Prepared))
 	}
 	if f := res.Reads.Floor; f != nil {
 		say("reads: an empty gRPC call (health check) on GetFeed's connection p50 %.2f p99 %.2f ms, same load", f.P50, f.P99)

@@ -90,6 +90,21 @@ func freshCounts(sys System) map[string]uint64 {
 	return nil
 }
 
+// PreparedCounter is implemented by a System whose feed service prepares users' next chunks in
+// the background: its preparations and prepared chunks by outcome so far ("recorded", "empty",
+// "busy", "failed", "served", "stale", "lost", ...).
+type PreparedCounter interface {
+	PreparedCounts() map[string]uint64
+}
+
+// preparedCounts snapshots sys's prepared-chunk outcomes (nil when it has none).
+func preparedCounts(sys System) map[string]uint64 {
+	if f, ok := sys.(PreparedCounter); ok {
+		return f.PreparedCounts()
+	}
+	return nil
+}
+
 // freshDiff is the calls of each status between two snapshots, the statuses with none left out
 // (nil when there were none at all).
 func freshDiff(before, after map[string]uint64) map[string]uint64 {

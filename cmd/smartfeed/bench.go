@@ -441,9 +441,10 @@ func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tm
 }
 
 var (
-	_ bench.Replication  = (*benchSystem)(nil)
-	_ bench.Pinger       = (*benchSystem)(nil)
-	_ bench.FreshCounter = (*benchSystem)(nil)
+	_ bench.Replication     = (*benchSystem)(nil)
+	_ bench.Pinger          = (*benchSystem)(nil)
+	_ bench.FreshCounter    = (*benchSystem)(nil)
+	_ bench.PreparedCounter = (*benchSystem)(nil)
 )
 
 // ReplicationLags implements bench.Replication: the canary's measurements with HBase's own
@@ -671,6 +672,18 @@ func (s *benchSystem) FreshCounts() map[string]uint64 {
 	for _, m := range gatherSeries(s.a.reg, "smartfeed_feed_requests_total") {
 		if f := labelValue(m, "fresh"); f != "" {
 			out[f] += uint64(m.GetCounter().GetValue())
+		}
+	}
+	return out
+}
+
+// PreparedCounts is the feed service's preparations and prepared chunks by outcome so far
+// (smartfeed_feed_prepared_total).
+func (s *benchSystem) PreparedCounts() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, m := range gatherSeries(s.a.reg, "smartfeed_feed_prepared_total") {
+		if o := labelValue(m, "outcome"); o != "" {
+			out[o] += uint64(m.GetCounter().GetValue())
 		}
 	}
 	return out
