@@ -175,6 +175,43 @@ func TestBackgroundLanes(t *testing.T) {
 	}
 }
 
+// TestPreparationWaitsForASlot: with maxPreparing preparations running, the next one waits
+// for a slot (up to laneWait) rather than being skipped: it runs once a slot frees, and is
+// skipped as busy only when none does in time.
+func TestPreparationWaitsForASlot(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, 0 })
+	busyPrep := func() float64 { return testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepBusy)) }
+	recorded := func() float64 { return testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepRecorded)) }
+	for range maxPreparing {
+		e.svc.prepSlots <- struct{}{} // every slot held by another user's preparation
+	}
+	go func() {
+		time.Sleep(laneWait / 5)
+		<-e.svc.prepSlots // one of them ends
+	}()
+	e.get(t, "", 10)
+	e.svc.Wait()
+	if got := busyPrep(); got != 0 {
+		t.Errorf("preparations skipped as busy = %v, want 0 (a slot came free within laneWait)", got)
+	}
+	if got := recorded(); got != 1 {
+		t.Errorf("preparations recorded = %v, want 1", got)
+	}
+
+	e.svc.prepSlots <- struct{}{} // every slot held again, for good
+	start := time.Now()
+	if p := e.get(t, "", 10); p.FreshStatus != FreshIncluded {
+		t.Errorf("page after the preparation: status %q, want included (the prepared chunk)", p.FreshStatus)
+	}
+	e.svc.Wait()
+	if got := busyPrep(); got != 1 {
+		t.Errorf("preparations skipped as busy = %v, want 1 (no slot came free)", got)
+	}
+	if waited := time.Since(start); waited < laneWait {
+		t.Errorf("the preparation gave up after %v, want at least laneWait (%v)", waited, laneWait)
+	}
+}
+
 // TestBackgroundLanesDefault: half the processors, at least one; out of range is refused.
 func TestBackgroundLanesDefault(t *testing.T) {
 	if got, want := defaultBackgroundLanes(), max(1, runtime.GOMAXPROCS(0)/2); got != want {
