@@ -74,6 +74,15 @@ type Options struct {
 	// MaxPasses bounds the catch-up passes before the fence (the move also fences once a pass
 	// stops shrinking); 0 means 8.
 	MaxPasses int
+	// PassRetries is how many times a catch-up pass that failed is run again before the move
+	// gives up (a pass is a diff of the source against the target, so running it again is
+	// safe); the final pass, under the fence, is not retried. 0 means 5; negative, none.
+	PassRetries int
+	// RetryBackoff is the wait before the first retry of a pass, doubled before each next one;
+	// 0 means 2s. The default's five retries wait 62 s in all: longer than gohbase's 30 s read
+	// timeout, after which a region client that got no answer is closed and the next call
+	// connects again.
+	RetryBackoff time.Duration
 	// State is the table that keeps the progress row of a move under way (phase, pass), so a
 	// rerun after a crash knows it; nil keeps none.
 	State zen.Table
@@ -85,7 +94,7 @@ type Options struct {
 
 // Progress is reported as a move goes.
 type Progress struct {
-	Phase string // "count", "pass", "final", "verify", "switch", "done"
+	Phase string // "count", "pass", "retry", "final", "verify", "switch", "done"
 	Pass  int    // catch-up pass number (1 = the copy)
 	Table string
 	Done  int64 // source rows examined in this phase so far
@@ -145,6 +154,7 @@ type Mover struct {
 
 type metrics struct {
 	copied, deleted, passes prometheus.Counter
+	retries                 prometheus.Counter // catch-up passes run again after a failure
 	fence                   prometheus.Histogram
 	moves                   *prometheus.CounterVec
 }
@@ -163,6 +173,12 @@ func New(stores map[string]zen.Store, maps Maps, o Options) (*Mover, error) {
 	if o.Remainder <= 0 {
 		o.Remainder = 100
 	}
+	if o.PassRetries == 0 {
+		o.PassRetries = 5
+	}
+	if o.RetryBackoff <= 0 {
+		o.RetryBackoff = 2 * time.Second
+	}
 	if o.MaxPasses <= 0 {
 		o.MaxPasses = 8
 	}
@@ -176,6 +192,8 @@ func New(stores map[string]zen.Store, maps Maps, o Options) (*Mover, error) {
 			Help: "Rows a shard move deleted from its target because the source no longer had them."}),
 		passes: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_passes_total",
 			Help: "Copy and catch-up passes of shard moves, the final pass under the fence included."}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_pass_retries_total",
+			Help: "Catch-up passes of shard moves run again after a failure (Options.PassRetries)."}),
 		fence: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "smartfeed_shardmove_fence_seconds",
 			Help:    "How long a shard move kept writes to the moving shards fenced.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
@@ -183,7 +201,7 @@ func New(stores map[string]zen.Store, maps Maps, o Options) (*Mover, error) {
 			Help: "Shard moves by result: switched, failed, rolled_back (fence lifted), dry_run."}, []string{"result"}),
 	}}
 	if o.Registerer != nil {
-		for _, c := range []prometheus.Collector{mv.met.copied, mv.met.deleted, mv.met.passes, mv.met.fence, mv.met.moves} {
+		for _, c := range []prometheus.Collector{mv.met.copied, mv.met.deleted, mv.met.passes, mv.met.retries, mv.met.fence, mv.met.moves} {
 			if err := o.Registerer.Register(c); err != nil {
 				return nil, fmt.Errorf("zenmove: register metrics: %w", err)
 			}
@@ -443,7 +461,9 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 				return res, err
 			}
 			passStart := time.Now()
-			put, del, err := mv.pass(ctx, eps, p, "pass", pass, total, report, nil)
+			put, del, err := mv.retryPass(ctx, p, pass, report, func() (int64, int64, error) {
+				return mv.pass(ctx, eps, p, "pass", pass, total, report, nil)
+			})
 			if err != nil {
 				return res, err
 			}
@@ -580,6 +600,35 @@ func (mv *Mover) lift(unfenced *zen.ShardMap, p Plan) error {
 	}
 	mv.log.Warn("shard move: fence lifted, the shards stay on the source", zap.Stringer("plan", p))
 	return nil
+}
+
+// retryPass runs a catch-up pass, and runs it again after a failure up to Options.PassRetries
+// times, waiting Options.RetryBackoff and then twice as long before each next try: a target that
+// stops answering for a while (in one CI run an HBase region server gave no answer for 30 s,
+// and a write of seven rows timed out) delays the move instead of ending it. It reports the
+// retry as phase "retry" and logs the error. The last error is returned once the retries are
+// spent, or at once when ctx ends.
+func (mv *Mover) retryPass(ctx context.Context, p Plan, pass int, report func(Progress),
+	run func() (int64, int64, error)) (int64, int64, error) {
+	wait := mv.o.RetryBackoff
+	for try := 0; ; try++ {
+		put, del, err := run()
+		if err == nil || ctx.Err() != nil || try >= mv.o.PassRetries {
+			return put, del, err
+		}
+		mv.met.retries.Inc()
+		mv.log.Warn("shard move pass failed; running it again", zap.Stringer("plan", p), zap.Int("pass", pass),
+			zap.Int("retry", try+1), zap.Int("of", mv.o.PassRetries), zap.Duration("after", wait), zap.Error(err))
+		report(Progress{Phase: "retry", Pass: pass})
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return put, del, err
+		case <-t.C:
+		}
+		wait *= 2
+	}
 }
 
 // pass diffs every table's range on the source against the target and makes the target equal:

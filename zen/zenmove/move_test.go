@@ -565,3 +565,91 @@ func TestFenceTooLongRefused(t *testing.T) {
 	}
 	t.Logf("without a limit: fence %v", res.Fence)
 }
+
+// failingTable fails every Apply while fails is above zero, counting it down, as a target that
+// stops answering for a while does.
+type failingTable struct {
+	zen.Table
+	fails, applies *atomic.Int64
+}
+
+func (f failingTable) Apply(ctx context.Context, muts []zen.Mutation) error {
+	f.applies.Add(1)
+	if f.fails.Add(-1) >= 0 {
+		return context.DeadlineExceeded
+	}
+	return f.Table.Apply(ctx, muts)
+}
+
+type failingStore struct {
+	zen.Store
+	fails, applies *atomic.Int64
+}
+
+func (f failingStore) Table(ctx context.Context, name string) (zen.Table, error) {
+	t, err := f.Store.Table(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return failingTable{Table: t, fails: f.fails, applies: f.applies}, nil
+}
+
+// TestPassRetried: a catch-up pass whose writes to the target fail is run again after
+// RetryBackoff (the move then completes, every row on the target); one that fails more often
+// than PassRetries allows fails the move with the target's error, after 1 + PassRetries tries.
+func TestPassRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		fails   int64
+		retries int
+		wantErr bool
+	}{
+		{"recovers", 2, 3, false},
+		{"gives up", 100, 2, true},
+		{"no retries", 1, -1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, time.Second)
+			r.fill(t, []uint16{8}, 20)
+			fails, applies := &atomic.Int64{}, &atomic.Int64{}
+			fails.Store(tc.fails)
+			backs := map[string]zen.Store{"default": r.backs["default"],
+				"target": failingStore{Store: r.backs["target"], fails: fails, applies: applies}}
+			var phases []string
+			mv, err := zenmove.New(backs, r.maps, zenmove.Options{State: r.state, Batch: 8, Tables: []string{zen.TableObjects},
+				PassRetries: tc.retries, RetryBackoff: time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = mv.Move(t.Context(), zenmove.Plan{From: 8, To: 8, Target: "target"},
+				func(p zenmove.Progress) { phases = append(phases, p.Phase) })
+			retried := 0
+			for _, ph := range phases {
+				if ph == "retry" {
+					retried++
+				}
+			}
+			if tc.wantErr {
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("move: err %v, want the target's DeadlineExceeded", err)
+				}
+				if want := max(tc.retries, 0); retried != want {
+					t.Errorf("%d retries reported, want %d", retried, want)
+				}
+				if want := int64(max(tc.retries, 0) + 1); applies.Load() != want {
+					t.Errorf("%d writes tried, want %d (one per pass: the first write of each fails)", applies.Load(), want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("move: %v", err)
+			}
+			if retried != int(tc.fails) {
+				t.Errorf("%d retries reported, want %d", retried, tc.fails)
+			}
+			if got := len(r.rows(t, "target", zen.TableObjects, 8, 8)); got != 20 {
+				t.Errorf("%d rows of shard 8 on the target, want 20", got)
+			}
+		})
+	}
+}
