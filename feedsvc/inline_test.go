@@ -212,6 +212,30 @@ func TestPreparationWaitsForASlot(t *testing.T) {
 	}
 }
 
+// TestVisitWhilePreparationWaits: a preparation that is due counts as the user's generator
+// call from then on, so a visit while it waits for a slot is served the feed as it stands
+// (feed.min_chunk_interval) instead of calling the generator beside it.
+func TestVisitWhilePreparationWaits(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, interval })
+	for range maxPreparing {
+		e.svc.prepSlots <- struct{}{} // every slot held: the preparation waits laneWait
+	}
+	if p := e.get(t, "", 10); p.FreshStatus != FreshIncluded {
+		t.Fatalf("first page: status %q, want included", p.FreshStatus)
+	}
+	// The preparation is due interval after that generator call; visit while it waits.
+	time.Sleep(interval + laneWait/2) // halfway through its wait: 125 ms of slack either side
+	p := e.get(t, "", 10)
+	if p.FreshStatus != FreshRecent {
+		t.Errorf("visit while the preparation waits for a slot: status %q, want recent", p.FreshStatus)
+	}
+	if got := e.gen.calls(); got != 1 {
+		t.Errorf("generator calls = %d, want 1 (the first page's)", got)
+	}
+	e.svc.Wait()
+}
+
 // TestBackgroundLanesDefault: half the processors, at least one; out of range is refused.
 func TestBackgroundLanesDefault(t *testing.T) {
 	if got, want := defaultBackgroundLanes(), max(1, runtime.GOMAXPROCS(0)/2); got != want {

@@ -213,6 +213,10 @@ func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 			return
 		default:
 		}
+		// The preparation is this user's generator call from now on: a visit while it waits for
+		// a slot or a lane is served the feed as it stands (feed.min_chunk_interval), not sent
+		// to the generator beside it.
+		s.noteAsked(user)
 		// A preparation waits for a slot as for a lane, rather than being skipped as soon as
 		// maxPreparing run: a skipped one sends the user's next visit through the generator,
 		// and on HBase, where a preparation is mostly round trips (29 ms mean in make
