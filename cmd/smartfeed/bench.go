@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -668,22 +669,22 @@ func (s *benchSystem) GeneratorTime() (float64, time.Duration) {
 // FreshCounts is the feed service's GetFeed calls by fresh status so far
 // (smartfeed_feed_requests_total, summed over outcomes).
 func (s *benchSystem) FreshCounts() map[string]uint64 {
-	out := map[string]uint64{}
-	for _, m := range gatherSeries(s.a.reg, "smartfeed_feed_requests_total") {
-		if f := labelValue(m, "fresh"); f != "" {
-			out[f] += uint64(m.GetCounter().GetValue())
-		}
-	}
-	return out
+	return countsBy(s.a.reg, "smartfeed_feed_requests_total", "fresh")
 }
 
 // PreparedCounts is the feed service's preparations and prepared chunks by outcome so far
 // (smartfeed_feed_prepared_total).
 func (s *benchSystem) PreparedCounts() map[string]uint64 {
+	return countsBy(s.a.reg, "smartfeed_feed_prepared_total", "outcome")
+}
+
+// countsBy sums the counter family name of reg by the value of its label (series without it
+// left out).
+func countsBy(reg prometheus.Gatherer, name, label string) map[string]uint64 {
 	out := map[string]uint64{}
-	for _, m := range gatherSeries(s.a.reg, "smartfeed_feed_prepared_total") {
-		if o := labelValue(m, "outcome"); o != "" {
-			out[o] += uint64(m.GetCounter().GetValue())
+	for _, m := range gatherSeries(reg, name) {
+		if v := labelValue(m, label); v != "" {
+			out[v] += uint64(m.GetCounter().GetValue())
 		}
 	}
 	return out

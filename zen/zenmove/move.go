@@ -460,8 +460,9 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 			if err := mv.saveState(ctx, st); err != nil {
 				return res, err
 			}
-			passStart := time.Now()
+			var passStart time.Time // of the run that succeeded: the fence is judged on it, not on the retries' waits
 			put, del, err := mv.retryPass(ctx, p, pass, report, func() (int64, int64, error) {
+				passStart = time.Now()
 				return mv.pass(ctx, eps, p, "pass", pass, total, report, nil)
 			})
 			if err != nil {

@@ -595,8 +595,10 @@ func (f failingStore) Table(ctx context.Context, name string) (zen.Table, error)
 }
 
 // TestPassRetried: a catch-up pass whose writes to the target fail is run again after
-// RetryBackoff (the move then completes, every row on the target); one that fails more often
-// than PassRetries allows fails the move with the target's error, after 1 + PassRetries tries.
+// RetryBackoff (the move then completes, every row on the target, and the retries' waits,
+// longer than the plan's MaxFence, do not count as the pass's duration); one that fails more
+// often than PassRetries allows fails the move with the target's error, after 1 + PassRetries
+// tries.
 func TestPassRetried(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -617,11 +619,11 @@ func TestPassRetried(t *testing.T) {
 				"target": failingStore{Store: r.backs["target"], fails: fails, applies: applies}}
 			var phases []string
 			mv, err := zenmove.New(backs, r.maps, zenmove.Options{State: r.state, Batch: 8, Tables: []string{zen.TableObjects},
-				PassRetries: tc.retries, RetryBackoff: time.Millisecond})
+				PassRetries: tc.retries, RetryBackoff: 30 * time.Millisecond, MaxPasses: 1}) // the retried pass is the one the fence is judged on
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = mv.Move(t.Context(), zenmove.Plan{From: 8, To: 8, Target: "target"},
+			_, err = mv.Move(t.Context(), zenmove.Plan{From: 8, To: 8, Target: "target", MaxFence: 20 * time.Millisecond},
 				func(p zenmove.Progress) { phases = append(phases, p.Phase) })
 			retried := 0
 			for _, ph := range phases {
