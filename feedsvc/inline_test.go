@@ -249,3 +249,45 @@ func TestBackgroundLanesDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestRecentVisitPreparesNext: a visit within the interval that finds nothing prepared
+// schedules the next preparation, so that a user whose preparations found the pools empty and
+// who keeps visiting is not sent through the generator on the first visit after the interval.
+func TestRecentVisitPreparesNext(t *testing.T) {
+	const interval = 500 * time.Millisecond
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, interval })
+	e.gen.mu.Lock()
+	e.gen.size = 0 // the pools are empty
+	e.gen.mu.Unlock()
+	if p := e.get(t, "", 10); p.FreshStatus != FreshEmpty {
+		t.Fatalf("first page: status %q, want empty", p.FreshStatus)
+	}
+	e.svc.Wait() // its preparations: prepareTries, all empty
+	attempts := func() int {
+		e.gen.mu.Lock()
+		defer e.gen.mu.Unlock()
+		return e.gen.attempts
+	}
+	if got, want := attempts(), 1+prepareTries; got != want {
+		t.Fatalf("generator calls after the empty preparations = %d, want %d", got, want)
+	}
+	e.gen.mu.Lock()
+	e.gen.size = 5 // pins arrive
+	e.gen.mu.Unlock()
+	if p := e.get(t, "", 10); p.FreshStatus != FreshRecent {
+		t.Fatalf("visit within the interval: status %q, want recent", p.FreshStatus)
+	}
+	time.Sleep(interval)
+	e.svc.Wait()
+	if got, want := attempts(), 2+prepareTries; got != want {
+		t.Errorf("generator calls once the interval passed = %d, want %d (a preparation after the recent visit)", got, want)
+	}
+	p := e.get(t, "", 10)
+	if p.FreshStatus != FreshIncluded || len(p.Items) == 0 {
+		t.Errorf("visit after the interval: status %q, %d items; want the prepared chunk", p.FreshStatus, len(p.Items))
+	}
+	if got, want := attempts(), 2+prepareTries; got != want {
+		t.Errorf("generator calls after the visit = %d, want %d (served the prepared chunk, no call)", got, want)
+	}
+	e.svc.Wait()
+}
