@@ -538,11 +538,10 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 				page.FreshStatus, page.FreshDetail = FreshIncluded, ""
 			}
 		}
-		// The next chunk is prepared once the interval allows, unless a preparation is already
-		// scheduled: also when nothing was served, or a user whose preparations found the pools
-		// empty (prepareTries) and who keeps visiting is sent through the generator on the
-		// first visit after the interval (6 of make bench-hbase's 12 pages with a generator
-		// call in the phase, session 59).
+		// The next chunk is prepared once the interval allows (a no-op when one is scheduled),
+		// also when nothing was served: otherwise a user whose preparations found the pools
+		// empty prepareTries times, and who keeps visiting, has none scheduled, and the first
+		// visit after the interval calls the generator on the request.
 		s.prepareLater(user, cfg, 0)
 		s.fill(&page, user, nil, rd.res, size, served)
 		s.m.observeStage(stagePageRecent, time.Since(pageStart))
