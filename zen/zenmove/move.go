@@ -198,7 +198,7 @@ func New(stores map[string]zen.Store, maps Maps, o Options) (*Mover, error) {
 			Help:    "How long a shard move kept writes to the moving shards fenced.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_shardmove_moves_total",
-			Help: "Shard moves by result: switched, failed, rolled_back (fence lifted), dry_run."}, []string{"result"}),
+			Help: "Shard moves by result: switched, failed, refused (fence too long or bad plan: nothing fenced), rolled_back (fence lifted), dry_run."}, []string{"result"}),
 	}}
 	if o.Registerer != nil {
 		for _, c := range []prometheus.Collector{mv.met.copied, mv.met.deleted, mv.met.passes, mv.met.retries, mv.met.fence, mv.met.moves} {
@@ -403,7 +403,14 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 	res = Result{Plan: p}
 	defer func() {
 		res.Took = time.Since(t0)
-		if err != nil {
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrFenceTooLong) || errors.Is(err, ErrPlan):
+			// Refused before anything was fenced or switched: the caller is told what to do
+			// (move a smaller range, fix the plan); nothing in the system failed.
+			mv.met.moves.WithLabelValues("refused").Inc()
+			mv.log.Warn("shard move refused", zap.Stringer("plan", p), zap.Error(err))
+		default:
 			mv.met.moves.WithLabelValues("failed").Inc()
 			mv.log.Error("shard move failed", zap.Stringer("plan", p), zap.Error(err))
 		}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenmem"
@@ -273,6 +275,29 @@ func compact(s []string) []string {
 		o2 = append(o2, x)
 	}
 	return o2
+}
+
+// movesByResult is smartfeed_shardmove_moves_total by its result label.
+func movesByResult(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "smartfeed_shardmove_moves_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
 
 func testutilCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
@@ -544,13 +569,25 @@ func TestFenceTooLongRefused(t *testing.T) {
 	r.fill(t, []uint16{8}, 100)
 	before := r.router.Shards()
 	backs := map[string]zen.Store{"default": r.backs["default"], "target": slowScanStore{r.backs["target"]}}
-	mv, err := zenmove.New(backs, r.maps, zenmove.Options{State: r.state, Batch: 16})
+	reg := prometheus.NewRegistry()
+	core, logs := observer.New(zap.InfoLevel)
+	mv, err := zenmove.New(backs, r.maps, zenmove.Options{State: r.state, Batch: 16, Registerer: reg, Logger: zap.New(core)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	plan := zenmove.Plan{From: 8, To: 8, Target: "target", MaxFence: 10 * time.Millisecond}
 	if _, err := mv.Move(t.Context(), plan, nil); !errors.Is(err, zenmove.ErrFenceTooLong) {
 		t.Fatalf("move with a fence over its limit: %v, want ErrFenceTooLong", err)
+	}
+	// A refusal is the caller's to act on, not a failure of the system: a warning, counted apart.
+	if n := logs.FilterLevelExact(zap.ErrorLevel).Len(); n != 0 {
+		t.Errorf("%d error logs for a refused fence: %v", n, logs.FilterLevelExact(zap.ErrorLevel).All()[0].Message)
+	}
+	if n := logs.FilterMessage("shard move refused").Len(); n != 1 {
+		t.Errorf("%d \"shard move refused\" warnings, want 1", n)
+	}
+	if got := movesByResult(t, reg)["refused"]; got != 1 {
+		t.Errorf("moves_total{result=refused} = %v, want 1", got)
 	}
 	if !r.router.Shards().Equal(before) {
 		t.Errorf("map after a refused fence: %v", r.router.Shards().Ranges())
