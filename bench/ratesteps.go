@@ -117,45 +117,72 @@ func rateStepsLabel(steps []ReadStep, best float64) string {
 	return fmt.Sprintf("%.0f/s", best)
 }
 
+// rateSearches are readRates' results: the steps of each search and the highest rate it held.
+type rateSearches struct {
+	getfeed, redis, floor             []ReadStep
+	getfeedBest, redisBest, floorBest float64
+}
+
 // readRates runs the read-throughput search: GetFeed for readers' first pages at each of
 // opts.ReadStepRates, then the Redis peer's ZREVRANGE for the same users at the same steps,
-// with fanout running in the background at opts.EventRate throughout (as in the reads phase).
+// then, when sys is a Pinger, an empty call over GetFeed's transport (the ceiling the transport
+// and the load generator allow in this process on this machine), with fanout running in the
+// background at opts.EventRate throughout (as in the reads phase).
 func readRates(ctx context.Context, sys System, base Baseline, w *World, readers []int, opts Options, t0 time.Time,
-	say func(string, ...any)) (gsteps []ReadStep, gbest float64, rsteps []ReadStep, rbest float64) {
+	say func(string, ...any)) rateSearches {
+	pinger, _ := sys.(Pinger)
+	searches := 2
+	if pinger != nil {
+		searches = 3
+	}
 	bg, stopBG := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		// Long enough for both searches at every rate; cancelled when they end.
+		// Long enough for every search at every rate; cancelled when they end.
 		var d time.Duration
 		for _, r := range opts.ReadStepRates {
-			d += 2 * max(opts.ReadStepFor, time.Duration(float64(opts.ReadStepMinCalls)/r*float64(time.Second)))
+			d += time.Duration(searches) * max(opts.ReadStepFor, time.Duration(float64(opts.ReadStepMinCalls)/r*float64(time.Second)))
 		}
 		d += opts.ReadStepFor
 		_, _, _ = fanout(bg, sys, w, opts.EventRate, d, 5, nil, t0)
 	}()
-	say("read rates: GetFeed and then Redis ZREVRANGE at %v/s, %v each (at least %d calls), %d concurrent, fanout running; stop at p99 ≥ %v or under %.0f%% of offered achieved",
+	say("read rates: GetFeed, then Redis ZREVRANGE%s at %v/s, %v each (at least %d calls), %d concurrent, fanout running; stop at p99 ≥ %v or under %.0f%% of offered achieved",
+		map[bool]string{true: ", then an empty gRPC call", false: ""}[pinger != nil],
 		opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound, 100*MinAchievedShare)
-	gsteps, gbest = rateSteps(ctx, "GetFeed", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
+	var r rateSearches
+	r.getfeed, r.getfeedBest = rateSteps(ctx, "GetFeed", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
 		func(i int) error { return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize) },
 		func() []StageHist { return stages(sys) }, say)
-	rsteps, rbest = rateSteps(ctx, "Redis ZREVRANGE", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
+	r.redis, r.redisBest = rateSteps(ctx, "Redis ZREVRANGE", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
 		func(i int) error {
 			_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
 			return err
 		}, nil, say)
+	if pinger != nil {
+		r.floor, r.floorBest = rateSteps(ctx, "empty gRPC call", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
+			func(int) error { return pinger.Ping(ctx) }, nil, say)
+	}
 	stopBG()
 	<-done
 	// The steps past the limit leave work queued (materializations, fanout); let it finish
 	// before the next phase.
 	drain(ctx, sys, time.Minute)
-	say("read rates: GetFeed held %s with p99 under %v; Redis ZREVRANGE %s",
-		rateStepsLabel(gsteps, gbest), opts.ReadP99Bound, rateStepsLabel(rsteps, rbest))
-	return gsteps, gbest, rsteps, rbest
+	line := fmt.Sprintf("read rates: GetFeed held %s with p99 under %v; Redis ZREVRANGE %s",
+		rateStepsLabel(r.getfeed, r.getfeedBest), opts.ReadP99Bound, rateStepsLabel(r.redis, r.redisBest))
+	if pinger != nil {
+		line += "; an empty gRPC call " + rateStepsLabel(r.floor, r.floorBest)
+	}
+	say("%s", line)
+	return r
 }
 
 // RateStepsSummary is the read-throughput search in one line, for the command's output.
 func (r *Results) RateStepsSummary() string {
-	return fmt.Sprintf("GetFeed held %s with p99 under %.0f ms; Redis ZREVRANGE held %s",
+	s := fmt.Sprintf("GetFeed held %s with p99 under %.0f ms; Redis ZREVRANGE held %s",
 		rateStepsLabel(r.GetFeedRateSteps, r.GetFeedMaxRate), r.RateStepBoundMs, rateStepsLabel(r.RedisRateSteps, r.RedisMaxRate))
+	if len(r.FloorRateSteps) > 0 {
+		s += "; an empty gRPC call held " + rateStepsLabel(r.FloorRateSteps, r.FloorMaxRate)
+	}
+	return s
 }

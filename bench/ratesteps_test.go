@@ -162,7 +162,8 @@ func TestReadRatesOnFakeSystem(t *testing.T) {
 	opts.ReadStepMinCalls = 40 // the 50/s step runs 800 ms (41 calls), the others testStepFor
 	var said strings.Builder
 	say := func(f string, a ...any) { fmt.Fprintf(&said, f+"\n", a...) }
-	gs, gbest, rs, rbest := readRates(context.Background(), sys, base, w, m.Readers(100, 3), opts, time.Now(), say)
+	r := readRates(context.Background(), sys, base, w, m.Readers(100, 3), opts, time.Now(), say)
+	gs, gbest, rs, rbest := r.getfeed, r.getfeedBest, r.redis, r.redisBest
 	if len(gs) != 3 || gbest != 100 {
 		t.Errorf("GetFeed: %d steps, best %.0f/s; want 3 steps, best 100/s: %+v", len(gs), gbest, gs)
 	}
@@ -178,8 +179,67 @@ func TestReadRatesOnFakeSystem(t *testing.T) {
 	if sys.pins.Load() == 0 {
 		t.Error("no fanout ran beside the searches")
 	}
-	if !strings.Contains(said.String(), "GetFeed held 100/s with p99 under 50ms; Redis ZREVRANGE ≥ 400/s (held every step tried)") {
+	if !strings.Contains(said.String(), "GetFeed held 100/s with p99 under 50ms; Redis ZREVRANGE ≥ 400/s (held every step tried)\n") {
 		t.Errorf("summary line missing:\n%s", said.String())
+	}
+	if len(r.floor) != 0 {
+		t.Errorf("a System that is no Pinger: %d empty-call steps, want none", len(r.floor))
+	}
+}
+
+// pingStepSystem is a stepSystem whose empty call (Pinger) takes ping after its first fastPings.
+type pingStepSystem struct {
+	*stepSystem
+	pings     atomic.Int64
+	fastPings int64
+	ping      time.Duration
+}
+
+func (p *pingStepSystem) Ping(context.Context) error {
+	if p.pings.Add(1) > p.fastPings {
+		time.Sleep(p.ping)
+	}
+	return nil
+}
+
+// With a Pinger, the same steps run on the empty call after the peer's: the transport's own
+// ceiling, searched like the others.
+func TestReadRatesFloorSearch(t *testing.T) {
+	// The empty call is instant for the first two steps (41 + 41 calls), then takes 120 ms.
+	sys := &pingStepSystem{stepSystem: &stepSystem{fastCalls: 1 << 40}, fastPings: 90, ping: 120 * time.Millisecond}
+	m := NewModel(50, 1)
+	w := &World{M: m, IDs: make([]uint64, m.Users)}
+	for i := range w.IDs {
+		w.IDs[i] = uint64(i + 1)
+	}
+	opts := Quick()
+	opts.EventRate, opts.ReadStepRates, opts.ReadStepFor, opts.ReadP99Bound = 20, []float64{50, 100, 200}, testStepFor, testBound
+	opts.ReadStepMinCalls = 40
+	var said strings.Builder
+	say := func(f string, a ...any) { fmt.Fprintf(&said, f+"\n", a...) }
+	r := readRates(context.Background(), sys, &instantBaseline{}, w, m.Readers(100, 3), opts, time.Now(), say)
+	if len(r.getfeed) != 3 || r.getfeedBest != 200 || len(r.redis) != 3 {
+		t.Errorf("GetFeed %d steps best %.0f, Redis %d steps; want 3, 200, 3", len(r.getfeed), r.getfeedBest, len(r.redis))
+	}
+	if len(r.floor) != 3 || r.floorBest != 100 || r.floor[2].Held {
+		t.Errorf("empty call: %d steps, best %.0f/s; want 3 steps, best 100/s, the last not held: %+v", len(r.floor), r.floorBest, r.floor)
+	}
+	if n := sys.pings.Load(); n < 120 {
+		t.Errorf("%d empty calls, want about 142 (41 + 41 + 61)", n)
+	}
+	if want := "; an empty gRPC call 100/s\n"; !strings.Contains(said.String(), want) {
+		t.Errorf("summary line without %q:\n%s", want, said.String())
+	}
+	res := &Results{Ratios: map[string]float64{}, RateStepBoundMs: 10, GetFeedRateSteps: r.getfeed, GetFeedMaxRate: r.getfeedBest,
+		RedisRateSteps: r.redis, RedisMaxRate: r.redisBest, FloorRateSteps: r.floor, FloorMaxRate: r.floorBest}
+	if got, want := res.RateStepsSummary(), "; an empty gRPC call held 100/s"; !strings.HasSuffix(got, want) {
+		t.Errorf("summary %q, want it to end with %q", got, want)
+	}
+	md := Markdown(res, "")
+	for _, want := range []string{"| empty gRPC call | 200 |", "an empty call on GetFeed's gRPC connection held **100/s**"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report without %q", want)
+		}
 	}
 }
 

@@ -68,6 +68,8 @@ func Markdown(r *Results, plotDir string) string {
 		"getfeed_p99_vs_redis": "GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
 		"getfeed_max_rate_vs_redis": "highest offered GetFeed rate held with p99 under the bound over the same for Redis ZREVRANGE, same steps " +
 			"(when Redis held every step this is an upper bound)",
+		"getfeed_max_rate_vs_grpc_floor": "highest offered GetFeed rate held with p99 under the bound over the same for an empty call on GetFeed's gRPC connection, same steps " +
+			"(when the empty call held every step this is an upper bound)",
 		"hedged_p999_vs_bound":      "hedged GetFeed p99.9 over (cutoff + standby p99.9)",
 		"hedge_extra_load":          "fraction of calls that also read the standby, hedging on",
 		"scale_cost_growth":         "CPU per event at the largest size over the smallest",
@@ -318,14 +320,18 @@ func rateStepsMarkdown(r *Results) string {
 	for _, t := range []struct {
 		name  string
 		steps []ReadStep
-	}{{"GetFeed", r.GetFeedRateSteps}, {"Redis ZREVRANGE", r.RedisRateSteps}} {
+	}{{"GetFeed", r.GetFeedRateSteps}, {"Redis ZREVRANGE", r.RedisRateSteps}, {"empty gRPC call", r.FloorRateSteps}} {
 		for _, s := range t.steps {
 			p("| %s | %.0f | %.0f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %d | %v |", t.name, s.Offered, s.Achieved, s.P50Ms, s.P99Ms, s.P999Ms, s.SchedP99Ms, s.Errors, s.Held)
 		}
 	}
 	p("")
-	p("GetFeed held **%s** with p99 under %.0f ms; Redis ZREVRANGE held **%s**.", rateStepsLabel(r.GetFeedRateSteps, r.GetFeedMaxRate),
-		r.RateStepBoundMs, rateStepsLabel(r.RedisRateSteps, r.RedisMaxRate))
+	floor := ""
+	if len(r.FloorRateSteps) > 0 {
+		floor = fmt.Sprintf("; an empty call on GetFeed's gRPC connection held **%s**", rateStepsLabel(r.FloorRateSteps, r.FloorMaxRate))
+	}
+	p("GetFeed held **%s** with p99 under %.0f ms; Redis ZREVRANGE held **%s**%s.", rateStepsLabel(r.GetFeedRateSteps, r.GetFeedMaxRate),
+		r.RateStepBoundMs, rateStepsLabel(r.RedisRateSteps, r.RedisMaxRate), floor)
 	p("")
 	return b.String()
 }

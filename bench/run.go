@@ -196,8 +196,13 @@ type Results struct {
 	GetFeedMaxRate   float64    `json:"getfeed_max_rate_p99_under_10ms"`
 	RedisRateSteps   []ReadStep `json:"redis_rate_steps"`
 	RedisMaxRate     float64    `json:"redis_max_rate_p99_under_10ms"`
-	RateStepBoundMs  float64    `json:"rate_steps_p99_bound_ms"`
-	RateStepConc     int        `json:"rate_steps_concurrency"`
+	// FloorRateSteps and FloorMaxRate: the same search on an empty call over GetFeed's
+	// transport (a Pinger System; absent otherwise). The gRPC stack, the load generator and
+	// the machine allow no more than it holds, whatever GetFeed does.
+	FloorRateSteps  []ReadStep `json:"grpc_floor_rate_steps,omitempty"`
+	FloorMaxRate    float64    `json:"grpc_floor_max_rate_p99_under_10ms,omitempty"`
+	RateStepBoundMs float64    `json:"rate_steps_p99_bound_ms"`
+	RateStepConc    int        `json:"rate_steps_concurrency"`
 
 	// HBaseJava is zen on HBase against HBase's own Java client on the same server; absent
 	// when not measured (Pebble, or no PerformanceEvaluation).
@@ -819,7 +824,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	// fanout running, then the same steps on the Redis peer's ZREVRANGE.
 	if len(opts.ReadStepRates) > 0 {
 		end := opts.phase("read-rates")
-		res.GetFeedRateSteps, res.GetFeedMaxRate, res.RedisRateSteps, res.RedisMaxRate = readRates(ctx, sys, base, w, readers, opts, t0, say)
+		rs := readRates(ctx, sys, base, w, readers, opts, t0, say)
+		res.GetFeedRateSteps, res.GetFeedMaxRate, res.RedisRateSteps, res.RedisMaxRate = rs.getfeed, rs.getfeedBest, rs.redis, rs.redisBest
+		res.FloorRateSteps, res.FloorMaxRate = rs.floor, rs.floorBest
 		res.RateStepBoundMs, res.RateStepConc = ms(opts.ReadP99Bound), opts.ReadStepConcurrency
 		end()
 	}
@@ -901,6 +908,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	res.Ratios["fanout_vs_raw_store"] = ratio(res.Fanout.BurstInsertsPerSec, res.Fanout.RawRowsPerSec)
 	res.Ratios["getfeed_p99_vs_redis"] = ratio(res.Reads.GetFeed.P99, res.Reads.Redis.P99)
 	res.Ratios["getfeed_max_rate_vs_redis"] = ratio(res.GetFeedMaxRate, res.RedisMaxRate)
+	if len(res.FloorRateSteps) > 0 {
+		res.Ratios["getfeed_max_rate_vs_grpc_floor"] = ratio(res.GetFeedMaxRate, res.FloorMaxRate)
+	}
 	res.Ratios["hedge_extra_load"] = 0
 	res.Ratios["hedged_p999_vs_bound"] = 0
 	for _, h := range res.Hedging {
