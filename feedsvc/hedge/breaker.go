@@ -20,7 +20,7 @@ type verdict int
 
 const (
 	good   verdict = iota
-	slow           // answered, but after Policy.Max, or lost to the standby
+	slow           // answered, but after Policy.Max, or lost to a standby that answered within the cutoff
 	failed         // erred or timed out
 )
 
@@ -35,7 +35,8 @@ const (
 
 // breaker is outlier detection on the primary (Envoy's consecutive-errors and
 // success-rate ejection, in one process): it opens on BreakerFailures consecutive failed or slow
-// reads (a read that lost to the standby counts as slow) or
+// reads (a read that lost to a standby answering within the cutoff counts as slow; one that lost
+// to a standby as slow as itself does not count: the trouble is shared, not the primary's) or
 // when at least BreakerSlowRate of the last BreakerWindow primary reads were slow or failed;
 // after BreakerOpenFor it lets one probe through at a time and closes after BreakerProbes good
 // probes in a row (a bad probe opens it again).
@@ -136,6 +137,15 @@ func (b *breaker) record(p Policy, r route, v verdict, now time.Time) {
 		case b.n >= p.BreakerWindow && float64(bad) >= p.BreakerSlowRate*float64(b.n):
 			b.set(BreakerOpen, "slow or failed reads over the window", now)
 		}
+	}
+}
+
+// release frees the probe slot of a half-open breaker when the probe ended with no verdict.
+func (b *breaker) release() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == BreakerHalfOpen {
+		b.probing = false
 	}
 }
 

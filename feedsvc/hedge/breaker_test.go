@@ -218,3 +218,81 @@ func TestFailoverBothDown(t *testing.T) {
 		t.Errorf("standby down, primary up, breaker open: %q %+v %v; want the primary's answer", v, out, err)
 	}
 }
+
+// openBreaker opens h's breaker with BreakerFailures failed primary reads.
+func openBreaker(t *testing.T, h *Hedger) {
+	t.Helper()
+	for range h.Policy().BreakerFailures {
+		if _, _, err := Do(t.Context(), h, answer("p", 0, errors.New("down")), answer("s", 0, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := h.BreakerState(); s != BreakerOpen {
+		t.Fatalf("breaker %s after %d failed reads, want open", s, h.Policy().BreakerFailures)
+	}
+}
+
+// TestCancelledProbeReleased: the one probe a half-open breaker lets through belongs to a call
+// whose caller gives up before the primary answers. The probe tells nothing, and the next call
+// probes again: the breaker closes once the primary answers, rather than sending every read to
+// the standby for good.
+func TestCancelledProbeReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := newHedger(t, func(p *Policy) {
+			p.BreakerFailures, p.BreakerProbes, p.BreakerOpenFor = 2, 1, 100*time.Millisecond
+		})
+		openBreaker(t, h)
+		time.Sleep(100 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
+		_, out, err := Do(ctx, h, answer("p", time.Second, nil), answer("s", time.Second, nil))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || out.Failover {
+			t.Fatalf("the probe's call: %+v, %v; want it to read the primary and end with its caller", out, err)
+		}
+		synctest.Wait()
+		for i := range 3 {
+			if _, _, err := Do(t.Context(), h, answer("p", time.Millisecond, nil), answer("s", 0, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if h.BreakerState() == BreakerClosed {
+				return
+			}
+			t.Logf("after %d more calls: %s", i+1, h.BreakerState())
+		}
+		t.Errorf("breaker %s after a cancelled probe and 3 calls with the primary healthy, want closed", h.BreakerState())
+	})
+}
+
+// TestSharedSlownessKeepsBreakerClosed: primary and standby are slow together (one process
+// short of processors, or both stores on one loaded server). The standby wins the races the
+// cutoff starts, but it took longer than the cutoff itself: the primary is not the sick one and
+// the breaker stays closed. A standby that answers within the cutoff still opens it.
+func TestSharedSlownessKeepsBreakerClosed(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		standby  time.Duration
+		wantOpen bool
+	}{
+		{"standby as slow as the primary's wait", 30 * time.Millisecond, false},
+		{"standby within the cutoff", time.Millisecond, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h, _ := newHedger(t, func(p *Policy) {
+					p.Mode, p.Delay, p.Budget, p.BudgetBurst = ModeFixed, 5*time.Millisecond, 1, 100
+					p.BreakerFailures = 3
+				})
+				for range 10 {
+					_, out, err := Do(t.Context(), h, answer("p", 80*time.Millisecond, nil), answer("s", tc.standby, nil))
+					if err != nil || out.From != Standby && !out.Failover {
+						t.Fatalf("Do: %+v, %v; want the standby's answer", out, err)
+					}
+				}
+				synctest.Wait()
+				if open := h.BreakerState() != BreakerClosed; open != tc.wantOpen {
+					t.Errorf("breaker %s after 10 races the standby won in %v, want open %v", h.BreakerState(), tc.standby, tc.wantOpen)
+				}
+			})
+		})
+	}
+}

@@ -223,6 +223,20 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 	if rt == routeStandby {
 		return failover(ctx, h, p, primary, standby)
 	}
+	recorded := false
+	record := func(v verdict) {
+		recorded = true
+		h.br.record(p, rt, v, h.now())
+	}
+	if rt == routeProbe {
+		// A probe that ends with no verdict (its caller gave up first) frees the slot, or the
+		// half-open breaker would never let another through.
+		defer func() {
+			if !recorded {
+				h.br.release()
+			}
+		}()
+	}
 	if h.earnAndWarm(p) {
 		warm(ctx, h, standby)
 	}
@@ -303,7 +317,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 					case r.took > p.Max:
 						v = slow
 					}
-					h.br.record(p, rt, v, h.now())
+					record(v)
 				}
 			}
 			if r.err == nil {
@@ -314,7 +328,16 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 						// The primary loses: record how long it had run, a lower bound on its
 						// latency, so a stuck primary still pushes the percentile up.
 						h.win.add(time.Since(start))
-						h.br.record(p, rt, slow, h.now())
+						// It counts against the primary only when the standby answered within the
+						// cutoff itself: then the primary was the slow one. A standby as slow as
+						// that shares the trouble (a process short of processors, both stores
+						// behind one loaded server), and opening the breaker would gain nothing
+						// and cost the pages their fresh chunks; a primary that hangs meanwhile
+						// still opens it through its PrimaryTimeout failures.
+						// A probe's loss counts whatever the standby took: it is the probe's verdict.
+						if rt == routeProbe || r.took <= d {
+							record(slow)
+						}
 					}
 				}
 				return r.v, out, nil

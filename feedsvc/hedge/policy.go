@@ -66,11 +66,13 @@ type Policy struct {
 	// most this long (then the read fails over to the standby). 0 means none. Default 1s.
 	PrimaryTimeout time.Duration `json:"primary_timeout"`
 	// BreakerFailures opens the circuit breaker after this many consecutive failed or slow
-	// primary reads (slow: over Max, or beaten by the standby; 0 turns the breaker off). While it is open, reads go to the standby first; they
+	// primary reads (slow: over Max, or beaten by a standby that answered within the cutoff; 0
+	// turns the breaker off). While it is open, reads go to the standby first; they
 	// are failover, not hedges, and spend no budget. Default 5.
 	BreakerFailures int `json:"breaker_failures"`
 	// BreakerSlowRate opens the breaker when at least this fraction of the last BreakerWindow
-	// primary reads were slow (over Max, or beaten by the standby) or failed, in (0, 1].
+	// primary reads were slow (over Max, or beaten by a standby that answered within the cutoff)
+	// or failed, in (0, 1].
 	// Default 0.5.
 	BreakerSlowRate float64 `json:"breaker_slow_rate"`
 	// BreakerWindow is the number of recent primary reads the slow rate is computed over.
