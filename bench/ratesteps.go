@@ -150,18 +150,20 @@ func readRates(ctx context.Context, sys System, base Baseline, w *World, readers
 	say("read rates: GetFeed, then Redis ZREVRANGE%s at %v/s, %v each (at least %d calls), %d concurrent, fanout running; stop at p99 ≥ %v or under %.0f%% of offered achieved",
 		map[bool]string{true: ", then an empty gRPC call", false: ""}[pinger != nil],
 		opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound, 100*MinAchievedShare)
+	search := func(name string, call func(i int) error, snap func() []StageHist) ([]ReadStep, float64) {
+		return rateSteps(ctx, name, opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
+			call, snap, say)
+	}
 	var r rateSearches
-	r.getfeed, r.getfeedBest = rateSteps(ctx, "GetFeed", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
+	r.getfeed, r.getfeedBest = search("GetFeed",
 		func(i int) error { return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize) },
-		func() []StageHist { return stages(sys) }, say)
-	r.redis, r.redisBest = rateSteps(ctx, "Redis ZREVRANGE", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
-		func(i int) error {
-			_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
-			return err
-		}, nil, say)
+		func() []StageHist { return stages(sys) })
+	r.redis, r.redisBest = search("Redis ZREVRANGE", func(i int) error {
+		_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
+		return err
+	}, nil)
 	if pinger != nil {
-		r.floor, r.floorBest = rateSteps(ctx, "empty gRPC call", opts.ReadStepRates, opts.ReadStepFor, opts.ReadStepMinCalls, opts.ReadStepConcurrency, opts.ReadP99Bound,
-			func(int) error { return pinger.Ping(ctx) }, nil, say)
+		r.floor, r.floorBest = search("empty gRPC call", func(int) error { return pinger.Ping(ctx) }, nil)
 	}
 	stopBG()
 	<-done

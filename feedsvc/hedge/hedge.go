@@ -328,13 +328,13 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 						// The primary loses: record how long it had run, a lower bound on its
 						// latency, so a stuck primary still pushes the percentile up.
 						h.win.add(time.Since(start))
-						// It counts against the primary only when the standby answered within the
-						// cutoff itself: then the primary was the slow one. A standby as slow as
-						// that shares the trouble (a process short of processors, both stores
-						// behind one loaded server), and opening the breaker would gain nothing
-						// and cost the pages their fresh chunks; a primary that hangs meanwhile
-						// still opens it through its PrimaryTimeout failures.
-						// A probe's loss counts whatever the standby took: it is the probe's verdict.
+						// The loss counts against the primary only when the standby answered
+						// within the cutoff itself: then the primary was the slow one. A standby
+						// as slow as that shares the trouble (a process short of processors, both
+						// stores behind one loaded server), and opening the breaker would gain
+						// nothing and cost the pages their fresh chunks; a primary that hangs
+						// meanwhile still opens it through its PrimaryTimeout failures. A probe's
+						// loss counts whatever the standby took: it is the probe's verdict.
 						if rt == routeProbe || r.took <= d {
 							record(slow)
 						}

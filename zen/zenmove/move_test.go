@@ -277,30 +277,9 @@ func compact(s []string) []string {
 	return o2
 }
 
-// movesByResult is smartfeed_shardmove_moves_total by its result label.
-func movesByResult(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "smartfeed_shardmove_moves_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "result" {
-					out[l.GetValue()] += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return out
-}
-
-func testutilCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// testutilCounter sums the named counter in reg over its series, or over those with the given
+// label value when label is set.
+func testutilCounter(t *testing.T, reg *prometheus.Registry, name string, label ...string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -311,7 +290,15 @@ func testutilCounter(t *testing.T, reg *prometheus.Registry, name string) float6
 		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, m := range mf.GetMetric() {
+			if len(label) == 2 {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == label[0] && l.GetValue() != label[1] {
+						continue series
+					}
+				}
+			}
 			sum += m.GetCounter().GetValue()
 		}
 	}
@@ -586,7 +573,7 @@ func TestFenceTooLongRefused(t *testing.T) {
 	if n := logs.FilterMessage("shard move refused").Len(); n != 1 {
 		t.Errorf("%d \"shard move refused\" warnings, want 1", n)
 	}
-	if got := movesByResult(t, reg)["refused"]; got != 1 {
+	if got := testutilCounter(t, reg, "smartfeed_shardmove_moves_total", "result", "refused"); got != 1 {
 		t.Errorf("moves_total{result=refused} = %v, want 1", got)
 	}
 	if !r.router.Shards().Equal(before) {
