@@ -189,6 +189,13 @@ func TestAcknowledgements(t *testing.T) {
 		wg.Go(func() { _ = w.WatchZK(ctx, quorum, zpath) })
 	}
 	waitFor(t, func() bool { return fast.count() == 1 && slowMaps.Load() == 1 })
+	// A process acknowledges after its setter returns, and WaitAcks knows only the processes
+	// that have acknowledged something: wait until both acknowledgements of A are written, or
+	// the wait for B below could pass over a process not yet registered.
+	waitFor(t, func() bool {
+		n, err := WaitAcks(t.Context(), quorum, zpath, 0)
+		return err == nil && n == 2
+	})
 	b, _ := zen.ParseShardMap([]byte(mapB))
 	v, err := PublishVersion(t.Context(), quorum, zpath, b)
 	if err != nil {
