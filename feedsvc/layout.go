@@ -44,8 +44,12 @@ const (
 	itemVersion    = 1
 	pendingVersion = 1
 	// preparedVersion marks a pending row that holds a prepared chunk not yet served (see
-	// Config.PrepareAfter); serving it rewrites the row with pendingVersion.
+	// Config.PrepareAfter); serving it rewrites the row with pendingVersion. Rows of this
+	// version name no owner (written before session 61): no process shows them as fresh.
 	preparedVersion = 2
+	// ownedPreparedVersion is preparedVersion with the owner (the incarnation of the process
+	// that prepared it, which alone may show it as fresh) after the version byte.
+	ownedPreparedVersion = 3
 )
 
 // errCorrupt marks a row that does not decode.
@@ -224,20 +228,25 @@ func decodeItem(b []byte) (Item, error) {
 // pendingChunk is the value of a pending row: the chunk as served, with each kept item's
 // position in it (pins already in the feed were left out when it was served). A prepared
 // chunk (Prepared) was recorded ahead of the visit and not served yet; ServedMs is then when it
-// was prepared.
+// was prepared, and Owner the incarnation of the process that prepared it (0: none named).
 type pendingChunk struct {
 	ChunkID  string
 	ServedMs int64
 	Items    []Item
 	Pos      []uint32
 	Prepared bool
+	Owner    uint64
 }
 
 const maxChunkItems = 1 << 12
 
 func encodePending(c pendingChunk) []byte {
 	b := []byte{pendingVersion}
-	if c.Prepared {
+	switch {
+	case c.Prepared && c.Owner != 0:
+		b[0] = ownedPreparedVersion
+		b = binary.BigEndian.AppendUint64(b, c.Owner)
+	case c.Prepared:
 		b[0] = preparedVersion
 	}
 	b = binary.AppendUvarint(b, uint64(len(c.ChunkID)))
@@ -258,6 +267,11 @@ func decodePending(b []byte) (pendingChunk, error) {
 	case r.err != nil:
 	case v == preparedVersion:
 		c.Prepared = true
+	case v == ownedPreparedVersion:
+		c.Prepared, c.Owner = true, r.u64("owner")
+		if r.err == nil && c.Owner == 0 {
+			return pendingChunk{}, fmt.Errorf("%w: prepared chunk owner 0", errCorrupt)
+		}
 	case v != pendingVersion:
 		return pendingChunk{}, fmt.Errorf("%w: pending chunk version %d", errCorrupt, v)
 	}

@@ -43,3 +43,35 @@ func (u *userMarks) forget(user zen.ID) {
 		u.n.Add(-1)
 	}
 }
+
+// ownedChunks holds the prepared chunks this process recorded and no page of it has shown yet
+// (by chunk ID): the chunks this process alone may show as fresh, each once (take). It holds at
+// most max; past that it forgets them all at once, which only costs those chunks their fresh
+// label (their pins stay at the top of the feed, shown as feed items).
+type ownedChunks struct {
+	mu  sync.Mutex
+	m   map[string]struct{}
+	max int
+}
+
+// add records chunk as prepared by this process and not shown.
+func (o *ownedChunks) add(chunk string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil || len(o.m) >= o.max {
+		o.m = make(map[string]struct{})
+	}
+	o.m[chunk] = struct{}{}
+}
+
+// take reports whether chunk was held, and forgets it: of the calls for one chunk, at most one
+// is true.
+func (o *ownedChunks) take(chunk string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.m[chunk]; !ok {
+		return false
+	}
+	delete(o.m, chunk)
+	return true
+}

@@ -43,7 +43,8 @@ const (
 	stagePersist   = "persist"
 	stageEnqueue   = "enqueue"
 	// stagePrepare is a preparation ahead of a visit (generator and synced row, in the
-	// background); stageFlip marks a prepared chunk served, on the request.
+	// background); stageFlip decides which prepared chunks a page shows as fresh (in memory; the
+	// served marks are written after the answer).
 	stagePrepare = "prepare"
 	stageFlip    = "flip"
 	// stagePagePrepared, stagePageGenerated and stagePageRecent time a whole first page by the
@@ -66,8 +67,8 @@ const (
 	prepBusy     = "busy"     // skipped: too many preparations running
 	prepServed   = "served"   // served fresh by a visit that called no generator
 	prepStale    = "stale"    // served fresh beside a new chunk (older than PreparedMaxAge)
-	prepLost     = "lost"     // another request served it first (shown as materialized items)
-	prepDemoted  = "demoted"  // rewritten as served, unshown, by DemotePrepared after a crash
+	prepLost     = "lost"     // this process's, but shown already by another request (or forgotten): feed items
+	prepForeign  = "foreign"  // another incarnation's (a peer, or this process before a restart): feed items
 )
 
 // Where a served chunk's materialization went, the label values of

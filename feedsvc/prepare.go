@@ -1,10 +1,7 @@
 package feedsvc
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"fmt"
 	"runtime"
 	"time"
 
@@ -14,23 +11,23 @@ import (
 )
 
 // Preparing a chunk ahead of a visit (Config.PrepareAfter; docs/read-path.md, "A fresh page
-// with no fsync on it").
+// with no fsync on it", "A fresh page with no write on it").
 //
 // A first page schedules the preparation of the user's next chunk. When it runs, the generator
 // takes the chunk from the pools and the chunk is recorded as a prepared row: a pending row
 // whose version says "not served yet", written with a synced write like any served chunk, so
-// from then on its pins are in the user's feed and in no pool. The next first page reads it at
-// the top of the feed and serves it: a compare-and-set rewrites the row as served, and the page
-// is answered once that write is durable (its fsync joins whatever else the store is syncing),
-// then its materialization is enqueued. Only the request whose compare-and-set wins shows the
-// items as fresh; a concurrent one shows them as feed items. No crash can show a prepared
-// chunk as fresh twice. By default the page waits for the rewrite's fsync, so a crash that
-// loses it comes before any answer that showed the chunk (session 50). With
-// Deps.LazyServedMark the rewrite is lazy and the page does not wait for it; a crash may then
-// lose it after the answer, and the next start, told the store was not closed cleanly, runs
-// DemotePrepared before it serves: every prepared row is rewritten as served (its pins stay
-// where they are, as feed items), so a chunk that was shown is not shown as fresh again, and
-// one that was not is never labelled fresh (at most once, not exactly once).
+// from then on its pins are in the user's feed and in no pool. The row names its owner, the
+// incarnation of the process that prepared it (Service.incarnation, random at each start), and
+// that process remembers the chunk as its own to show (ownedChunks). The next first page reads
+// the row at the top of the feed. If the row is this incarnation's and the chunk can be taken
+// from its memory (one request takes it), the page shows its items as fresh, with no write
+// before the answer; then, in the background, a lazy compare-and-set rewrites the row as
+// served and the materialization is enqueued. A row of another incarnation (another process,
+// or this one before a restart), or one this process has no memory of, is shown as feed items
+// and demoted the same way, never fresh. So no crash, restart or concurrent request shows a
+// prepared chunk as fresh twice: only one incarnation may show it, and in memory it shows it
+// once (at most once, not exactly once: a restart, or a visit through another process, costs
+// a prepared chunk its fresh label, not its pins).
 
 const (
 	// maxPreparing bounds the preparations running at once in a process; past it a
@@ -54,101 +51,66 @@ func (s *Service) notePrepared(user zen.ID) { s.prepared.set(user, s.now().UnixM
 
 func (s *Service) forgetPrepared(user zen.ID) { s.prepared.forget(user) }
 
-// servePrepared marks the prepared chunks a first page read as served, each with a synced
-// compare-and-set on the primary that only one request wins, and enqueues their
-// materialization. It returns the sequences of the chunks this request won: their items are
-// fresh on this page. outcome labels the metric (served, or stale when a new chunk came too).
+// servePrepared shows the prepared chunks a first page read: those this incarnation prepared
+// and has not shown (taken from its memory, at most once each) are fresh on this page; the
+// others are feed items. It writes nothing before it returns: the rows are then rewritten as
+// served, lazily, and their materializations enqueued, in the background (markServed). It
+// returns the sequences of the chunks shown fresh. outcome labels the metric (served, or stale
+// when a new chunk came too).
 func (s *Service) servePrepared(ctx context.Context, user zen.ID, rows []preparedRow, outcome string) map[uint64]bool {
 	start := time.Now()
 	s.forgetPrepared(user)
-	ctx, cancel := context.WithTimeout(ctx, s.Config().PersistTimeout)
-	defer cancel()
-	now := s.now().UnixMilli()
 	served := make(map[uint64]bool, len(rows))
 	for _, p := range rows {
-		pc := p.pc
-		pc.Prepared, pc.ServedMs = false, now
-		wctx := ctx
-		if s.lazyServedMark {
-			wctx = zen.Lazily(ctx)
-		}
-		ok, err := s.primary.CheckAndSet(wctx, pendingKey(user, p.seq), p.row, encodePending(pc))
 		switch {
-		case err != nil:
-			// Shown as feed items; the next visit serves it (it is still prepared) unless the
-			// write landed, in which case a read re-enqueues it once it is stale.
-			s.m.prepared.WithLabelValues(prepFailed).Inc()
-			s.log.Warn("serve prepared chunk", zap.Stringer("user", user), zap.String("chunk", pc.ChunkID), zap.Error(err))
-			continue
-		case !ok:
+		case p.pc.Owner == s.incarnation && s.own.take(p.pc.ChunkID):
+			served[p.seq] = true
+			s.m.prepared.WithLabelValues(outcome).Inc()
+		case p.pc.Owner == s.incarnation:
+			// Taken by a concurrent page, or forgotten (the memory's bound).
 			s.m.prepared.WithLabelValues(prepLost).Inc()
-			continue
+		default:
+			s.m.prepared.WithLabelValues(prepForeign).Inc()
 		}
-		served[p.seq] = true
-		s.m.prepared.WithLabelValues(outcome).Inc()
-		s.enqueueMaterialize(ctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: p.seq})
 	}
+	s.markServed(ctx, user, rows)
 	s.m.observeStage(stageFlip, time.Since(start))
 	return served
 }
 
-// DemotePrepared rewrites every prepared row of the primary as served, with no page having shown
-// it as fresh, and enqueues its materialization: its pins stay at the top of the user's feed, as
-// feed items. A start after a crash that may have lost lazy served marks (Deps.LazyServedMark)
-// runs it before the first GetFeed, so that no chunk a page showed as fresh is shown as fresh
-// again. It walks the pending index (Deps.IndexShards scans) and returns how many rows it
-// rewrote. The rewrites are lazy: the store's marker of a clean close is gone until this process
-// closes it, so a crash before they are durable makes the next start demote them again.
-func (s *Service) DemotePrepared(ctx context.Context) (int, error) {
-	const page = 1000
-	n := 0
-	now := s.now().UnixMilli()
-	for shard := range s.indexShards {
-		prefix := indexPrefix(uint16(shard))
-		start, stop := prefix, zen.PrefixEnd(prefix)
-		for {
-			rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: stop, Limit: page})
-			if err != nil {
-				return n, fmt.Errorf("demote prepared: scan pending index of shard %d: %w", shard, err)
-			}
-			for _, kv := range rows {
-				user, seq, ok := indexRow(uint16(shard), kv.Key)
-				if !ok {
-					continue
-				}
-				k := pendingKey(user, seq)
-				raw, err := s.primary.Get(ctx, k)
-				if errors.Is(err, zen.ErrNotFound) {
-					continue
-				}
-				if err != nil {
-					return n, fmt.Errorf("demote prepared: read pending chunk of %d: %w", user, err)
-				}
-				pc, err := decodePending(raw)
-				if err != nil || !pc.Prepared {
-					continue // a served chunk; a corrupt row is the recovery pass's to report
-				}
-				pc.Prepared, pc.ServedMs = false, now
-				// Lazily: a crash that loses the rewrite is again a start that finds the store
-				// unclean, which demotes the row again before anything is served; and no page
-				// serves it as fresh meanwhile, since the rewrite is visible at once.
-				ok, err = s.primary.CheckAndSet(zen.Lazily(ctx), k, raw, encodePending(pc))
-				if err != nil {
-					return n, fmt.Errorf("demote prepared chunk %s of %d: %w", pc.ChunkID, user, err)
-				}
-				if ok {
-					n++
-					s.m.prepared.WithLabelValues(prepDemoted).Inc()
-					s.enqueueMaterialize(ctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: seq})
-				}
-			}
-			if len(rows) < page {
-				break
-			}
-			start = append(bytes.Clone(rows[len(rows)-1].Key), 0)
-		}
+// markServed rewrites, in the background, the prepared rows a page showed (fresh or not) as
+// served, each with a lazy compare-and-set on the primary, and enqueues the materialization of
+// each it rewrote. Nothing depends on the rewrite for the fresh label (the memory of the
+// incarnation does): a rewrite lost to a crash leaves a row no process shows as fresh, demoted
+// again by the next visit or materialized by the recovery pass. A row that changed meanwhile (a
+// concurrent page rewrote it, a materialization removed it) was enqueued by whoever changed it.
+func (s *Service) markServed(ctx context.Context, user zen.ID, rows []preparedRow) {
+	if len(rows) == 0 {
+		return
 	}
-	return n, nil
+	s.bg.Add(1)
+	s.enqueues.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.enqueues.Done()
+		// Behind whatever is runnable: the page's response writer first (see prepareLater).
+		runtime.Gosched()
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.Config().PersistTimeout)
+		defer cancel()
+		now := s.now().UnixMilli()
+		for _, p := range rows {
+			pc := p.pc
+			pc.Prepared, pc.Owner, pc.ServedMs = false, 0, now
+			ok, err := s.primary.CheckAndSet(zen.Lazily(mctx), pendingKey(user, p.seq), p.row, encodePending(pc))
+			switch {
+			case err != nil:
+				s.m.prepared.WithLabelValues(prepFailed).Inc()
+				s.log.Warn("mark prepared chunk served", zap.Stringer("user", user), zap.String("chunk", pc.ChunkID), zap.Error(err))
+			case ok:
+				s.enqueueMaterialize(mctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: p.seq})
+			}
+		}
+	}()
 }
 
 // noteAsked records that this process asks the generator for user's chunk now (see
@@ -277,8 +239,14 @@ func (s *Service) prepare(user zen.ID) (empty bool) {
 		}
 		return true
 	}
-	// No page was read: persist finds the user's pending chunks through their index.
+	// Remembered as this incarnation's to show before the row is written: a visit that reads
+	// the row finds it. No page was read: persist finds the user's pending chunks through their
+	// index.
+	s.own.add(c.ID)
 	if _, err := s.persist(context.Background(), cfg, user, c, pageRead{}, false, true); err != nil {
+		// Forgotten even when the row may still land (an unsure recording): it is then shown as
+		// feed items, not fresh.
+		s.own.take(c.ID)
 		s.m.prepared.WithLabelValues(prepFailed).Inc()
 		s.unrecorded(user, c.ID, "record prepared chunk", err)
 		return false

@@ -3,6 +3,7 @@ package feedsvc
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,11 +152,12 @@ func TestPreparedChunkStale(t *testing.T) {
 	}
 }
 
-// The write that marks a prepared chunk served is durable before the page is answered, but a
-// store can still come back with the row prepared: a standby promoted before the mark was
-// copied to it, a restore from a backup. What is promised then (docs/read-path.md): the chunk is
-// shown fresh once more at the next visit if its materialization was lost too, or as feed items
-// if not; either way each pin is in the feed once and none is lost.
+// The write that marks a prepared chunk served comes after the page, and a store can come back
+// with the row prepared: the write lost, a standby promoted before the mark was copied to it, a
+// restore from a backup. The process that showed the chunk has no memory of it any more, so it
+// shows it as feed items, never fresh again, whether its materialization was lost too or not;
+// each pin is in the feed once and none is lost. (Until session 61 the chunk was shown fresh
+// once more when its materialization was lost too.)
 func TestPreparedChunkLostFlip(t *testing.T) {
 	for _, jobSurvived := range []bool{false, true} {
 		t.Run(map[bool]string{false: "job lost", true: "job survived"}[jobSurvived], func(t *testing.T) {
@@ -180,10 +182,9 @@ func TestPreparedChunkLostFlip(t *testing.T) {
 			if err := e.repl.Apply(ctx, []zen.Mutation{{Key: pendingKey(e.user, p.seq), Value: p.row}}); err != nil {
 				t.Fatal(err)
 			}
-			wantFresh := pins(6, 10)
+			var wantFresh []zen.ID
 			if jobSurvived {
 				e.materialize(t)
-				wantFresh = nil
 			} else {
 				e.queue.take()
 			}
@@ -200,6 +201,134 @@ func TestPreparedChunkLostFlip(t *testing.T) {
 			if diff := cmp.Diff(cat(pins(6, 10), pins(1, 5)), pagePins(page)); diff != "" {
 				t.Errorf("materialized feed (-want +got):\n%s", diff)
 			}
+			if after, err := readPage(ctx, e.primary, e.user, nil, 100, 0); err != nil || len(after.prepared) != 0 || len(after.pendingPins) != 0 {
+				t.Errorf("after materialization: %d prepared, %d pending pins (%v), want none", len(after.prepared), len(after.pendingPins), err)
+			}
+		})
+	}
+}
+
+// stallCAS is a table whose compare-and-sets, while stall is set, signal started and wait
+// for release: a page that waits on one cannot return until then.
+type stallCAS struct {
+	zen.Table
+	stall   atomic.Bool
+	started chan struct{}
+	release chan struct{}
+}
+
+func (s *stallCAS) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
+	if s.stall.Load() {
+		s.started <- struct{}{}
+		<-s.release
+	}
+	return s.Table.CheckAndSet(ctx, key, expected, value)
+}
+
+// A page that shows a prepared chunk writes nothing before it answers: with every
+// compare-and-set of the primary stalled, it returns the chunk fresh; the served mark is
+// written after it, and then the chunk is materialized in its place.
+func TestPreparedChunkNoWriteOnPage(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter = time.Millisecond })
+	st := &stallCAS{Table: e.repl, started: make(chan struct{}, 16), release: make(chan struct{})}
+	e.rebuild(t, func(d *Deps) { d.Primary = st })
+	e.get(t, "", 100) // pins 1-5; prepares 6-10
+	e.svc.Wait()
+	e.materialize(t)
+	e.gen.mu.Lock()
+	e.gen.err = errGen // nothing more to prepare
+	e.gen.mu.Unlock()
+	st.stall.Store(true)
+	type got struct {
+		p   Page
+		err error
+	}
+	done := make(chan got, 1)
+	go func() {
+		p, err := e.svc.GetFeed(t.Context(), Request{User: e.user, PageSize: 100})
+		done <- got{p, err}
+	}()
+	var g got
+	select {
+	case g = <-done:
+	case <-time.After(10 * time.Second):
+		close(st.release)
+		t.Fatal("the page waited on a stalled compare-and-set")
+	}
+	if g.err != nil {
+		t.Fatal(g.err)
+	}
+	if diff := cmp.Diff(pins(6, 10), freshPins(g.p)); diff != "" {
+		t.Errorf("fresh with the primary's compare-and-sets stalled (-want +got):\n%s", diff)
+	}
+	select {
+	case <-st.started: // the served mark, after the answer
+	case <-time.After(10 * time.Second):
+		t.Fatal("no served mark after the page")
+	}
+	st.stall.Store(false)
+	close(st.release)
+	e.svc.Wait()
+	e.materialize(t)
+	if after, err := readPage(t.Context(), e.primary, e.user, nil, 100, 0); err != nil || len(after.prepared) != 0 || len(after.pendingPins) != 0 {
+		t.Errorf("after the mark and the materialization: %d prepared, %d pending pins (%v), want none", len(after.prepared), len(after.pendingPins), err)
+	}
+	if diff := cmp.Diff(cat(pins(6, 10), pins(1, 5)), pagePins(e.get(t, "", 100))); diff != "" {
+		t.Errorf("feed (-want +got):\n%s", diff)
+	}
+}
+
+// A prepared chunk is shown fresh only by the incarnation that prepared it. Another one (a
+// second process on the same stores, or this one restarted) shows it as feed items and marks
+// it served, and then the first one does not show it fresh either: the chunk was seen. A row
+// written before rows named their owner is shown by nobody as fresh.
+func TestPreparedChunkOtherIncarnation(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "owned", true: "no owner"}[legacy], func(t *testing.T) {
+			ctx := t.Context()
+			e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter = time.Millisecond })
+			e.get(t, "", 100) // pins 1-5; prepares 6-10
+			e.svc.Wait()
+			e.materialize(t)
+			before, err := readPage(ctx, e.primary, e.user, nil, 100, 0)
+			if err != nil || len(before.prepared) != 1 {
+				t.Fatalf("prepared rows: %d (%v), want 1", len(before.prepared), err)
+			}
+			if p := before.prepared[0]; legacy {
+				pc := p.pc
+				pc.Owner = 0
+				if err := e.repl.Apply(ctx, []zen.Mutation{{Key: pendingKey(e.user, p.seq), Value: encodePending(pc)}}); err != nil {
+					t.Fatal(err)
+				}
+			} else if p.pc.Owner != e.svc.incarnation {
+				t.Fatalf("prepared row owner %d, want the preparing service's %d", p.pc.Owner, e.svc.incarnation)
+			}
+			e.gen.mu.Lock()
+			e.gen.err = errGen // nothing fresh of its own for either
+			e.gen.mu.Unlock()
+			first := e.svc
+			e.rebuild(t, nil) // a second process on the same stores
+			if e.svc.incarnation == first.incarnation {
+				t.Fatal("two services share an incarnation")
+			}
+			p := e.get(t, "", 100)
+			if diff := cmp.Diff(cat(pins(6, 10), pins(1, 5)), pagePins(p)); diff != "" {
+				t.Errorf("the other's page (-want +got):\n%s", diff)
+			}
+			if got := freshPins(p); len(got) != 0 {
+				t.Errorf("the other incarnation showed %v as fresh", got)
+			}
+			e.svc.Wait()
+			e.svc = first
+			p = e.get(t, "", 100)
+			if diff := cmp.Diff(cat(pins(6, 10), pins(1, 5)), pagePins(p)); diff != "" {
+				t.Errorf("the preparer's page (-want +got):\n%s", diff)
+			}
+			if got := freshPins(p); len(got) != 0 {
+				t.Errorf("the preparer showed %v as fresh after another showed them as feed items", got)
+			}
+			e.svc.Wait()
+			e.materialize(t)
 			if after, err := readPage(ctx, e.primary, e.user, nil, 100, 0); err != nil || len(after.prepared) != 0 || len(after.pendingPins) != 0 {
 				t.Errorf("after materialization: %d prepared, %d pending pins (%v), want none", len(after.prepared), len(after.pendingPins), err)
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -178,12 +179,6 @@ type Deps struct {
 	// preparations' and Config.InlineMaterialize's own (a store across the network, where the
 	// work waits on RPCs).
 	BackgroundLanes int
-	// LazyServedMark writes the served mark of a prepared chunk (the compare-and-set a first
-	// page that serves it makes) with zen.Lazily: the page does not wait for its fsync. Set it
-	// only when every start of the service after a crash that may have lost lazy writes of
-	// Primary (zenpebble.Store.Unclean) runs DemotePrepared before the first GetFeed; the
-	// binary does. Backends that make every write durable (HBase) lose nothing either way.
-	LazyServedMark bool
 }
 
 // DefaultUnsureGrace is Deps.UnsureGrace's default: beyond the HBase client's RPC timeouts.
@@ -211,7 +206,11 @@ type Service struct {
 	activityWait     time.Duration
 	indexShards      int
 	gate             *StalenessGate
-	lazyServedMark   bool
+	// incarnation names this Service in the prepared rows it writes (pendingChunk.Owner): only
+	// the incarnation that prepared a chunk shows it as fresh, and only once (own), so showing
+	// it needs no write on the request (see servePrepared). Random, never 0.
+	incarnation uint64
+	own         ownedChunks
 
 	// reenqueued remembers stale pending chunks already re-enqueued by this process.
 	mu         sync.Mutex
@@ -305,10 +304,11 @@ func New(d Deps, c Config) (*Service, error) {
 	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
-		indexShards: d.IndexShards, gate: d.StandbyGate, lazyServedMark: d.LazyServedMark, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
+		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
 		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing),
 		lanes: make(chan struct{}, d.BackgroundLanes)}
 	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers
+	s.own.max = maxPreparedHints
 	s.cfg.Store(&c)
 	return s, nil
 }
@@ -501,8 +501,10 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		if err != nil {
 			return Page{}, err
 		}
-		if len(res.prepared) == 0 {
-			s.forgetPrepared(user) // served or materialized meanwhile
+		if len(res.prepared) == 0 || res.prepared[0].pc.Owner != s.incarnation {
+			// Served or materialized meanwhile; or the newest is another incarnation's, which
+			// the page through the generator below shows as feed items.
+			s.forgetPrepared(user)
 		} else if s.now().UnixMilli()-res.prepared[0].pc.ServedMs <= cfg.PreparedMaxAge.Milliseconds() {
 			page := Page{From: out.From, Hedged: out.Hedged, FreshStatus: FreshEmpty}
 			served := s.servePrepared(ctx, user, res.prepared, prepServed)
@@ -613,8 +615,8 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	if rd.err != nil {
 		return Page{}, rd.err
 	}
-	// Prepared chunks the read met (older than PreparedMaxAge, or prepared by another process)
-	// are served fresh too, after the new chunk: their pins are at the top of the feed.
+	// Prepared chunks the read met (this incarnation's older than PreparedMaxAge, fresh after the
+	// new chunk; another's, as feed items) are served too: their pins are at the top of the feed.
 	var served map[uint64]bool
 	if len(rd.res.prepared) > 0 {
 		if served = s.servePrepared(ctx, user, rd.res.prepared, prepStale); len(served) > 0 && page.FreshStatus != FreshIncluded {
@@ -825,6 +827,9 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 		present[i] = vals[j] != nil
 	}
 	pc := pendingChunk{ChunkID: c.ID, ServedMs: s.now().UnixMilli(), Prepared: prepared}
+	if prepared {
+		pc.Owner = s.incarnation
+	}
 	seen := make(map[zen.ID]bool, len(c.Items))
 	var out []entry
 	for i, it := range c.Items {

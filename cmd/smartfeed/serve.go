@@ -541,10 +541,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	a.feedPrimary, a.feedStandby = writeTo, gate
 	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
-		Logger: a.log.Named("feedsvc"), Registerer: a.reg, BackgroundLanes: backgroundLanes(a.cfg),
-		// A page that serves a prepared chunk does not wait for its served mark's fsync; a
-		// start after a crash that may have lost one demotes the prepared chunks (below).
-		LazyServedMark: true}
+		Logger: a.log.Named("feedsvc"), Registerer: a.reg, BackgroundLanes: backgroundLanes(a.cfg)}
 	// Deleted pins are filtered on read where this process has the graph (the main store);
 	// a feed process with a remote generator and its own stores relies on the generator's
 	// filter and the worker's purge.
@@ -560,17 +557,6 @@ func (a *app) buildFeed(ctx context.Context) error {
 	a.feed, err = feedsvc.New(deps, fc)
 	if err != nil {
 		return fmt.Errorf("feedsvc: %w", err)
-	}
-	if a.stores.unclean(storePrimary) {
-		// The last process stopped without closing the feed store: lazy served marks may be
-		// lost, so no prepared chunk is served as fresh until each is demoted (as served).
-		start := time.Now()
-		n, err := a.feed.DemotePrepared(ctx)
-		if err != nil {
-			return fmt.Errorf("feedsvc: demote prepared chunks after an unclean stop: %w", err)
-		}
-		a.log.Warn("the feed store was not closed cleanly: its prepared chunks are served as feed items, not fresh",
-			zap.Int("prepared_chunks", n), zap.Duration("took", time.Since(start)))
 	}
 	return nil
 }

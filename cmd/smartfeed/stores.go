@@ -102,13 +102,6 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 	return st, nil
 }
 
-// unclean reports whether the store named name, opened, is an embedded one whose last process
-// did not close it (zenpebble.Store.Unclean): its latest lazy writes may be lost.
-func (s *stores) unclean(name string) bool {
-	u, ok := s.opened[name].(interface{ Unclean() bool })
-	return ok && u.Unclean()
-}
-
 // pebbleOptions are the options of every Pebble store opened, the store named name (a label
 // of its log lines): sync, block cache and memtable size from the storage config.
 func (s *stores) pebbleOptions(name string) []zenpebble.Option {

@@ -398,9 +398,9 @@ type Feed struct {
 	// RecoverEvery is the period of the recovery pass (one runs at start). Default 1m.
 	RecoverEvery Duration `json:"recover_every"`
 	// PrepareAfter, when positive, prepares a user's next chunk this long after a first page,
-	// so that the next visit serves it with no generator call and no fsync: its served mark is
-	// lazy, and a start after a crash demotes the prepared chunks (feedsvc.Config.PrepareAfter,
-	// feedsvc.Deps.LazyServedMark; live-tunable in the knobs file). Default 500ms; 0: off.
+	// so that the next visit serves it with no generator call and no write before the answer:
+	// this process alone shows it as fresh, from memory, and marks it served afterwards
+	// (feedsvc.Config.PrepareAfter; live-tunable in the knobs file). Default 500ms; 0: off.
 	PrepareAfter Duration `json:"prepare_after"`
 	// PreparedMaxAge: a prepared chunk older than this is served beside a new chunk from the
 	// generator. Default 30s.

@@ -153,7 +153,7 @@ const cleanMarker = "SMARTFEED-CLOSED-CLEANLY"
 // Unclean reports whether the process that used the database before this Open did not Close it:
 // it crashed, or its machine did. Writes it made Lazily may be lost then (the latest ones, a
 // suffix of its log), so a caller that wrote lazily what it must not lose the effect of can
-// make amends before it serves (feedsvc.Service.DemotePrepared). A new database is clean.
+// make amends before it serves. A new database is clean.
 func (s *Store) Unclean() bool { return s.unclean }
 
 // ErrClosed is returned by every call on a closed Store.
