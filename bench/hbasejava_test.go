@@ -44,9 +44,22 @@ func TestHBaseJavaReads(t *testing.T) {
 	if got, want := r.Ratios["hbase_get_p99_vs_java"], max(h.ZenGet.P99, h.ZenGetAfter.P99)/4; got != want {
 		t.Errorf("hbase_get_p99_vs_java = %v, want %v", got, want)
 	}
+	if _, ok := r.Ratios["getfeed_p99_vs_hbase_java_under_fanout"]; ok {
+		t.Error("a ratio to the Java client under fanout with no such measurement")
+	}
+	// Measured again with the fanout running (Options.UnderFanout): its own ratio and row.
+	h.JavaUnderFanout = &Summary{N: 99, P50: 0.3, P99: 6, P999: 20, Max: 20, Mean: 0.9}
+	r.SetHBaseJava(h)
+	if got := r.Ratios["getfeed_p99_vs_hbase_java_under_fanout"]; got != 2 {
+		t.Errorf("getfeed_p99_vs_hbase_java_under_fanout = %v, want 12/6 = 2", got)
+	}
+	if got := r.Ratios["getfeed_p99_vs_hbase_java"]; got != 3 {
+		t.Errorf("getfeed_p99_vs_hbase_java = %v after the measurement under fanout, want 3 kept", got)
+	}
 	md := Markdown(r, "")
 	for _, want := range []string{"## zen on HBase against HBase's own Java client", "| HBase Java client Get (PE randomRead) | 99 | 0.150 ms | 4.000 ms |",
-		"`scripts/hbase-pe.sh --rows 110`", "hbase_get_p99_vs_java"} {
+		"| HBase Java client Get (PE randomRead), fanout running as in the serving phase | 99 | 0.300 ms | 6.000 ms |",
+		"`scripts/hbase-pe.sh --rows 110`", "hbase_get_p99_vs_java", "getfeed_p99_vs_hbase_java_under_fanout"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}

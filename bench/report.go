@@ -75,7 +75,9 @@ func Markdown(r *Results, plotDir string) string {
 		"scale_cost_growth":         "CPU per event at the largest size over the smallest",
 		"hbase_get_p99_vs_java":     "zen Get p99 (the worse of before and after PE) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, one at a time",
 		"hbase_top50_p99_vs_java":   "zen Top(50) p99 over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
-		"getfeed_p99_vs_hbase_java": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
+		"getfeed_p99_vs_hbase_java": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, the Java client alone",
+		"getfeed_p99_vs_hbase_java_under_fanout": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, " +
+			"the Java client with the fanout running at the serving phase's rate",
 	}
 	keys := make([]string, 0, len(r.Ratios))
 	for k := range r.Ratios {

@@ -126,6 +126,10 @@ type Options struct {
 	// Phase, when set, is called as each measured phase starts (one of Phases) and returns
 	// the function called as it ends: a CPU profile of one phase, for instance.
 	Phase func(name string) (end func())
+	// UnderFanout, when set, is called once after the read-rate search, with the fanout
+	// running at EventRate as in the serving phase: a peer measured under the same write load
+	// as GetFeed (HBase's own Java client). Its error becomes a note.
+	UnderFanout func(ctx context.Context) error
 }
 
 // Phases are the names Options.Phase is called with, in the order a run goes through them.
@@ -829,6 +833,26 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.FloorRateSteps, res.FloorMaxRate = rs.floor, rs.floorBest
 		res.RateStepBoundMs, res.RateStepConc = ms(opts.ReadP99Bound), opts.ReadStepConcurrency
 		end()
+	}
+
+	// 3c. A peer under the serving phase's write load.
+	if opts.UnderFanout != nil {
+		say("under fanout: a peer's reads with the fanout at %.0f events/s", opts.EventRate)
+		bg, stopBG := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			// Until the peer is done (cancelled then); long enough for any peer.
+			_, _, _ = fanout(bg, sys, w, opts.EventRate, 10*time.Minute, 7, nil, t0)
+		}()
+		err := opts.UnderFanout(ctx)
+		stopBG()
+		<-done
+		drain(ctx, sys, time.Minute)
+		if err != nil {
+			res.Notes = append(res.Notes, "under fanout: "+err.Error())
+			say("under fanout: %v", err)
+		}
 	}
 
 	// 4. Tail under trouble: a slice of the primary's reads slowed, hedging off then on.

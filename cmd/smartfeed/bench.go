@@ -138,6 +138,21 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		s, c, err := newSys(ctx, fmt.Sprint(users))
 		return s, c, err
 	}
+	// HBase's own Java client, once during the run with the fanout writing (below, once more
+	// after the run with nothing else running).
+	var peFanout *bench.PEResult
+	withPE := cfg.Storage.Backend == config.BackendHBase && bf.hbasePE != ""
+	if withPE {
+		opts.UnderFanout = func(ctx context.Context) error {
+			res, _, err := runPE(ctx, cfg.Storage.HBase, bf.hbasePE, logFile)
+			if err != nil {
+				return fmt.Errorf("HBase's Java client: %w", err)
+			}
+			peFanout = &res
+			fmt.Fprintf(stdout, "hbase java under fanout: PE randomRead p50 %.3f p99 %.3f ms (%d)\n", res.P50Us/1000, res.P99Us/1000, res.N)
+			return nil
+		}
+	}
 	rdb := goredis.NewClient(&goredis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB})
 	defer rdb.Close()
 	zs, err := baseline.New(rdb, fmt.Sprintf("benchzset%d:", time.Now().UnixNano()), 800, 100)
@@ -219,12 +234,16 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		fmt.Fprintf(stdout, "graph reads: %s cache %v: p50 %.3f ms, p99 %.3f ms, %.2f store calls a read\n",
 			r.Read, r.Cache, r.Latency.P50, r.Latency.P99, r.StoreCallsPer)
 	}
-	if cfg.Storage.Backend == config.BackendHBase && bf.hbasePE != "" {
+	if withPE {
 		h, err := benchHBaseJava(ctx, sys, cfg.Storage.HBase, bf.hbasePE, logFile)
 		if err != nil {
 			res.Notes = append(res.Notes, "zen against HBase's Java client: "+err.Error())
 			fmt.Fprintf(stdout, "hbase java: not measured: %v\n", err)
 		} else {
+			if peFanout != nil {
+				sum := peFanout.Summary()
+				h.PEUnderFanout, h.JavaUnderFanout = peFanout, &sum
+			}
 			res.SetHBaseJava(h)
 			fmt.Fprintf(stdout, "hbase java: zen Get p50 %.3f p99 %.3f ms (%d), zen Top(50) p50 %.3f p99 %.3f ms (%d); "+
 				"Java client (PE randomRead) p50 %.3f p99 %.3f ms (%d); zen Get after PE p50 %.3f p99 %.3f ms\n", h.ZenGet.P50, h.ZenGet.P99, h.ZenGet.N,
@@ -304,26 +323,31 @@ func benchHBaseJava(ctx context.Context, sys *benchSystem, h config.HBase, scrip
 		_, err := sys.a.pools.Top(ctx, users[r.IntN(len(users))], zen.SourceFollowing, 50)
 		return err
 	}
-	pe := func(ctx context.Context) (bench.PEResult, string, error) {
-		args := []string{"--zk", zk, "--rows", fmt.Sprint(benchHBaseJavaReads + benchHBaseJavaWarmup), "--warmup", fmt.Sprint(benchHBaseJavaWarmup),
-			"--table", fmt.Sprintf("benchpe%d", time.Now().UnixNano())}
-		if h.ZookeeperRoot != "" {
-			args = append(args, "--znode", h.ZookeeperRoot)
-		}
-		cmdline := script + " " + strings.Join(args, " ")
-		cmd := exec.CommandContext(ctx, script, args...)
-		cmd.Stderr = logw
-		out, err := cmd.Output()
-		if err != nil {
-			return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w (its log lines are in smartfeed.log)", cmdline, err)
-		}
-		res, err := bench.ParsePE(out)
-		if err != nil {
-			return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w", cmdline, err)
-		}
-		return res, cmdline, nil
-	}
+	pe := func(ctx context.Context) (bench.PEResult, string, error) { return runPE(ctx, h, script, logw) }
 	return bench.HBaseJavaReads(ctx, zk, benchHBaseJavaReads, benchHBaseJavaWarmup, get, top, pe)
+}
+
+// runPE runs script (scripts/hbase-pe.sh: PerformanceEvaluation randomRead, HBase's own Java
+// client) against the pools' HBase, on a table of its own, and returns its result and command.
+func runPE(ctx context.Context, h config.HBase, script string, logw io.Writer) (bench.PEResult, string, error) {
+	zk := strings.Split(h.PoolsZK, ",")[0]
+	args := []string{"--zk", zk, "--rows", fmt.Sprint(benchHBaseJavaReads + benchHBaseJavaWarmup), "--warmup", fmt.Sprint(benchHBaseJavaWarmup),
+		"--table", fmt.Sprintf("benchpe%d", time.Now().UnixNano())}
+	if h.ZookeeperRoot != "" {
+		args = append(args, "--znode", h.ZookeeperRoot)
+	}
+	cmdline := script + " " + strings.Join(args, " ")
+	cmd := exec.CommandContext(ctx, script, args...)
+	cmd.Stderr = logw
+	out, err := cmd.Output()
+	if err != nil {
+		return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w (its log lines are in smartfeed.log)", cmdline, err)
+	}
+	res, err := bench.ParsePE(out)
+	if err != nil {
+		return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w", cmdline, err)
+	}
+	return res, cmdline, nil
 }
 
 // writeBenchDocs writes docs/benchmarks.md from a run's report and copies its plots.
