@@ -95,8 +95,8 @@ func testPreparedChunkServed(t *testing.T, e *env) {
 	}
 }
 
-// Concurrent first pages serve a prepared chunk fresh once: one wins the flip, the others show
-// its pins as feed items.
+// Concurrent first pages serve a prepared chunk fresh once: one takes it from the preparer's
+// memory, the others show its pins as feed items.
 func TestPreparedChunkServedOnce(t *testing.T) {
 	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter = time.Millisecond })
 	e.get(t, "", 100)

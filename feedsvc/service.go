@@ -1025,7 +1025,7 @@ type pageRead struct {
 	pendingPins []zen.ID
 	pastPending bool
 	// prepared are the unserved prepared chunks the read met (see Config.PrepareAfter), newest
-	// first, each with its row as read (the flip's expected value).
+	// first, each with its row as read (the served mark's expected value).
 	prepared []preparedRow
 }
 
