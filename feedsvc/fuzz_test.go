@@ -34,8 +34,11 @@ func FuzzDecodeCursor(f *testing.F) {
 func FuzzDecodePending(f *testing.F) {
 	f.Add(encodePending(pendingChunk{ChunkID: "c1", ServedMs: 5, Pos: []uint32{0, 2},
 		Items: []Item{{Pin: 1, Source: 1, Score: 0.5, Reason: "r"}, {Pin: 2}}}))
+	f.Add(encodePending(pendingChunk{ChunkID: "c2", ServedMs: 7, Prepared: true, Owner: 0xfeed, Pos: []uint32{1},
+		Items: []Item{{Pin: 3}}}))
 	f.Add([]byte{pendingVersion})
 	f.Add([]byte{pendingVersion, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{ownedPreparedVersion, 0, 0, 0, 0, 0, 0, 0, 0}) // owner 0: corrupt
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := decodePending(b)
 		if err != nil {

@@ -171,6 +171,8 @@ func (s *Service) filterLive(ctx context.Context, user zen.ID, res pageRead, siz
 
 // liveOf asks Liveness about the entries' pins, bounded by the live timeout.
 func (s *Service) liveOf(ctx context.Context, es []entry) (map[zen.ID]bool, error) {
+	start := time.Now()
+	defer func() { s.m.observeStage(stagePinsLive, time.Since(start)) }()
 	ctx, cancel := context.WithTimeout(ctx, s.liveTimeout)
 	defer cancel()
 	pins := make([]zen.ID, len(es))

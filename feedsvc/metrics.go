@@ -53,6 +53,8 @@ const (
 	stagePagePrepared  = "page_prepared"
 	stagePageGenerated = "page_generated"
 	stagePageRecent    = "page_recent"
+	// stagePinsLive is the liveness check of a page's pins (part of stageRead).
+	stagePinsLive = "pins_live"
 	// stageUserLive is the check that the user exists; stageActivity the wait for the
 	// activity hook's answer after the page is ready.
 	stageUserLive = "user_live"
@@ -131,7 +133,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Chunk recordings whose write failed without an answer, by what a later look found (recorded: materialized; not_recorded: returned to the pools)."},
 			[]string{"found"}),
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "smartfeed_feed_stage_seconds", Help: "Time spent in each stage of GetFeed (generator, read, persist, enqueue, flip, user_live, activity_wait; page_prepared, page_generated and page_recent: a whole first page by its path; prepare: a preparation in the background).",
+			Name: "smartfeed_feed_stage_seconds", Help: "Time spent in each stage of GetFeed (generator, read (pins_live: its liveness check), persist, enqueue, flip, user_live, activity_wait; page_prepared, page_generated and page_recent: a whole first page by its path; prepare: a preparation in the background).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
 		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_prepared_total",
