@@ -334,12 +334,11 @@ func gatherSum(reg prometheus.Gatherer, name string) int64 {
 	return sum
 }
 
-// gatherSeries returns the series of the named metric family in reg (none when absent).
+// gatherSeries returns the series of the named metric family in reg (none when absent). A
+// collector that fails (one that asks Redis, while Redis is down) does not hide the others: Gather
+// returns what it gathered beside its error.
 func gatherSeries(reg prometheus.Gatherer, name string) []*dto.Metric {
-	fams, err := reg.Gather()
-	if err != nil {
-		return nil
-	}
+	fams, _ := reg.Gather()
 	for _, f := range fams {
 		if f.GetName() == name {
 			return f.GetMetric()
