@@ -88,13 +88,7 @@ func (s *Service) markServed(ctx context.Context, user zen.ID, rows []preparedRo
 	if len(rows) == 0 {
 		return
 	}
-	s.bg.Add(1)
-	s.enqueues.Add(1)
-	go func() {
-		defer s.bg.Done()
-		defer s.enqueues.Done()
-		// Behind whatever is runnable: the page's response writer first (see prepareLater).
-		runtime.Gosched()
+	s.afterAnswer(func() {
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.Config().PersistTimeout)
 		defer cancel()
 		now := s.now().UnixMilli()
@@ -107,10 +101,10 @@ func (s *Service) markServed(ctx context.Context, user zen.ID, rows []preparedRo
 				s.m.prepared.WithLabelValues(prepFailed).Inc()
 				s.log.Warn("mark prepared chunk served", zap.Stringer("user", user), zap.String("chunk", pc.ChunkID), zap.Error(err))
 			case ok:
-				s.enqueueMaterialize(mctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: p.seq})
+				s.materializeNow(ctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: p.seq})
 			}
 		}
-	}()
+	})
 }
 
 // noteAsked records that this process asks the generator for user's chunk now (see

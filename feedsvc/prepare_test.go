@@ -31,6 +31,42 @@ func (g *fakeGen) calls() int {
 	return g.chunks
 }
 
+// fail makes every later generator call fail.
+func (g *fakeGen) fail() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.err = errGen
+}
+
+// newPreparedEnv is an env (mod applied after preparation is turned on) whose user has had a
+// first page (pins 1-5, materialized) and the preparation it scheduled (pins 6-10); it returns
+// the prepared row as the primary holds it.
+func newPreparedEnv(t *testing.T, mod func(*Deps)) (*env, preparedRow) {
+	t.Helper()
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter = time.Millisecond })
+	if mod != nil {
+		e.rebuild(t, mod)
+	}
+	e.get(t, "", 100)
+	e.svc.Wait()
+	e.materialize(t)
+	before, err := readPage(t.Context(), e.primary, e.user, nil, 100, 0)
+	if err != nil || len(before.prepared) != 1 {
+		t.Fatalf("prepared rows after the preparation: %d (%v), want 1", len(before.prepared), err)
+	}
+	return e, before.prepared[0]
+}
+
+// wantSettled fails t unless the user's feed on the primary has no prepared row and no pending
+// chunk left.
+func (e *env) wantSettled(t *testing.T, when string) {
+	t.Helper()
+	after, err := readPage(t.Context(), e.primary, e.user, nil, 100, 0)
+	if err != nil || len(after.prepared) != 0 || len(after.pendingPins) != 0 {
+		t.Errorf("%s: %d prepared, %d pending pins (%v), want none", when, len(after.prepared), len(after.pendingPins), err)
+	}
+}
+
 // A first page prepares the next chunk; the next first page serves it fresh without calling
 // the generator, and the chunk is materialized in its place after it is served, not before.
 // With a Liveness the read goes through filterLive, which must keep the prepared rows.
@@ -161,25 +197,14 @@ func TestPreparedChunkStale(t *testing.T) {
 func TestPreparedChunkLostFlip(t *testing.T) {
 	for _, jobSurvived := range []bool{false, true} {
 		t.Run(map[bool]string{false: "job lost", true: "job survived"}[jobSurvived], func(t *testing.T) {
-			ctx := t.Context()
-			e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter = time.Millisecond })
-			e.get(t, "", 100) // pins 1-5; prepares 6-10
-			e.svc.Wait()
-			e.materialize(t)
-			before, err := readPage(ctx, e.primary, e.user, nil, 100, 0)
-			if err != nil || len(before.prepared) != 1 {
-				t.Fatalf("prepared rows before the visit: %d (%v), want 1", len(before.prepared), err)
-			}
-			e.gen.mu.Lock()
-			e.gen.err = errGen // nothing more to prepare or generate
-			e.gen.mu.Unlock()
+			e, p := newPreparedEnv(t, nil)
+			e.gen.fail() // nothing more to prepare or generate
 			if diff := cmp.Diff(pins(6, 10), freshPins(e.get(t, "", 100))); diff != "" {
 				t.Fatalf("visit fresh (-want +got):\n%s", diff)
 			}
 			e.svc.Wait()
 			// The store comes back without the served mark: the row is prepared again.
-			p := before.prepared[0]
-			if err := e.repl.Apply(ctx, []zen.Mutation{{Key: pendingKey(e.user, p.seq), Value: p.row}}); err != nil {
+			if err := e.repl.Apply(t.Context(), []zen.Mutation{{Key: pendingKey(e.user, p.seq), Value: p.row}}); err != nil {
 				t.Fatal(err)
 			}
 			var wantFresh []zen.ID
@@ -201,9 +226,7 @@ func TestPreparedChunkLostFlip(t *testing.T) {
 			if diff := cmp.Diff(cat(pins(6, 10), pins(1, 5)), pagePins(page)); diff != "" {
 				t.Errorf("materialized feed (-want +got):\n%s", diff)
 			}
-			if after, err := readPage(ctx, e.primary, e.user, nil, 100, 0); err != nil || len(after.prepared) != 0 || len(after.pendingPins) != 0 {
-				t.Errorf("after materialization: %d prepared, %d pending pins (%v), want none", len(after.prepared), len(after.pendingPins), err)
-			}
+			e.wantSettled(t, "after materialization")
 		})
 	}
 }
@@ -229,15 +252,9 @@ func (s *stallCAS) CheckAndSet(ctx context.Context, key, expected, value []byte)
 // compare-and-set of the primary stalled, it returns the chunk fresh; the served mark is
 // written after it, and then the chunk is materialized in its place.
 func TestPreparedChunkNoWriteOnPage(t *testing.T) {
-	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter = time.Millisecond })
-	st := &stallCAS{Table: e.repl, started: make(chan struct{}, 16), release: make(chan struct{})}
-	e.rebuild(t, func(d *Deps) { d.Primary = st })
-	e.get(t, "", 100) // pins 1-5; prepares 6-10
-	e.svc.Wait()
-	e.materialize(t)
-	e.gen.mu.Lock()
-	e.gen.err = errGen // nothing more to prepare
-	e.gen.mu.Unlock()
+	st := &stallCAS{started: make(chan struct{}, 16), release: make(chan struct{})}
+	e, _ := newPreparedEnv(t, func(d *Deps) { st.Table = d.Primary; d.Primary = st })
+	e.gen.fail() // nothing more to prepare
 	st.stall.Store(true)
 	type got struct {
 		p   Page
@@ -270,9 +287,7 @@ func TestPreparedChunkNoWriteOnPage(t *testing.T) {
 	close(st.release)
 	e.svc.Wait()
 	e.materialize(t)
-	if after, err := readPage(t.Context(), e.primary, e.user, nil, 100, 0); err != nil || len(after.prepared) != 0 || len(after.pendingPins) != 0 {
-		t.Errorf("after the mark and the materialization: %d prepared, %d pending pins (%v), want none", len(after.prepared), len(after.pendingPins), err)
-	}
+	e.wantSettled(t, "after the mark and the materialization")
 	if diff := cmp.Diff(cat(pins(6, 10), pins(1, 5)), pagePins(e.get(t, "", 100))); diff != "" {
 		t.Errorf("feed (-want +got):\n%s", diff)
 	}
@@ -285,27 +300,17 @@ func TestPreparedChunkNoWriteOnPage(t *testing.T) {
 func TestPreparedChunkOtherIncarnation(t *testing.T) {
 	for _, legacy := range []bool{false, true} {
 		t.Run(map[bool]string{false: "owned", true: "no owner"}[legacy], func(t *testing.T) {
-			ctx := t.Context()
-			e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter = time.Millisecond })
-			e.get(t, "", 100) // pins 1-5; prepares 6-10
-			e.svc.Wait()
-			e.materialize(t)
-			before, err := readPage(ctx, e.primary, e.user, nil, 100, 0)
-			if err != nil || len(before.prepared) != 1 {
-				t.Fatalf("prepared rows: %d (%v), want 1", len(before.prepared), err)
-			}
-			if p := before.prepared[0]; legacy {
-				pc := p.pc
+			e, row := newPreparedEnv(t, nil)
+			if legacy {
+				pc := row.pc
 				pc.Owner = 0
-				if err := e.repl.Apply(ctx, []zen.Mutation{{Key: pendingKey(e.user, p.seq), Value: encodePending(pc)}}); err != nil {
+				if err := e.repl.Apply(t.Context(), []zen.Mutation{{Key: pendingKey(e.user, row.seq), Value: encodePending(pc)}}); err != nil {
 					t.Fatal(err)
 				}
-			} else if p.pc.Owner != e.svc.incarnation {
-				t.Fatalf("prepared row owner %d, want the preparing service's %d", p.pc.Owner, e.svc.incarnation)
+			} else if row.pc.Owner != e.svc.incarnation {
+				t.Fatalf("prepared row owner %d, want the preparing service's %d", row.pc.Owner, e.svc.incarnation)
 			}
-			e.gen.mu.Lock()
-			e.gen.err = errGen // nothing fresh of its own for either
-			e.gen.mu.Unlock()
+			e.gen.fail() // nothing fresh of its own for either
 			first := e.svc
 			e.rebuild(t, nil) // a second process on the same stores
 			if e.svc.incarnation == first.incarnation {
@@ -329,9 +334,7 @@ func TestPreparedChunkOtherIncarnation(t *testing.T) {
 			}
 			e.svc.Wait()
 			e.materialize(t)
-			if after, err := readPage(ctx, e.primary, e.user, nil, 100, 0); err != nil || len(after.prepared) != 0 || len(after.pendingPins) != 0 {
-				t.Errorf("after materialization: %d prepared, %d pending pins (%v), want none", len(after.prepared), len(after.pendingPins), err)
-			}
+			e.wantSettled(t, "after materialization")
 		})
 	}
 }

@@ -861,10 +861,15 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 // fewer than Config.InlineMaterialize run here, else (or when that fails) through a materialize
 // job.
 func (s *Service) enqueueMaterialize(ctx context.Context, task MaterializeTask) {
-	// This runs after the page is answered: the pending row is durable already, and a lost
-	// materialization (a crash, a lost job) is made good by a later read (a stale pending
-	// chunk) or the recovery pass, so neither the Redis round trip nor the writes hold the
-	// reader.
+	s.afterAnswer(func() { s.materializeNow(ctx, task) })
+}
+
+// afterAnswer runs f in a goroutine of its own behind the page's response writer, counted in
+// bg and enqueues (tests wait for them). It is for what a page leaves to do after its answer:
+// the pending row is durable already, and what f does (the served mark, the materialization)
+// is made good later when it is lost (a later read, the recovery pass), so neither its Redis
+// round trips nor its writes hold the reader.
+func (s *Service) afterAnswer(f func()) {
 	s.bg.Add(1)
 	s.enqueues.Add(1)
 	go func() {
@@ -872,16 +877,22 @@ func (s *Service) enqueueMaterialize(ctx context.Context, task MaterializeTask) 
 		defer s.enqueues.Done()
 		// Behind whatever is runnable: the page's response writer first (see prepareLater).
 		runtime.Gosched()
-		if s.materializeInline(ctx, task) {
-			return
-		}
-		ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), materializeEnqueueBound)
-		defer ecancel()
-		if err := s.enq.EnqueueMaterialize(ectx, task); err != nil {
-			s.m.enqueueFailed.Inc()
-			s.log.Warn("enqueue materialize", zap.Stringer("user", task.User), zap.String("chunk", task.ChunkID), zap.Error(err))
-		}
+		f()
 	}()
+}
+
+// materializeNow materializes task inline if a slot is free, else enqueues its job (bounded by
+// materializeEnqueueBound).
+func (s *Service) materializeNow(ctx context.Context, task MaterializeTask) {
+	if s.materializeInline(ctx, task) {
+		return
+	}
+	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), materializeEnqueueBound)
+	defer ecancel()
+	if err := s.enq.EnqueueMaterialize(ectx, task); err != nil {
+		s.m.enqueueFailed.Inc()
+		s.log.Warn("enqueue materialize", zap.Stringer("user", task.User), zap.String("chunk", task.ChunkID), zap.Error(err))
+	}
 }
 
 // materializeInline materializes task in this process if an inline slot is free, and reports

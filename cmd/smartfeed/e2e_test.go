@@ -643,13 +643,14 @@ func scanFeed(ctx context.Context, tb zen.Table, user zen.ID) ([]feedRow, error)
 // chunk ID, served ms, items.
 func pendingPins(b []byte) ([]zen.ID, error) {
 	bad := errors.New("bad pending row")
-	if len(b) < 1 || b[0] == 3 && len(b) < 9 {
+	head := 1 // the version
+	if len(b) > 0 && b[0] == 3 {
+		head += 8 // the owner
+	}
+	if len(b) < head {
 		return nil, bad
 	}
-	if b[0] == 3 {
-		b = b[8:]
-	}
-	b = b[1:]
+	b = b[head:]
 	n, k := binary.Uvarint(b)
 	if k <= 0 || uint64(len(b)-k) < n+8 {
 		return nil, bad
