@@ -84,6 +84,21 @@ func userPrefix(kind byte, user zen.ID) []byte {
 	return append(binary.BigEndian.AppendUint64(b, uint64(user)), kind)
 }
 
+// FeedRange is the row range of the feed table a page of user's feed read from the top scans
+// (start inclusive, stop exclusive): every pending-chunk and item row of the user's feed, newest
+// chunk first. The bench gives it to HBase's own Java client to make GetFeed's reads.
+func FeedRange(user zen.ID) (start, stop []byte) {
+	start = userPrefix(prefixFeed, user)
+	return start, zen.PrefixEnd(start)
+}
+
+// pageSpareRows are the rows a page's scan asks for beyond its size: room for the pending-chunk
+// rows and repeated pins a page skips, so most pages take one scan.
+const pageSpareRows = 8
+
+// PageScanRows is how many rows a page of size items asks the store for in one scan.
+func PageScanRows(size int) int { return size + pageSpareRows }
+
 // keyKind returns the kind byte of a per-user key (0 for a key too short to have one).
 func keyKind(k []byte) byte {
 	if len(k) <= kindAt {

@@ -269,3 +269,27 @@ func doneUsers(t *testing.T, e *env, users []zen.ID) []bool {
 	}
 	return out
 }
+
+// FeedRange holds every feed row of its user (pending chunks and items, any sequence) and no
+// row of another user or of another kind: it is what the bench's Java reader scans in
+// GetFeed's place.
+func TestFeedRange(t *testing.T) {
+	u := userOn(t, 7, 42)
+	start, stop := FeedRange(u)
+	in := func(k []byte) bool { return bytes.Compare(k, start) >= 0 && bytes.Compare(k, stop) < 0 }
+	for _, k := range [][]byte{pendingKey(u, 0), pendingKey(u, 1<<63), itemKey(u, position{Seq: 1, Pos: 0}),
+		itemKey(u, position{Seq: ^uint64(0), Pos: ^uint32(0)})} {
+		if !in(k) {
+			t.Errorf("feed row %x of the user is outside [%x, %x)", k, start, stop)
+		}
+	}
+	for _, k := range [][]byte{pendingKey(u+1, 5), pendingKey(u-1, 5), userPrefix(prefixPin, u), userPrefix(prefixCounter, u),
+		userPrefix(prefixDone, u)} {
+		if in(k) {
+			t.Errorf("row %x (another user's or kind's) is inside [%x, %x)", k, start, stop)
+		}
+	}
+	if got := PageScanRows(50); got != 58 {
+		t.Errorf("PageScanRows(50) = %d, want 58", got)
+	}
+}

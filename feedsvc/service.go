@@ -1075,8 +1075,7 @@ func (s *Service) readRaw(ctx context.Context, user zen.ID, after *position, siz
 // in their place and each pin once. Pending chunks served before cutMs are reported as stale.
 func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, size int, cutMs int64) (pageRead, error) {
 	var res pageRead
-	startKey := userPrefix(prefixFeed, user)
-	stop := zen.PrefixEnd(startKey)
+	startKey, stop := FeedRange(user)
 	if after != nil {
 		startKey = pendingKey(user, after.Seq)
 	}
@@ -1086,7 +1085,7 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 	pendingSeqs := map[uint64]bool{}
 	seen := make(map[zen.ID]bool, size)
 	res.entries = make([]entry, 0, size)
-	batch := size + 8
+	batch := PageScanRows(size)
 	for {
 		rows, err := t.Scan(ctx, zen.ScanOptions{Start: startKey, Stop: stop, Limit: batch})
 		if err != nil {
