@@ -29,6 +29,12 @@ type PEResult struct {
 	P999Us        float64 `json:"p999_us"`
 	MaxUs         float64 `json:"max_us"`
 	OpsPerSec     float64 `json:"ops_per_sec"`
+	// Offered, Limit, Failed and RowsRead are FeedScan's (scripts/hbase-scan.sh): the reads
+	// offered a second, the rows a Scan asked for, the reads that failed, the rows read.
+	Offered  float64 `json:"offered_per_sec,omitempty"`
+	Limit    int     `json:"limit,omitempty"`
+	Failed   int     `json:"failed,omitempty"`
+	RowsRead int64   `json:"rows_read,omitempty"`
 }
 
 // ParsePE reads the last line scripts/hbase-pe.sh printed.
@@ -67,11 +73,35 @@ type HBaseJava struct {
 	JavaRandomRead Summary  `json:"hbase_java_randomread"`
 	PE             PEResult `json:"hbase_java_pe"`
 	PECommand      string   `json:"pe_command"`
-	// JavaUnderFanout is PE randomRead again (its own table), run during the bench with the
-	// fanout writing at the serving phase's rate (Options.UnderFanout): the Java client under
+	// JavaUnderFanout is PE randomRead again (its own table), run right after the serving
+	// phase with its fanout still writing (Options.UnderFanout): the Java client under
 	// the write load GetFeed's p99 is measured under. Absent when it was not measured.
 	JavaUnderFanout *Summary  `json:"hbase_java_randomread_under_fanout,omitempty"`
 	PEUnderFanout   *PEResult `json:"hbase_java_pe_under_fanout,omitempty"`
+	// FeedScans are GetFeed's reads of the feed made by the Java client and by zen. Absent when
+	// they were not measured.
+	FeedScans *FeedScans `json:"feed_scans,omitempty"`
+}
+
+// FeedScans are GetFeed's reads of the feed, a page's Scan of each serving-phase reader's feed
+// rows (the phase's first readers, in its order), made right after the phase with its fanout
+// still running: by HBase's own Java client (test/hbase/tools/FeedScan.java) at the phase's
+// offered load and concurrency with GetFeed going on beside it at the same (Options.Beside),
+// then by the Java client and by zen (gohbase) one at a time, on the same rows
+// (Options.UnderFanout).
+type FeedScans struct {
+	// Table is the HBase table scanned (the primary's feed table) and Limit the rows a Scan
+	// asks for (a page's, feedsvc.PageScanRows).
+	Table string `json:"table"`
+	Limit int    `json:"limit"`
+	// Java: the Java client at the serving phase's offered load and concurrency, GetFeed going on
+	// beside it the same way (Options.Beside, ReadResult.BesidePeer); Command is how it was run.
+	Java    PEResult `json:"java_loaded"`
+	Command string   `json:"java_command"`
+	// JavaSerial and Zen: the Java client and zen.Table.Scan, one at a time, the same reads,
+	// each after as many untimed ones.
+	JavaSerial PEResult `json:"java_one_at_a_time"`
+	Zen        Summary  `json:"zen_one_at_a_time"`
 }
 
 // HBaseJavaReads times n zen Gets (get) and n/4 Top(50)s (top), one at a time after warmup
@@ -80,17 +110,7 @@ type HBaseJava struct {
 func HBaseJavaReads(ctx context.Context, server string, n, warmup int, get, top func(ctx context.Context, i int) error,
 	pe func(ctx context.Context) (PEResult, string, error)) (*HBaseJava, error) {
 	serial := func(n int, f func(ctx context.Context, i int) error) (Summary, error) {
-		d := make([]time.Duration, 0, n)
-		for i := range warmup + n {
-			t := time.Now()
-			if err := f(ctx, i); err != nil {
-				return Summary{}, err
-			}
-			if i >= warmup {
-				d = append(d, time.Since(t))
-			}
-		}
-		return Summarize(d), nil
+		return Serial(ctx, n, warmup, f)
 	}
 	r := &HBaseJava{Server: server}
 	var err error
@@ -110,6 +130,22 @@ func HBaseJavaReads(ctx context.Context, server string, n, warmup int, get, top 
 	return r, nil
 }
 
+// Serial makes warmup untimed calls of f then n timed ones, one after the other, and returns
+// the timed calls' latencies; the first error stops it.
+func Serial(ctx context.Context, n, warmup int, f func(ctx context.Context, i int) error) (Summary, error) {
+	d := make([]time.Duration, 0, n)
+	for i := range warmup + n {
+		t := time.Now()
+		if err := f(ctx, i); err != nil {
+			return Summary{}, err
+		}
+		if i >= warmup {
+			d = append(d, time.Since(t))
+		}
+	}
+	return Summarize(d), nil
+}
+
 // hbaseJavaRatios adds the ratios of zen's reads, and of GetFeed, to the Java client's p99.
 func hbaseJavaRatios(r *Results) {
 	h := r.HBaseJava
@@ -124,6 +160,14 @@ func hbaseJavaRatios(r *Results) {
 	if h.JavaUnderFanout != nil {
 		r.Ratios["getfeed_p99_vs_hbase_java_under_fanout"] = ratio(r.Reads.GetFeed.P99, h.JavaUnderFanout.P99)
 	}
+	if fs := h.FeedScans; fs != nil {
+		if b := r.Reads.BesidePeer; b != nil && fs.Java.N > 0 {
+			r.Ratios["getfeed_p99_vs_hbase_java_feed_scan"] = ratio(b.P99, fs.Java.Summary().P99)
+		}
+		if fs.JavaSerial.N > 0 && fs.Zen.N > 0 {
+			r.Ratios["hbase_feed_scan_p99_vs_java"] = ratio(fs.Zen.P99, fs.JavaSerial.Summary().P99)
+		}
+	}
 }
 
 // SetHBaseJava records h in r with its ratios.
@@ -132,8 +176,9 @@ func (r *Results) SetHBaseJava(h *HBaseJava) {
 	hbaseJavaRatios(r)
 }
 
-// hbaseJavaMarkdown is the report's section for HBaseJava.
-func hbaseJavaMarkdown(h *HBaseJava) string {
+// hbaseJavaMarkdown is the report's section for HBaseJava; besidePeer is GetFeed beside the Java
+// client's feed scans (nil: not measured).
+func hbaseJavaMarkdown(h *HBaseJava, besidePeer *Summary) string {
 	if h == nil {
 		return ""
 	}
@@ -159,8 +204,33 @@ func hbaseJavaMarkdown(h *HBaseJava) string {
 		p("| HBase Java client Get (PE randomRead), fanout running as in the serving phase | %d | %.3f ms | %.3f ms | %.3f ms | %.3f ms |", s.N, s.P50, s.P99, s.P999, s.Mean)
 	}
 	p("")
-	p("The rows above ran one after the other with nothing else running, except the last (when present), which ran during the bench with the fanout " +
-		"writing at the serving phase's rate: the write load GetFeed's p99 was measured under (`getfeed_p99_vs_hbase_java_under_fanout`).")
+	p("The rows above ran one after the other with nothing else running, except the last (when present), which ran right after the serving phase " +
+		"with its fanout still writing: the write load GetFeed's p99 was measured under (`getfeed_p99_vs_hbase_java_under_fanout`).")
 	p("")
+	if fs := h.FeedScans; fs != nil {
+		p("GetFeed's own reads of the feed (`%s`), made right after the serving phase with its fanout still running: a Scan of each of the phase's "+
+			"first %d readers' feed rows, in its order, up to %d rows in one RPC, after %d not timed. First by HBase's Java client (%s, "+
+			"test/hbase/tools/FeedScan.java: `%s`) offered at %.0f/s with at most %d in flight, as the phase offered GetFeed, while GetFeed went on "+
+			"beside it the same way over the same readers (`getfeed_p99_vs_hbase_java_feed_scan`: both measured in the same stretch of time); then one at a "+
+			"time by the Java client and by zen's gohbase Scan, nothing beside them but the fanout (`hbase_feed_scan_p99_vs_java`).",
+			fs.Table, fs.Java.Rows, fs.Limit, fs.Java.Warmup, fs.Java.ClientVersion, fs.Command, fs.Java.Offered, fs.Java.Clients)
+		p("")
+		p("| reads | calls | p50 | p99 | p99.9 | mean | achieved/s |")
+		p("|---|---|---|---|---|---|---|")
+		if b := besidePeer; b != nil {
+			p("| GetFeed beside the Java client, same load | %d | %.3f ms | %.3f ms | %.3f ms | %.3f ms | |", b.N, b.P50, b.P99, b.P999, b.Mean)
+		}
+		for _, row := range []struct {
+			name string
+			run  PEResult
+		}{{fmt.Sprintf("HBase Java client Scan of a feed page, %.0f/s offered, %d in flight", fs.Java.Offered, fs.Java.Clients), fs.Java},
+			{"HBase Java client Scan of a feed page, one at a time", fs.JavaSerial}} {
+			s := row.run.Summary()
+			p("| %s | %d | %.3f ms | %.3f ms | %.3f ms | %.3f ms | %.0f |", row.name, s.N, s.P50, s.P99, s.P999, s.Mean, row.run.OpsPerSec)
+		}
+		z := fs.Zen
+		p("| zen Scan of a feed page (gohbase), one at a time | %d | %.3f ms | %.3f ms | %.3f ms | %.3f ms | |", z.N, z.P50, z.P99, z.P999, z.Mean)
+		p("")
+	}
 	return b.String()
 }

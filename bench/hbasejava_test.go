@@ -56,8 +56,38 @@ func TestHBaseJavaReads(t *testing.T) {
 	if got := r.Ratios["getfeed_p99_vs_hbase_java"]; got != 3 {
 		t.Errorf("getfeed_p99_vs_hbase_java = %v after the measurement under fanout, want 3 kept", got)
 	}
+	if _, ok := r.Ratios["getfeed_p99_vs_hbase_java_feed_scan"]; ok {
+		t.Error("a ratio to the Java client's feed scans with no such measurement")
+	}
+	// GetFeed's own reads of the feed, by the Java client loaded and one at a time, and by zen.
+	loaded := PEResult{Tool: "FeedScan", ClientVersion: "2.6.2", Command: "feedScan", Clients: 32, Rows: 3000, Warmup: 500, N: 3000,
+		MeanUs: 900, P50Us: 700, P99Us: 4000, P999Us: 9000, MaxUs: 12000, OpsPerSec: 199, Offered: 200, Limit: 58}
+	serial := loaded
+	serial.Clients, serial.Offered, serial.P50Us, serial.P99Us, serial.OpsPerSec = 1, 0, 500, 2000, 1400
+	h.FeedScans = &FeedScans{Table: "b_feed", Limit: 58, Java: loaded, Command: "scripts/hbase-scan.sh --table b_feed", JavaSerial: serial,
+		Zen: Summary{N: 3000, P50: 0.6, P99: 3, P999: 5, Max: 6, Mean: 0.7}}
+	r.SetHBaseJava(h)
+	if _, ok := r.Ratios["getfeed_p99_vs_hbase_java_feed_scan"]; ok {
+		t.Error("a ratio of GetFeed beside the Java client with no GetFeed measured beside it")
+	}
+	// GetFeed measured beside the loaded Java client (Options.Beside): the ratio is of those two,
+	// not of the serving phase's GetFeed.
+	r.Reads.BesidePeer = &Summary{N: 2900, P50: 1, P99: 8, P999: 10, Max: 11, Mean: 1.5}
+	r.SetHBaseJava(h)
+	if got := r.Ratios["getfeed_p99_vs_hbase_java_feed_scan"]; got != 2 {
+		t.Errorf("getfeed_p99_vs_hbase_java_feed_scan = %v, want 8/4 = 2", got)
+	}
+	if got := r.Ratios["hbase_feed_scan_p99_vs_java"]; got != 1.5 {
+		t.Errorf("hbase_feed_scan_p99_vs_java = %v, want 3/2 = 1.5", got)
+	}
 	md := Markdown(r, "")
-	for _, want := range []string{"## zen on HBase against HBase's own Java client", "| HBase Java client Get (PE randomRead) | 99 | 0.150 ms | 4.000 ms |",
+	for _, want := range []string{"## zen on HBase against HBase's own Java client",
+		"| HBase Java client Scan of a feed page, 200/s offered, 32 in flight | 3000 | 0.700 ms | 4.000 ms | 9.000 ms | 0.900 ms | 199 |",
+		"| HBase Java client Scan of a feed page, one at a time | 3000 | 0.500 ms | 2.000 ms |",
+		"| zen Scan of a feed page (gohbase), one at a time | 3000 | 0.600 ms | 3.000 ms |",
+		"| GetFeed beside the Java client, same load | 2900 | 1.000 ms | 8.000 ms |",
+		"first 3000 readers' feed rows, in its order, up to 58 rows in one RPC, after 500 not timed",
+		"`scripts/hbase-scan.sh --table b_feed`", "getfeed_p99_vs_hbase_java_feed_scan", "hbase_feed_scan_p99_vs_java", "| HBase Java client Get (PE randomRead) | 99 | 0.150 ms | 4.000 ms |",
 		"| HBase Java client Get (PE randomRead), fanout running as in the serving phase | 99 | 0.300 ms | 6.000 ms |",
 		"`scripts/hbase-pe.sh --rows 110`", "hbase_get_p99_vs_java", "getfeed_p99_vs_hbase_java_under_fanout"} {
 		if !strings.Contains(md, want) {

@@ -63,9 +63,10 @@ func Markdown(r *Results, plotDir string) string {
 	p("| ratio | value | meaning |")
 	p("|---|---|---|")
 	meaning := map[string]string{
-		"fanout_vs_redis":      "our pool inserts/s (events published at once, until drained) over the Redis sorted-set feed's inserts/s (the same events, one client, pipelined)",
-		"fanout_vs_raw_store":  "our pool inserts/s (events published at once, until drained) over the store's raw batched write rate on as many rows",
-		"getfeed_p99_vs_redis": "GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
+		"fanout_vs_redis":                  "our pool inserts/s (events published at once, until drained) over the Redis sorted-set feed's inserts/s (the same events, one client, pipelined)",
+		"fanout_vs_raw_store":              "our pool inserts/s (events published at once, until drained) over the store's raw batched write rate on as many rows",
+		"getfeed_p99_vs_redis":             "GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
+		"getfeed_last_vs_first_minute_p99": "GetFeed p99 over the serving phase's last minute over its first minute, the fanout running throughout",
 		"getfeed_max_rate_vs_redis": "highest offered GetFeed rate held with p99 under the bound over the same for Redis ZREVRANGE, same steps " +
 			"(when Redis held every step this is an upper bound)",
 		"getfeed_max_rate_vs_grpc_floor": "highest offered GetFeed rate held with p99 under the bound over the same for an empty call on GetFeed's gRPC connection, same steps " +
@@ -78,6 +79,9 @@ func Markdown(r *Results, plotDir string) string {
 		"getfeed_p99_vs_hbase_java": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, the Java client alone",
 		"getfeed_p99_vs_hbase_java_under_fanout": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, " +
 			"the Java client with the fanout running at the serving phase's rate",
+		"getfeed_p99_vs_hbase_java_feed_scan": "GetFeed p99 over HBase's own Java client's p99 making GetFeed's reads of the feed " +
+			"(a Scan of each reader's feed rows, a page's worth), both at the serving phase's offered load and concurrency at the same time, right after it with its fanout still running",
+		"hbase_feed_scan_p99_vs_java": "zen's Scan of a feed page (gohbase) p99 over HBase's own Java client's for the same Scans, one at a time, right after the serving phase with its fanout still running",
 	}
 	keys := make([]string, 0, len(r.Ratios))
 	for k := range r.Ratios {
@@ -142,6 +146,12 @@ func Markdown(r *Results, plotDir string) string {
 	}
 	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
 		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
+	if len(rd.P99ByMinuteMs) > 0 {
+		p("")
+		p("p99 by minute of the phase (the calls that started in it): GetFeed %s ms, the last minute over the first %.3f; "+
+			"Redis ZREVRANGE %s ms; the empty gRPC call %s ms (a minute slow for all three is the machine's).",
+			minuteList(rd.P99ByMinuteMs), ratio(rd.LastMinuteP99Ms, rd.FirstMinuteP99Ms), minuteList(rd.RedisP99ByMinuteMs), minuteList(rd.FloorP99ByMinuteMs))
+	}
 	if fv := rd.FirstVisits; fv.N > 0 {
 		p("")
 		p("Before the phase each of the %d distinct readers made its first visit, one after the other with no fanout running (a user never seen has no prepared chunk, so the generator runs): p50 %.2f ms, p99 %.2f ms, max %.2f ms.",
@@ -191,7 +201,7 @@ func Markdown(r *Results, plotDir string) string {
 	p("")
 	b.WriteString(replicationMarkdown(r.Replication))
 	b.WriteString(graphReadsMarkdown(r.GraphReads))
-	b.WriteString(hbaseJavaMarkdown(r.HBaseJava))
+	b.WriteString(hbaseJavaMarkdown(r.HBaseJava, r.Reads.BesidePeer))
 	p("## Growth")
 	p("")
 	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed p99 |")
@@ -350,4 +360,16 @@ func freshLine(m map[string]uint64) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// minuteList is "1.31 / 1.40 / 1.63" ("–" for none).
+func minuteList(v []float64) string {
+	if len(v) == 0 {
+		return "–"
+	}
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(parts, " / ")
 }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"slices"
 	"time"
 )
@@ -9,6 +10,7 @@ import (
 // turnResult is what one kind of call of a rotation measured, over all of its turns.
 type turnResult struct {
 	inOrder []time.Duration // every successful call's latency, in the order the calls started
+	starts  []time.Time     // when each of them started, beside inOrder
 	errs    int
 	calls   int           // calls made
 	spent   time.Duration // its turns' share of d, together
@@ -64,13 +66,45 @@ func rotate(ctx context.Context, rate float64, d, slice time.Duration, conc int,
 			_, inOrder, errs, _ := reads(ctx, rate, turn, conc, func(i int) error { return call(base + i) })
 			t.wall += time.Since(start)
 			t.sched.add(s0, schedSnapshot())
-			t.inOrder = append(t.inOrder, inOrder...)
+			for _, c := range inOrder {
+				t.inOrder = append(t.inOrder, c.took)
+				t.starts = append(t.starts, c.at)
+			}
 			t.errs += errs
 			t.calls += len(inOrder) + errs // reads waits for every call it started
 			t.spent += turn
 		}
 		if !more {
 			break
+		}
+	}
+	return out
+}
+
+// timedCall is one successful call: when it started and how long it took.
+type timedCall struct {
+	at   time.Time
+	took time.Duration
+}
+
+// p99ByWindow is the p99, in ms, of the calls that started in each window of w from start to
+// end, in order. The span is cut into round(span/w) windows (at least one), the last one
+// taking what is left, so a phase a little longer than three minutes has three. A window in
+// which no call started is 0.
+func (t *turnResult) p99ByWindow(start, end time.Time, w time.Duration) []float64 {
+	if w <= 0 || !end.After(start) {
+		return nil
+	}
+	n := max(1, int(math.Round(float64(end.Sub(start))/float64(w))))
+	groups := make([][]time.Duration, n)
+	for i, at := range t.starts {
+		k := min(n-1, max(0, int(at.Sub(start)/w)))
+		groups[k] = append(groups[k], t.inOrder[i])
+	}
+	out := make([]float64, n)
+	for k, g := range groups {
+		if len(g) > 0 {
+			out[k] = Summarize(g).P99
 		}
 	}
 	return out

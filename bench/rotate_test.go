@@ -68,6 +68,9 @@ func TestRotateInTurns(t *testing.T) {
 	if g := tr[0]; g.errs != 0 || len(g.inOrder) != g.calls || g.summary().N != g.calls || len(g.sorted()) != g.calls || !slices.IsSorted(g.sorted()) {
 		t.Errorf("the good kind: %d errors, %d latencies in order, %d in the summary, of %d calls", g.errs, len(g.inOrder), g.summary().N, g.calls)
 	}
+	if g := tr[0]; len(g.starts) != len(g.inOrder) {
+		t.Errorf("the good kind: %d starts beside %d latencies", len(g.starts), len(g.inOrder))
+	}
 	if b := tr[1]; b.errs != b.calls || len(b.inOrder) != 0 || b.rate() != 0 {
 		t.Errorf("the failing kind: %d errors of %d calls, %d latencies, rate %v", b.errs, b.calls, len(b.inOrder), b.rate())
 	}
@@ -107,5 +110,85 @@ func TestRotateStopsWithContext(t *testing.T) {
 	rotate(ctx, 100, time.Hour, 50*time.Millisecond, 2, func(int) error { return nil }, func(int) error { return nil })
 	if took := time.Since(start); took > 2*time.Second {
 		t.Errorf("rotate ran %v past its context's 150 ms", took)
+	}
+}
+
+// TestP99ByWindow cuts a phase into minutes by when each call started: the last window takes
+// a remainder under half a window, a longer remainder is a window of its own, and a minute in
+// which nothing started is 0.
+func TestP99ByWindow(t *testing.T) {
+	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+	// calls makes one call a second from 0 to last seconds, taking ms(second) milliseconds.
+	calls := func(last int, ms func(s int) int) *turnResult {
+		tr := &turnResult{}
+		for s := 0; s <= last; s++ {
+			tr.starts = append(tr.starts, t0.Add(time.Duration(s)*time.Second))
+			tr.inOrder = append(tr.inOrder, time.Duration(ms(s))*time.Millisecond)
+		}
+		return tr
+	}
+	byMinute := func(s int) int { return s/60 + 1 }
+	for _, tc := range []struct {
+		name string
+		tr   *turnResult
+		span time.Duration
+		want []float64
+	}{
+		{"three minutes and a little", calls(184, byMinute), 185 * time.Second, []float64{1, 2, 4}},
+		{"a remainder under half joins the last", calls(199, func(s int) int { return min(s/60+1, 3) }), 200 * time.Second, []float64{1, 2, 3}},
+		{"a remainder over half is its own", calls(214, byMinute), 215 * time.Second, []float64{1, 2, 3, 4}},
+		{"an empty minute", &turnResult{starts: []time.Time{t0, t0.Add(150 * time.Second)}, inOrder: []time.Duration{time.Millisecond, 5 * time.Millisecond}},
+			3 * time.Minute, []float64{1, 0, 5}},
+		{"shorter than a window", calls(29, byMinute), 30 * time.Second, []float64{1}},
+		{"no span", calls(3, byMinute), 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.tr.p99ByWindow(t0, t0.Add(tc.span), time.Minute)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("p99 by minute (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// beside makes its calls for as long as the peer runs, at the rate asked, and stops with it: a
+// call the peer's end cuts short is not counted, and the peer's error is the result.
+func TestBeside(t *testing.T) {
+	var mu sync.Mutex
+	var made []int
+	call := func(ctx context.Context, i int) error {
+		mu.Lock()
+		made = append(made, i)
+		mu.Unlock()
+		if i == 0 { // in flight until the peer is done
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	s, err := beside(context.Background(), 200, 4, call, func(context.Context) error {
+		time.Sleep(300 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := len(made)
+	mu.Unlock()
+	if n < 40 || n > 70 {
+		t.Errorf("%d calls beside a 300 ms peer at 200/s, want about 60", n)
+	}
+	if s.N != n-1 {
+		t.Errorf("%d calls counted of %d made; want all but the one cut short", s.N, n)
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	if len(made) != n {
+		t.Errorf("%d calls made after the peer was done", len(made)-n)
+	}
+	mu.Unlock()
+	if _, err := beside(context.Background(), 200, 4, call, func(context.Context) error { return errors.New("no java") }); err == nil || err.Error() != "no java" {
+		t.Errorf("the peer's error: got %v", err)
 	}
 }

@@ -126,10 +126,17 @@ type Options struct {
 	// Phase, when set, is called as each measured phase starts (one of Phases) and returns
 	// the function called as it ends: a CPU profile of one phase, for instance.
 	Phase func(name string) (end func())
-	// UnderFanout, when set, is called once after the read-rate search, with the fanout
-	// running at EventRate as in the serving phase: a peer measured under the same write load
-	// as GetFeed (HBase's own Java client). Its error becomes a note.
-	UnderFanout func(ctx context.Context) error
+	// UnderFanout, when set, is called once right after the serving phase, its fanout (at
+	// EventRate) still running: peers measured under the write load GetFeed was, on the store
+	// as the phase left it (HBase's own Java client), given the phase's readers (their IDs, in
+	// the order the phase read them, repeats and all). Its error becomes a note.
+	UnderFanout func(ctx context.Context, readers []uint64) error
+	// Beside, when set, is called right after the serving phase (before UnderFanout), its
+	// fanout still running, while GetFeed goes on at the phase's offered rate and concurrency
+	// over the same readers and is measured (ReadResult.BesidePeer): a peer making GetFeed's
+	// reads measured in the same stretch of time, on the same store under the same load, as
+	// GetFeed is. It is given the phase's readers as UnderFanout is. Its error becomes a note.
+	Beside func(ctx context.Context, readers []uint64) error
 }
 
 // Phases are the names Options.Phase is called with, in the order a run goes through them.
@@ -143,10 +150,12 @@ func (o Options) phase(name string) func() {
 	return o.Phase(name)
 }
 
-// Quick is the profile `make bench` runs (≤ 5 minutes on a 2-core machine).
+// Quick is the profile `make bench` runs (about 7 minutes on a 2-core machine with Pebble).
+// Its serving phase lasts three minutes of wall time (each kind of call 60 s, in turns), so
+// GetFeed's p99 is reported minute by minute under the fanout.
 func Quick() Options {
 	return Options{Profile: "quick", Seed: 8, Users: []int{500, 1000}, EventRate: 10, FanoutFor: 20 * time.Second,
-		StepRates: []float64{5, 20, 80, 320, 640, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 10 * time.Second, ReadSlice: time.Second,
+		StepRates: []float64{5, 20, 80, 320, 640, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: time.Minute, ReadSlice: time.Second,
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
 		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60, BurstEvents: 2000,
 		ReadStepRates: []float64{50, 100, 200, 500, 1000, 2000, 5000, 10000}, ReadStepFor: 3 * time.Second,
@@ -158,7 +167,7 @@ func Full() Options {
 	o := Quick()
 	o.Profile, o.Users = "full", []int{1000, 10000, 100000}
 	o.EventRate = 20
-	o.FanoutFor, o.ReadFor, o.HedgeFor, o.StepFor = time.Minute, 30*time.Second, 30*time.Second, 20*time.Second
+	o.FanoutFor, o.HedgeFor, o.StepFor = time.Minute, 30*time.Second, 20*time.Second
 	o.ReadStepFor = 10 * time.Second
 	o.StepRates = []float64{10, 40, 160, 640, 1280, 2560}
 	o.ScaleEvents = 200
@@ -265,6 +274,19 @@ type ReadResult struct {
 	RedisRate   float64 `json:"redis_achieved_per_sec"`
 	FirstP99Ms  float64 `json:"getfeed_first_third_p99_ms"`
 	LastP99Ms   float64 `json:"getfeed_last_third_p99_ms"`
+	// P99ByMinuteMs is GetFeed's p99 over the calls that started in each minute of the
+	// phase's wall time (the kinds' turns together), when the phase lasts two minutes or more;
+	// FirstMinuteP99Ms and LastMinuteP99Ms are its ends.
+	P99ByMinuteMs    []float64 `json:"getfeed_p99_by_minute_ms,omitempty"`
+	FirstMinuteP99Ms float64   `json:"getfeed_first_minute_p99_ms,omitempty"`
+	LastMinuteP99Ms  float64   `json:"getfeed_last_minute_p99_ms,omitempty"`
+	// RedisP99ByMinuteMs and FloorP99ByMinuteMs are the same for the Redis peer and the empty
+	// gRPC call, whose turns share the phase with GetFeed's.
+	RedisP99ByMinuteMs []float64 `json:"redis_p99_by_minute_ms,omitempty"`
+	FloorP99ByMinuteMs []float64 `json:"grpc_floor_p99_by_minute_ms,omitempty"`
+	// BesidePeer is GetFeed right after the phase, at its offered rate and concurrency over its
+	// readers, while a peer made GetFeed's reads beside it (Options.Beside).
+	BesidePeer *Summary `json:"getfeed_beside_peer,omitempty"`
 	// FirstVisits are each distinct reader's first GetFeed, made one after the other before
 	// the phase, with no fanout running: a user never seen has nothing prepared, so these are
 	// the pages that run the generator.
@@ -558,9 +580,10 @@ func drain(ctx context.Context, sys System, limit time.Duration) time.Duration {
 }
 
 // reads offers calls at rate with conc in flight for d and returns their latencies and errors.
-func reads(ctx context.Context, rate float64, d time.Duration, conc int, call func(i int) error) (*Latencies, []time.Duration, int, float64) {
+// The successful calls' latencies come in the order they were recorded, each beside its start.
+func reads(ctx context.Context, rate float64, d time.Duration, conc int, call func(i int) error) (*Latencies, []timedCall, int, float64) {
 	lat := &Latencies{}
-	var inOrder []time.Duration
+	var inOrder []timedCall
 	var mu sync.Mutex
 	var errs atomic.Int64
 	start := time.Now()
@@ -574,12 +597,37 @@ func reads(ctx context.Context, rate float64, d time.Duration, conc int, call fu
 		}
 		lat.Add(took)
 		mu.Lock()
-		inOrder = append(inOrder, took)
+		inOrder = append(inOrder, timedCall{at: t, took: took})
 		mu.Unlock()
 	})
 	_ = n
 	el := time.Since(start).Seconds()
 	return lat, inOrder, int(errs.Load()), float64(lat.Summary().N) / el
+}
+
+// beside makes calls at rate with conc in flight for as long as peer runs, and returns the
+// latencies of those that succeeded. The calls in flight when peer returns are cancelled
+// (they fail, and are not counted); peer's error is returned.
+func beside(ctx context.Context, rate float64, conc int, call func(ctx context.Context, i int) error, peer func(ctx context.Context) error) (Summary, error) {
+	bctx, stop := context.WithCancel(ctx)
+	var calls []timedCall
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// Until the peer is done; long enough for any peer.
+		_, calls, _, _ = reads(bctx, rate, 10*time.Minute, conc, func(i int) error { return call(bctx, i) })
+	}()
+	err := peer(ctx)
+	stop()
+	<-done
+	if err != nil {
+		return Summary{}, err
+	}
+	d := make([]time.Duration, len(calls))
+	for i, c := range calls {
+		d[i] = c.took
+	}
+	return Summarize(d), nil
 }
 
 // visitOnce makes each distinct reader's first GetFeed, one after the other in the order the
@@ -760,8 +808,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	bgw.Add(1)
 	go func() {
 		defer bgw.Done()
-		// The fanout runs until the last of the calls below is made.
-		_, _, _ = fanout(bg, sys, w, opts.EventRate, time.Duration(len(kinds)+1)*opts.ReadFor, 4, nil, t0)
+		// The fanout runs until the last of the calls below is made, and through the peers
+		// measured under it (Options.UnderFanout; stopBG ends it).
+		_, _, _ = fanout(bg, sys, w, opts.EventRate, time.Duration(len(kinds)+1)*opts.ReadFor+10*time.Minute, 4, nil, t0)
 	}()
 	turns := "one after the other"
 	if opts.ReadSlice > 0 && opts.ReadSlice < opts.ReadFor {
@@ -774,7 +823,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	genCalls0, genTime0 := sys.GeneratorTime()
 	st0, fresh0, prep0 := stages(sys), freshCounts(sys), preparedCounts(sys)
 	end = opts.phase("serving")
+	servingStart := time.Now()
 	tr := rotate(ctx, opts.ReadRate, opts.ReadFor, opts.ReadSlice, opts.Concurrency, kinds...)
+	servingEnd := time.Now()
 	end()
 	// The Redis and empty calls touch none of the service's histograms: the stages are the
 	// GetFeeds' (and the background work they left).
@@ -782,6 +833,34 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	stagesServing, freshServing := stageDiff(st0, stages(sys)), freshDiff(fresh0, freshCounts(sys))
 	prepServing := freshDiff(prep0, preparedCounts(sys))
 	repl.end("serving")
+	// 3a. Peers under the serving phase's write load, right after it, the same fanout running:
+	// first one beside GetFeed, both measured, then the others.
+	ids := make([]uint64, len(readers))
+	for i, r := range readers {
+		ids[i] = w.IDs[r]
+	}
+	var besidePeer *Summary
+	if opts.Beside != nil {
+		say("beside: a peer making GetFeed's reads while GetFeed goes on at %.0f/s, %d concurrent, the fanout at %.0f events/s",
+			opts.ReadRate, opts.Concurrency, opts.EventRate)
+		s, err := beside(ctx, opts.ReadRate, opts.Concurrency, func(ctx context.Context, i int) error {
+			return sys.GetFeed(ctx, ids[i%len(ids)], opts.PageSize)
+		}, func(ctx context.Context) error { return opts.Beside(ctx, ids) })
+		if err != nil {
+			res.Notes = append(res.Notes, "beside: "+err.Error())
+			say("beside: %v", err)
+		} else {
+			besidePeer = &s
+			say("beside: GetFeed p50 %.2f p99 %.2f ms over %d calls beside the peer", s.P50, s.P99, s.N)
+		}
+	}
+	if opts.UnderFanout != nil {
+		say("under fanout: peers' reads right after the serving phase, its fanout at %.0f events/s still running", opts.EventRate)
+		if err := opts.UnderFanout(ctx, ids); err != nil {
+			res.Notes = append(res.Notes, "under fanout: "+err.Error())
+			say("under fanout: %v", err)
+		}
+	}
 	stopBG()
 	bgw.Wait()
 	g, r := tr[0], tr[1]
@@ -799,6 +878,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		Errors: g.errs, Redis: r.summary(), RedisRate: r.rate(), Stages: stagesServing, Fresh: freshServing, Prepared: prepServing,
 		Sched: g.sched.result(), RedisSched: r.sched.result(), Floor: floor, Readers: len(distinct),
 		Turns: turns, FirstVisits: firstVisits}
+	res.Reads.BesidePeer = besidePeer
 	if n := genCalls1 - genCalls0; n > 0 {
 		res.Reads.GeneratorCalls = n
 		res.Reads.GeneratorMeanMs = float64((genTime1 - genTime0).Microseconds()) / 1000 / n
@@ -807,10 +887,24 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Reads.FirstP99Ms = Summarize(order[:third]).P99
 		res.Reads.LastP99Ms = Summarize(order[len(order)-third:]).P99
 	}
+	if byMin := g.p99ByWindow(servingStart, servingEnd, time.Minute); len(byMin) >= 2 {
+		res.Reads.P99ByMinuteMs = byMin
+		res.Reads.FirstMinuteP99Ms, res.Reads.LastMinuteP99Ms = byMin[0], byMin[len(byMin)-1]
+		// The peers' minutes beside GetFeed's: a minute slow for all of them is the machine's.
+		res.Reads.RedisP99ByMinuteMs = r.p99ByWindow(servingStart, servingEnd, time.Minute)
+		if pinger != nil {
+			res.Reads.FloorP99ByMinuteMs = tr[2].p99ByWindow(servingStart, servingEnd, time.Minute)
+		}
+	}
 	res.getfeed, res.redis = g.sorted(), r.sorted()
 	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms; generator %.2f ms mean over %.0f calls",
 		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, res.Reads.GetFeedRate, g.errs, res.Reads.Redis.P50, res.Reads.Redis.P99,
 		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
+	if len(res.Reads.P99ByMinuteMs) > 0 {
+		say("reads: p99 by minute of the phase: GetFeed %s ms (last over first %.3f); Redis %s ms; empty gRPC call %s ms",
+			minuteList(res.Reads.P99ByMinuteMs), ratio(res.Reads.LastMinuteP99Ms, res.Reads.FirstMinuteP99Ms),
+			minuteList(res.Reads.RedisP99ByMinuteMs), minuteList(res.Reads.FloorP99ByMinuteMs))
+	}
 	if len(res.Reads.Fresh) > 0 {
 		say("reads: GetFeed by fresh status: %s", freshLine(res.Reads.Fresh))
 	}
@@ -833,26 +927,6 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.FloorRateSteps, res.FloorMaxRate = rs.floor, rs.floorBest
 		res.RateStepBoundMs, res.RateStepConc = ms(opts.ReadP99Bound), opts.ReadStepConcurrency
 		end()
-	}
-
-	// 3c. A peer under the serving phase's write load.
-	if opts.UnderFanout != nil {
-		say("under fanout: a peer's reads with the fanout at %.0f events/s", opts.EventRate)
-		bg, stopBG := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			// Until the peer is done (cancelled then); long enough for any peer.
-			_, _, _ = fanout(bg, sys, w, opts.EventRate, 10*time.Minute, 7, nil, t0)
-		}()
-		err := opts.UnderFanout(ctx)
-		stopBG()
-		<-done
-		drain(ctx, sys, time.Minute)
-		if err != nil {
-			res.Notes = append(res.Notes, "under fanout: "+err.Error())
-			say("under fanout: %v", err)
-		}
 	}
 
 	// 4. Tail under trouble: a slice of the primary's reads slowed, hedging off then on.
@@ -931,6 +1005,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	res.Ratios["fanout_vs_redis"] = ratio(res.Fanout.BurstInsertsPerSec, res.Fanout.RedisInsertsPerSec)
 	res.Ratios["fanout_vs_raw_store"] = ratio(res.Fanout.BurstInsertsPerSec, res.Fanout.RawRowsPerSec)
 	res.Ratios["getfeed_p99_vs_redis"] = ratio(res.Reads.GetFeed.P99, res.Reads.Redis.P99)
+	if res.Reads.FirstMinuteP99Ms > 0 {
+		res.Ratios["getfeed_last_vs_first_minute_p99"] = ratio(res.Reads.LastMinuteP99Ms, res.Reads.FirstMinuteP99Ms)
+	}
 	res.Ratios["getfeed_max_rate_vs_redis"] = ratio(res.GetFeedMaxRate, res.RedisMaxRate)
 	if len(res.FloorRateSteps) > 0 {
 		res.Ratios["getfeed_max_rate_vs_grpc_floor"] = ratio(res.GetFeedMaxRate, res.FloorMaxRate)

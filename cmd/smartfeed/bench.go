@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -29,6 +30,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/smartfeed/smartfeed/bench"
+	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/internal/config"
@@ -37,10 +39,11 @@ import (
 	"github.com/smartfeed/smartfeed/worker"
 	"github.com/smartfeed/smartfeed/worker/baseline"
 	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenhbase"
 )
 
 // benchFlags are the bench command's own flags.
-type benchFlags struct{ profile, out, docs, cpuprofile, cpuPhase, trace, memprofile, hbasePE string }
+type benchFlags struct{ profile, out, docs, cpuprofile, cpuPhase, trace, memprofile, hbasePE, hbaseScan string }
 
 // newBenchCmd is "smartfeed bench": the end-to-end benchmark (bench.Run) on an in-process
 // `all` over the real Redis and store, with fsync on; it writes results.json, report.md and
@@ -56,7 +59,7 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	}
 	var bf benchFlags
 	fs := cmd.Flags()
-	fs.StringVar(&bf.profile, "profile", "quick", "quick (≤ 5 minutes here; what make bench runs) or full (users ×10 and ×100)")
+	fs.StringVar(&bf.profile, "profile", "quick", "quick (about 7 minutes here with Pebble, 11 with HBase; what make bench runs) or full (users ×10 and ×100)")
 	fs.StringVar(&bf.out, "out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
 	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
 	fs.StringVar(&bf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (pprof format) to FILE")
@@ -65,6 +68,8 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	fs.StringVar(&bf.trace, "trace", "", "write an execution trace (go tool trace: scheduler latency, GC) of the phase --cpuprofile-phase names to FILE")
 	fs.StringVar(&bf.hbasePE, "hbase-pe", filepath.Join("scripts", "hbase-pe.sh"), "with --storage hbase: the script that runs HBase's own Java client "+
 		"(PerformanceEvaluation randomRead) on the pools' HBase, to compare zen's Get and Top(50) with it in the same run (empty: skip)")
+	fs.StringVar(&bf.hbaseScan, "hbase-scan", filepath.Join("scripts", "hbase-scan.sh"), "with --storage hbase: the script that has HBase's own Java client "+
+		"make GetFeed's reads of the feed (a Scan of each serving-phase reader's feed rows) on the primary's HBase with the fanout running, to compare GetFeed with it (empty: skip)")
 	base := config.DefaultConfig()
 	base.GRPC.Addr, base.Admin.Addr, base.Admin.GRPCAddr, base.Feed.Faults = "127.0.0.1:0", "", "", true
 	resolve := configFlags(fs, base, getenv)
@@ -138,19 +143,57 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		s, c, err := newSys(ctx, fmt.Sprint(users))
 		return s, c, err
 	}
-	// HBase's own Java client, once during the run with the fanout writing (below, once more
-	// after the run with nothing else running).
+	// HBase's own Java client right after the serving phase, its fanout still writing: GetFeed's
+	// feed scans (FeedScan), then PE randomRead (below, PE once more after the run with nothing
+	// else running).
 	var peFanout *bench.PEResult
+	var scanner *feedScanner
+	defer func() {
+		if scanner != nil {
+			scanner.Close()
+		}
+	}()
 	withPE := cfg.Storage.Backend == config.BackendHBase && bf.hbasePE != ""
-	if withPE {
-		opts.UnderFanout = func(ctx context.Context) error {
-			res, _, err := runPE(ctx, cfg.Storage.HBase, bf.hbasePE, logFile)
+	withScan := cfg.Storage.Backend == config.BackendHBase && bf.hbaseScan != ""
+	if withScan {
+		opts.Beside = func(ctx context.Context, readers []uint64) error {
+			sc, err := newFeedScanner(ctx, sys, cfg.Storage.HBase, bf.hbaseScan, readers, opts.PageSize, logFile)
 			if err != nil {
-				return fmt.Errorf("HBase's Java client: %w", err)
+				return fmt.Errorf("GetFeed's feed scans: %w", err)
 			}
-			peFanout = &res
-			fmt.Fprintf(stdout, "hbase java under fanout: PE randomRead p50 %.3f p99 %.3f ms (%d)\n", res.P50Us/1000, res.P99Us/1000, res.N)
+			if err := sc.loaded(ctx, opts); err != nil {
+				sc.Close()
+				return fmt.Errorf("GetFeed's feed scans: %w", err)
+			}
+			scanner = sc
+			j := sc.fs.Java.Summary()
+			fmt.Fprintf(stdout, "hbase java beside GetFeed: GetFeed's feed scans by the Java client at %.0f/s p50 %.3f p99 %.3f ms (%d failed)\n",
+				sc.fs.Java.Offered, j.P50, j.P99, sc.fs.Java.Failed)
 			return nil
+		}
+	}
+	if withPE || withScan {
+		opts.UnderFanout = func(ctx context.Context, readers []uint64) error {
+			var errs []error
+			if scanner != nil {
+				if err := scanner.serial(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("GetFeed's feed scans one at a time: %w", err))
+				} else {
+					js, z := scanner.fs.JavaSerial.Summary(), scanner.fs.Zen
+					fmt.Fprintf(stdout, "hbase java under fanout: GetFeed's feed scans one at a time: Java p50 %.3f p99 %.3f ms, zen p50 %.3f p99 %.3f ms\n",
+						js.P50, js.P99, z.P50, z.P99)
+				}
+			}
+			if withPE {
+				res, _, err := runPE(ctx, cfg.Storage.HBase, bf.hbasePE, logFile)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("HBase's Java client: %w", err))
+				} else {
+					peFanout = &res
+					fmt.Fprintf(stdout, "hbase java under fanout: PE randomRead p50 %.3f p99 %.3f ms (%d)\n", res.P50Us/1000, res.P99Us/1000, res.N)
+				}
+			}
+			return errors.Join(errs...)
 		}
 	}
 	rdb := goredis.NewClient(&goredis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB})
@@ -243,6 +286,9 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 			if peFanout != nil {
 				sum := peFanout.Summary()
 				h.PEUnderFanout, h.JavaUnderFanout = peFanout, &sum
+			}
+			if scanner != nil {
+				h.FeedScans = scanner.fs
 			}
 			res.SetHBaseJava(h)
 			fmt.Fprintf(stdout, "hbase java: zen Get p50 %.3f p99 %.3f ms (%d), zen Top(50) p50 %.3f p99 %.3f ms (%d); "+
@@ -348,6 +394,115 @@ func runPE(ctx context.Context, h config.HBase, script string, logw io.Writer) (
 		return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w", cmdline, err)
 	}
 	return res, cmdline, nil
+}
+
+// benchFeedScanReads and benchFeedScanWarmup: GetFeed's reads of the feed made by the Java
+// client and by zen (feedScanner) under fanout (the serving phase's first readers, in its order), each timed
+// after the first benchFeedScanWarmup.
+const benchFeedScanReads, benchFeedScanWarmup = 3000, 500
+
+// feedScanner makes GetFeed's reads of the feed (a page's Scan of each reader's feed rows:
+// feedsvc.FeedRange, feedsvc.PageScanRows) on the primary's "feed" table: with script
+// (scripts/hbase-scan.sh, HBase's own Java client) and with zen's Scan.
+type feedScanner struct {
+	fs     *bench.FeedScans
+	table  zen.Table
+	ranges []zen.ScanOptions
+	file   string // the ranges, one "START STOP" in hex a line, for the script
+	script string
+	h      config.HBase
+	logw   io.Writer
+}
+
+// newFeedScanner prepares the reads of readers (the serving phase's, in its order; the first
+// benchFeedScanReads of them). Close removes its file.
+func newFeedScanner(ctx context.Context, sys *benchSystem, h config.HBase, script string, readers []uint64, pageSize int,
+	logw io.Writer) (*feedScanner, error) {
+	if _, err := os.Stat(script); err != nil {
+		return nil, fmt.Errorf("--hbase-scan: %w", err)
+	}
+	readers = readers[:min(len(readers), benchFeedScanReads)]
+	if len(readers) == 0 {
+		return nil, errors.New("no readers to scan")
+	}
+	st, err := sys.a.stores.get(ctx, storePrimary)
+	if err != nil {
+		return nil, err
+	}
+	hb, ok := st.(*zenhbase.Store)
+	if !ok {
+		return nil, fmt.Errorf("the primary store is a %T, not HBase", st)
+	}
+	table, err := hb.Table(ctx, tableFeed)
+	if err != nil {
+		return nil, err
+	}
+	sc := &feedScanner{fs: &bench.FeedScans{Table: hb.HBaseName(tableFeed), Limit: feedsvc.PageScanRows(pageSize)}, table: table,
+		ranges: make([]zen.ScanOptions, len(readers)), script: script, h: h, logw: logw}
+	f, err := os.CreateTemp("", "smartfeed-feedscan-*.txt")
+	if err != nil {
+		return nil, err
+	}
+	sc.file = f.Name()
+	w := bufio.NewWriter(f)
+	for i, u := range readers {
+		start, stop := feedsvc.FeedRange(zen.ID(u))
+		sc.ranges[i] = zen.ScanOptions{Start: start, Stop: stop, Limit: sc.fs.Limit}
+		fmt.Fprintf(w, "%x %x\n", start, stop)
+	}
+	if err := errors.Join(w.Flush(), f.Close()); err != nil {
+		sc.Close()
+		return nil, fmt.Errorf("feed scan ranges: %w", err)
+	}
+	return sc, nil
+}
+
+// Close removes the ranges file.
+func (sc *feedScanner) Close() { _ = os.Remove(sc.file) }
+
+// java runs the script over the ranges at rate (0: one after the other) with at most threads
+// in flight, after benchFeedScanWarmup untimed reads.
+func (sc *feedScanner) java(ctx context.Context, rate float64, threads int) (bench.PEResult, string, error) {
+	args := []string{"--zk", strings.Split(sc.h.PrimaryZK, ",")[0], "--table", sc.fs.Table, "--ranges", sc.file,
+		"--limit", fmt.Sprint(sc.fs.Limit), "--rate", fmt.Sprint(rate), "--threads", fmt.Sprint(threads), "--warmup", fmt.Sprint(benchFeedScanWarmup)}
+	if sc.h.ZookeeperRoot != "" {
+		args = append(args, "--znode", sc.h.ZookeeperRoot)
+	}
+	cmdline := sc.script + " " + strings.Join(args, " ")
+	cmd := exec.CommandContext(ctx, sc.script, args...)
+	cmd.Stderr = sc.logw
+	out, err := cmd.Output()
+	if err != nil {
+		return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w (its log lines are in smartfeed.log)", cmdline, err)
+	}
+	res, err := bench.ParsePE(out)
+	if err != nil {
+		return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w", cmdline, err)
+	}
+	return res, cmdline, nil
+}
+
+// loaded is the Java client at the serving phase's offered rate and concurrency (fs.Java).
+func (sc *feedScanner) loaded(ctx context.Context, opts bench.Options) error {
+	var err error
+	sc.fs.Java, sc.fs.Command, err = sc.java(ctx, opts.ReadRate, opts.Concurrency)
+	return err
+}
+
+// serial is the Java client, then zen's Scan, one at a time (fs.JavaSerial, fs.Zen).
+func (sc *feedScanner) serial(ctx context.Context) error {
+	var err error
+	if sc.fs.JavaSerial, _, err = sc.java(ctx, 0, 1); err != nil {
+		return err
+	}
+	sc.fs.Zen, err = bench.Serial(ctx, len(sc.ranges), benchFeedScanWarmup, func(ctx context.Context, i int) error {
+		_, err := sc.table.Scan(ctx, sc.ranges[i%len(sc.ranges)])
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("zen feed scans: %w", err)
+	}
+	return nil
 }
 
 // writeBenchDocs writes docs/benchmarks.md from a run's report and copies its plots.
