@@ -863,6 +863,10 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	}
 	stopBG()
 	bgw.Wait()
+	if opts.Beside != nil || opts.UnderFanout != nil {
+		// The peers ran the fanout on past the phase: what it queued is not the next phase's.
+		drain(ctx, sys, time.Minute)
+	}
 	g, r := tr[0], tr[1]
 	var floor *Summary
 	if pinger != nil {

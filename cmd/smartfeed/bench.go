@@ -59,7 +59,7 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	}
 	var bf benchFlags
 	fs := cmd.Flags()
-	fs.StringVar(&bf.profile, "profile", "quick", "quick (about 7 minutes here with Pebble, 11 with HBase; what make bench runs) or full (users ×10 and ×100)")
+	fs.StringVar(&bf.profile, "profile", "quick", "quick (about 7 minutes here with Pebble, 10 with HBase; what make bench runs) or full (users ×10 and ×100)")
 	fs.StringVar(&bf.out, "out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
 	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
 	fs.StringVar(&bf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (pprof format) to FILE")
@@ -397,8 +397,8 @@ func runPE(ctx context.Context, h config.HBase, script string, logw io.Writer) (
 }
 
 // benchFeedScanReads and benchFeedScanWarmup: GetFeed's reads of the feed made by the Java
-// client and by zen (feedScanner) under fanout (the serving phase's first readers, in its order), each timed
-// after the first benchFeedScanWarmup.
+// client and by zen (feedScanner) under fanout, for the serving phase's first readers in its
+// order, each timed after the first benchFeedScanWarmup.
 const benchFeedScanReads, benchFeedScanWarmup = 3000, 500
 
 // feedScanner makes GetFeed's reads of the feed (a page's Scan of each reader's feed rows:
