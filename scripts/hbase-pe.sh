@@ -37,11 +37,7 @@ while [ $# -gt 0 ]; do
 	*) die "unknown argument $1 (--help)" ;;
 	esac
 done
-if [ -z "$ZK" ] && [ -s "$RUN_DIR/hbase/env" ]; then
-	ZK=$(sed -n 's/^SMARTFEED_HBASE_ZK=//p' "$RUN_DIR/hbase/env")
-fi
-[ -n "$ZK" ] || die "no HBase: pass --zk HOST:PORT or set SMARTFEED_HBASE_ZK (scripts/hbase.sh up)"
-case "$ZK" in *,*) die "--zk: one ZooKeeper host:port, got $ZK" ;; *:*) ;; *) die "--zk: want HOST:PORT, got $ZK" ;; esac
+ZK=$(hbase_zk "$ZK")
 case "$ROWS$WARMUP$VALUE_SIZE" in *[!0-9]*) die "--rows, --warmup and --value-size take numbers" ;; esac
 
 POM="$ROOT/test/hbase/pe/pom.xml"

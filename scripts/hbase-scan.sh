@@ -46,11 +46,7 @@ while [ $# -gt 0 ]; do
 	*) die "unknown argument $1 (--help)" ;;
 	esac
 done
-if [ -z "$ZK" ] && [ -s "$RUN_DIR/hbase/env" ]; then
-	ZK=$(sed -n 's/^SMARTFEED_HBASE_ZK=//p' "$RUN_DIR/hbase/env")
-fi
-[ -n "$ZK" ] || die "no HBase: pass --zk HOST:PORT or set SMARTFEED_HBASE_ZK (scripts/hbase.sh up)"
-case "$ZK" in *,*) die "--zk: one ZooKeeper host:port, got $ZK" ;; *:*) ;; *) die "--zk: want HOST:PORT, got $ZK" ;; esac
+ZK=$(hbase_zk "$ZK")
 [ -n "$TABLE" ] || die "--table is required"
 [ -s "$RANGES" ] || die "--ranges: no file $RANGES, or it is empty"
 case "$LIMIT$THREADS$WARMUP" in *[!0-9]*) die "--limit, --threads and --warmup take whole numbers" ;; esac

@@ -84,3 +84,15 @@ stop_pid() {
 	rm -f "$pidfile"
 	log "stopped"
 }
+
+# hbase_zk ZK prints the one ZooKeeper host:port of the HBase a Java client script talks to:
+# ZK when given, else the one scripts/hbase.sh up wrote into run/hbase/env; it dies otherwise.
+hbase_zk() {
+	local zk="$1"
+	if [ -z "$zk" ] && [ -s "$RUN_DIR/hbase/env" ]; then
+		zk=$(sed -n 's/^SMARTFEED_HBASE_ZK=//p' "$RUN_DIR/hbase/env")
+	fi
+	[ -n "$zk" ] || die "no HBase: pass --zk HOST:PORT or set SMARTFEED_HBASE_ZK (scripts/hbase.sh up)"
+	case "$zk" in *,*) die "--zk: one ZooKeeper host:port, got $zk" ;; *:*) ;; *) die "--zk: want HOST:PORT, got $zk" ;; esac
+	echo "$zk"
+}

@@ -379,6 +379,13 @@ func runPE(ctx context.Context, h config.HBase, script string, logw io.Writer) (
 	zk := strings.Split(h.PoolsZK, ",")[0]
 	args := []string{"--zk", zk, "--rows", fmt.Sprint(benchHBaseJavaReads + benchHBaseJavaWarmup), "--warmup", fmt.Sprint(benchHBaseJavaWarmup),
 		"--table", fmt.Sprintf("benchpe%d", time.Now().UnixNano())}
+	return runJavaScript(ctx, h, script, args, logw)
+}
+
+// runJavaScript runs script (one of HBase's own Java client's: scripts/hbase-pe.sh,
+// scripts/hbase-scan.sh) with args and the HBase's znode, its log lines to logw, and returns the
+// JSON line it printed and its command line.
+func runJavaScript(ctx context.Context, h config.HBase, script string, args []string, logw io.Writer) (bench.PEResult, string, error) {
 	if h.ZookeeperRoot != "" {
 		args = append(args, "--znode", h.ZookeeperRoot)
 	}
@@ -465,21 +472,7 @@ func (sc *feedScanner) Close() { _ = os.Remove(sc.file) }
 func (sc *feedScanner) java(ctx context.Context, rate float64, threads int) (bench.PEResult, string, error) {
 	args := []string{"--zk", strings.Split(sc.h.PrimaryZK, ",")[0], "--table", sc.fs.Table, "--ranges", sc.file,
 		"--limit", fmt.Sprint(sc.fs.Limit), "--rate", fmt.Sprint(rate), "--threads", fmt.Sprint(threads), "--warmup", fmt.Sprint(benchFeedScanWarmup)}
-	if sc.h.ZookeeperRoot != "" {
-		args = append(args, "--znode", sc.h.ZookeeperRoot)
-	}
-	cmdline := sc.script + " " + strings.Join(args, " ")
-	cmd := exec.CommandContext(ctx, sc.script, args...)
-	cmd.Stderr = sc.logw
-	out, err := cmd.Output()
-	if err != nil {
-		return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w (its log lines are in smartfeed.log)", cmdline, err)
-	}
-	res, err := bench.ParsePE(out)
-	if err != nil {
-		return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w", cmdline, err)
-	}
-	return res, cmdline, nil
+	return runJavaScript(ctx, sc.h, sc.script, args, sc.logw)
 }
 
 // loaded is the Java client at the serving phase's offered rate and concurrency (fs.Java).
