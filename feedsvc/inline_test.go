@@ -1,8 +1,10 @@
 package feedsvc
 
 import (
+	"context"
 	"errors"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -290,4 +292,96 @@ func TestRecentVisitPreparesNext(t *testing.T) {
 		t.Errorf("generator calls after the visit = %d, want %d (served the prepared chunk, no call)", got, want)
 	}
 	e.svc.Wait()
+}
+
+// gapGate is a Quiet whose gaps the test opens: Wait blocks until release is closed or ctx
+// ends, and records the bounds it was given.
+type gapGate struct {
+	mu      sync.Mutex
+	bounds  []time.Duration
+	release chan struct{}
+}
+
+func (g *gapGate) Wait(ctx context.Context, bound time.Duration) bool {
+	g.mu.Lock()
+	g.bounds = append(g.bounds, bound)
+	g.mu.Unlock()
+	select {
+	case <-g.release:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (g *gapGate) waits() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.bounds)
+}
+
+// TestBackgroundWaitsForGap: with a Quiet, a page answers at once, and the preparation and the
+// inline materialization it leaves wait for a gap between requests before they run; then both
+// run in process. Close ends a wait that no gap ends.
+func TestBackgroundWaitsForGap(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) {
+		c.InlineMaterialize, c.PrepareAfter, c.MinChunkInterval = 4, time.Millisecond, 0
+	})
+	gate := &gapGate{release: make(chan struct{})}
+	e.rebuild(t, func(d *Deps) { d.Quiet = gate })
+	// Not e.get: it waits for the work the page leaves, which waits for the gap.
+	p, err := e.svc.GetFeed(context.Background(), Request{User: e.user, PageSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.FreshStatus != FreshIncluded || len(freshPins(p)) != 5 {
+		t.Fatalf("page with no gap: status %q, %d fresh; want included, 5", p.FreshStatus, len(freshPins(p)))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for gate.waits() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := gate.waits(); got != 2 {
+		t.Fatalf("background tasks waiting for a gap = %d, want 2 (the preparation, the materialization)", got)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got := e.gen.calls(); got != 1 {
+		t.Errorf("generator calls before the gap = %d, want 1 (the page's; the preparation waits)", got)
+	}
+	if diff := cmp.Diff(map[string]float64{}, inlineCounts(e)); diff != "" {
+		t.Errorf("materializations before the gap (-want +got):\n%s", diff)
+	}
+	close(gate.release)
+	e.svc.Wait()
+	if got := e.gen.calls(); got != 2 {
+		t.Errorf("generator calls after the gap = %d, want 2 (the page's and its preparation's)", got)
+	}
+	if diff := cmp.Diff(map[string]float64{inlineDone: 1}, inlineCounts(e)); diff != "" {
+		t.Errorf("materializations after the gap (-want +got):\n%s", diff)
+	}
+	gate.mu.Lock()
+	for _, b := range gate.bounds {
+		if b != DefaultQuietBound {
+			t.Errorf("wait bound %v, want DefaultQuietBound %v", b, DefaultQuietBound)
+		}
+	}
+	gate.mu.Unlock()
+
+	// No gap comes: Close ends the waits, and the service's background work ends.
+	e2 := newEnv(t, func(c *Config, _ *hedge.Policy) { c.InlineMaterialize, c.PrepareAfter = 4, time.Millisecond })
+	never := &gapGate{release: make(chan struct{})}
+	e2.rebuild(t, func(d *Deps) { d.Quiet, d.QuietBound = never, time.Second })
+	if _, err := e2.svc.GetFeed(context.Background(), Request{User: e2.user, PageSize: 10}); err != nil {
+		t.Fatal(err)
+	}
+	for never.waits() < 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	closed := make(chan struct{})
+	go func() { e2.svc.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the background work waiting for a gap")
+	}
 }

@@ -264,9 +264,26 @@ func defaultBackgroundLanes() int {
 	return max(1, runtime.GOMAXPROCS(0)/2)
 }
 
-// acquireLane waits up to laneWait for a background lane; false when none came free or the
-// service is closing.
-func (s *Service) acquireLane() bool { return s.acquire(s.lanes) }
+// acquireLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
+// up to laneWait for a background lane; false when none came free or the service is closing.
+func (s *Service) acquireLane() bool {
+	s.waitQuiet()
+	select {
+	case <-s.closing:
+		return false
+	default:
+	}
+	return s.acquire(s.lanes)
+}
+
+// waitQuiet holds background work until no request is in flight, for at most quietBound (see
+// Deps.Quiet); it returns at once when the service is closing.
+func (s *Service) waitQuiet() {
+	if s.quiet == nil {
+		return
+	}
+	s.quiet.Wait(s.closingCtx, s.quietBound)
+}
 
 // acquire waits up to laneWait to put a token in sem; false when it stayed full or the service
 // is closing.

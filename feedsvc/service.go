@@ -179,7 +179,26 @@ type Deps struct {
 	// preparations' and Config.InlineMaterialize's own (a store across the network, where the
 	// work waits on RPCs).
 	BackgroundLanes int
+	// Quiet, when set, holds the read path's background work (preparations, inline
+	// materializations) until no request of the process is in flight, for at most QuietBound
+	// (0 means DefaultQuietBound), so that it takes the gaps between requests rather than the
+	// processors a request and its answer wait for (internal/quiet.Gate; docs/read-path.md,
+	// "Background work takes the gaps"). nil: background work starts as soon as it has a lane.
+	Quiet      Quiet
+	QuietBound time.Duration
 }
+
+// Quiet tells background work when the process's requests leave the processors free
+// (internal/quiet.Gate).
+type Quiet interface {
+	// Wait returns once no request is in flight, after bound, or when ctx is done, and reports
+	// whether it found such a gap.
+	Wait(ctx context.Context, bound time.Duration) bool
+}
+
+// DefaultQuietBound is Deps.QuietBound's default: background work is delayed by at most this
+// long when requests leave no gap (a steady high rate), never starved.
+const DefaultQuietBound = 10 * time.Millisecond
 
 // DefaultUnsureGrace is Deps.UnsureGrace's default: beyond the HBase client's RPC timeouts.
 const DefaultUnsureGrace = 30 * time.Second
@@ -246,6 +265,11 @@ type Service struct {
 	// lanes bounds the read path's background work running at once in this process
 	// (preparations and inline materializations; see acquireLane).
 	lanes chan struct{}
+	// quiet and quietBound: see Deps.Quiet. closingCtx is done once Close is called.
+	quiet      Quiet
+	quietBound time.Duration
+	closingCtx context.Context
+	stopAll    context.CancelFunc
 }
 
 // New returns a Service.
@@ -298,6 +322,12 @@ func New(d Deps, c Config) (*Service, error) {
 	if d.BackgroundLanes < 1 || d.BackgroundLanes > MaxBackgroundLanes {
 		return nil, fmt.Errorf("feedsvc: background lanes %d is not in [1, %d]", d.BackgroundLanes, MaxBackgroundLanes)
 	}
+	if d.QuietBound == 0 {
+		d.QuietBound = DefaultQuietBound
+	}
+	if d.QuietBound < 0 || d.QuietBound > time.Second {
+		return nil, fmt.Errorf("feedsvc: quiet bound %v is not in [0, 1s]", d.QuietBound)
+	}
 	if d.IndexShards < 0 || d.IndexShards > maxIndexShards {
 		return nil, fmt.Errorf("feedsvc: index shards %d is not in [1, %d]", d.IndexShards, maxIndexShards)
 	}
@@ -306,7 +336,8 @@ func New(d Deps, c Config) (*Service, error) {
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
 		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing),
-		lanes: make(chan struct{}, d.BackgroundLanes)}
+		lanes: make(chan struct{}, d.BackgroundLanes), quiet: d.Quiet, quietBound: d.QuietBound}
+	s.closingCtx, s.stopAll = context.WithCancel(context.Background())
 	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers
 	s.own.max = maxPreparedHints
 	s.cfg.Store(&c)
@@ -339,7 +370,10 @@ func (s *Service) Wait() {
 // unknown: the recovery pass settles that chunk instead) and waits for the rest. The service
 // still serves; Close is for shutdown. It is idempotent.
 func (s *Service) Close() {
-	s.closeOnce.Do(func() { close(s.closing) })
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.stopAll()
+	})
 	s.Wait()
 }
 

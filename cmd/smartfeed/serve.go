@@ -41,6 +41,7 @@ import (
 	"github.com/smartfeed/smartfeed/graphsvc"
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/internal/gcfloor"
+	"github.com/smartfeed/smartfeed/internal/quiet"
 	"github.com/smartfeed/smartfeed/internal/slowtrace"
 	"github.com/smartfeed/smartfeed/pinlater"
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
@@ -181,6 +182,9 @@ type app struct {
 	// slow writes the execution trace around slow public calls (nil when
 	// admin.slow_trace_dir is empty).
 	slow *slowtrace.Recorder
+	// quiet counts the public port's unary calls in flight, for the feed's background work to
+	// wait for a gap (nil without a feed role, or with feed.background_gap_wait 0).
+	quiet *quiet.Gate
 
 	stores *stores
 	// router routes the shard-keyed tables over the stores of --stores (nil without any);
@@ -554,6 +558,12 @@ func (a *app) buildFeed(ctx context.Context) error {
 	if a.worker != nil {
 		deps.Activity = a.worker
 	}
+	if wait := a.cfg.Feed.BackgroundGapWait.D(); wait > 0 {
+		if a.quiet, err = quiet.New(0, a.reg); err != nil {
+			return fmt.Errorf("quiet gate: %w", err)
+		}
+		deps.Quiet, deps.QuietBound = a.quiet, wait
+	}
 	a.feed, err = feedsvc.New(deps, fc)
 	if err != nil {
 		return fmt.Errorf("feedsvc: %w", err)
@@ -640,6 +650,9 @@ func (a *app) buildGRPC() error {
 		// read-rate phase (session 51). A call that finds no idle worker gets its own
 		// goroutine, as before.
 		grpc.NumStreamWorkers(streamWorkers())}
+	if a.quiet != nil {
+		opts = append(opts, grpc.StatsHandler(a.quiet.StatsHandler()))
+	}
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}

@@ -421,6 +421,11 @@ type Feed struct {
 	// least 1, on Pebble, where that work is the processors'; no bound beyond the work's own on
 	// HBase, where it waits on RPCs.
 	BackgroundLanes int `json:"background_lanes"`
+	// BackgroundGapWait is how long that background work waits for a gap between the
+	// process's requests (no public unary call in flight) before it starts anyway, so that it
+	// takes the gaps rather than the processors a request and its answer wait for
+	// (feedsvc.Deps.Quiet). Default 10ms; 0: it starts as soon as it has a lane.
+	BackgroundGapWait Duration `json:"background_gap_wait"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -455,6 +460,7 @@ func DefaultConfig() Config {
 			PreparedMaxAge:      Duration(30 * time.Second),
 			MinChunkInterval:    Duration(time.Second),
 			InlineMaterialize:   4,
+			BackgroundGapWait:   Duration(10 * time.Millisecond),
 			Hedge:               hedge.DefaultPolicy(),
 		},
 		ShutdownTimeout: Duration(30 * time.Second),
@@ -579,6 +585,9 @@ func (c Config) Validate() error {
 	}
 	if c.Feed.PreparedMaxAge <= 0 || c.Feed.PreparedMaxAge > Duration(time.Hour) {
 		bad("feed.prepared_max_age: %v not in (0, 1h]", c.Feed.PreparedMaxAge.D())
+	}
+	if c.Feed.BackgroundGapWait < 0 || c.Feed.BackgroundGapWait > Duration(time.Second) {
+		bad("feed.background_gap_wait: %v not in [0, 1s]", c.Feed.BackgroundGapWait.D())
 	}
 	if c.Feed.InlineMaterialize < 0 || c.Feed.InlineMaterialize > 1024 {
 		bad("feed.inline_materialize: %d not in [0, 1024]", c.Feed.InlineMaterialize)

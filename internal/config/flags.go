@@ -102,6 +102,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	d(&c.Feed.PreparedMaxAge, "feed-prepared-max-age", c.Feed.PreparedMaxAge, "serve a prepared chunk older than this beside a new one")
 	d(&c.Feed.MinChunkInterval, "feed-min-chunk-interval", c.Feed.MinChunkInterval, "least time between two generator calls for one user; a first page sooner serves the feed as it stands (0: no bound)")
 	i(&c.Feed.InlineMaterialize, "feed-inline-materialize", c.Feed.InlineMaterialize, "served chunks materialized at once in process instead of as Redis jobs (0: all as jobs)")
+	d(&c.Feed.BackgroundGapWait, "feed-background-gap-wait", c.Feed.BackgroundGapWait, "how long the read path's background tasks wait for a gap between requests before they start anyway (0: they do not wait)")
 	i(&c.Feed.BackgroundLanes, "feed-background-lanes", c.Feed.BackgroundLanes, "background tasks of the read path (preparations, inline materializations) run at once (0: half of GOMAXPROCS, at least 1, on pebble; no bound on hbase)")
 	b(&c.Feed.Faults, "feed-faults", c.Feed.Faults, "enable FeedAdmin fault injection on the feed stores")
 	h := &c.Feed.Hedge
