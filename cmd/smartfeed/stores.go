@@ -103,7 +103,8 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 }
 
 // pebbleOptions are the options of every Pebble store opened, the store named name (a label
-// of its log lines): sync, block cache and memtable size from the storage config.
+// of its log lines): sync, block cache and memtable size from the storage config (the feed's
+// stores their own memtable size).
 func (s *stores) pebbleOptions(name string) []zenpebble.Option {
 	opts := []zenpebble.Option{zenpebble.WithLogger(s.log.Named("pebble").With(zap.String("store", name)))}
 	if s.cfg.PebbleNoSync {
@@ -115,8 +116,12 @@ func (s *stores) pebbleOptions(name string) []zenpebble.Option {
 	if s.cfg.PebbleL0CompactionThreshold > 0 {
 		opts = append(opts, zenpebble.WithL0CompactionThreshold(s.cfg.PebbleL0CompactionThreshold))
 	}
-	if s.cfg.PebbleMemTableMB > 0 {
-		opts = append(opts, zenpebble.WithMemTableSize(uint64(s.cfg.PebbleMemTableMB)<<20))
+	mem := s.cfg.PebbleMemTableMB
+	if feed := s.cfg.PebbleFeedMemTableMB; feed > 0 && (name == storePrimary || name == storeStandby) {
+		mem = feed
+	}
+	if mem > 0 {
+		opts = append(opts, zenpebble.WithMemTableSize(uint64(mem)<<20))
 	}
 	if d := time.Duration(s.cfg.PebbleFlushAfter); d > 0 {
 		opts = append(opts, zenpebble.WithFlushAfter(d))

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/zen"
 )
 
 // TestPebbleStatsGauges: a Pebble store opened through stores exports its LSM shape, labelled
@@ -61,5 +64,55 @@ func TestPebbleStatsGauges(t *testing.T) {
 		if n := memtables(); n != 0 {
 			t.Errorf("round %d: closed store: %v memtables, want 0", round, n)
 		}
+	}
+}
+
+// TestFeedMemTable: the feed's Pebble stores get storage.pebble_feed_memtable_mb in place of
+// storage.pebble_memtable_mb: the same writes fill (and flush) a feed store's memtable and not
+// the main store's.
+func TestFeedMemTable(t *testing.T) {
+	ctx := context.Background()
+	cfg := config.DefaultConfig().Storage
+	cfg.DataDir = t.TempDir()
+	cfg.PebbleNoSync = true
+	cfg.PebbleMemTableMB, cfg.PebbleFeedMemTableMB = 64, 1
+	reg := newRegistry()
+	st := newStores(cfg, zap.NewNop(), reg)
+	t.Cleanup(func() { _ = st.close() })
+	flushes := func(store string) float64 {
+		t.Helper()
+		for _, m := range gatherSeries(reg, "smartfeed_pebble_flushes_total") {
+			if labelValue(m, "store") == store {
+				return m.GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("no smartfeed_pebble_flushes_total{store=%q}", store)
+		return 0
+	}
+	val := make([]byte, 4<<10)
+	for _, store := range []string{storeMain, storePrimary} {
+		tb, err := st.table(ctx, store, "memtest")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for batch := range 24 { // 3 MiB: three times the feed's memtable, a twentieth of main's
+			muts := make([]zen.Mutation, 32)
+			for i := range muts {
+				muts[i] = zen.Mutation{Key: fmt.Appendf(nil, "row-%05d", batch*32+i), Value: val}
+			}
+			if err := tb.Apply(ctx, muts); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for flushes(storePrimary) < 1 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := flushes(storePrimary); got < 1 {
+		t.Errorf("feed-primary flushes after 3 MiB with a 1 MiB memtable = %v, want ≥ 1", got)
+	}
+	if got := flushes(storeMain); got != 0 {
+		t.Errorf("main flushes after 3 MiB with a 64 MiB memtable = %v, want 0", got)
 	}
 }

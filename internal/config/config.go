@@ -86,6 +86,13 @@ type Storage struct {
 	// so compaction rewrites the base level less often under the fanout's scattered writes.
 	// Default 64; 0 means Pebble's own default (4 MiB).
 	PebbleMemTableMB int `json:"pebble_memtable_mb"`
+	// PebbleFeedMemTableMB is the memtable of the feed's Pebble databases (primary and
+	// standby), in MiB, in place of PebbleMemTableMB: a page's scan seeks into the memtable's
+	// skiplist first, and that seek grows with the rows the memtable holds, so a large one makes
+	// GetFeed slower the longer the process has run since its last flush. The feed's writes are
+	// a chunk's rows, few and clustered by user, so small flushes cost its compaction little.
+	// Default 8; 0 means PebbleMemTableMB.
+	PebbleFeedMemTableMB int `json:"pebble_feed_memtable_mb"`
 	// PebbleL0CompactionThreshold is how many L0 sublevels each Pebble database lets
 	// accumulate before compacting them into the base level: under the fanout's scattered
 	// writes each such compaction rewrites the whole base level. Default 8; 0 means Pebble's
@@ -436,6 +443,7 @@ func DefaultConfig() Config {
 			DataDir:                     "data",
 			PebbleCacheMB:               256,
 			PebbleMemTableMB:            64,
+			PebbleFeedMemTableMB:        8,
 			PebbleL0CompactionThreshold: 8,
 			HBase:                       HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond)},
 			ShardMap:                    ShardMap{ZKPath: "/smartfeed/shardmap"},
@@ -482,6 +490,9 @@ func (c Config) Validate() error {
 		}
 		if c.Storage.PebbleMemTableMB < 0 || c.Storage.PebbleMemTableMB > 4096 {
 			bad("storage.pebble_memtable_mb: %d is not in [0, 4096]", c.Storage.PebbleMemTableMB)
+		}
+		if c.Storage.PebbleFeedMemTableMB < 0 || c.Storage.PebbleFeedMemTableMB > 4096 {
+			bad("storage.pebble_feed_memtable_mb: %d is not in [0, 4096]", c.Storage.PebbleFeedMemTableMB)
 		}
 		if d := time.Duration(c.Storage.PebbleFlushAfter); d != 0 && (d < 100*time.Millisecond || d > time.Hour) {
 			bad("storage.pebble_flush_after: %v is not 0 or in [100ms, 1h]", d)

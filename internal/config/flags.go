@@ -36,6 +36,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	i(&c.Storage.PebbleCacheMB, "pebble-cache-mb", c.Storage.PebbleCacheMB, "block cache of each pebble database, in MiB (0: pebble's 8 MiB)")
 	i(&c.Storage.PebbleL0CompactionThreshold, "pebble-l0-compaction-threshold", c.Storage.PebbleL0CompactionThreshold, "L0 sublevels each pebble database lets accumulate before compacting them (0: pebble's 4)")
 	i(&c.Storage.PebbleMemTableMB, "pebble-memtable-mb", c.Storage.PebbleMemTableMB, "memtable of each pebble database, in MiB (0: pebble's 4 MiB)")
+	i(&c.Storage.PebbleFeedMemTableMB, "pebble-feed-memtable-mb", c.Storage.PebbleFeedMemTableMB, "memtable of the feed's pebble databases (primary, standby), in MiB (0: --pebble-memtable-mb)")
 	d(&c.Storage.PebbleFlushAfter, "pebble-flush-after", c.Storage.PebbleFlushAfter, "flush a pebble memtable of at least 1 MiB once it is this old, so reads stop stepping over its deleted rows (0: only when full)")
 	b(&c.Storage.PebbleNoSync, "pebble-no-sync", c.Storage.PebbleNoSync, "skip fsync on pebble writes (demos, benchmarks)")
 	s(&c.Storage.HBase.PoolsZK, "hbase-pools-zk", c.Storage.HBase.PoolsZK, "ZooKeeper quorum of the HBase holding the graph, pools and generator state")
