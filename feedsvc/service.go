@@ -240,7 +240,7 @@ type Service struct {
 	enqueues sync.WaitGroup
 	// unsureGrace: see Deps.UnsureGrace. closing ends the waits of settleWhenSure.
 	unsureGrace time.Duration
-	closing     chan struct{}
+	closing     <-chan struct{}
 	// trimEvery: see Deps.TrimEvery.
 	trimEvery uint32
 	// lastSeq is the last chunk sequence handed out by this process (see nextSeq).
@@ -265,7 +265,8 @@ type Service struct {
 	// lanes bounds the read path's background work running at once in this process
 	// (preparations and inline materializations; see acquireLane).
 	lanes chan struct{}
-	// quiet and quietBound: see Deps.Quiet. closingCtx is done once Close is called.
+	// quiet and quietBound: see Deps.Quiet. closingCtx is done once Close is called (closing is
+	// its Done channel).
 	quiet      Quiet
 	quietBound time.Duration
 	closingCtx context.Context
@@ -334,10 +335,11 @@ func New(d Deps, c Config) (*Service, error) {
 	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
-		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace, closing: make(chan struct{}),
+		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace,
 		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing),
 		lanes: make(chan struct{}, d.BackgroundLanes), quiet: d.Quiet, quietBound: d.QuietBound}
 	s.closingCtx, s.stopAll = context.WithCancel(context.Background())
+	s.closing = s.closingCtx.Done()
 	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers
 	s.own.max = maxPreparedHints
 	s.cfg.Store(&c)
@@ -370,10 +372,7 @@ func (s *Service) Wait() {
 // unknown: the recovery pass settles that chunk instead) and waits for the rest. The service
 // still serves; Close is for shutdown. It is idempotent.
 func (s *Service) Close() {
-	s.closeOnce.Do(func() {
-		close(s.closing)
-		s.stopAll()
-	})
+	s.closeOnce.Do(s.stopAll)
 	s.Wait()
 }
 

@@ -118,44 +118,44 @@ func TestNilGate(t *testing.T) {
 	}
 }
 
-// TestNoLostWakeup: requests enter and exit concurrently with many waiters; every waiter
-// finds a gap (none is left to its bound by a wake-up it missed), and the count ends at 0.
+// TestNoLostWakeup: requests enter and exit concurrently with waiters that keep arriving, and
+// then stop. Every waiter finds a gap: none waits for a wake-up it missed (the requests stop, so
+// no later exit would wake it, and it would sit until its bound), and the count ends at 0.
 func TestNoLostWakeup(t *testing.T) {
 	g := newGate(t)
-	stop := make(chan struct{})
 	var reqs sync.WaitGroup
 	for range 4 {
 		reqs.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for end := time.Now().Add(200 * time.Millisecond); time.Now().Before(end); {
 				g.Enter()
 				time.Sleep(50 * time.Microsecond)
 				g.Exit()
-				time.Sleep(500 * time.Microsecond)
+				time.Sleep(200 * time.Microsecond)
 			}
 		})
 	}
+	const bound = 20 * time.Second
 	var waiters sync.WaitGroup
 	var mu sync.Mutex
 	missed := 0
-	for range 200 {
+	start := time.Now()
+	for i := range 400 {
+		time.Sleep(time.Duration(i%4) * 100 * time.Microsecond) // arrivals spread over the requests
 		waiters.Go(func() {
-			if !g.Wait(context.Background(), 20*time.Second) {
+			if !g.Wait(context.Background(), bound) {
 				mu.Lock()
 				missed++
 				mu.Unlock()
 			}
 		})
 	}
-	waiters.Wait()
-	close(stop)
 	reqs.Wait()
+	waiters.Wait()
 	if missed > 0 {
-		t.Errorf("%d of 200 waiters reached their bound", missed)
+		t.Errorf("%d of 400 waiters reached their bound", missed)
+	}
+	if took := time.Since(start); took > bound/2 {
+		t.Errorf("waiters took %v after the requests stopped", took)
 	}
 	if got := g.InFlight(); got != 0 {
 		t.Errorf("in flight = %d after every request ended, want 0", got)
