@@ -79,6 +79,24 @@ func NewShardMap(ranges []ShardRange) (*ShardMap, error) {
 	return m, nil
 }
 
+// ShardCount is the number of shards of a deployment: a shard map in use covers shards 0 to
+// ShardCount-1 exactly (zen.ModShard hashes keys onto them, the default map opens them all).
+const ShardCount = 4096
+
+// CheckComplete reports a map that does not cover shards 0 to ShardCount-1 exactly: one that
+// ends early leaves the last shards in no range (their rows would be routed by the last range,
+// whatever it says), one that ends late names shards no key is on. NewShardMap already refuses
+// gaps and overlaps inside the map; every map a process is to route by is checked with this too.
+func (m *ShardMap) CheckComplete() error {
+	switch h := int(m.HighestShard()); {
+	case h < ShardCount-1:
+		return fmt.Errorf("shard map: gap: shards %d–%d are in no range (a map covers shards 0–%d)", h+1, ShardCount-1, ShardCount-1)
+	case h > ShardCount-1:
+		return fmt.Errorf("shard map: shards %d–%d are past the last shard (a map covers shards 0–%d)", ShardCount, h, ShardCount-1)
+	}
+	return nil
+}
+
 // CheckStores reports the first range whose store is not among known: a map naming a store
 // the process cannot reach is refused before it is used.
 func (m *ShardMap) CheckStores(known ...string) error {

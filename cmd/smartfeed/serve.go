@@ -204,6 +204,9 @@ type app struct {
 	canary   *feedsvc.Canary     // the lag probe of HBase's own replication
 	// shardWatch keeps the graph's shard map live (file, ZooKeeper); nil with the default map.
 	shardWatch *shardwatch.Watcher
+	// shardLease is the router's lease on the ZooKeeper shard map (nil without one): the
+	// watcher extends it, the router refuses shard-keyed writes while it has lapsed.
+	shardLease *zenroute.Lease
 	// feedPrimary and feedStandby are the tables feedsvc was built on (writes to the primary
 	// reach the standby through repl or HBase); standbyFlush waits for them to agree.
 	feedPrimary, feedStandby zen.Table
@@ -416,7 +419,14 @@ func (a *app) buildRouter(ctx context.Context, main zen.Store) (*zenroute.Store,
 			return nil, err
 		}
 	}
-	r, err := zenroute.New(backs, nil, zenroute.Options{})
+	var o zenroute.Options
+	if a.cfg.Storage.ShardMap.ZK != "" {
+		// Processes share the map through ZooKeeper: this one writes shard-keyed rows only while
+		// its watcher confirms that the map in use is the current one (zenroute.Lease).
+		a.shardLease = zenroute.NewLease()
+		o.Lease = a.shardLease
+	}
+	r, err := zenroute.New(backs, nil, o)
 	if err != nil {
 		return nil, fmt.Errorf("shard routing: %w", err)
 	}
@@ -452,6 +462,7 @@ func (a *app) buildShardWatch(ctx context.Context) error {
 		// A shard move waits until every process routing by the znode's map has applied its
 		// fence and switch: each acknowledges every version it handles.
 		opts.AckID = processAckID()
+		opts.Lease = a.shardLease
 	}
 	w, err := shardwatch.New(a.setShards, opts)
 	if err != nil {

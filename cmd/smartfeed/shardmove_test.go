@@ -543,13 +543,13 @@ func TestShardsMoveAcrossProcesses(t *testing.T) {
 			switch {
 			case err == nil:
 				acked = append(acked, o.ID)
-			case errors.Is(err, zenroute.ErrFenced):
+			case errors.Is(err, zen.ErrUnavailable): // fenced, or the map not confirmed current
 				refused++
 			case wctx.Err() == nil:
 				writeErr = err
 			}
 			mu.Unlock()
-			if err != nil && !errors.Is(err, zenroute.ErrFenced) {
+			if err != nil && !errors.Is(err, zen.ErrUnavailable) {
 				return
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -38,6 +39,16 @@ type Options struct {
 	// written once the setter has returned. A publisher waits for them with WaitAcks. AckID must
 	// be unique per process; empty acknowledges nothing.
 	AckID string
+	// Lease, when set, is extended by WatchZK while the map this process routes by is confirmed
+	// current (see WatchZK); the router refuses shard-keyed writes while it has lapsed
+	// (zenroute.Lease). Set it together with AckID.
+	Lease Lease
+}
+
+// Lease is what WatchZK extends while the map in use is confirmed current (zenroute.Lease).
+type Lease interface {
+	// Extend makes the lease valid until the given time (from time.Now: monotonic).
+	Extend(until time.Time)
 }
 
 // Watcher validates offered shard maps and passes the good ones on. It is safe for concurrent use.
@@ -45,6 +56,7 @@ type Watcher struct {
 	set     func(*zen.ShardMap)
 	known   []string
 	ackID   string
+	lease   Lease
 	log     *zap.Logger
 	updates *prometheus.CounterVec
 	ranges  prometheus.Gauge
@@ -65,7 +77,7 @@ func New(set func(*zen.ShardMap), o Options) (*Watcher, error) {
 	if strings.ContainsAny(o.AckID, "/") {
 		return nil, fmt.Errorf("shardwatch: ack id %q has a slash", o.AckID)
 	}
-	w := &Watcher{set: set, known: o.KnownStores, log: o.Logger, ackID: o.AckID,
+	w := &Watcher{set: set, known: o.KnownStores, log: o.Logger, ackID: o.AckID, lease: o.Lease,
 		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_shardmap_updates_total",
 			Help: "Shard maps offered by a source: applied, unchanged or refused (the map in use is kept)."},
@@ -100,6 +112,9 @@ func (w *Watcher) Offer(source string, b []byte) error {
 		return nil
 	}
 	m, err := zen.ParseShardMap(b)
+	if err == nil {
+		err = m.CheckComplete()
+	}
 	if err == nil && len(w.known) > 0 {
 		err = m.CheckStores(w.known...)
 	}
@@ -155,30 +170,95 @@ func (w *Watcher) WatchFile(ctx context.Context, p string, every time.Duration) 
 	}
 }
 
-// zapPrintf routes go-zookeeper's log lines into zap at debug level.
-type zapPrintf struct{ log *zap.Logger }
+// zapPrintf routes go-zookeeper's log lines into zap at debug level. With timeoutMs set it also
+// records the session timeout the server granted, which go-zookeeper reports only in its
+// "authenticated" line (the smallest one seen, should a new session get another).
+type zapPrintf struct {
+	log       *zap.Logger
+	timeoutMs *atomic.Int64
+}
 
-func (z zapPrintf) Printf(format string, args ...any) { z.log.Debug(fmt.Sprintf(format, args...)) }
+// authenticatedFormat is go-zookeeper's log line for an established session (v1.0.2).
+const authenticatedFormat = "authenticated: id=%d, timeout=%d"
 
-// connect opens a ZooKeeper session on a comma-separated quorum.
-func connect(quorum string, log *zap.Logger) (*zk.Conn, error) {
+func (z zapPrintf) Printf(format string, args ...any) {
+	if z.timeoutMs != nil && format == authenticatedFormat && len(args) == 2 {
+		if ms, ok := args[1].(int32); ok && ms > 0 {
+			for {
+				cur := z.timeoutMs.Load()
+				if (cur != 0 && cur <= int64(ms)) || z.timeoutMs.CompareAndSwap(cur, int64(ms)) {
+					break
+				}
+			}
+		}
+	}
+	z.log.Debug(fmt.Sprintf(format, args...))
+}
+
+// sessionTimeout is the ZooKeeper session timeout processes ask for.
+const sessionTimeout = 10 * time.Second
+
+// connect opens a ZooKeeper session on a comma-separated quorum; timeoutMs, when set, receives
+// the session timeout the server granted.
+func connect(quorum string, log *zap.Logger, timeoutMs ...*atomic.Int64) (*zk.Conn, error) {
 	servers := strings.Split(quorum, ",")
-	conn, _, err := zk.Connect(servers, 10*time.Second, zk.WithLogger(zapPrintf{log}))
+	lp := zapPrintf{log: log}
+	if len(timeoutMs) > 0 {
+		lp.timeoutMs = timeoutMs[0]
+	}
+	conn, _, err := zk.Connect(servers, sessionTimeout, zk.WithLogger(lp))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper %s: %w", quorum, err)
 	}
 	return conn, nil
 }
 
+// Versions of the znode WatchZK has handled, besides a znode's modification zxid.
+const (
+	handledNone   = -2 // nothing handled yet in this WatchZK
+	handledNoNode = -1 // the znode does not exist
+)
+
+// leaseFor is the length of the lease a confirmation grants under a session timeout: half of
+// it, counted from when the confirming request was sent. The server expires a session no sooner
+// than a timeout after it last heard from the client, and a mover stops waiting for a process
+// only then; half leaves room for clocks that run at slightly different rates.
+func leaseFor(timeoutMs int64) time.Duration { return time.Duration(timeoutMs) * time.Millisecond / 2 }
+
 // WatchZK offers the map stored in the znode at zpath of the ZooKeeper quorum ("host:port,…")
 // now and on every change, until ctx is done. A missing znode is waited for; a deleted one
 // keeps the map in use.
+//
+// With Options.Lease set, it also confirms, several times per lease, that the version this
+// process handled (applied or refused, and acknowledged) is still the znode's current one: a
+// round trip to ZooKeeper sent at time s that finds it extends the lease to s plus half the
+// session timeout. A round trip that finds a newer version makes the watch read it at once, and
+// extends nothing until it is handled. So a process that stalls, or loses its session, has a
+// lapsed lease by the time a mover could have given up waiting for it, and writes nothing by
+// its old map when it runs again.
 func (w *Watcher) WatchZK(ctx context.Context, quorum, zpath string) error {
-	conn, err := connect(quorum, w.log)
+	var timeoutMs atomic.Int64
+	conn, err := connect(quorum, w.log, &timeoutMs)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
+	var handled atomic.Int64
+	handled.Store(handledNone)
+	nudge := make(chan struct{}, 1) // the heartbeat saw a version not handled yet
+	beat := make(chan struct{}, 1)  // a version was handled: confirm it now
+	if w.lease != nil {
+		hctx, hcancel := context.WithCancel(ctx)
+		var hwg sync.WaitGroup
+		hwg.Go(func() { w.heartbeat(hctx, conn, zpath, &timeoutMs, &handled, nudge, beat) })
+		defer func() { hcancel(); hwg.Wait() }()
+	}
+	signal := func(c chan struct{}) {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
+	}
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		data, stat, ch, err := conn.GetW(zpath)
@@ -188,12 +268,20 @@ func (w *Watcher) WatchZK(ctx context.Context, quorum, zpath string) error {
 			if err == nil && ok {
 				continue // created in between
 			}
+			if err == nil {
+				handled.Store(handledNoNode)
+				signal(beat)
+			}
 		} else if err == nil {
 			oerr := w.Offer("zookeeper", data)
 			if w.ackID != "" {
-				if aerr := ack(conn, zpath, w.ackID, Ack{Version: stat.Version, Applied: oerr == nil}); aerr != nil {
-					w.log.Warn("shard map acknowledgement", zap.String("path", zpath), zap.Error(aerr))
+				if aerr := ack(conn, zpath, w.ackID, Ack{Version: stat.Version, Applied: oerr == nil, Stores: w.known}); aerr != nil {
+					err = fmt.Errorf("acknowledge version %d: %w", stat.Version, aerr) // retried below
 				}
+			}
+			if err == nil {
+				handled.Store(stat.Mzxid)
+				signal(beat)
 			}
 		}
 		if err != nil {
@@ -209,6 +297,7 @@ func (w *Watcher) WatchZK(ctx context.Context, quorum, zpath string) error {
 		backoff = 100 * time.Millisecond
 		select {
 		case <-ctx.Done():
+		case <-nudge:
 		case ev := <-ch:
 			if ev.Type == zk.EventNodeDeleted {
 				w.log.Warn("shard map znode deleted; the map in use is kept", zap.String("path", zpath))
@@ -216,6 +305,57 @@ func (w *Watcher) WatchZK(ctx context.Context, quorum, zpath string) error {
 		}
 	}
 	return ctx.Err()
+}
+
+// heartbeat confirms the handled version of the znode and extends the lease (see WatchZK),
+// every fifth of a lease, and at once when beat fires.
+func (w *Watcher) heartbeat(ctx context.Context, conn *zk.Conn, zpath string, timeoutMs, handled *atomic.Int64,
+	nudge, beat chan struct{}) {
+	type res struct {
+		mzxid int64
+		err   error
+	}
+	for {
+		sent := time.Now()
+		done := make(chan res, 1)
+		go func() {
+			ok, st, err := conn.Exists(zpath)
+			switch {
+			case err != nil:
+				done <- res{err: err}
+			case !ok:
+				done <- res{mzxid: handledNoNode}
+			default:
+				done <- res{mzxid: st.Mzxid}
+			}
+		}()
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-done:
+			t := timeoutMs.Load()
+			switch {
+			case r.err != nil:
+			case r.mzxid == handled.Load() && t > 0:
+				w.lease.Extend(sent.Add(leaseFor(t)))
+			case r.mzxid != handled.Load():
+				select {
+				case nudge <- struct{}{}:
+				default:
+				}
+			}
+		}
+		every := time.Second
+		if t := timeoutMs.Load(); t > 0 {
+			every = leaseFor(t) / 5
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-beat:
+		case <-time.After(every):
+		}
+	}
 }
 
 // LoadZK offers the map in the znode at zpath of the quorum once (a missing znode offers
@@ -322,6 +462,9 @@ type Ack struct {
 	Version int32 `json:"version"`
 	// Applied is false when the process refused the map (it keeps routing by the previous one).
 	Applied bool `json:"applied"`
+	// Stores are the store names the process knows (a map naming another is refused by it);
+	// empty means any name.
+	Stores []string `json:"stores,omitempty"`
 }
 
 // AckPath is the znode whose ephemeral children are the acknowledgements of the map at zpath.
@@ -414,5 +557,61 @@ func WaitAcks(ctx context.Context, quorum, zpath string, version int32) (int, er
 			return 0, fmt.Errorf("wait for shard map version %d: not acknowledged by %v: %w", version, r.pending, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// CheckPeers refuses m when a process acknowledging the map at zpath (a live acknowledgement
+// znode) does not know one of the stores m names: published, that map would be refused by the
+// process, which would keep routing by its previous one. It names the process and the store.
+// Processes that acknowledge nothing are not known to it.
+func CheckPeers(ctx context.Context, quorum, zpath string, m *zen.ShardMap) error {
+	conn, err := connect(quorum, zap.NewNop())
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	done := make(chan error, 1)
+	go func() {
+		ids, _, err := conn.Children(AckPath(zpath))
+		if errors.Is(err, zk.ErrNoNode) {
+			done <- nil
+			return
+		}
+		if err != nil {
+			done <- err
+			return
+		}
+		for _, id := range ids {
+			b, _, err := conn.Get(AckPath(zpath) + "/" + id)
+			if errors.Is(err, zk.ErrNoNode) {
+				continue // the process went away
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+			var a Ack
+			if err := json.Unmarshal(b, &a); err != nil {
+				done <- fmt.Errorf("acknowledgement %s: %w", id, err)
+				return
+			}
+			if len(a.Stores) == 0 {
+				continue
+			}
+			if err := m.CheckStores(a.Stores...); err != nil {
+				done <- fmt.Errorf("process %s would refuse it: %w", id, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("check the shard map against the running processes: %w", ctx.Err())
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("check the shard map against the running processes: %w", err)
+		}
+		return nil
 	}
 }

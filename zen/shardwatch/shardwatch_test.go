@@ -17,6 +17,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenroute"
 )
 
 const (
@@ -66,6 +67,10 @@ func TestOfferAppliesGoodMapsAndKeepsTheOldOnBadOnes(t *testing.T) {
 		{"overlap", `{"ranges": [{"from": 0, "to": 10, "store": "default", "open": true}, {"from": 10, "to": 4095, "store": "default"}]}`, true, 1},
 		{"unknown store", `{"ranges": [{"from": 0, "to": 4095, "store": "elsewhere", "open": true}]}`, true, 1},
 		{"not json", `{"ranges": [`, true, 1},
+		{"ends at 4094", `{"ranges": [{"from": 0, "to": 4094, "store": "default", "open": true}]}`, true, 1},
+		{"ends at 4096", `{"ranges": [{"from": 0, "to": 4096, "store": "default", "open": true}]}`, true, 1},
+		{"ends at 9000", `{"ranges": [{"from": 0, "to": 4095, "store": "default", "open": true}, {"from": 4096, "to": 9000, "store": "default"}]}`, true, 1},
+		{"shards 0–100 only", `{"ranges": [{"from": 0, "to": 100, "store": "default", "open": true}]}`, true, 1},
 		{"new map", mapB, false, 2},
 	} {
 		err := w.Offer("file", []byte(tc.doc))
@@ -76,8 +81,8 @@ func TestOfferAppliesGoodMapsAndKeepsTheOldOnBadOnes(t *testing.T) {
 			t.Errorf("%s: setter called %d times, want %d", tc.name, got, tc.wantSets)
 		}
 	}
-	if got := testutil.ToFloat64(w.updates.WithLabelValues("file", "refused")); got != 4 {
-		t.Errorf("refused counter = %v, want 4", got)
+	if got := testutil.ToFloat64(w.updates.WithLabelValues("file", "refused")); got != 8 {
+		t.Errorf("refused counter = %v, want 8", got)
 	}
 	want, _ := zen.ParseShardMap([]byte(mapB))
 	if !w.Current().Equal(want) {
@@ -127,7 +132,7 @@ func TestWatchZooKeeper(t *testing.T) {
 	}
 	waitFor(t, func() bool { return rec.count() == 1 })
 	// A bad map written by hand is refused; the map in use stays.
-	conn, _, err := zk.Connect([]string{quorum}, 5*time.Second, zk.WithLogger(zapPrintf{w.log}))
+	conn, _, err := zk.Connect([]string{quorum}, 5*time.Second, zk.WithLogger(zapPrintf{log: w.log}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,5 +226,52 @@ func TestAcknowledgements(t *testing.T) {
 	}
 	if _, err := WaitAcks(wctx, quorum, zpath, v); err == nil || !strings.Contains(err.Error(), "refused") {
 		t.Errorf("WaitAcks of a refused map: %v", err)
+	}
+}
+
+// TestLeaseFollowsTheZnode: a watcher with a lease extends it once it has applied and
+// acknowledged the znode's version, lets it lapse while a newer version is not applied yet (its
+// setter blocks, as a stalled process would), and extends it again once it is.
+func TestLeaseFollowsTheZnode(t *testing.T) {
+	quorum := testenv.HBase(t)
+	zpath := fmt.Sprintf("/smartfeed-test/%d/shardmap", time.Now().UnixNano())
+	a, _ := zen.ParseShardMap([]byte(mapA))
+	if err := Publish(t.Context(), quorum, zpath, a); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var sets atomic.Int32
+	set := func(*zen.ShardMap) {
+		if sets.Add(1) == 2 {
+			<-release
+		}
+	}
+	lease := zenroute.NewLease()
+	w, err := New(set, Options{KnownStores: []string{"default"}, AckID: "p0", Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { _ = w.WatchZK(ctx, quorum, zpath); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, lease.Valid)
+	b, _ := zen.ParseShardMap([]byte(mapB))
+	if err := Publish(t.Context(), quorum, zpath, b); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return sets.Load() == 2 })
+	waitFor(t, func() bool { return !lease.Valid() }) // within half the session timeout
+	close(release)
+	waitFor(t, lease.Valid)
+	// The acknowledgement names the stores the process knows, and CheckPeers refuses a map
+	// naming another.
+	c, _ := zen.NewShardMap([]zen.ShardRange{{From: 0, To: 4095, Store: "cold", Open: true}})
+	if err := CheckPeers(t.Context(), quorum, zpath, c); err == nil || !strings.Contains(err.Error(), `process p0 would refuse it`) ||
+		!strings.Contains(err.Error(), `unknown store "cold"`) {
+		t.Errorf("CheckPeers of a map naming a store the process does not know: %v", err)
+	}
+	if err := CheckPeers(t.Context(), quorum, zpath, b); err != nil {
+		t.Errorf("CheckPeers of a map the process knows: %v", err)
 	}
 }

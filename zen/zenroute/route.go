@@ -55,8 +55,11 @@ type Options struct {
 	// Routed lists the tables routed by shard; nil means ShardedTables().
 	Routed []string
 	// FenceWait bounds how long a write to fenced shards waits for the fence to lift before it
-	// fails with ErrFenced; 0 means 5 seconds.
+	// fails with ErrFenced; 0 means 5 seconds. A write waiting for the Lease waits as long.
 	FenceWait time.Duration
+	// Lease, when set, must hold for a shard-keyed row to be written (see Lease); nil writes by
+	// whatever map is in use (a map that only this process changes).
+	Lease *Lease
 }
 
 // Store is a zen.Store over several named stores, routed by a live shard map. It is safe for
@@ -67,6 +70,7 @@ type Store struct {
 	def    string
 	routed map[string]bool
 	wait   time.Duration
+	lease  *Lease
 
 	swapMu sync.Mutex // one Swap at a time
 	cur    atomic.Pointer[state]
@@ -108,7 +112,7 @@ func New(stores map[string]zen.Store, m *zen.ShardMap, o Options) (*Store, error
 	if _, ok := stores[o.Default]; !ok {
 		return nil, fmt.Errorf("zenroute: no default store %q", o.Default)
 	}
-	s := &Store{stores: stores, def: o.Default, routed: map[string]bool{}, wait: o.FenceWait,
+	s := &Store{stores: stores, def: o.Default, routed: map[string]bool{}, wait: o.FenceWait, lease: o.Lease,
 		tables: map[string]*Table{}}
 	for name := range stores {
 		s.names = append(s.names, name)
@@ -215,8 +219,36 @@ func (s *Store) acquire(ctx context.Context, keys [][]byte) (*state, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var timer <-chan time.Time
+	var (
+		tm    *time.Timer
+		timer <-chan time.Time
+	)
+	defer func() {
+		if tm != nil {
+			tm.Stop()
+		}
+	}()
+	startTimer := func() {
+		if tm == nil {
+			tm = time.NewTimer(s.wait)
+			timer = tm.C
+		}
+	}
 	for {
+		if s.lease != nil {
+			ok, extended := s.lease.check()
+			if !ok {
+				startTimer()
+				select {
+				case <-extended:
+					continue
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-timer:
+					return nil, ErrNotCurrent
+				}
+			}
+		}
 		st := s.cur.Load()
 		st.mu.Lock()
 		if st.retired {
@@ -236,11 +268,7 @@ func (s *Store) acquire(ctx context.Context, keys [][]byte) (*state, error) {
 			return st, nil
 		}
 		st.mu.Unlock()
-		if timer == nil {
-			t := time.NewTimer(s.wait)
-			defer t.Stop()
-			timer = t.C
-		}
+		startTimer()
 		select {
 		case <-st.changed:
 		case <-ctx.Done():
@@ -250,6 +278,17 @@ func (s *Store) acquire(ctx context.Context, keys [][]byte) (*state, error) {
 			return nil, fmt.Errorf("write to shard %d (range %d–%d): %w", zen.KeyShard(keys[fenced]), r.From, r.To, ErrFenced)
 		}
 	}
+}
+
+// settled is the outcome of a write that ran under an acquired state, checked against the
+// lease while the write is still counted in flight (so no newer map can have been confirmed in
+// between): a write that succeeded after the lease lapsed may have been delayed past a switch of
+// the map, and is not acknowledged.
+func (s *Store) settled(err error) error {
+	if err == nil && s.lease != nil && !s.lease.Valid() {
+		return ErrLeaseLapsed
+	}
+	return err
 }
 
 func (st *state) release() {
@@ -365,7 +404,7 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 	defer st.release()
 	groups, order := group(st.m, muts, func(mu zen.Mutation) []byte { return mu.Key })
 	if len(order) == 1 {
-		return t.inner[order[0]].Apply(ctx, muts)
+		return t.s.settled(t.inner[order[0]].Apply(ctx, muts))
 	}
 	for _, name := range order {
 		sub := make([]zen.Mutation, 0, len(groups[name]))
@@ -376,7 +415,7 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 			return fmt.Errorf("store %s: %w", name, err)
 		}
 	}
-	return nil
+	return t.s.settled(nil)
 }
 
 // CheckAndSet runs on the key's store.
@@ -386,7 +425,11 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 		return false, err
 	}
 	defer st.release()
-	return t.at(st.m, key).CheckAndSet(ctx, key, expected, value)
+	ok, err := t.at(st.m, key).CheckAndSet(ctx, key, expected, value)
+	if err = t.s.settled(err); err != nil {
+		return false, err
+	}
+	return ok, nil
 }
 
 // Increment runs on the key's store.
@@ -396,7 +439,11 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 		return 0, err
 	}
 	defer st.release()
-	return t.at(st.m, key).Increment(ctx, key, delta)
+	n, err := t.at(st.m, key).Increment(ctx, key, delta)
+	if err = t.s.settled(err); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // carrierFor returns the store's table as a zen.Carrier when key and every extra row live on the
@@ -435,7 +482,11 @@ func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte
 	if err != nil {
 		return false, err
 	}
-	return c.CheckAndSetWith(ctx, key, expected, value, extra)
+	ok, err := c.CheckAndSetWith(ctx, key, expected, value, extra)
+	if err = t.s.settled(err); err != nil {
+		return false, err
+	}
+	return ok, nil
 }
 
 // IncrementWith runs on the key's store when the extra rows live there too.
@@ -449,7 +500,11 @@ func (t *Table) IncrementWith(ctx context.Context, key []byte, delta int64, extr
 	if err != nil {
 		return 0, err
 	}
-	return c.IncrementWith(ctx, key, delta, extra)
+	n, err := c.IncrementWith(ctx, key, delta, extra)
+	if err = t.s.settled(err); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // CheckAndSetMany runs the elements on their stores, one batch per store; elements on one key
@@ -478,6 +533,9 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 		for j, i := range groups[name] {
 			out[i] = res[j]
 		}
+	}
+	if err := t.s.settled(nil); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

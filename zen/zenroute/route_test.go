@@ -301,3 +301,67 @@ func TestSwapWaitsForInflightWrites(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestLease checks the router's lease on its map: without a valid lease a shard-keyed write
+// waits, then fails with ErrNotCurrent having written nothing (reads go on); an extension lets a
+// waiting write through; and a write that was on its way when the lease lapsed (the process
+// stalled in it) is not acknowledged: it fails with ErrLeaseLapsed.
+func TestLease(t *testing.T) {
+	ctx := t.Context()
+	slow := &slowTable{entered: make(chan struct{}), release: make(chan struct{})}
+	mem := zenmem.New()
+	backs := map[string]zen.Store{"default": slowStore{Store: mem, t: slow}, "other": zenmem.New()}
+	lease := zenroute.NewLease()
+	s, err := zenroute.New(backs, zen.DefaultShardMap(), zenroute.Options{Routed: []string{"t"},
+		FenceWait: 200 * time.Millisecond, Lease: lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, _ := s.Table(ctx, "t")
+	raw, _ := mem.Table(ctx, "t")
+
+	// No lease yet: the write waits FenceWait and fails; nothing reached the store.
+	start := time.Now()
+	_, err = tb.Increment(ctx, idKey(5, 1), 1)
+	if !errors.Is(err, zenroute.ErrNotCurrent) || !errors.Is(err, zenroute.ErrFenced) || !errors.Is(err, zen.ErrUnavailable) {
+		t.Fatalf("write without a lease: err %v, want ErrNotCurrent (ErrFenced, zen.ErrUnavailable)", err)
+	}
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Errorf("write without a lease failed after %v, before FenceWait", d)
+	}
+	if _, err := raw.Get(ctx, idKey(5, 1)); !errors.Is(err, zen.ErrNotFound) {
+		t.Errorf("a write without a lease reached the store: %v", err)
+	}
+	if _, err := tb.Get(ctx, idKey(5, 1)); !errors.Is(err, zen.ErrNotFound) {
+		t.Errorf("read without a lease: %v, want ErrNotFound", err)
+	}
+
+	// A write waiting for the lease goes through once it is extended.
+	done := make(chan error, 1)
+	go func() {
+		_, err := tb.Increment(ctx, idKey(5, 2), 1)
+		done <- err
+	}()
+	lease.Extend(time.Now().Add(time.Minute))
+	if err := <-done; err != nil {
+		t.Fatalf("write once the lease was extended: %v", err)
+	}
+
+	// A write in flight while the lease lapses fails, though the store took it.
+	s2lease := zenroute.NewLease()
+	s2, err := zenroute.New(backs, zen.DefaultShardMap(), zenroute.Options{Routed: []string{"t"}, Lease: s2lease})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb2, _ := s2.Table(ctx, "t")
+	s2lease.Extend(time.Now().Add(100 * time.Millisecond))
+	go func() { done <- tb2.Apply(ctx, []zen.Mutation{{Key: idKey(5, 3), Value: []byte("v")}}) }()
+	<-slow.entered
+	for s2lease.Valid() {
+		time.Sleep(5 * time.Millisecond) // the lease runs out on its own: poll for it
+	}
+	close(slow.release)
+	if err := <-done; !errors.Is(err, zenroute.ErrLeaseLapsed) || !errors.Is(err, zen.ErrUnavailable) {
+		t.Fatalf("write during which the lease lapsed: err %v, want ErrLeaseLapsed", err)
+	}
+}
