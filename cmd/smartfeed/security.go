@@ -157,6 +157,10 @@ func (a *app) buildAdminGRPC() error {
 			return err
 		}
 		shardv1.RegisterShardAdminServer(a.adminGRPC, a.shardAdmin)
+	} else {
+		// Without extra stores there is nowhere to move shards to: say so, rather than let the
+		// call fail as an unknown service.
+		shardv1.RegisterShardAdminServer(a.adminGRPC, noShardAdmin{})
 	}
 	healthpb.RegisterHealthServer(a.adminGRPC, a.health)
 	lis, err := net.Listen("tcp", addr)

@@ -55,6 +55,9 @@ func (p *publishedMaps) Publish(ctx context.Context, m *zen.ShardMap) error {
 	}
 	var version int32
 	if p.zk != "" {
+		if err := shardwatch.CheckPeers(ctx, p.zk, p.zkPath, m); err != nil {
+			return err
+		}
 		if version, err = shardwatch.PublishVersion(ctx, p.zk, p.zkPath, m); err != nil {
 			return err
 		}
@@ -103,6 +106,22 @@ func writeFileAtomic(path string, b []byte) error {
 		return fmt.Errorf("write shard map file %s: %w", path, werr)
 	}
 	return nil
+}
+
+// noStoresMessage is why a process without extra stores moves no shards.
+const noStoresMessage = "this process routes no shards: it was started without --stores, so it has no other store to move " +
+	"shards to; start the process that holds the shards with --stores NAME=hbase:QUORUM or NAME=pebble:DIR " +
+	"(and --shard-map-file or --shard-map-zk) and ask its admin gRPC port"
+
+// noShardAdmin serves ShardAdmin in a process without extra stores: every call fails with
+// FailedPrecondition naming --stores.
+type noShardAdmin struct {
+	shardv1.UnimplementedShardAdminServer
+}
+
+// MoveShards refuses: nothing is routed here.
+func (noShardAdmin) MoveShards(*shardv1.MoveShardsRequest, shardv1.ShardAdmin_MoveShardsServer) error {
+	return status.Error(codes.FailedPrecondition, noStoresMessage)
 }
 
 // shardAdmin serves ShardAdmin: one move at a time, run by this process's mover.

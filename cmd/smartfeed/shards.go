@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -168,6 +169,10 @@ func shardsMove(ctx context.Context, adm config.Admin, req *shardv1.MoveShardsRe
 			if tty {
 				fmt.Fprintln(stdout)
 			}
+			if status.Code(err) == codes.Unimplemented {
+				return fmt.Errorf("shards move %d–%d to %s via %s: %s: the process there moves no shards: start it with --stores "+
+					"(and --shard-map-file or --shard-map-zk)", req.From, req.To, req.Target, adm.GRPCAddr, codes.FailedPrecondition)
+			}
 			return fmt.Errorf("shards move %d–%d to %s via %s: %s: %s", req.From, req.To, req.Target, adm.GRPCAddr,
 				status.Code(err), status.Convert(err).Message())
 		}
@@ -236,6 +241,9 @@ func printMoveResult(w io.Writer, req *shardv1.MoveShardsRequest, r *shardv1.Mov
 func shards(ctx context.Context, cfg config.Config, verb, file string, stdout io.Writer) error {
 	m, err := zen.LoadShardMap(file)
 	if err == nil {
+		err = m.CheckComplete()
+	}
+	if err == nil {
 		err = m.CheckStores(shardStores(cfg.Storage)...)
 	}
 	if err != nil {
@@ -251,6 +259,11 @@ func shards(ctx context.Context, cfg config.Config, verb, file string, stdout io
 		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
+		// The processes watching the znode check the map against their own --stores: refuse it
+		// here when one of them would, rather than leave in ZooKeeper a map it does not route by.
+		if err := shardwatch.CheckPeers(pctx, cfg.Storage.ShardMap.ZK, cfg.Storage.ShardMap.ZKPath, m); err != nil {
+			return fmt.Errorf("shards publish: %w", err)
+		}
 		if err := shardwatch.Publish(pctx, cfg.Storage.ShardMap.ZK, cfg.Storage.ShardMap.ZKPath, m); err != nil {
 			return err
 		}

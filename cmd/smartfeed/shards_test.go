@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	gozk "github.com/go-zookeeper/zk"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/testenv"
+	shardv1 "github.com/smartfeed/smartfeed/proto/shard/v1"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/shardwatch"
 )
@@ -119,3 +124,114 @@ func FuzzParseShardRange(f *testing.F) {
 }
 
 var shardRangeRe = regexp.MustCompile(`^[0-9]+(-[0-9]+)?$`)
+
+// TestShardsCheckRefusesIncompleteMaps: `shards check` accepts only maps that cover shards 0–4095
+// exactly; one that ends early leaves a gap, one that ends late overflows.
+func TestShardsCheckRefusesIncompleteMaps(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, wantErr string
+	}{
+		{"complete", `{"ranges": [{"from": 0, "to": 4095, "store": "default", "open": true}]}`, ""},
+		{"two ranges", `{"ranges": [{"from": 0, "to": 99, "store": "default"}, {"from": 100, "to": 4095, "store": "default", "open": true}]}`, ""},
+		{"shards 0–100 only", `{"ranges": [{"from": 0, "to": 100, "store": "default", "open": true}]}`, "shards 101–4095 are in no range"},
+		{"ends at 4094", `{"ranges": [{"from": 0, "to": 4094, "store": "default", "open": true}]}`, "shards 4095–4095 are in no range"},
+		{"ends at 4096", `{"ranges": [{"from": 0, "to": 4096, "store": "default", "open": true}]}`, "shards 4096–4096 are past the last shard"},
+		{"ends at 9000", `{"ranges": [{"from": 0, "to": 4095, "store": "default", "open": true}, {"from": 4096, "to": 9000, "store": "default"}]}`,
+			"shards 4096–9000 are past the last shard"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "shards.json")
+			if err := os.WriteFile(file, []byte(tc.doc), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var out, errb bytes.Buffer
+			err := run(t.Context(), []string{"shards", "check", file}, &out, &errb)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("shards check: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("shards check: %v, want an error containing %q\n%s", err, tc.wantErr, out.String())
+			}
+		})
+	}
+}
+
+// TestShardsPublishChecksTheRunningProcesses: `shards publish` refuses a map that a process
+// watching the znode would refuse (a store it does not know, though the publisher's own --stores
+// has it), and leaves the znode as it was.
+func TestShardsPublishChecksTheRunningProcesses(t *testing.T) {
+	quorum := testenv.HBase(t)
+	zpath := fmt.Sprintf("/smartfeed-test/%d/shardmap", time.Now().UnixNano())
+	m0 := zen.DefaultShardMap()
+	if err := shardwatch.Publish(t.Context(), quorum, zpath, m0); err != nil {
+		t.Fatal(err)
+	}
+	// A running process that knows only the default store, acknowledging the map.
+	w, err := shardwatch.New(func(*zen.ShardMap) {}, shardwatch.Options{KnownStores: []string{"default"}, AckID: "proc0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { _ = w.WatchZK(ctx, quorum, zpath); close(done) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if n, err := shardwatch.WaitAcks(t.Context(), quorum, zpath, 0); err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the process did not acknowledge the map within 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	file := filepath.Join(t.TempDir(), "shards.json")
+	if err := os.WriteFile(file, []byte(`{"ranges": [{"from": 0, "to": 2047, "store": "default"},
+		{"from": 2048, "to": 4095, "store": "cold", "open": true}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	err = run(t.Context(), []string{"shards", "publish", file, "--stores", "cold=hbase:" + quorum,
+		"--shard-map-zk", quorum, "--shard-map-zk-path", zpath}, &out, &errb)
+	if err == nil || !strings.Contains(err.Error(), "process proc0 would refuse it") || !strings.Contains(err.Error(), `unknown store "cold"`) {
+		t.Fatalf("shards publish of a map a process would refuse: %v\n%s", err, out.String())
+	}
+	conn, _, err := gozk.Connect([]string{quorum}, 5*time.Second, gozk.WithLogger(nopPrintf{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	b, _, err := conn.Get(zpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := zen.ParseShardMap(b); err != nil || !got.Equal(m0) {
+		t.Errorf("the znode changed after a refused publish: %s", b)
+	}
+}
+
+// TestShardsMoveWithoutStores: `shards move` against a process started without --stores fails
+// with FailedPrecondition naming --stores, not as an unknown service.
+func TestShardsMoveWithoutStores(t *testing.T) {
+	cfg := testConfig(t)
+	a, err := newApp(t.Context(), roleAll, cfg, zap.NewNop(), newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	adm := cfg.Admin
+	adm.GRPCAddr = a.adminGRPCAddr()
+	var out bytes.Buffer
+	err = shardsMove(t.Context(), adm, &shardv1.MoveShardsRequest{From: 8, To: 15, Target: "cold"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "FailedPrecondition") || !strings.Contains(err.Error(), "--stores") ||
+		strings.Contains(err.Error(), "unknown service") {
+		t.Fatalf("shards move without --stores: %v", err)
+	}
+}

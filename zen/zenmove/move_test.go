@@ -679,3 +679,48 @@ func TestPassRetried(t *testing.T) {
 		})
 	}
 }
+
+// TestWhatAnUnfinishedMoveBlocks: a move that started and failed (here its verification, so it
+// lifted its fence) is unfinished, and no other range moves until it is rerun, its own sub-ranges
+// included; a move refused before it fenced anything (its fence would be too long) leaves
+// nothing unfinished, and a smaller range moves at once.
+func TestWhatAnUnfinishedMoveBlocks(t *testing.T) {
+	t.Run("failed", func(t *testing.T) {
+		r := newRig(t, time.Second)
+		r.fill(t, []uint16{8, 9}, 20)
+		backs := map[string]zen.Store{"default": r.backs["default"], "target": lossyStore{Store: r.backs["target"], lose: key(8, 3)}}
+		mv, err := zenmove.New(backs, r.maps, zenmove.Options{State: r.state, Batch: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mv.Move(t.Context(), zenmove.Plan{From: 8, To: 9, Target: "target"}, nil); !errors.Is(err, zenmove.ErrMismatch) {
+			t.Fatalf("move onto a target that loses a row: err %v, want ErrMismatch", err)
+		}
+		for _, p := range []zenmove.Plan{{From: 8, To: 8, Target: "target"}, {From: 9, To: 9, Target: "target"},
+			{From: 8, To: 9, Target: "default"}, {From: 20, To: 21, Target: "target"}} {
+			if _, err := mv.Move(t.Context(), p, nil); !errors.Is(err, zenmove.ErrUnfinished) {
+				t.Errorf("%v after an unfinished move of shards 8–9: err %v, want ErrUnfinished", p, err)
+			}
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		r := newRig(t, time.Second)
+		r.fill(t, []uint16{8, 9}, 50)
+		backs := map[string]zen.Store{"default": r.backs["default"], "target": slowScanStore{r.backs["target"]}}
+		mv, err := zenmove.New(backs, r.maps, zenmove.Options{State: r.state, Batch: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := mv.Move(t.Context(), zenmove.Plan{From: 8, To: 9, Target: "target", MaxFence: time.Millisecond}, nil); !errors.Is(err, zenmove.ErrFenceTooLong) {
+			t.Fatalf("move with a fence over its limit: %v, want ErrFenceTooLong", err)
+		}
+		if _, err := mv.Move(t.Context(), zenmove.Plan{From: 8, To: 8, Target: "target", MaxFence: -1}, nil); err != nil {
+			t.Fatalf("a smaller range after a refused move: %v", err)
+		}
+		for _, name := range zenroute.ShardedTables() {
+			if diff := cmp.Diff(r.rows(t, "default", name, 8, 8), r.rows(t, "target", name, 8, 8)); diff != "" {
+				t.Errorf("%s after the smaller move (-source +target):\n%s", name, diff)
+			}
+		}
+	})
+}
