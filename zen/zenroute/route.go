@@ -15,6 +15,10 @@
 // previous map has finished, so after a Swap to a fenced map no write to those shards is still
 // on its way to the old store. Writes to other shards never wait.
 //
+// When the map is shared by several processes (through ZooKeeper), a Lease (Options.Lease) says
+// whether this process's map is confirmed current: no shard-keyed row is written while it has
+// lapsed, and a write during which it lapsed is not acknowledged (see Lease).
+//
 // Tables that are not shard-keyed (the outbox, the feed stores, generator state) are not routed:
 // Store.Table returns the default store's table for them.
 package zenroute
