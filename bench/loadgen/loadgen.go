@@ -252,7 +252,7 @@ func Run(ctx context.Context, cfg Config) ([]Window, *Summary, error) {
 			}
 		}
 		if len(active) == 0 {
-			break
+			continue // every kind failed a lower rate: on to the next report rate, if any
 		}
 		var here []Window
 		for round := range rounds {

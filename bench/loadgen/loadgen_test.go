@@ -281,3 +281,21 @@ func TestZipfPicker(t *testing.T) {
 		t.Errorf("top user %d of 100000 draws, %d distinct: want a skew (top ≥ 10%%) over many users (≥ 300)", top, len(counts))
 	}
 }
+
+// TestReportRatesAfterEveryKindFailed: a report rate is measured even when every kind failed a
+// lower rate and the rates between were skipped.
+func TestReportRatesAfterEveryKindFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := newFixedServer(func(int) time.Duration { return 4 * time.Millisecond }) // 250/s
+		var offered []float64
+		_, _, err := Run(t.Context(), Config{Kinds: []Kind{{Name: "slow", Call: slow.call}}, Rates: []float64{400, 1000, 2000},
+			ReportRates: []float64{2000}, Window: 100 * time.Millisecond, Overrun: 0, InFlight: 1, Bound: 10 * time.Millisecond,
+			LoadAvg: func() (float64, error) { return 0, nil }, OnWindow: func(w Window) { offered = append(offered, w.Offered) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]float64{400, 2000}, offered); diff != "" {
+			t.Errorf("rates measured (-want +got):\n%s", diff)
+		}
+	})
+}
