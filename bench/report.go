@@ -336,6 +336,8 @@ func rateStepsMarkdown(r *Results) string {
 		p("A step is held when its p99 **from schedule** (each call counted from its scheduled start, queueing included) is under %.0f ms and at least %.0f%% of the offered rate succeeded;",
 			s.BoundMs, 100*loadgenMinShare)
 		p("p50, p99 and p99.9 below are counted from the send. Every kind is measured at %v/s; above them a kind goes on only while it holds.", LoadGenRatioRates)
+		p("")
+		p("%s", loadgenMethod)
 		if len(s.Fresh) > 0 {
 			p("")
 			p("GetFeed's pages by fresh status: %s.", freshLine(toUint(s.Fresh)))
@@ -395,3 +397,13 @@ func minuteList(v []float64) string {
 	}
 	return strings.Join(parts, " / ")
 }
+
+// loadgenMethod is how the load generator measures, for the report (docs/benchmarks.md).
+const loadgenMethod = `How it is measured: ` + "`" + `smartfeed bench` + "`" + ` runs ` + "`" + `smartfeed loadgen` + "`" + ` (bench/loadgen), its own binary in a process of its own, against the server it built, the fanout running.
+The generator offers each kind of call (GetFeed over gRPC; the Redis peer's ZREVRANGE 0..49 of the same users' sorted sets; the gRPC health check on GetFeed's connection, the transport's floor)
+in an open loop: call i of a window is scheduled at start + i/rate whatever the earlier calls did, at most ` + "`" + `--in-flight` + "`" + ` outstanding; a call whose time came while every slot was busy waits,
+and its latency **from schedule** counts that wait (what a closed-loop client hides: coordinated omission), beside its latency from the send. A window's calls not sent by 5 s after its end are counted unsent, at the time they had waited then.
+Latencies go into HdrHistogram histograms (3 significant digits). Each kind has contiguous windows (20 s in the quick profile), the kinds alternating at each rate; before each window the generator polls the server's /metrics
+until the counters of a page's background work (preparations, materializations) have stood still for 2 s, and reports the wait, so one window's background work does not fall in the next.
+Readers are the bench's users, drawn with a Zipf-skewed visit rate. Each window records the load average (/proc/loadavg) and warns when it exceeded the cores.
+Every kind is measured at 200, 1,000 and 5,000/s; above them a kind is stepped up only while it holds. The output (one JSON line per window, a summary last) is bench/out/loadgen.jsonl.`
