@@ -71,12 +71,16 @@ func Markdown(r *Results, plotDir string) string {
 			"(when Redis held every step this is an upper bound)",
 		"getfeed_max_rate_vs_grpc_floor": "highest offered GetFeed rate held with p99 under the bound over the same for an empty call on GetFeed's gRPC connection, same steps " +
 			"(when the empty call held every step this is an upper bound)",
-		"hedged_p999_vs_bound":      "hedged GetFeed p99.9 over (cutoff + standby p99.9)",
-		"hedge_extra_load":          "fraction of calls that also read the standby, hedging on",
-		"scale_cost_growth":         "CPU per event at the largest size over the smallest",
-		"hbase_get_p99_vs_java":     "zen Get p99 (the worse of before and after PE) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, one at a time",
-		"hbase_top50_p99_vs_java":   "zen Top(50) p99 over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
-		"getfeed_p99_vs_hbase_java": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, the Java client alone",
+		"getfeed_p99_vs_redis_200":       "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 200/s",
+		"getfeed_p99_vs_redis_1000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 1,000/s",
+		"getfeed_p99_vs_redis_5000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 5,000/s",
+		"getfeed_p99_vs_grpc_floor_1000": "load generator in its own process: GetFeed p99 counted from each call's scheduled start over an empty call's on GetFeed's connection, both offered 1,000/s",
+		"hedged_p999_vs_bound":           "hedged GetFeed p99.9 over (cutoff + standby p99.9)",
+		"hedge_extra_load":               "fraction of calls that also read the standby, hedging on",
+		"scale_cost_growth":              "CPU per event at the largest size over the smallest",
+		"hbase_get_p99_vs_java":          "zen Get p99 (the worse of before and after PE) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, one at a time",
+		"hbase_top50_p99_vs_java":        "zen Top(50) p99 over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
+		"getfeed_p99_vs_hbase_java":      "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, the Java client alone",
 		"getfeed_p99_vs_hbase_java_under_fanout": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, " +
 			"the Java client with the fanout running at the serving phase's rate",
 		"getfeed_p99_vs_hbase_java_feed_scan": "GetFeed p99 over HBase's own Java client's p99 making GetFeed's reads of the feed " +
@@ -324,8 +328,28 @@ func rateStepsMarkdown(r *Results) string {
 	p := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
 	p("## Read throughput (fanout running)")
 	p("")
-	p("Offered rate stepped up, %d calls in flight at most, each step held when p99 < %.0f ms and at least %.0f%% of the offered rate succeeded;", r.RateStepConc, r.RateStepBoundMs, 100*MinAchievedShare)
-	p("the search stops at the first step not held. \"from schedule\" counts from each call's scheduled send time, so it includes the wait for a free slot.")
+	if lg := r.LoadGen; lg != nil && lg.Summary != nil {
+		s := lg.Summary
+		p("The load generator in its own process (`smartfeed loadgen`; GOMAXPROCS %d, CPUs %s of %d): open loop, %d calls in flight at most, %.0f s windows of each kind",
+			s.Machine.GOMAXPROCS, s.Machine.Affinity, s.Machine.Cores, s.InFlight, s.WindowSeconds)
+		p("alternating (%d round(s) at each rate), the server idle before each (%.0f s of waits in all); readers: %s.", s.Rounds, s.IdleWaitSeconds, s.Population)
+		p("A step is held when its p99 **from schedule** (each call counted from its scheduled start, queueing included) is under %.0f ms and at least %.0f%% of the offered rate succeeded;",
+			s.BoundMs, 100*loadgenMinShare)
+		p("p50, p99 and p99.9 below are counted from the send. Every kind is measured at %v/s; above them a kind goes on only while it holds.", LoadGenRatioRates)
+		p("")
+		p("%s", loadgenMethod)
+		if len(s.Fresh) > 0 {
+			p("")
+			p("GetFeed's pages by fresh status: %s.", freshLine(toUint(s.Fresh)))
+		}
+		for _, w := range s.Warnings {
+			p("")
+			p("**Warning**: %s.", w)
+		}
+	} else {
+		p("Offered rate stepped up, %d calls in flight at most, each step held when p99 < %.0f ms and at least %.0f%% of the offered rate succeeded;", r.RateStepConc, r.RateStepBoundMs, 100*MinAchievedShare)
+		p("the search stops at the first step not held. \"from schedule\" counts from each call's scheduled send time, so it includes the wait for a free slot.")
+	}
 	p("")
 	p("| reads | offered/s | achieved/s | p50 | p99 | p99.9 | p99 from schedule | errors | held |")
 	p("|---|---|---|---|---|---|---|---|---|")
@@ -373,3 +397,13 @@ func minuteList(v []float64) string {
 	}
 	return strings.Join(parts, " / ")
 }
+
+// loadgenMethod is how the load generator measures, for the report (docs/benchmarks.md).
+const loadgenMethod = `How it is measured: ` + "`" + `smartfeed bench` + "`" + ` runs ` + "`" + `smartfeed loadgen` + "`" + ` (bench/loadgen), its own binary in a process of its own, against the server it built, the fanout running.
+The generator offers each kind of call (GetFeed over gRPC; the Redis peer's ZREVRANGE 0..49 of the same users' sorted sets; the gRPC health check on GetFeed's connection, the transport's floor)
+in an open loop: call i of a window is scheduled at start + i/rate whatever the earlier calls did, at most ` + "`" + `--in-flight` + "`" + ` outstanding; a call whose time came while every slot was busy waits,
+and its latency **from schedule** counts that wait (what a closed-loop client hides: coordinated omission), beside its latency from the send. A window's calls not sent by 5 s after its end are counted unsent, at the time they had waited then.
+Latencies go into HdrHistogram histograms (3 significant digits). Each kind has contiguous windows (20 s in the quick profile), the kinds alternating at each rate; before each window the generator polls the server's /metrics
+until the counters of a page's background work (preparations, materializations) have stood still for 2 s, and reports the wait, so one window's background work does not fall in the next.
+Readers are the bench's users, drawn with a Zipf-skewed visit rate. Each window records the load average (/proc/loadavg) and warns when it exceeded the cores.
+Every kind is measured at 200, 1,000 and 5,000/s; above them a kind is stepped up only while it holds. The output (one JSON line per window, a summary last) is bench/out/loadgen.jsonl.`

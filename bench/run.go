@@ -131,6 +131,9 @@ type Options struct {
 	// as the phase left it (HBase's own Java client), given the phase's readers (their IDs, in
 	// the order the phase read them, repeats and all). Its error becomes a note.
 	UnderFanout func(ctx context.Context, readers []uint64) error
+	// LoadGen, when set, runs the read-throughput phase with the load generator in its own
+	// process (LoadGenRun) instead of the in-process search of ReadStepRates.
+	LoadGen LoadGenRun
 	// Beside, when set, is called right after the serving phase (before UnderFanout), its
 	// fanout still running, while GetFeed goes on at the phase's offered rate and concurrency
 	// over the same readers and is measured (ReadResult.BesidePeer): a peer making GetFeed's
@@ -216,6 +219,10 @@ type Results struct {
 	FloorMaxRate    float64    `json:"grpc_floor_max_rate_p99_under_10ms,omitempty"`
 	RateStepBoundMs float64    `json:"rate_steps_p99_bound_ms"`
 	RateStepConc    int        `json:"rate_steps_concurrency"`
+
+	// LoadGen is the load generator's run in its own process (Options.LoadGen); absent when
+	// the read rates were searched in process.
+	LoadGen *LoadGenResult `json:"loadgen,omitempty"`
 
 	// HBaseJava is zen on HBase against HBase's own Java client on the same server; absent
 	// when not measured (Pebble, or no PerformanceEvaluation).
@@ -924,7 +931,21 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 
 	// 3b. Read throughput: the highest offered GetFeed rate held with p99 under the bound,
 	// fanout running, then the same steps on the Redis peer's ZREVRANGE.
-	if len(opts.ReadStepRates) > 0 {
+	if opts.LoadGen != nil {
+		end := opts.phase("read-rates")
+		rep, err := runLoadGen(ctx, sys, w, opts, t0, say)
+		end()
+		if err != nil {
+			res.Notes = append(res.Notes, "load generator: "+err.Error())
+			say("read rates: load generator: %v", err)
+		} else {
+			res.setLoadGen(rep)
+			say("read rates (load generator, p99 from schedule under %.0f ms): %s", rep.Summary.BoundMs, res.RateStepsSummary())
+			if f := rep.Summary.Fresh; len(f) > 0 {
+				say("read rates: GetFeed pages by fresh status: %s", freshLine(toUint(f)))
+			}
+		}
+	} else if len(opts.ReadStepRates) > 0 {
 		end := opts.phase("read-rates")
 		rs := readRates(ctx, sys, base, w, readers, opts, t0, say)
 		res.GetFeedRateSteps, res.GetFeedMaxRate, res.RedisRateSteps, res.RedisMaxRate = rs.getfeed, rs.getfeedBest, rs.redis, rs.redisBest

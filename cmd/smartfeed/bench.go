@@ -30,6 +30,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/smartfeed/smartfeed/bench"
+	"github.com/smartfeed/smartfeed/bench/loadgen"
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
@@ -43,7 +44,13 @@ import (
 )
 
 // benchFlags are the bench command's own flags.
-type benchFlags struct{ profile, out, docs, cpuprofile, cpuPhase, trace, memprofile, hbasePE, hbaseScan string }
+type benchFlags struct {
+	profile, out, docs, cpuprofile, cpuPhase, trace, memprofile, hbasePE, hbaseScan string
+	// loadgen: run the read-rate phase with `smartfeed loadgen` in a process of its own (with
+	// loadgenWindow windows); off, the in-process search of the earlier benches runs instead.
+	loadgen       bool
+	loadgenWindow time.Duration
+}
 
 // newBenchCmd is "smartfeed bench": the end-to-end benchmark (bench.Run) on an in-process
 // `all` over the real Redis and store, with fsync on; it writes results.json, report.md and
@@ -70,8 +77,12 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 		"(PerformanceEvaluation randomRead) on the pools' HBase, to compare zen's Get and Top(50) with it in the same run (empty: skip)")
 	fs.StringVar(&bf.hbaseScan, "hbase-scan", filepath.Join("scripts", "hbase-scan.sh"), "with --storage hbase: the script that has HBase's own Java client "+
 		"make GetFeed's reads of the feed (a Scan of each serving-phase reader's feed rows) on the primary's HBase with the fanout running, to compare GetFeed with it (empty: skip)")
+	fs.BoolVar(&bf.loadgen, "loadgen", true, "measure the read rates with the load generator in a process of its own (smartfeed loadgen); false: in process, as before")
+	fs.DurationVar(&bf.loadgenWindow, "loadgen-window", 20*time.Second, "each load-generator window's length")
 	base := config.DefaultConfig()
-	base.GRPC.Addr, base.Admin.Addr, base.Admin.GRPCAddr, base.Feed.Faults = "127.0.0.1:0", "", "", true
+	// The admin port (loopback, a free port) serves /metrics to the load generator, which
+	// waits on it for an idle server between its windows.
+	base.GRPC.Addr, base.Admin.Addr, base.Admin.GRPCAddr, base.Feed.Faults = "127.0.0.1:0", "127.0.0.1:0", "", true
 	resolve := configFlags(fs, base, getenv)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := resolve(cmd)
@@ -198,9 +209,22 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	}
 	rdb := goredis.NewClient(&goredis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB})
 	defer rdb.Close()
-	zs, err := baseline.New(rdb, fmt.Sprintf("benchzset%d:", time.Now().UnixNano()), 800, 100)
+	zsPrefix := fmt.Sprintf("benchzset%d:", time.Now().UnixNano())
+	zs, err := baseline.New(rdb, zsPrefix, 800, 100)
 	if err != nil {
 		return err
+	}
+	if bf.loadgen {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench: the load generator's binary: %w", err)
+		}
+		o := loadgen.DefaultOptions()
+		o.GRPCAddr, o.RedisAddr, o.RedisPass, o.RedisDB, o.RedisPrefix = sys.a.grpcAddr(), cfg.Redis.Addr, cfg.Redis.Password, cfg.Redis.DB, zsPrefix
+		o.MetricsURL, o.Window, o.PageSize = "http://"+sys.a.adminAddr()+"/metrics", bf.loadgenWindow, opts.PageSize
+		opts.LoadGen = func(ctx context.Context, users []uint64) (*loadgen.Report, error) {
+			return loadgen.Exec(ctx, exe, o, users, bf.out, stdout)
+		}
 	}
 	// The peer's sets (800 pins for each of hundreds of users) would otherwise stay in a Redis
 	// that outlives the run: 106 runs had left 21 million members (2.2 GB) in run/redis.

@@ -48,6 +48,7 @@ servers' flags, "smartfeed completion bash|zsh|fish" prints a completion script.
 		newServeCmd(roleAll, "run worker, generator and feedsvc in one process", getenv),
 		newConfigCmd(getenv),
 		newBenchCmd(getenv),
+		newLoadgenCmd(),
 		newDemoCmd(getenv),
 		newHedgeCmd(),
 		newJobsCmd(getenv),
