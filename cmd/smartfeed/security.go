@@ -63,7 +63,7 @@ func (a *app) publicInterceptors() ([]grpc.UnaryServerInterceptor, []grpc.Stream
 	if ac.JWKSFile == "" {
 		return nil, nil, nil
 	}
-	v, err := auth.NewVerifier(ac.JWKSFile, ac.Issuer, ac.Audience, nil)
+	v, err := auth.NewVerifier(ac.JWKSFile, ac.Issuer, ac.Audience, nil, auth.WithMaxLifetime(ac.MaxTokenLifetime.D()))
 	if err != nil {
 		return nil, nil, err
 	}
