@@ -528,38 +528,110 @@ func (a *Admin) WaitDrained(ctx context.Context, q string, poll time.Duration) e
 	}
 }
 
-// Purge deletes the queues of this admin's namespace and its pinlater keys (tests and teardown).
-// It refuses the empty namespace.
+// Purge deletes the queues of this admin's namespace (their tasks in every state, pause marks
+// and stats) and its pinlater keys (rates, drain marks, the owner, rate-limit buckets, orphan
+// marks). On the default (empty) namespace, which shares its key space with the named ones, it
+// deletes only what is the default namespace's for certain: the queues whose names have no
+// '-' (a named namespace's queues are "<ns>-<queue>") and pinlater's keys of the default
+// layout; named namespaces in the same database are left alone.
 func (a *Admin) Purge(ctx context.Context) error {
-	if a.keys.ns == "" {
-		return errors.New("purge: refusing to purge the default namespace")
-	}
 	phys, err := a.insp.Queues()
 	if err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
+	var own []string
+	for _, q := range QueueNames() {
+		own = append(own, a.keys.queue(q))
+	}
 	for _, p := range phys {
-		if _, ok := a.keys.logical(p); ok {
-			if err := a.insp.DeleteQueue(p, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-				return fmt.Errorf("purge queue %s: %w", p, err)
-			}
-			// Pause state and stats outlive DeleteQueue.
-			a.rdb.SRem(ctx, "asynq:queues:paused", p)
-			if ks, err := a.rdb.Keys(ctx, "asynq:{"+p+"}*").Result(); err == nil && len(ks) > 0 {
-				a.rdb.Del(ctx, ks...)
-			}
+		if a.owns(p) && !slices.Contains(own, p) {
+			own = append(own, p)
 		}
 	}
-	ks, err := a.rdb.Keys(ctx, a.keys.prefix()+"*").Result()
-	if err != nil {
+	for _, p := range own {
+		// DeleteQueue refuses a queue with active tasks (the workers of a deployment that is
+		// gone leave some); deleting its keys below removes them all the same.
+		if err := a.insp.DeleteQueue(p, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) && !queueNotFound(err) {
+			if err := a.rdb.SRem(ctx, "asynq:queues", p).Err(); err != nil {
+				return fmt.Errorf("purge queue %s: %w", p, err)
+			}
+		}
+		// Pause marks and stats outlive DeleteQueue.
+		if err := a.rdb.SRem(ctx, "asynq:queues:paused", p).Err(); err != nil {
+			return fmt.Errorf("purge queue %s: %w", p, err)
+		}
+		if err := a.delMatching(ctx, "asynq:{"+escapeGlob(p)+"}*"); err != nil {
+			return fmt.Errorf("purge queue %s: %w", p, err)
+		}
+	}
+	pre := a.keys.prefix()
+	if a.keys.ns != "" {
+		if err := a.delMatching(ctx, escapeGlob(pre)+"*"); err != nil {
+			return fmt.Errorf("purge: %w", err)
+		}
+		return nil
+	}
+	// The default layout: "pinlater:<key>", where a named namespace's keys are
+	// "pinlater:<ns>:<key>"; each pattern below matches no key of a named namespace.
+	if err := a.rdb.Del(ctx, a.keys.rates(), a.keys.draining(), pre+"owner").Err(); err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
-	if len(ks) > 0 {
-		if err := a.rdb.Del(ctx, ks...).Err(); err != nil {
+	patterns := []string{pre + "orphan:" + strings.Repeat("[0-9a-f]", 32)}
+	for _, p := range own {
+		q, _ := a.keys.logical(p)
+		patterns = append(patterns, escapeGlob(a.keys.bucket(q)), escapeGlob(a.keys.reservation(q, ""))+"*")
+	}
+	for _, pat := range patterns {
+		if err := a.delMatching(ctx, pat); err != nil {
 			return fmt.Errorf("purge: %w", err)
 		}
 	}
 	return nil
+}
+
+// owns reports whether the asynq queue phys belongs to this admin's namespace (see Purge for
+// the default namespace's rule).
+func (a *Admin) owns(phys string) bool {
+	if a.keys.ns == "" {
+		return !strings.Contains(phys, "-")
+	}
+	_, ok := a.keys.logical(phys)
+	return ok
+}
+
+// delMatching deletes the keys matching the glob pattern, scanning (not KEYS, which blocks a
+// large Redis).
+func (a *Admin) delMatching(ctx context.Context, pattern string) error {
+	it := a.rdb.Scan(ctx, 0, pattern, 500).Iterator()
+	var batch []string
+	for it.Next(ctx) {
+		batch = append(batch, it.Val())
+		if len(batch) == 500 {
+			if err := a.rdb.Del(ctx, batch...).Err(); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		return a.rdb.Del(ctx, batch...).Err()
+	}
+	return nil
+}
+
+// escapeGlob escapes the characters Redis's MATCH patterns treat specially.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // Collector exports queue gauges (size by state, latency, paused, rate) for Prometheus, read from
@@ -642,10 +714,8 @@ func (a *Admin) ClaimNamespace(ctx context.Context, deployment string, takeover 
 	if !takeover {
 		return cur, fmt.Errorf("namespace %q: %w (owner %s; this deployment is %s)", a.keys.ns, ErrNamespaceOwned, cur, deployment)
 	}
-	if a.keys.ns != "" {
-		if err := a.Purge(ctx); err != nil {
-			return cur, fmt.Errorf("claim namespace: take over: %w", err)
-		}
+	if err := a.Purge(ctx); err != nil {
+		return cur, fmt.Errorf("claim namespace: take over: %w", err)
 	}
 	if err := a.rdb.Set(ctx, key, deployment, 0).Err(); err != nil {
 		return cur, fmt.Errorf("claim namespace: %w", err)
