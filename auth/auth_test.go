@@ -17,10 +17,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	boardv1 "github.com/smartfeed/smartfeed/proto/board/v1"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	_ "github.com/smartfeed/smartfeed/proto/generator/v1" // request types of Policy's methods
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
+	_ "github.com/smartfeed/smartfeed/proto/ingest/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -247,4 +252,203 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("input %q verified as %+v", raw, p)
 		}
 	})
+}
+
+// TestVerifyLifetime: a token living longer than the configured maximum is refused, whether
+// its lifetime shows as exp - iat, exp - nbf, or (with neither) exp - now.
+func TestVerifyLifetime(t *testing.T) {
+	path, key := keyFile(t)
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	def, err := NewVerifier(path, "", "", clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour, err := NewVerifier(path, "", "", clock, WithMaxLifetime(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mint := func(ttl time.Duration) string {
+		raw, err := Mint(key, Token{Subject: "svc", Now: now, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	// raw signs claims as given (no iat or nbf unless set).
+	raw := func(claims map[string]any) string {
+		sig, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: key}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(claims)
+		obj, err := sig.Sign(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := obj.CompactSerialize()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	tenYears := 10 * 365 * 24 * time.Hour
+	tests := []struct {
+		name    string
+		v       *Verifier
+		raw     string
+		wantErr string
+	}{
+		{"one hour, default cap", def, mint(time.Hour), ""},
+		{"24 hours, default cap", def, mint(24 * time.Hour), ""},
+		{"25 hours, default cap", def, mint(25 * time.Hour), "lifetime 25h0m0s is longer than the 24h0m0s"},
+		{"ten years, default cap", def, mint(tenYears), "lifetime"},
+		{"ten years without iat or nbf", def, raw(map[string]any{"sub": "svc", "exp": now.Add(tenYears).Unix()}), "lifetime"},
+		{"ten years from nbf", def, raw(map[string]any{"sub": "svc", "nbf": now.Unix(), "exp": now.Add(tenYears).Unix()}), "lifetime"},
+		{"iat long ago, exp soon", def, raw(map[string]any{"sub": "svc", "iat": now.Add(-30 * 24 * time.Hour).Unix(), "exp": now.Add(time.Minute).Unix()}), "lifetime"},
+		{"no exp", def, raw(map[string]any{"sub": "svc", "iat": now.Unix()}), "without an expiry"},
+		{"one hour, one-hour cap", hour, mint(time.Hour), ""},
+		{"two hours, one-hour cap", hour, mint(2 * time.Hour), "longer than the 1h0m0s"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.v.Verify(tc.raw)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrUnauthenticated) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want unauthenticated: %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestUserScopesGrantNothing: over every rule of Policy, a user's token that also carries
+// every service scope gets exactly what the same user's token without scopes gets: through
+// for its own calls (Self, Owner) and for AnyCaller reads, refused for another user's data
+// and for service-only methods. A service token with the rule's scope still gets through.
+func TestUserScopesGrantNothing(t *testing.T) {
+	path, key := keyFile(t)
+	v, err := NewVerifier(path, "", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice, bob := userID(t, 1), userID(t, 2)
+	aliceBoard, _ := zen.NewID(3, zen.TypeBoard, 9)
+	bobBoard, _ := zen.NewID(3, zen.TypeBoard, 10)
+	a, err := NewAuthorizer(v, owners{aliceBoard: alice, bobBoard: bob}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := []string{ScopeFeedRead, ScopeGraphWrite, ScopeIngest, ScopeGenerator}
+	tok := func(sub string, scopes ...string) string {
+		raw, err := Mint(key, Token{Subject: sub, Scopes: scopes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	aliceAll, aliceNone := tok(UserSubject(alice), all...), tok(UserSubject(alice))
+	// req builds the method's request acting for (Self) or on the board of (Owner) user u.
+	req := func(method string, r Rule, u zen.ID) proto.Message {
+		m, ok := requestOf(t, method)
+		if !ok {
+			return nil
+		}
+		set := func(name string, id zen.ID) {
+			f := m.ProtoReflect().Descriptor().Fields().ByName(protoreflect.Name(name))
+			if f == nil {
+				t.Fatalf("%s: no field %s", method, name)
+			}
+			m.ProtoReflect().Set(f, protoreflect.ValueOfUint64(uint64(id)))
+		}
+		if r.Self != "" {
+			set(r.Self, u)
+		}
+		if r.Owner != "" {
+			board := aliceBoard
+			if u == bob {
+				board = bobBoard
+			}
+			set(r.Owner, board)
+		}
+		return m
+	}
+	call := func(method, token string, m proto.Message) codes.Code {
+		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+token))
+		var in any = m
+		_, err := a.Unary()(ctx, in, &grpc.UnaryServerInfo{FullMethod: method}, func(context.Context, any) (any, error) { return nil, nil })
+		return status.Code(err)
+	}
+	checked := 0
+	for method, r := range Policy {
+		if r.Public {
+			continue
+		}
+		ownCalls := r.AnyCaller || r.Self != "" || r.Owner != ""
+		want := func(through bool) codes.Code {
+			if through {
+				return codes.OK
+			}
+			return codes.PermissionDenied
+		}
+		cases := []struct {
+			name  string
+			token string
+			for_  zen.ID
+			want  codes.Code
+		}{
+			{"user with every scope, for themself", aliceAll, alice, want(ownCalls)},
+			{"user without scopes, for themself", aliceNone, alice, want(ownCalls)},
+			{"user with every scope, for another user", aliceAll, bob, want(r.AnyCaller)},
+			{"user without scopes, for another user", aliceNone, bob, want(r.AnyCaller)},
+		}
+		for _, s := range r.Scopes {
+			cases = append(cases, struct {
+				name  string
+				token string
+				for_  zen.ID
+				want  codes.Code
+			}{"service with " + s + ", for a user", tok("svc", s), bob, codes.OK})
+		}
+		for _, tc := range cases {
+			m := req(method, r, tc.for_)
+			if m == nil && (r.Self != "" || r.Owner != "") {
+				t.Fatalf("%s: no request type found", method)
+			}
+			if got := call(method, tc.token, m); got != tc.want {
+				t.Errorf("%s, %s: %v, want %v", method, tc.name, got, tc.want)
+			}
+			checked++
+		}
+	}
+	if checked < 4*25 {
+		t.Errorf("only %d calls checked", checked)
+	}
+}
+
+// requestOf returns an empty request message of a gRPC method ("/pkg.Service/Method"), from
+// the registered descriptors.
+func requestOf(t *testing.T, method string) (proto.Message, bool) {
+	t.Helper()
+	svc, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	if !ok {
+		t.Fatalf("method %q", method)
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		return nil, false
+	}
+	md := d.(protoreflect.ServiceDescriptor).Methods().ByName(protoreflect.Name(name))
+	if md == nil {
+		t.Fatalf("%s: no such method", method)
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.Input().FullName())
+	if err != nil {
+		t.Fatalf("%s: %v", method, err)
+	}
+	return mt.New().Interface(), true
 }

@@ -25,7 +25,8 @@ type Rule struct {
 	Public bool
 	// AnyCaller: any verified token (reads of public objects).
 	AnyCaller bool
-	// Scopes: a token carrying any of them (services).
+	// Scopes: a service token carrying any of them. A user token's scopes never count: a
+	// subject is a user or a service, never both.
 	Scopes []string
 	// Self names the request field of the acting user (a fixed64, with a "_str" twin): a user's
 	// token may call for that user only.
@@ -172,7 +173,10 @@ func (a *Authorizer) authorize(ctx context.Context, method string, req proto.Mes
 		return ctx, a.deny(method, "", codes.Unauthenticated, "%v", err)
 	}
 	ctx = context.WithValue(ctx, ctxKey{}, p)
-	if r.AnyCaller || p.Has(r.Scopes...) {
+	// Scopes grant service powers to services only. A user's token may carry scopes (identity
+	// providers put them in user tokens too); a user still acts only as themself, under the
+	// Self and Owner clauses.
+	if r.AnyCaller || (p.User == 0 && p.Has(r.Scopes...)) {
 		return ctx, nil
 	}
 	if p.User != 0 && req != nil {
@@ -204,6 +208,9 @@ func (a *Authorizer) authorize(ctx context.Context, method string, req proto.Mes
 		}
 	}
 	if len(r.Scopes) > 0 {
+		if p.User != 0 {
+			return ctx, a.deny(method, p.Subject, codes.PermissionDenied, "needs a service token with scope %s; a user token's scopes grant nothing beyond the user's own calls", strings.Join(r.Scopes, " or "))
+		}
 		return ctx, a.deny(method, p.Subject, codes.PermissionDenied, "needs a token of the user it acts for, or scope %s", strings.Join(r.Scopes, " or "))
 	}
 	return ctx, a.deny(method, p.Subject, codes.PermissionDenied, "not allowed")

@@ -42,7 +42,8 @@ type Principal struct {
 	Subject string
 	// User is the user a user token names (0 for a service).
 	User zen.ID
-	// Scopes are the token's scopes (its space-separated "scope" claim).
+	// Scopes are the token's scopes (its space-separated "scope" claim). They grant service
+	// powers only to a service token (User 0): the Authorizer ignores them on a user's token.
 	Scopes map[string]bool
 }
 
@@ -63,12 +64,31 @@ const maxToken = 8 << 10
 // go-jose refuses a key whose type does not fit the algorithm).
 var algs = []jose.SignatureAlgorithm{jose.RS256, jose.PS256, jose.ES256, jose.EdDSA, jose.HS256}
 
+// DefaultMaxLifetime is the longest lifetime (exp minus iat) a token may have unless
+// WithMaxLifetime says otherwise.
+const DefaultMaxLifetime = 24 * time.Hour
+
+// VerifierOption configures a Verifier.
+type VerifierOption func(*Verifier)
+
+// WithMaxLifetime refuses tokens whose lifetime (exp minus iat; exp minus nbf, or minus the
+// verification time, for a token without iat) is longer than d. d <= 0 keeps
+// DefaultMaxLifetime. A stolen token is useful at most this long, whatever its issuer chose.
+func WithMaxLifetime(d time.Duration) VerifierOption {
+	return func(v *Verifier) {
+		if d > 0 {
+			v.maxLifetime = d
+		}
+	}
+}
+
 // Verifier checks bearer tokens against the keys of a JWKS file, which it reloads when the file
 // changes (key rotation without a restart).
 type Verifier struct {
 	path             string
 	issuer, audience string
 	now              func() time.Time
+	maxLifetime      time.Duration
 
 	mu      sync.Mutex
 	keys    jose.JSONWebKeySet
@@ -77,12 +97,16 @@ type Verifier struct {
 }
 
 // NewVerifier loads the JWKS at path. issuer and audience, when not empty, must match the
-// tokens' "iss" and "aud". now nil means time.Now.
-func NewVerifier(path, issuer, audience string, now func() time.Time) (*Verifier, error) {
+// tokens' "iss" and "aud". now nil means time.Now. Tokens longer-lived than
+// DefaultMaxLifetime are refused unless an option says otherwise.
+func NewVerifier(path, issuer, audience string, now func() time.Time, opts ...VerifierOption) (*Verifier, error) {
 	if now == nil {
 		now = time.Now
 	}
-	v := &Verifier{path: path, issuer: issuer, audience: audience, now: now}
+	v := &Verifier{path: path, issuer: issuer, audience: audience, now: now, maxLifetime: DefaultMaxLifetime}
+	for _, o := range opts {
+		o(v)
+	}
 	if err := v.reload(true); err != nil {
 		return nil, err
 	}
@@ -182,7 +206,18 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	if std.Expiry == nil {
 		return fail("token without an expiry")
 	}
-	exp := jwt.Expected{Time: v.now()}
+	now := v.now()
+	start := now
+	switch {
+	case std.IssuedAt != nil:
+		start = std.IssuedAt.Time()
+	case std.NotBefore != nil:
+		start = std.NotBefore.Time()
+	}
+	if life := std.Expiry.Time().Sub(start); life > v.maxLifetime {
+		return fail("token lifetime %s is longer than the %s this server accepts (auth.max_token_lifetime): ask the identity provider for a shorter-lived token", life.Round(time.Second), v.maxLifetime)
+	}
+	exp := jwt.Expected{Time: now}
 	if v.issuer != "" {
 		exp.Issuer = v.issuer
 	}

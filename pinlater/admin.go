@@ -9,14 +9,66 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/smartfeed/smartfeed/internal/quote"
 )
 
 // ErrNotFound is returned for a queue or task that does not exist.
 var ErrNotFound = errors.New("not found")
+
+// ErrInvalid is returned for an argument that can never be right: a malformed queue name, a
+// rate that is not a number, a page out of range. Retrying it is pointless.
+var ErrInvalid = errors.New("invalid argument")
+
+// MaxQueueName bounds queue names (pinlater's are short words).
+const MaxQueueName = 128
+
+// CheckQueueName reports a queue name that cannot name a queue: empty, longer than
+// MaxQueueName, not UTF-8, or holding spaces, control characters or braces (which would break
+// the Redis key layout). The error wraps ErrInvalid and quotes the name bounded.
+func CheckQueueName(q string) error {
+	switch {
+	case q == "":
+		return fmt.Errorf("queue name: empty: %w", ErrInvalid)
+	case len(q) > MaxQueueName:
+		return fmt.Errorf("queue name %s: longer than %d bytes: %w", quote.Q(q), MaxQueueName, ErrInvalid)
+	case !utf8.ValidString(q):
+		return fmt.Errorf("queue name %s: not UTF-8: %w", quote.Q(q), ErrInvalid)
+	}
+	for _, r := range q {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || r == '{' || r == '}' {
+			return fmt.Errorf("queue name %s: spaces, control characters and braces are not allowed: %w", quote.Q(q), ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// known checks that q names a queue of this namespace: a standard queue (a queue before it
+// ever holds a task), or one Redis has. Else ErrInvalid or ErrNotFound: settings (pause, rate,
+// drain) are never recorded for a queue that does not exist.
+func (a *Admin) known(q string) error {
+	if err := CheckQueueName(q); err != nil {
+		return err
+	}
+	if slices.Contains(QueueNames(), q) {
+		return nil
+	}
+	phys, err := a.insp.Queues()
+	if err != nil {
+		return fmt.Errorf("list queues: %w", err)
+	}
+	if slices.Contains(phys, a.keys.queue(q)) {
+		return nil
+	}
+	return fmt.Errorf("queue %s: no such queue in this namespace (the queues: %s, and any that holds tasks): %w",
+		quote.Q(q), strings.Join(QueueNames(), ", "), ErrNotFound)
+}
 
 // Admin inspects and operates queues: sizes and latency, dead tasks, pause and resume, rate
 // limits and drain mode. It backs `smartfeed jobs`.
@@ -100,7 +152,7 @@ func (a *Admin) Queues(ctx context.Context) ([]QueueStats, error) {
 	names = append(names, extra...)
 	out := make([]QueueStats, 0, len(names))
 	for _, q := range names {
-		st, err := a.Queue(ctx, q)
+		st, err := a.queue(ctx, q)
 		if err != nil {
 			return nil, err
 		}
@@ -109,12 +161,27 @@ func (a *Admin) Queues(ctx context.Context) ([]QueueStats, error) {
 	return out, nil
 }
 
-// Queue describes one queue (a queue that never held a task is reported empty).
+// Queue describes one queue (a standard queue that never held a task is reported empty); a
+// queue the namespace does not have is ErrNotFound.
 func (a *Admin) Queue(ctx context.Context, q string) (QueueStats, error) {
+	if err := a.known(q); err != nil {
+		return QueueStats{Name: q}, err
+	}
+	return a.queue(ctx, q)
+}
+
+// queue is Queue for a queue known to exist.
+func (a *Admin) queue(ctx context.Context, q string) (QueueStats, error) {
 	st := QueueStats{Name: q}
 	info, err := a.insp.GetQueueInfo(a.keys.queue(q))
 	switch {
 	case queueNotFound(err):
+		// Paused before its first task: asynq keeps the mark, GetQueueInfo does not see it.
+		n, err := a.rdb.Exists(ctx, a.keys.asynq(q)+"paused").Result()
+		if err != nil {
+			return st, fmt.Errorf("queue %s: %w", q, err)
+		}
+		st.Paused = n > 0
 	case err != nil:
 		return st, fmt.Errorf("queue %s: %w", q, err)
 	default:
@@ -149,7 +216,10 @@ func deadTask(q string, ti *asynq.TaskInfo) DeadTask {
 // DeadTasks lists a page (from 1) of queue q's dead tasks, at most size of them.
 func (a *Admin) DeadTasks(ctx context.Context, q string, page, size int) ([]DeadTask, error) {
 	if page < 1 || size < 1 || size > 1000 {
-		return nil, fmt.Errorf("dead tasks of %s: page %d size %d (want page >= 1, size 1..1000)", q, page, size)
+		return nil, fmt.Errorf("dead tasks of %s: page %d size %d (want page >= 1, size 1..1000): %w", quote.Q(q), page, size, ErrInvalid)
+	}
+	if err := a.known(q); err != nil {
+		return nil, err
 	}
 	tis, err := a.insp.ListArchivedTasks(a.keys.queue(q), asynq.Page(page), asynq.PageSize(size))
 	if errors.Is(err, asynq.ErrQueueNotFound) {
@@ -174,6 +244,9 @@ type TaskState struct {
 
 // Task looks up one task by ID.
 func (a *Admin) Task(ctx context.Context, q, id string) (TaskState, error) {
+	if err := CheckQueueName(q); err != nil {
+		return TaskState{}, err
+	}
 	ti, err := a.insp.GetTaskInfo(a.keys.queue(q), id)
 	if err != nil {
 		return TaskState{}, a.taskErr("inspect", q, id, err)
@@ -195,7 +268,7 @@ var TaskStates = []string{"pending", "active", "scheduled", "retry", "archived",
 // "archived"), at most size of them.
 func (a *Admin) Tasks(ctx context.Context, q, state string, page, size int) ([]TaskState, error) {
 	if page < 1 || size < 1 || size > 1000 {
-		return nil, fmt.Errorf("tasks of %s: page %d size %d (want page >= 1, size 1..1000)", q, page, size)
+		return nil, fmt.Errorf("tasks of %s: page %d size %d (want page >= 1, size 1..1000): %w", quote.Q(q), page, size, ErrInvalid)
 	}
 	list := map[string]func(string, ...asynq.ListOption) ([]*asynq.TaskInfo, error){
 		"pending": a.insp.ListPendingTasks, "active": a.insp.ListActiveTasks, "scheduled": a.insp.ListScheduledTasks,
@@ -203,7 +276,10 @@ func (a *Admin) Tasks(ctx context.Context, q, state string, page, size int) ([]T
 		"completed": a.insp.ListCompletedTasks,
 	}[state]
 	if list == nil {
-		return nil, fmt.Errorf("tasks of %s: state %q: want one of %s", q, state, strings.Join(TaskStates, ", "))
+		return nil, fmt.Errorf("tasks of %s: state %s: want one of %s: %w", quote.Q(q), quote.Q(state), strings.Join(TaskStates, ", "), ErrInvalid)
+	}
+	if err := a.known(q); err != nil {
+		return nil, err
 	}
 	tis, err := list(a.keys.queue(q), asynq.Page(page), asynq.PageSize(size))
 	if errors.Is(err, asynq.ErrQueueNotFound) {
@@ -229,7 +305,10 @@ type DayStats struct {
 // History returns queue q's counts of the last days days (1..90), today first.
 func (a *Admin) History(ctx context.Context, q string, days int) ([]DayStats, error) {
 	if days < 1 || days > 90 {
-		return nil, fmt.Errorf("history of %s: %d days (want 1..90)", q, days)
+		return nil, fmt.Errorf("history of %s: %d days (want 1..90): %w", quote.Q(q), days, ErrInvalid)
+	}
+	if err := a.known(q); err != nil {
+		return nil, err
 	}
 	ds, err := a.insp.History(a.keys.queue(q), days)
 	if err != nil && !queueNotFound(err) {
@@ -245,6 +324,9 @@ func (a *Admin) History(ctx context.Context, q string, days int) ([]DayStats, er
 // RunTask moves a scheduled, retrying or dead task to pending: it runs as soon as a worker is
 // free (a dead task keeps its attempt count, as with RetryDead).
 func (a *Admin) RunTask(ctx context.Context, q, id string) error {
+	if err := CheckQueueName(q); err != nil {
+		return err
+	}
 	if err := a.insp.RunTask(a.keys.queue(q), id); err != nil {
 		return a.taskErr("run", q, id, err)
 	}
@@ -254,6 +336,9 @@ func (a *Admin) RunTask(ctx context.Context, q, id string) error {
 // ArchiveTask moves a pending, scheduled or retrying task to the dead set, where it stays
 // until retried or deleted. It never failed, so it has no failure time.
 func (a *Admin) ArchiveTask(ctx context.Context, q, id string) error {
+	if err := CheckQueueName(q); err != nil {
+		return err
+	}
 	if err := a.insp.ArchiveTask(a.keys.queue(q), id); err != nil {
 		return a.taskErr("archive", q, id, err)
 	}
@@ -263,6 +348,9 @@ func (a *Admin) ArchiveTask(ctx context.Context, q, id string) error {
 // RetryDead moves a dead task back to its queue, with its attempt count kept: it gets one more run
 // before it is dead again (asynq does not reset the count).
 func (a *Admin) RetryDead(ctx context.Context, q, id string) error {
+	if err := CheckQueueName(q); err != nil {
+		return err
+	}
 	if err := a.insp.RunTask(a.keys.queue(q), id); err != nil {
 		return a.taskErr("retry", q, id, err)
 	}
@@ -271,6 +359,9 @@ func (a *Admin) RetryDead(ctx context.Context, q, id string) error {
 
 // RetryAllDead moves every dead task of q back to the queue.
 func (a *Admin) RetryAllDead(ctx context.Context, q string) (int, error) {
+	if err := a.known(q); err != nil {
+		return 0, err
+	}
 	n, err := a.insp.RunAllArchivedTasks(a.keys.queue(q))
 	if errors.Is(err, asynq.ErrQueueNotFound) {
 		return 0, nil
@@ -283,6 +374,9 @@ func (a *Admin) RetryAllDead(ctx context.Context, q string) (int, error) {
 
 // DeleteTask deletes a task that is not running (dead, pending, scheduled or retrying).
 func (a *Admin) DeleteTask(ctx context.Context, q, id string) error {
+	if err := CheckQueueName(q); err != nil {
+		return err
+	}
 	if err := a.insp.DeleteTask(a.keys.queue(q), id); err != nil {
 		return a.taskErr("delete", q, id, err)
 	}
@@ -291,6 +385,9 @@ func (a *Admin) DeleteTask(ctx context.Context, q, id string) error {
 
 // DeleteAllDead deletes every dead task of q.
 func (a *Admin) DeleteAllDead(ctx context.Context, q string) (int, error) {
+	if err := a.known(q); err != nil {
+		return 0, err
+	}
 	n, err := a.insp.DeleteAllArchivedTasks(a.keys.queue(q))
 	if errors.Is(err, asynq.ErrQueueNotFound) {
 		return 0, nil
@@ -303,6 +400,9 @@ func (a *Admin) DeleteAllDead(ctx context.Context, q string) (int, error) {
 
 // Pause stops every server from taking tasks of q; running tasks finish.
 func (a *Admin) Pause(ctx context.Context, q string) error {
+	if err := a.known(q); err != nil {
+		return err
+	}
 	if err := a.insp.PauseQueue(a.keys.queue(q)); err != nil && !isAlready(err) {
 		return fmt.Errorf("pause %s: %w", q, err)
 	}
@@ -312,6 +412,9 @@ func (a *Admin) Pause(ctx context.Context, q string) error {
 // Resume lets servers take tasks of q again. A rate of 0 (which pauses) is lifted too: the queue
 // is then unlimited.
 func (a *Admin) Resume(ctx context.Context, q string) error {
+	if err := a.known(q); err != nil {
+		return err
+	}
 	r, err := a.rate(ctx, q)
 	if err != nil {
 		return err
@@ -345,10 +448,10 @@ func isAlready(err error) bool {
 // the limit (and un-pauses).
 func (a *Admin) SetRate(ctx context.Context, q string, perSecond float64) error {
 	if math.IsNaN(perSecond) || math.IsInf(perSecond, 0) || perSecond > 1e9 {
-		return fmt.Errorf("set rate of %s: %v is not a rate", q, perSecond)
+		return fmt.Errorf("set rate of %s: %v is not a rate: %w", quote.Q(q), perSecond, ErrInvalid)
 	}
-	if q == "" {
-		return errors.New("set rate: empty queue name")
+	if err := a.known(q); err != nil {
+		return err
 	}
 	var err error
 	if perSecond < 0 {
@@ -390,6 +493,9 @@ func (a *Admin) Rates(ctx context.Context) (map[string]float64, error) {
 // holds, so it empties (PinLater's dequeue-only mode, e.g. before moving a queue). WaitDrained
 // waits for the end.
 func (a *Admin) SetDraining(ctx context.Context, q string, on bool) error {
+	if err := a.known(q); err != nil {
+		return err
+	}
 	var err error
 	if on {
 		err = a.rdb.SAdd(ctx, a.keys.draining(), q).Err()
@@ -422,38 +528,110 @@ func (a *Admin) WaitDrained(ctx context.Context, q string, poll time.Duration) e
 	}
 }
 
-// Purge deletes the queues of this admin's namespace and its pinlater keys (tests and teardown).
-// It refuses the empty namespace.
+// Purge deletes the queues of this admin's namespace (their tasks in every state, pause marks
+// and stats) and its pinlater keys (rates, drain marks, the owner, rate-limit buckets, orphan
+// marks). On the default (empty) namespace, which shares its key space with the named ones, it
+// deletes only what is the default namespace's for certain: the queues whose names have no
+// '-' (a named namespace's queues are "<ns>-<queue>") and pinlater's keys of the default
+// layout; named namespaces in the same database are left alone.
 func (a *Admin) Purge(ctx context.Context) error {
-	if a.keys.ns == "" {
-		return errors.New("purge: refusing to purge the default namespace")
-	}
 	phys, err := a.insp.Queues()
 	if err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
+	var own []string
+	for _, q := range QueueNames() {
+		own = append(own, a.keys.queue(q))
+	}
 	for _, p := range phys {
-		if _, ok := a.keys.logical(p); ok {
-			if err := a.insp.DeleteQueue(p, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) {
-				return fmt.Errorf("purge queue %s: %w", p, err)
-			}
-			// Pause state and stats outlive DeleteQueue.
-			a.rdb.SRem(ctx, "asynq:queues:paused", p)
-			if ks, err := a.rdb.Keys(ctx, "asynq:{"+p+"}*").Result(); err == nil && len(ks) > 0 {
-				a.rdb.Del(ctx, ks...)
-			}
+		if a.owns(p) && !slices.Contains(own, p) {
+			own = append(own, p)
 		}
 	}
-	ks, err := a.rdb.Keys(ctx, a.keys.prefix()+"*").Result()
-	if err != nil {
+	for _, p := range own {
+		// DeleteQueue refuses a queue with active tasks (the workers of a deployment that is
+		// gone leave some); deleting its keys below removes them all the same.
+		if err := a.insp.DeleteQueue(p, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) && !queueNotFound(err) {
+			if err := a.rdb.SRem(ctx, "asynq:queues", p).Err(); err != nil {
+				return fmt.Errorf("purge queue %s: %w", p, err)
+			}
+		}
+		// Pause marks and stats outlive DeleteQueue.
+		if err := a.rdb.SRem(ctx, "asynq:queues:paused", p).Err(); err != nil {
+			return fmt.Errorf("purge queue %s: %w", p, err)
+		}
+		if err := a.delMatching(ctx, "asynq:{"+escapeGlob(p)+"}*"); err != nil {
+			return fmt.Errorf("purge queue %s: %w", p, err)
+		}
+	}
+	pre := a.keys.prefix()
+	if a.keys.ns != "" {
+		if err := a.delMatching(ctx, escapeGlob(pre)+"*"); err != nil {
+			return fmt.Errorf("purge: %w", err)
+		}
+		return nil
+	}
+	// The default layout: "pinlater:<key>", where a named namespace's keys are
+	// "pinlater:<ns>:<key>"; each pattern below matches no key of a named namespace.
+	if err := a.rdb.Del(ctx, a.keys.rates(), a.keys.draining(), pre+"owner").Err(); err != nil {
 		return fmt.Errorf("purge: %w", err)
 	}
-	if len(ks) > 0 {
-		if err := a.rdb.Del(ctx, ks...).Err(); err != nil {
+	patterns := []string{pre + "orphan:" + strings.Repeat("[0-9a-f]", 32)}
+	for _, p := range own {
+		q, _ := a.keys.logical(p)
+		patterns = append(patterns, escapeGlob(a.keys.bucket(q)), escapeGlob(a.keys.reservation(q, ""))+"*")
+	}
+	for _, pat := range patterns {
+		if err := a.delMatching(ctx, pat); err != nil {
 			return fmt.Errorf("purge: %w", err)
 		}
 	}
 	return nil
+}
+
+// owns reports whether the asynq queue phys belongs to this admin's namespace (see Purge for
+// the default namespace's rule).
+func (a *Admin) owns(phys string) bool {
+	if a.keys.ns == "" {
+		return !strings.Contains(phys, "-")
+	}
+	_, ok := a.keys.logical(phys)
+	return ok
+}
+
+// delMatching deletes the keys matching the glob pattern, scanning (not KEYS, which blocks a
+// large Redis).
+func (a *Admin) delMatching(ctx context.Context, pattern string) error {
+	it := a.rdb.Scan(ctx, 0, pattern, 500).Iterator()
+	var batch []string
+	for it.Next(ctx) {
+		batch = append(batch, it.Val())
+		if len(batch) == 500 {
+			if err := a.rdb.Del(ctx, batch...).Err(); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		return a.rdb.Del(ctx, batch...).Err()
+	}
+	return nil
+}
+
+// escapeGlob escapes the characters Redis's MATCH patterns treat specially.
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // Collector exports queue gauges (size by state, latency, paused, rate) for Prometheus, read from
@@ -536,10 +714,8 @@ func (a *Admin) ClaimNamespace(ctx context.Context, deployment string, takeover 
 	if !takeover {
 		return cur, fmt.Errorf("namespace %q: %w (owner %s; this deployment is %s)", a.keys.ns, ErrNamespaceOwned, cur, deployment)
 	}
-	if a.keys.ns != "" {
-		if err := a.Purge(ctx); err != nil {
-			return cur, fmt.Errorf("claim namespace: take over: %w", err)
-		}
+	if err := a.Purge(ctx); err != nil {
+		return cur, fmt.Errorf("claim namespace: take over: %w", err)
 	}
 	if err := a.rdb.Set(ctx, key, deployment, 0).Err(); err != nil {
 		return cur, fmt.Errorf("claim namespace: %w", err)

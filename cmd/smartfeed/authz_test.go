@@ -27,8 +27,9 @@ import (
 
 // TestAuthMatrix calls every method of every service of both ports (found from the servers, so
 // a new method cannot be forgotten) with every kind of credential: none, a forged token (another
-// key), an expired one, the admin credential, the acting user's token, another user's token,
-// and a service token of each scope. Each gets what auth.Policy says: Unauthenticated without a
+// key), an expired one, a ten-year one, the admin credential, the acting user's token, another
+// user's token, a service token of each scope, and user tokens carrying service scopes (which
+// grant a user nothing beyond their own calls). Each gets what auth.Policy says: Unauthenticated without a
 // valid token; PermissionDenied for another user's data or a missing scope; through to the
 // service otherwise. The admin port takes the admin credential only.
 func TestAuthMatrix(t *testing.T) {
@@ -118,9 +119,20 @@ func TestAuthMatrix(t *testing.T) {
 		{name: "acting user", token: sign(aliceSub), user: true, valid: true},
 		{name: "another user", token: sign(bobSub), other: true, valid: true},
 	}
-	for _, s := range []string{auth.ScopeFeedRead, auth.ScopeGraphWrite, auth.ScopeIngest, auth.ScopeGenerator} {
-		creds = append(creds, cred{name: "service " + s, token: sign("svc-"+s, s), scopes: []string{s}, valid: true})
+	longLived, err := auth.Mint(key, auth.Token{Subject: "svc-long", Scopes: []string{auth.ScopeGraphWrite}, TTL: 10 * 365 * 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
 	}
+	creds = append(creds, cred{name: "a ten-year token", token: longLived})
+	all := []string{auth.ScopeFeedRead, auth.ScopeGraphWrite, auth.ScopeIngest, auth.ScopeGenerator}
+	for _, s := range all {
+		creds = append(creds, cred{name: "service " + s, token: sign("svc-"+s, s), scopes: []string{s}, valid: true})
+		// A user's token carrying a service scope is still that user's token and nothing more.
+		creds = append(creds, cred{name: "another user with scope " + s, token: sign(bobSub, s), other: true, valid: true})
+	}
+	creds = append(creds,
+		cred{name: "acting user with every scope", token: sign(aliceSub, all...), user: true, valid: true},
+		cred{name: "another user with every scope", token: sign(bobSub, all...), other: true, valid: true})
 
 	// Every unary method of the public port, destructive ones last.
 	type method struct{ svc, name string }

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -212,5 +213,75 @@ func TestFailedAt(t *testing.T) {
 		if got := failedAt(tc.in); got != tc.want {
 			t.Errorf("failedAt(%v) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestJobsRefusesUnknownQueues: the real binary exits non-zero, saying why, for a queue the
+// namespace does not have or a blank queue name, whatever the subcommand, and records no
+// setting for such a queue; a standard queue that never held a task can still be paused.
+func TestJobsRefusesUnknownQueues(t *testing.T) {
+	addr := testenv.Redis(t)
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	ns := "tjobsbad" + hex.EncodeToString(b)
+	admin, err := pinlater.NewAdmin(asynq.RedisClientOpt{Addr: addr, DB: jobsTestDB}, pinlater.WithNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Purge(context.Background()); admin.Close() })
+	bin := buildBinary(t, t.TempDir())
+	smartfeed := func(args ...string) (string, int) {
+		t.Helper()
+		full := append([]string{"jobs", "--redis-addr", addr, "--redis-db", "11", "--redis-namespace", ns}, args...)
+		out, err := exec.Command(bin, full...).CombinedOutput()
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return string(out), 0
+		case errors.As(err, &ee):
+			return string(out), ee.ExitCode()
+		}
+		t.Fatalf("smartfeed %v: %v", args, err)
+		return "", 0
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // in the output
+	}{
+		{[]string{"pause", "no_such_queue"}, "no such queue"},
+		{[]string{"resume", "no_such_queue"}, "no such queue"},
+		{[]string{"rate", "no_such_queue", "5"}, "no such queue"},
+		{[]string{"rate", "no_such_queue", "0"}, "no such queue"},
+		{[]string{"drain", "no_such_queue"}, "no such queue"},
+		{[]string{"undrain", "no_such_queue"}, "no such queue"},
+		{[]string{"retry", "no_such_queue", "--all"}, "no such queue"},
+		{[]string{"delete", "no_such_queue", "--all"}, "no such queue"},
+		{[]string{"dead", "no_such_queue"}, "no such queue"},
+		{[]string{"list", "no_such_queue"}, "no such queue"},
+		{[]string{"history", "no_such_queue"}, "no such queue"},
+		{[]string{"pause", " "}, "spaces"},
+		{[]string{"rate", "\t", "5"}, "spaces"},
+		{[]string{"drain", "fan out"}, "spaces"},
+	} {
+		out, code := smartfeed(tc.args...)
+		if code == 0 || !strings.Contains(out, tc.want) {
+			t.Errorf("smartfeed jobs %q: exit %d, output %q; want a non-zero exit saying %q", tc.args, code, out, tc.want)
+		}
+	}
+	rates, err := admin.Rates(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rates) != 0 {
+		t.Errorf("rates recorded for queues that do not exist: %v", rates)
+	}
+	if _, err := admin.Queue(t.Context(), "no_such_queue"); !errors.Is(err, pinlater.ErrNotFound) {
+		t.Errorf("Queue(no_such_queue) = %v, want ErrNotFound", err)
+	}
+	if out, code := smartfeed("pause", "bulk"); code != 0 || !strings.Contains(out, "paused: bulk") {
+		t.Errorf("pause bulk: exit %d, %q", code, out)
+	}
+	if st, err := admin.Queue(t.Context(), pinlater.QueueBulk); err != nil || !st.Paused {
+		t.Errorf("bulk after pause: %+v, %v", st, err)
 	}
 }

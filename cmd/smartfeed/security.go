@@ -17,9 +17,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/smartfeed/smartfeed/auth"
 	"github.com/smartfeed/smartfeed/feedsvc"
+	"github.com/smartfeed/smartfeed/internal/quote"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	shardv1 "github.com/smartfeed/smartfeed/proto/shard/v1"
 	"github.com/smartfeed/smartfeed/zen"
@@ -63,7 +67,7 @@ func (a *app) publicInterceptors() ([]grpc.UnaryServerInterceptor, []grpc.Stream
 	if ac.JWKSFile == "" {
 		return nil, nil, nil
 	}
-	v, err := auth.NewVerifier(ac.JWKSFile, ac.Issuer, ac.Audience, nil)
+	v, err := auth.NewVerifier(ac.JWKSFile, ac.Issuer, ac.Audience, nil, auth.WithMaxLifetime(ac.MaxTokenLifetime.D()))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -133,7 +137,11 @@ func (a *app) buildAdminGRPC() error {
 	if a.feed != nil {
 		adm = feedsvc.NewAdminServer(a.feed, a.faultsIfEnabled(0), a.faultsIfEnabled(1))
 	}
-	audit := auditUnary(a.log.Named("audit"), adminBefore(adm))
+	credential := "admin credential"
+	if token == "" {
+		credential = "no credential (loopback port)"
+	}
+	audit := auditUnary(a.log.Named("audit"), credential, adminBefore(adm))
 	var opts []grpc.ServerOption
 	if token != "" {
 		u, s := auth.AdminToken(token, a.log.Named("admin"))
@@ -196,19 +204,100 @@ func adminBefore(adm *feedsvc.AdminServer) func(ctx context.Context, method stri
 	}
 }
 
-// auditUnary logs every admin call that changes something (Set*): who (the caller's
-// address; the admin credential is one), what (method and request), the state before and the
-// state after.
-func auditUnary(log *zap.Logger, before func(context.Context, string, any) any) grpc.UnaryServerInterceptor {
+// auditUnary logs every admin call that changes something (Set*), one bounded line each:
+// the method; the caller (how it authenticated, credential, and its address); the target (the
+// request's fields, each value cut short); the outcome (OK or the gRPC code, with the error's
+// message cut short); and the state before and after, rendered the same bounded way. A request
+// of any size makes a line of a few KiB at most: the log is an audit trail, not a copy of the
+// traffic.
+func auditUnary(log *zap.Logger, credential string, before func(context.Context, string, any) any) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		if !strings.Contains(info.FullMethod, "/Set") {
 			return h(ctx, req)
 		}
 		was := before(ctx, info.FullMethod, req)
 		resp, err := h(ctx, req)
-		log.Info("admin change", zap.String("method", info.FullMethod), zap.String("peer", peerAddr(ctx)),
-			zap.Any("request", req), zap.Any("before", was), zap.Any("after", resp), zap.Error(err))
+		fields := []zap.Field{zap.String("method", quote.Message(info.FullMethod, auditField)),
+			zap.String("caller", credential+" from "+peerAddr(ctx)), zap.String("target", summarize(req)),
+			zap.String("outcome", status.Code(err).String())}
+		if err != nil {
+			fields = append(fields, zap.String("error", quote.Message(status.Convert(err).Message(), auditField)))
+		} else {
+			fields = append(fields, zap.String("after", summarize(resp)))
+		}
+		if was != nil {
+			fields = append(fields, zap.String("before", summarize(was)))
+		}
+		log.Info("admin change", fields...)
 		return resp, err
+	}
+}
+
+// auditField bounds each field of an audit line.
+const auditField = 1024
+
+// summarize renders v for the audit log in at most auditField bytes: a message's set fields as
+// name=value (strings quoted and cut short, bytes and lists by their size, nested messages in
+// braces); anything else as fmt prints it, cut short.
+func summarize(v any) string {
+	if v == nil {
+		return ""
+	}
+	m, ok := v.(proto.Message)
+	if !ok {
+		return quote.Message(fmt.Sprint(v), auditField)
+	}
+	var b strings.Builder
+	summarizeMsg(&b, m.ProtoReflect(), 0)
+	return quote.Message(b.String(), auditField)
+}
+
+// summarizeMsg writes m's set fields to b in declaration order, stopping once b holds more
+// than auditField bytes.
+func summarizeMsg(b *strings.Builder, m protoreflect.Message, depth int) {
+	first := true
+	fields := m.Descriptor().Fields()
+	for i := range fields.Len() {
+		f := fields.Get(i)
+		if !m.Has(f) {
+			continue
+		}
+		if b.Len() > auditField {
+			return
+		}
+		v := m.Get(f)
+		if !first {
+			b.WriteByte(' ')
+		}
+		first = false
+		b.WriteString(string(f.Name()))
+		b.WriteByte('=')
+		switch {
+		case f.IsList():
+			fmt.Fprintf(b, "[%d items]", v.List().Len())
+		case f.IsMap():
+			fmt.Fprintf(b, "{%d entries}", v.Map().Len())
+		case f.Kind() == protoreflect.StringKind:
+			b.WriteString(quote.Q(v.String()))
+		case f.Kind() == protoreflect.BytesKind:
+			fmt.Fprintf(b, "(%d bytes)", len(v.Bytes()))
+		case f.Kind() == protoreflect.MessageKind || f.Kind() == protoreflect.GroupKind:
+			if depth >= 3 {
+				b.WriteString("{…}")
+				break
+			}
+			b.WriteByte('{')
+			summarizeMsg(b, v.Message(), depth+1)
+			b.WriteByte('}')
+		case f.Kind() == protoreflect.EnumKind:
+			if ev := f.Enum().Values().ByNumber(v.Enum()); ev != nil {
+				b.WriteString(string(ev.Name()))
+			} else {
+				fmt.Fprint(b, v.Enum())
+			}
+		default:
+			fmt.Fprint(b, v.Interface())
+		}
 	}
 }
 

@@ -317,6 +317,10 @@ type Auth struct {
 	// 1000/s, burst 2000.
 	ProducerRate  float64 `json:"producer_rate"`
 	ProducerBurst int     `json:"producer_burst"`
+	// MaxTokenLifetime is the longest lifetime (exp minus iat) a bearer token may have; a
+	// longer-lived token, or one without exp, is refused (Unauthenticated). It bounds how long
+	// a leaked token stays useful. Default 24h; at most 8760h (a year).
+	MaxTokenLifetime Duration `json:"max_token_lifetime"`
 }
 
 // Log configures the logger.
@@ -452,7 +456,7 @@ func DefaultConfig() Config {
 		Cache: Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
 		GRPC:  GRPC{Addr: "127.0.0.1:9090"},
 		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092", SlowTraceOver: Duration(100 * time.Millisecond)},
-		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000},
+		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000, MaxTokenLifetime: Duration(24 * time.Hour)},
 		Log:   Log{Level: "info", Format: "auto"},
 		Worker: Worker{Concurrency: 10, Dequeuers: 1, ShutdownTimeout: Duration(10 * time.Second), ReclaimAfter: Duration(5 * time.Second),
 			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second),
@@ -546,6 +550,9 @@ func (c Config) Validate() error {
 	}
 	if c.GRPC.Addr == "" {
 		bad("grpc.addr: empty")
+	}
+	if c.Auth.MaxTokenLifetime <= 0 || c.Auth.MaxTokenLifetime > Duration(8760*time.Hour) {
+		bad("auth.max_token_lifetime: %v not in (0, 8760h]", c.Auth.MaxTokenLifetime.D())
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

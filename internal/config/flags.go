@@ -73,6 +73,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	i(&c.Auth.UserBurst, "auth-user-burst", c.Auth.UserBurst, "burst of a user's calls")
 	f(&c.Auth.ProducerRate, "auth-producer-rate", c.Auth.ProducerRate, "calls per second each producer (scope ingest:publish) may make (0: no limit)")
 	i(&c.Auth.ProducerBurst, "auth-producer-burst", c.Auth.ProducerBurst, "burst of a producer's calls")
+	d(&c.Auth.MaxTokenLifetime, "auth-max-token-lifetime", c.Auth.MaxTokenLifetime, "longest lifetime (exp - iat) of a bearer token; longer-lived tokens are refused")
 	s(&c.TLS.CertFile, "tls-cert-file", c.TLS.CertFile, "PEM certificate (chain) of every listener, reloaded when it changes")
 	s(&c.TLS.KeyFile, "tls-key-file", c.TLS.KeyFile, "PEM key of the certificate")
 	s(&c.TLS.ClientCAFile, "tls-client-ca-file", c.TLS.ClientCAFile, "PEM CAs whose client certificates every listener requires (mTLS)")

@@ -133,10 +133,7 @@ func (s *Server) SetQueueDraining(ctx context.Context, r *pinlaterv1.SetQueueDra
 // SetQueueRate implements QueueAdmin.SetQueueRate.
 func (s *Server) SetQueueRate(ctx context.Context, r *pinlaterv1.SetQueueRateRequest) (*pinlaterv1.Queue, error) {
 	return s.change(ctx, r.GetQueue(), func() error {
-		if err := s.q.SetRate(ctx, r.GetQueue(), r.GetPerSecond()); err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
-		}
-		return nil
+		return s.q.SetRate(ctx, r.GetQueue(), r.GetPerSecond())
 	})
 }
 
@@ -176,15 +173,11 @@ func (s *Server) change(ctx context.Context, q string, fn func() error) (*pinlat
 	return toQueue(st), nil
 }
 
-// maxQueueName bounds queue names (pinlater's are short words).
-const maxQueueName = 256
-
+// needQueue refuses a queue name that cannot name a queue (pinlater.CheckQueueName) before
+// anything reaches Redis.
 func needQueue(q string) error {
-	if q == "" {
-		return status.Error(codes.InvalidArgument, "queue: empty")
-	}
-	if len(q) > maxQueueName {
-		return status.Errorf(codes.InvalidArgument, "queue %s: longer than %d bytes", quote.Q(q), maxQueueName)
+	if err := pinlater.CheckQueueName(q); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return nil
 }
@@ -196,14 +189,17 @@ func toQueue(q pinlater.QueueStats) *pinlaterv1.Queue {
 		RateLimit: q.Rate, ProcessedToday: int64(q.Processed), FailedToday: int64(q.Failed)}
 }
 
-// toStatus maps pinlater's errors to gRPC codes (a status already made passes through), with
-// the message bounded: pinlater's errors quote the queue and task IDs they were given.
+// toStatus maps pinlater's errors to gRPC codes (a status already made passes through): bad
+// input is InvalidArgument or NotFound, and only what Redis failed to answer is Unavailable. The
+// message is bounded: pinlater's errors quote the queue and task IDs they were given.
 func toStatus(err error) error {
 	if st, ok := status.FromError(err); ok {
 		return status.Error(st.Code(), quote.Message(st.Message(), maxMessage))
 	}
 	code := codes.Unavailable
 	switch {
+	case errors.Is(err, pinlater.ErrInvalid):
+		code = codes.InvalidArgument
 	case errors.Is(err, pinlater.ErrNotFound):
 		code = codes.NotFound
 	case errors.Is(err, context.DeadlineExceeded):

@@ -67,7 +67,7 @@ func (f *fakeQueues) SetDraining(_ context.Context, q string, on bool) error {
 
 func (f *fakeQueues) SetRate(_ context.Context, q string, r float64) error {
 	if r > 1e9 {
-		return fmt.Errorf("set rate of %s: %v is not a rate", q, r)
+		return fmt.Errorf("set rate of %s: %v is not a rate: %w", q, r, pinlater.ErrInvalid)
 	}
 	f.calls = append(f.calls, fmt.Sprintf("rate %s %v", q, r))
 	f.st.Rate = r
