@@ -18,7 +18,7 @@ import (
 //	  "hedge":   {"mode": "percentile", "percentile": 99.9, "min": "2ms", "max": "100ms",
 //	              "delay": "10ms", "budget": 0.02, "budget_burst": 10, "warmup": 0.01, "min_samples": 100,
 //	              "primary_timeout": "1s", "breaker_failures": 5, "breaker_slow_rate": 0.5,
-//	              "breaker_window": 20, "breaker_open_for": "2s", "breaker_probes": 3},
+//	              "breaker_interval": "1s", "breaker_window": 20, "breaker_open_for": "2s", "breaker_probes": 3},
 //	  "service": {"generator_deadline": "150ms", "persist_timeout": "200ms", "max_items": 1000,
 //	              "default_page_size": 25, "max_page_size": 200, "stale_pending": "30s",
 //	              "prepare_after": "0s", "prepared_max_age": "30s", "min_chunk_interval": "0s",

@@ -35,9 +35,10 @@ func (s Store) String() string {
 type Outcome struct {
 	// From is the store whose answer was returned.
 	From Store
-	// Hedged is set when the standby was asked (on error or after the cutoff).
+	// Hedged is set when the standby was asked (on error, after the cutoff, or when the breaker
+	// found the primary hung while the call waited on it).
 	Hedged bool
-	// Reason is "error" or "cutoff" when Hedged.
+	// Reason is "error", "cutoff" or "breaker" when Hedged.
 	Reason string
 	// BudgetExhausted is set when the cutoff passed but the budget refused the hedge.
 	BudgetExhausted bool
@@ -188,6 +189,19 @@ func (h *Hedger) BreakerState() string { return h.br.State() }
 // Wait blocks until the warm-up reads started so far have finished.
 func (h *Hedger) Wait() { h.warmups.Wait() }
 
+// Reasons a call read the standby (Outcome.Reason, the reason label of
+// smartfeed_hedge_issued_total).
+const (
+	// ReasonError: the primary answered with an error.
+	ReasonError = "error"
+	// ReasonCutoff: the primary had not answered by the cutoff and the budget allowed a hedge.
+	ReasonCutoff = "cutoff"
+	// ReasonBreaker: the call waited on the primary past its cutoff, its hedge refused by the
+	// budget, and the breaker found the primary hung (it opened, or the latest read judged was
+	// bad with none started since answering).
+	ReasonBreaker = "breaker"
+)
+
 // ReadFunc is one read against one store. It must honour ctx: a cancelled loser must return.
 type ReadFunc[T any] func(ctx context.Context) (T, error)
 
@@ -207,6 +221,15 @@ type result[T any] struct {
 // primary's reads: while it is open, calls go to the standby first (failover: no budget spent,
 // Outcome.Failover set) and to the primary only if the standby fails; half-open, one probe at a
 // time reads the primary, hedged at the cutoff whatever the budget.
+//
+// At its cutoff a call asks the breaker whether the primary looks hung: the breaker opened
+// meanwhile, or the latest primary read judged was slow or failed and none started since this
+// call's answered (the primary is hung, not this read slow). Then it reads the standby at once,
+// spending no budget (Reason "breaker"); otherwise it hedges if the budget allows, and if the
+// budget refuses it keeps waiting on the primary while watching the breaker, and reads the
+// standby the moment the primary looks hung. At the onset of a hang such a call waits about the
+// cutoff plus one standby read (for a hedged read to lose), not the primary timeout. Until the
+// cutoff none of this costs anything.
 func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T, Outcome, error) {
 	p := h.Policy()
 	h.m.calls.Inc()
@@ -218,7 +241,8 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 			return inner(ctx)
 		}
 	}
-	rt := h.br.route(p, h.now())
+	began := h.now() // on the breaker's clock
+	rt := h.br.route(p, began)
 	h.m.routed.WithLabelValues([...]string{"primary", "probe", "standby"}[rt]).Inc()
 	if rt == routeStandby {
 		return failover(ctx, h, p, primary, standby)
@@ -226,7 +250,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 	recorded := false
 	record := func(v verdict) {
 		recorded = true
-		h.br.record(p, rt, v, h.now())
+		h.br.record(p, rt, v, began, h.now())
 	}
 	if rt == routeProbe {
 		// A probe that ends with no verdict (its caller gave up first) frees the slot, or the
@@ -276,21 +300,48 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 		defer t.Stop()
 		timer = t.C
 	}
+	// A call past its cutoff with its hedge refused watches the breaker: woken at each bad
+	// verdict or state change, it goes to the standby as soon as the primary looks hung.
+	var watch <-chan struct{}
+	horizon := p.PrimaryTimeout
+	if horizon == 0 {
+		horizon = p.Max
+	}
 	var errs []error
 	for pending > 0 {
 		select {
 		case <-ctx.Done():
 			return zero, out, ctx.Err()
+		case <-watch:
+			watch = nil
+			if standbyStarted || primaryDone {
+				continue
+			}
+			sick, ch := h.br.sick(began, horizon)
+			if sick {
+				startStandby(ReasonBreaker)
+				continue
+			}
+			watch = ch
 		case <-timer:
 			timer = nil
 			if standbyStarted || primaryDone {
+				continue
+			}
+			if rt == routeProbe {
+				startStandby(ReasonCutoff)
+				continue
+			}
+			sick, ch := h.br.sick(began, horizon)
+			if sick {
+				startStandby(ReasonBreaker)
 				continue
 			}
 			reserve := 0.0
 			if secondChance {
 				reserve = math.Floor(p.BudgetBurst / 2)
 			}
-			if rt != routeProbe && !h.spend(reserve) {
+			if !h.spend(reserve) {
 				out.BudgetExhausted = true
 				h.m.exhausted.Inc()
 				if secondChance {
@@ -298,9 +349,12 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 					t.Reset(p.Max - d)
 					timer = t.C
 				}
+				if p.BreakerFailures > 0 {
+					watch = ch
+				}
 				continue
 			}
-			startStandby("cutoff")
+			startStandby(ReasonCutoff)
 		case r := <-results:
 			pending--
 			h.m.latency.WithLabelValues(r.from.String()).Observe(r.took.Seconds())
@@ -346,7 +400,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 			if r.from == Primary {
 				out.PrimaryErr = r.err
 				if !standbyStarted && ctx.Err() == nil {
-					startStandby("error")
+					startStandby(ReasonError)
 				}
 			}
 		}

@@ -207,8 +207,9 @@ func TestContextBoundsStuckReads(t *testing.T) {
 
 func TestBudgetCapsCutoffHedges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// Every primary read is slow: a global slowdown. With a 10% budget and a burst of 1, about
-		// one call in ten may hedge; the rest wait for the primary.
+		// Every read is slow, the standby's as much as the primary's: a global slowdown. With a
+		// 10% budget and a burst of 1, about one call in ten may hedge; the rest wait for the
+		// primary (the breaker does not count a race the standby won in more than the cutoff).
 		h, reg := newHedger(t, func(p *Policy) {
 			p.Mode = ModeFixed
 			p.Delay = 0
@@ -216,7 +217,10 @@ func TestBudgetCapsCutoffHedges(t *testing.T) {
 			p.BudgetBurst = 1
 		})
 		var standbyReads atomic.Int64
-		standby := func(context.Context) (string, error) { standbyReads.Add(1); return "s", nil }
+		standby := func(ctx context.Context) (string, error) {
+			standbyReads.Add(1)
+			return answer("s", 2*time.Millisecond, nil)(ctx)
+		}
 		primary := answer("p", 2*time.Millisecond, nil)
 		const calls = 100
 		for range calls {
@@ -364,10 +368,12 @@ func TestPolicyExported(t *testing.T) {
 }
 
 // Under a global slowdown the cutoff hedges drain the budget down to the reserve; a call stuck
-// past Max still gets the reserve.
+// past Max still gets the reserve. The budget alone: the breaker is off (with it on, a standby
+// that beats every primary read within the cutoff makes the primary look hung).
 func TestReserveForStuckCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, reg := newHedger(t, func(p *Policy) {
+			p.BreakerFailures = 0
 			p.Mode = ModeFixed
 			p.Delay = time.Millisecond
 			p.Max = 30 * time.Millisecond

@@ -31,7 +31,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"store"}),
 		issued: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_hedge_issued_total",
-			Help: "Reads sent to the standby, by reason (error, cutoff)."}, []string{"reason"}),
+			Help: "Reads sent to the standby, by reason (error, cutoff, breaker: a call past its cutoff whose hedge the budget refused, once the breaker found the primary hung)."}, []string{"reason"}),
 		won: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_hedge_won_total", Help: "Calls answered by the standby."}),
 		exhausted: prometheus.NewCounter(prometheus.CounterOpts{
@@ -74,7 +74,7 @@ func (m *metrics) setPolicy(p Policy) {
 		"min_seconds": p.Min.Seconds(), "max_seconds": p.Max.Seconds(), "budget": p.Budget,
 		"budget_burst": p.BudgetBurst, "warmup": p.Warmup, "min_samples": float64(p.MinSamples),
 		"primary_timeout_seconds": p.PrimaryTimeout.Seconds(), "breaker_failures": float64(p.BreakerFailures),
-		"breaker_slow_rate": p.BreakerSlowRate, "breaker_window": float64(p.BreakerWindow),
+		"breaker_slow_rate": p.BreakerSlowRate, "breaker_interval_seconds": p.BreakerInterval.Seconds(), "breaker_window": float64(p.BreakerWindow),
 		"breaker_open_for_seconds": p.BreakerOpenFor.Seconds(), "breaker_probes": float64(p.BreakerProbes),
 	} {
 		m.policy.WithLabelValues(k).Set(v)

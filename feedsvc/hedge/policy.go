@@ -65,18 +65,21 @@ type Policy struct {
 	// PrimaryTimeout is each primary read's own deadline: a primary that hangs costs a call at
 	// most this long (then the read fails over to the standby). 0 means none. Default 1s.
 	PrimaryTimeout time.Duration `json:"primary_timeout"`
-	// BreakerFailures opens the circuit breaker after this many consecutive failed or slow
-	// primary reads (slow: over Max, or beaten by a standby that answered within the cutoff; 0
-	// turns the breaker off). While it is open, reads go to the standby first; they
-	// are failover, not hedges, and spend no budget. Default 5.
+	// BreakerFailures is the least number of failed or slow primary reads in the breaker's
+	// window that can open the circuit breaker (slow: over Max, or beaten by a standby that
+	// answered within the cutoff); 0 turns the breaker off. While it is open, reads go to the
+	// standby first; they are failover, not hedges, and spend no budget. Default 5.
 	BreakerFailures int `json:"breaker_failures"`
-	// BreakerSlowRate opens the breaker when at least this fraction of the last BreakerWindow
-	// primary reads were slow (over Max, or beaten by a standby that answered within the cutoff)
-	// or failed, in (0, 1].
-	// Default 0.5.
+	// BreakerSlowRate opens the breaker when at least this fraction of the primary reads in its
+	// window were slow or failed (and at least BreakerFailures of them), in (0, 1]. Default 0.5.
 	BreakerSlowRate float64 `json:"breaker_slow_rate"`
-	// BreakerWindow is the number of recent primary reads the slow rate is computed over.
-	// Default 20.
+	// BreakerInterval is the breaker's window in time: the slow rate is computed over the
+	// primary reads judged in the last BreakerInterval, so a stall shorter than a fraction of it
+	// does not open the breaker however many reads it catches at once. Default 1s.
+	BreakerInterval time.Duration `json:"breaker_interval"`
+	// BreakerWindow is the least number of recent primary reads the slow rate is computed over:
+	// when the last BreakerInterval holds fewer (a quiet service), the last BreakerWindow reads
+	// are the window. Default 20.
 	BreakerWindow int `json:"breaker_window"`
 	// BreakerOpenFor is how long the breaker stays open before it lets a probe through.
 	// Default 2s.
@@ -102,6 +105,7 @@ func DefaultPolicy() Policy {
 		PrimaryTimeout:  time.Second,
 		BreakerFailures: 5,
 		BreakerSlowRate: 0.5,
+		BreakerInterval: time.Second,
 		BreakerWindow:   20,
 		BreakerOpenFor:  2 * time.Second,
 		BreakerProbes:   3,
@@ -146,6 +150,9 @@ func (p Policy) Validate() error {
 	if p.BreakerFailures > 0 {
 		if math.IsNaN(p.BreakerSlowRate) || p.BreakerSlowRate <= 0 || p.BreakerSlowRate > 1 {
 			return bad("breaker slow rate %v is not in (0, 1]", p.BreakerSlowRate)
+		}
+		if p.BreakerInterval < 10*time.Millisecond || p.BreakerInterval > time.Hour {
+			return bad("breaker interval %v is not in [10ms, 1h]", p.BreakerInterval)
 		}
 		if p.BreakerWindow < 1 || p.BreakerWindow > 10000 {
 			return bad("breaker window %d is not in [1, 10000]", p.BreakerWindow)

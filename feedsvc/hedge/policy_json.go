@@ -24,6 +24,7 @@ type policyDoc struct {
 	PrimaryTimeout  *duration `json:"primary_timeout,omitempty"`
 	BreakerFailures *int      `json:"breaker_failures,omitempty"`
 	BreakerSlowRate *float64  `json:"breaker_slow_rate,omitempty"`
+	BreakerInterval *duration `json:"breaker_interval,omitempty"`
 	BreakerWindow   *int      `json:"breaker_window,omitempty"`
 	BreakerOpenFor  *duration `json:"breaker_open_for,omitempty"`
 	BreakerProbes   *int      `json:"breaker_probes,omitempty"`
@@ -54,7 +55,7 @@ func (p Policy) MarshalJSON() ([]byte, error) {
 		Mode: &p.Mode, Delay: d(p.Delay), Percentile: &p.Percentile, Min: d(p.Min), Max: d(p.Max),
 		Budget: &p.Budget, BudgetBurst: &p.BudgetBurst, Warmup: &p.Warmup, MinSamples: &p.MinSamples,
 		PrimaryTimeout: d(p.PrimaryTimeout), BreakerFailures: &p.BreakerFailures, BreakerSlowRate: &p.BreakerSlowRate,
-		BreakerWindow: &p.BreakerWindow, BreakerOpenFor: d(p.BreakerOpenFor), BreakerProbes: &p.BreakerProbes,
+		BreakerInterval: d(p.BreakerInterval), BreakerWindow: &p.BreakerWindow, BreakerOpenFor: d(p.BreakerOpenFor), BreakerProbes: &p.BreakerProbes,
 	})
 }
 
@@ -80,6 +81,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 	setDuration(&p.PrimaryTimeout, doc.PrimaryTimeout)
 	set(&p.BreakerFailures, doc.BreakerFailures)
 	set(&p.BreakerSlowRate, doc.BreakerSlowRate)
+	setDuration(&p.BreakerInterval, doc.BreakerInterval)
 	set(&p.BreakerWindow, doc.BreakerWindow)
 	setDuration(&p.BreakerOpenFor, doc.BreakerOpenFor)
 	set(&p.BreakerProbes, doc.BreakerProbes)
