@@ -687,7 +687,11 @@ func (a *app) faultsIfEnabled(i int) *faults.Table {
 
 func (a *app) buildAdmin() {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	// A collector that fails leaves out its own series, never the whole scrape: the moment a
+	// dependency is down is the moment the other series are needed.
+	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{
+		Registry: a.reg, ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeErrorLog{a.log},
+	}))
 	if a.cfg.Admin.Pprof {
 		// Opt-in, and only on the admin listener (loopback by default). cmdline is left out:
 		// it would show the process's arguments to whoever reaches the port.
@@ -1041,4 +1045,11 @@ func (a *app) closeAll() {
 	if err := a.stores.close(); err != nil {
 		a.log.Warn("close stores", zap.Error(err))
 	}
+}
+
+// scrapeErrorLog logs, at warn level, what a collector reports when it fails in a scrape.
+type scrapeErrorLog struct{ log *zap.Logger }
+
+func (l scrapeErrorLog) Println(v ...any) {
+	l.log.Warn("metrics scrape: a collector failed; its series are left out", zap.String("error", fmt.Sprint(v...)))
 }
