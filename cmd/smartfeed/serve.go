@@ -538,10 +538,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 		gen, a.inflight = remote, remote
 	}
 
-	fc := feedsvc.DefaultConfig()
-	fc.GeneratorDeadline, fc.MaxItems = a.cfg.Feed.GeneratorDeadline.D(), a.cfg.Feed.MaxItems
-	fc.PrepareAfter, fc.PreparedMaxAge = a.cfg.Feed.PrepareAfter.D(), a.cfg.Feed.PreparedMaxAge.D()
-	fc.InlineMaterialize, fc.MinChunkInterval = a.cfg.Feed.InlineMaterialize, a.cfg.Feed.MinChunkInterval.D()
+	fc := feedConfig(a.cfg)
 	a.feedPrimary, a.feedStandby = writeTo, gate
 	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
@@ -1052,4 +1049,13 @@ type scrapeErrorLog struct{ log *zap.Logger }
 
 func (l scrapeErrorLog) Println(v ...any) {
 	l.log.Warn("metrics scrape: a collector failed; its series are left out", zap.String("error", fmt.Sprint(v...)))
+}
+
+// feedConfig is the feed service's configuration in cfg.
+func feedConfig(cfg config.Config) feedsvc.Config {
+	fc := feedsvc.DefaultConfig()
+	fc.GeneratorDeadline, fc.MaxItems = cfg.Feed.GeneratorDeadline.D(), cfg.Feed.MaxItems
+	fc.PrepareAfter, fc.PreparedMaxAge = cfg.Feed.PrepareAfter.D(), cfg.Feed.PreparedMaxAge.D()
+	fc.InlineMaterialize, fc.MinChunkInterval = cfg.Feed.InlineMaterialize, cfg.Feed.MinChunkInterval.D()
+	return fc
 }
