@@ -270,3 +270,35 @@ func TestUnknownEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestResolveNamesFlags: an invalid value is reported with its config file key, the flag and
+// the environment variable that set it.
+func TestResolveNamesFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.json")
+	if err := os.WriteFile(file, []byte(`{"worker": {"shutdown_timeout": "1m"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"flag", []string{"--feed-max-items", "2000000000"}, nil,
+			"feed.max_items: 2000000000 is not in [1, 1048576] (flag --feed-max-items, environment SMARTFEED_FEED_MAX_ITEMS)"},
+		{"environment", nil, map[string]string{"SMARTFEED_REDIS_DB": "99"},
+			"redis.db: 99 out of [0, 15] (flag --redis-db, environment SMARTFEED_REDIS_DB)"},
+		{"file", []string{"--config", file}, nil,
+			"worker.shutdown_timeout: 1m0s is longer than shutdown_timeout 30s, which bounds the whole shutdown (flag --worker-shutdown-timeout, environment SMARTFEED_WORKER_SHUTDOWN_TIMEOUT)"},
+		{"hedge knob", []string{"--hedge-mode", "fixed", "--hedge-delay", "0s"}, nil,
+			"feed.hedge: hedge policy: delay 0 in fixed mode"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			_, err := FromArgs(fs, tt.args, func(k string) string { return tt.env[k] })
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("FromArgs(%v) = %v, want an error containing %q", tt.args, err, tt.want)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
@@ -218,9 +219,61 @@ func Resolve(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) stri
 		c.Redis.Password = strings.TrimRight(string(b), "\r\n")
 	}
 	if err := c.Validate(); err != nil {
-		return fmt.Errorf("invalid config:\n%w", err)
+		return fmt.Errorf("invalid config:\n%w", nameFlags(err, fs, c))
 	}
 	return nil
+}
+
+// nameFlags returns err, a join of Validate's errors, with each error that starts with a
+// config file key ("feed.max_items: ...") followed by the flag and environment variable that
+// set that key, when fs has one bound to c's field: "(flag --feed-max-items, environment
+// SMARTFEED_FEED_MAX_ITEMS)".
+func nameFlags(err error, fs *pflag.FlagSet, c *Config) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	// The config file key of each leaf field of c, by its address.
+	keys := map[uintptr]string{}
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		t := v.Type()
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			f := v.Field(i)
+			if f.Kind() == reflect.Struct {
+				walk(f, prefix+name+".")
+				continue
+			}
+			keys[f.Addr().Pointer()] = prefix + name
+		}
+	}
+	walk(reflect.ValueOf(c).Elem(), "")
+	flagOf := map[string]*pflag.Flag{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if v := reflect.ValueOf(f.Value); v.Kind() == reflect.Pointer {
+			if key, ok := keys[v.Pointer()]; ok {
+				flagOf[key] = f
+			}
+		}
+	})
+	var out []error
+	for _, e := range joined.Unwrap() {
+		key, _, _ := strings.Cut(e.Error(), ":")
+		key, _, _ = strings.Cut(key, " ")
+		if f, ok := flagOf[key]; ok {
+			how := "flag --" + f.Name
+			if env, ok := EnvTwin(f); ok {
+				how += ", environment " + env
+			}
+			e = fmt.Errorf("%w (%s)", e, how)
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
 }
 
 // FromArgs builds the configuration of one process from args: Bind on fs (which may already
