@@ -3,6 +3,9 @@
 # it after make test. A target fails the run when it finds a failing input (written under the
 # package's testdata/fuzz/<target>/, to commit as a regression case).
 #
+# Each new interesting input is minimized for at most FUZZMINIMIZETIME (default 2s; Go's default
+# of 60s let minimization take a whole 10 s pass on a loaded machine, with no input run).
+#
 # Go 1.26's fuzz coordinator can report "context deadline exceeded" when -fuzztime ends while a
 # worker is still answering (go.dev/issue/75804, fixed in Go 1.27), more often on a loaded
 # machine. Such an exit, with no failing input written and nothing else in the output, is
@@ -11,13 +14,14 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 FUZZTIME="${FUZZTIME:-10s}"
+FUZZMINIMIZETIME="${FUZZMINIMIZETIME:-2s}"
 n=0
 flaked=0
 # fuzz_one DIR NAME: 0 = passed, 1 = failed, 2 = only the coordinator's deadline race.
 fuzz_one() {
 	local dir=$1 name=$2 corpus="$1/testdata/fuzz/$2" out before after rc=0
 	before=$(ls "$corpus" 2>/dev/null | sort || true)
-	out=$(go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" "./$dir" 2>&1) || rc=$?
+	out=$(go test -run '^$' -fuzz "^${name}\$" -fuzztime "$FUZZTIME" -fuzzminimizetime "$FUZZMINIMIZETIME" "./$dir" 2>&1) || rc=$?
 	printf '%s\n' "$out" | grep -v '^fuzz: elapsed' >&2 || true
 	[ "$rc" -eq 0 ] && return 0
 	after=$(ls "$corpus" 2>/dev/null | sort || true)
