@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/internal/quote"
 )
 
 // Backends of Storage.Backend.
@@ -726,7 +727,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 }
 
 // checkKeys reports a document that is not a JSON object, or an object (at any depth) that
-// names a key twice, case-insensitively; the error names the key's path ("storage.backend").
+// names a key twice, case-insensitively; the error names the key's path ("storage.backend",
+// quoted and cut to a bounded length).
 // Malformed JSON passes, for the decoder to report.
 func checkKeys(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -763,7 +765,7 @@ func checkObject(dec *json.Decoder, path string) error {
 			name = path + "." + key
 		}
 		if seen[strings.ToLower(key)] {
-			return fmt.Errorf("key %s appears twice (keys are matched without regard to case)", name)
+			return fmt.Errorf("key %s appears twice (keys are matched without regard to case)", quote.Q(name))
 		}
 		seen[strings.ToLower(key)] = true
 		if err := checkValue(dec, name); err != nil {

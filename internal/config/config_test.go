@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -220,11 +221,11 @@ func TestParseRefuses(t *testing.T) {
 		{"array", `[{"redis": {"db": 1}}]`, "the document is an array"},
 		{"string", `"redis"`, "the document is a string"},
 		{"number", `7`, "the document is a number"},
-		{"duplicate top-level key", `{"shutdown_timeout": "10s", "shutdown_timeout": "20s"}`, "key shutdown_timeout appears twice"},
-		{"duplicate nested key", `{"storage": {"backend": "pebble", "data_dir": "d", "backend": "hbase"}}`, "key storage.backend appears twice"},
-		{"duplicate in another case", `{"redis": {"db": 1, "DB": 2}}`, "key redis.DB appears twice"},
-		{"duplicate in the hedge policy", `{"feed": {"hedge": {"mode": "off", "mode": "fixed"}}}`, "key feed.hedge.mode appears twice"},
-		{"duplicate object", `{"redis": {"db": 1}, "redis": {"addr": "x:1"}}`, "key redis appears twice"},
+		{"duplicate top-level key", `{"shutdown_timeout": "10s", "shutdown_timeout": "20s"}`, `key "shutdown_timeout" appears twice`},
+		{"duplicate nested key", `{"storage": {"backend": "pebble", "data_dir": "d", "backend": "hbase"}}`, `key "storage.backend" appears twice`},
+		{"duplicate in another case", `{"redis": {"db": 1, "DB": 2}}`, `key "redis.DB" appears twice`},
+		{"duplicate in the hedge policy", `{"feed": {"hedge": {"mode": "off", "mode": "fixed"}}}`, `key "feed.hedge.mode" appears twice`},
+		{"duplicate object", `{"redis": {"db": 1}, "redis": {"addr": "x:1"}}`, `key "redis" appears twice`},
 		{"trailing data", `{} {}`, "trailing data"},
 		{"malformed", `{"redis": `, "parse config"},
 	} {
@@ -234,6 +235,11 @@ func TestParseRefuses(t *testing.T) {
 				t.Fatalf("Parse(%s) = %v, want an error containing %q", tt.doc, err, tt.want)
 			}
 		})
+	}
+	// A huge key is not quoted whole.
+	long := strings.Repeat("k", 100_000)
+	if _, err := Parse([]byte(`{"`+long+`": 1, "`+long+`": 2}`), DefaultConfig()); err == nil || len(err.Error()) > 1000 {
+		t.Errorf("duplicate 100,000-byte key: error of %d bytes (want under 1000): %.200v", len(fmt.Sprint(err)), err)
 	}
 	// The same key in two objects is two keys.
 	c, err := Parse([]byte(`{"redis": {"addr": "r:1"}, "admin": {"addr": "a:2"}, "feed": {}}`), DefaultConfig())
