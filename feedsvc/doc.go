@@ -15,8 +15,9 @@
 //
 // # Cursor
 //
-// A cursor is URL-safe base64 of version | user | seq | pos | crc32: the position of the last
-// item served. Sequences are fixed when a chunk is served and newer chunks get larger ones
+// A cursor is URL-safe base64 of version | user | seq | pos | crc32 (the project's one cursor
+// codec, internal/cursor): the position of the last item served. Decoding is strict, so each
+// position has exactly one cursor and any other string is InvalidArgument. Sequences are fixed when a chunk is served and newer chunks get larger ones
 // (sorting before the cursor), so pages never repeat or skip an item while chunks arrive.
 //
 // # Materialization

@@ -21,16 +21,81 @@ type Engager interface {
 	RecordEngagement(ctx context.Context, user, pin, author zen.ID) error
 }
 
+// Objects reads the graph's objects (*zen.Graph satisfies it): GetMany returns the live ones,
+// Get tells a soft-deleted object (zen.ErrDeleted) from an absent one (zen.ErrNotFound).
+type Objects interface {
+	GetMany(ctx context.Context, ids []zen.ID) (map[zen.ID]zen.Object, error)
+	Get(ctx context.Context, id zen.ID) (zen.Object, error)
+}
+
 // IngestServer is the gRPC face of the Publisher: IngestService.Publish.
 type IngestServer struct {
 	ingestv1.UnimplementedIngestServiceServer
-	pub *Publisher
-	eng Engager
+	pub  *Publisher
+	eng  Engager
+	objs Objects
 }
 
-// NewIngestServer returns the server. eng may be nil: engagement events are then refused.
-func NewIngestServer(pub *Publisher, eng Engager) *IngestServer {
-	return &IngestServer{pub: pub, eng: eng}
+// NewIngestServer returns the server. eng may be nil: engagement events are then refused. objs
+// is the store the worker reads the events' objects from: Publish refuses, with NOT_FOUND, an
+// event naming an object it does not hold (the task would fail at every retry and die).
+func NewIngestServer(pub *Publisher, eng Engager, objs Objects) *IngestServer {
+	return &IngestServer{pub: pub, eng: eng, objs: objs}
+}
+
+// ref is an object an event names, as the field that names it.
+type ref struct {
+	event int
+	what  string
+	id    zen.ID
+}
+
+// refs collects the objects the events of one request name.
+type refs struct {
+	event int
+	list  []ref
+}
+
+func (r *refs) add(what string, id zen.ID) {
+	if id != 0 {
+		r.list = append(r.list, ref{event: r.event, what: what, id: id})
+	}
+}
+
+// ErrObjectNotFound is wrapped by the error of checkObjects for an object the store does not
+// hold.
+var ErrObjectNotFound = errors.New("not in the store")
+
+// checkObjects reports the first object of rs the store does not hold, live or soft-deleted:
+// one batched read, then one read per object that is not live (to tell deleted from absent).
+func (s *IngestServer) checkObjects(ctx context.Context, rs []ref) error {
+	if s.objs == nil || len(rs) == 0 {
+		return nil
+	}
+	ids := make([]zen.ID, len(rs))
+	for i, r := range rs {
+		ids[i] = r.id
+	}
+	live, err := s.objs.GetMany(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("read the events' objects: %w", err)
+	}
+	known := map[zen.ID]bool{}
+	for _, r := range rs {
+		if _, ok := live[r.id]; ok || known[r.id] {
+			continue
+		}
+		_, err := s.objs.Get(ctx, r.id)
+		switch {
+		case err == nil, errors.Is(err, zen.ErrDeleted):
+			known[r.id] = true // a deletion since the batch read, or soft-deleted: the task copes
+		case errors.Is(err, zen.ErrNotFound):
+			return fmt.Errorf("events[%d]: %s %d: %w (create it through GraphService or BoardService first)", r.event, r.what, r.id, ErrObjectNotFound)
+		default:
+			return fmt.Errorf("read %s %d: %w", r.what, r.id, err)
+		}
+	}
+	return nil
 }
 
 // idOf reads an ID given as a number, a decimal string, or both (zen.WireID), of type t
@@ -69,30 +134,30 @@ func result(infos ...*pinlater.Info) *ingestv1.EventResult {
 
 // parse validates one event and returns the action that enqueues it: one parse function per
 // event type.
-func (s *IngestServer) parse(ev *ingestv1.Event) (action, error) {
+func (s *IngestServer) parse(ev *ingestv1.Event, rs *refs) (action, error) {
 	switch e := ev.GetEvent().(type) {
 	case *ingestv1.Event_PinSaved:
-		return s.parsePinSaved(e.PinSaved)
+		return s.parsePinSaved(e.PinSaved, rs)
 	case *ingestv1.Event_Follow, *ingestv1.Event_Unfollow:
 		f, unfollow := ev.GetFollow(), false
 		if f == nil {
 			f, unfollow = ev.GetUnfollow(), true
 		}
-		return s.parseFollow(f, unfollow)
+		return s.parseFollow(f, unfollow, rs)
 	case *ingestv1.Event_PinDeleted:
 		return s.parsePinDeleted(e.PinDeleted)
 	case *ingestv1.Event_UserDeleted:
 		return s.parseUserDeleted(e.UserDeleted)
 	case *ingestv1.Event_RelatedPins:
-		return s.parseRelatedPins(e.RelatedPins)
+		return s.parseRelatedPins(e.RelatedPins, rs)
 	case *ingestv1.Event_Engagement:
-		return s.parseEngagement(e.Engagement)
+		return s.parseEngagement(e.Engagement, rs)
 	}
 	return nil, errors.New("empty event")
 }
 
 // parsePinSaved validates a pin save (or repin), with its engagement when origin_author is set.
-func (s *IngestServer) parsePinSaved(p *ingestv1.PinSaved) (action, error) {
+func (s *IngestServer) parsePinSaved(p *ingestv1.PinSaved, rs *refs) (action, error) {
 	pin, err1 := idOf("pin", p.GetPin(), p.GetPinStr(), zen.TypePin, true)
 	user, err2 := idOf("user", p.GetUser(), p.GetUserStr(), zen.TypeUser, true)
 	board, err3 := idOf("board", p.GetBoard(), p.GetBoardStr(), zen.TypeBoard, true)
@@ -124,6 +189,13 @@ func (s *IngestServer) parsePinSaved(p *ingestv1.PinSaved) (action, error) {
 	if origin != 0 && s.eng == nil {
 		return nil, errors.New("origin_author: engagements are not accepted by this server")
 	}
+	rs.add("pin", pin)
+	rs.add("user", user)
+	rs.add("board", board)
+	rs.add("origin_author", origin)
+	for i, in := range ev.Interests {
+		rs.add(fmt.Sprintf("interests[%d]", i), in)
+	}
 	return func(ctx context.Context) (*ingestv1.EventResult, error) {
 		if origin != 0 {
 			if err := s.eng.RecordEngagement(ctx, user, pin, origin); err != nil {
@@ -139,7 +211,7 @@ func (s *IngestServer) parsePinSaved(p *ingestv1.PinSaved) (action, error) {
 }
 
 // parseFollow validates a follow, or an unfollow when unfollow is set.
-func (s *IngestServer) parseFollow(f *ingestv1.Follow, unfollow bool) (action, error) {
+func (s *IngestServer) parseFollow(f *ingestv1.Follow, unfollow bool, rs *refs) (action, error) {
 	user, err1 := idOf("user", f.GetUser(), f.GetUserStr(), zen.TypeUser, true)
 	target, err2 := idOf("target", f.GetTarget(), f.GetTargetStr(), 0, true)
 	if err := errors.Join(err1, err2); err != nil {
@@ -147,6 +219,11 @@ func (s *IngestServer) parseFollow(f *ingestv1.Follow, unfollow bool) (action, e
 	}
 	if _, err := followPayload(user, target); err != nil {
 		return nil, err
+	}
+	if !unfollow {
+		// An unfollow's cleanup is idempotent and may follow the deletion of either side.
+		rs.add("user", user)
+		rs.add("target", target)
 	}
 	return func(ctx context.Context) (*ingestv1.EventResult, error) {
 		var info *pinlater.Info
@@ -195,7 +272,7 @@ func (s *IngestServer) parseUserDeleted(u *ingestv1.UserDeleted) (action, error)
 }
 
 // parseRelatedPins validates a recommender's related pins for a user.
-func (s *IngestServer) parseRelatedPins(r *ingestv1.RelatedPins) (action, error) {
+func (s *IngestServer) parseRelatedPins(r *ingestv1.RelatedPins, rs *refs) (action, error) {
 	user, err := idOf("user", r.GetUser(), r.GetUserStr(), zen.TypeUser, true)
 	if err != nil {
 		return nil, err
@@ -215,7 +292,11 @@ func (s *IngestServer) parseRelatedPins(r *ingestv1.RelatedPins) (action, error)
 			return nil, fmt.Errorf("pins[%d].created_ms %d", i, rp.GetCreatedMs())
 		}
 		pins[i] = RelatedPin{Pin: pin, Author: author, Board: board, CreatedMs: rp.GetCreatedMs()}
+		rs.add(fmt.Sprintf("pins[%d].pin", i), pin)
+		rs.add(fmt.Sprintf("pins[%d].author", i), author)
+		rs.add(fmt.Sprintf("pins[%d].board", i), board)
 	}
+	rs.add("user", user)
 	return func(ctx context.Context) (*ingestv1.EventResult, error) {
 		infos, err := s.pub.RelatedPins(ctx, user, pins)
 		if err != nil {
@@ -226,7 +307,7 @@ func (s *IngestServer) parseRelatedPins(r *ingestv1.RelatedPins) (action, error)
 }
 
 // parseEngagement validates an engagement; refused when the server has no Engager.
-func (s *IngestServer) parseEngagement(g *ingestv1.Engagement) (action, error) {
+func (s *IngestServer) parseEngagement(g *ingestv1.Engagement, rs *refs) (action, error) {
 	user, err1 := idOf("user", g.GetUser(), g.GetUserStr(), zen.TypeUser, true)
 	pin, err2 := idOf("pin", g.GetPin(), g.GetPinStr(), zen.TypePin, true)
 	author, err3 := idOf("author", g.GetAuthor(), g.GetAuthorStr(), zen.TypeUser, true)
@@ -236,6 +317,9 @@ func (s *IngestServer) parseEngagement(g *ingestv1.Engagement) (action, error) {
 	if s.eng == nil {
 		return nil, errors.New("engagement: not accepted by this server")
 	}
+	rs.add("user", user)
+	rs.add("pin", pin)
+	rs.add("author", author)
 	return func(ctx context.Context) (*ingestv1.EventResult, error) {
 		if err := s.eng.RecordEngagement(ctx, user, pin, author); err != nil {
 			return nil, err
@@ -251,12 +335,23 @@ func (s *IngestServer) Publish(ctx context.Context, req *ingestv1.PublishRequest
 		return nil, status.Errorf(codes.InvalidArgument, "publish: %d events (want 1..%d)", len(evs), MaxPublishEvents)
 	}
 	acts := make([]action, len(evs))
+	var rs refs
 	for i, ev := range evs {
-		a, err := s.parse(ev)
+		rs.event = i
+		a, err := s.parse(ev, &rs)
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "events[%d]: %v", i, err)
 		}
 		acts[i] = a
+	}
+	if err := s.checkObjects(ctx, rs.list); err != nil {
+		if errors.Is(err, ErrObjectNotFound) {
+			return nil, status.Error(codes.NotFound, err.Error())
+		}
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		return nil, status.Errorf(codes.Unavailable, "%v", err)
 	}
 	resp := &ingestv1.PublishResponse{Results: make([]*ingestv1.EventResult, 0, len(acts))}
 	for i, a := range acts {

@@ -3,14 +3,13 @@ package zen
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math/rand/v2"
 	"slices"
 
+	pagecursor "github.com/smartfeed/smartfeed/internal/cursor"
 	"github.com/smartfeed/smartfeed/zen/seq"
 )
 
@@ -592,13 +591,12 @@ type cursor struct {
 
 const (
 	cursorVersion = 1
-	cursorLen     = 1 + 8 + 2 + 1 + seq.Size + 8 + 4
+	cursorPayload = 8 + 2 + 1 + seq.Size + 8 // from, type, dir, seq, to
 )
 
-// encodeCursor returns base64url(version | from | type | dir | seq | to | crc32).
+// encodeCursor returns the project's cursor (internal/cursor) over from | type | dir | seq | to.
 func encodeCursor(c cursor) string {
-	b := make([]byte, 0, cursorLen)
-	b = append(b, cursorVersion)
+	b := make([]byte, 0, cursorPayload)
 	b = appendID(b, c.From)
 	b = binary.BigEndian.AppendUint16(b, uint16(c.Type))
 	dir := byte(0)
@@ -608,43 +606,25 @@ func encodeCursor(c cursor) string {
 	b = append(b, dir)
 	b = c.Seq.AppendKey(b)
 	b = appendID(b, c.To)
-	b = binary.BigEndian.AppendUint32(b, crc32.ChecksumIEEE(b))
-	return base64.RawURLEncoding.EncodeToString(b)
+	return pagecursor.Seal(cursorVersion, b)
 }
 
-// decodeCursor parses a cursor; every failure wraps ErrBadCursor.
+// decodeCursor parses a cursor strictly (each position has one cursor); every failure wraps
+// ErrBadCursor.
 func decodeCursor(s string) (cursor, error) {
-	if len(s) > 2*cursorLen {
-		return cursor{}, fmt.Errorf("%w: too long", ErrBadCursor)
-	}
-	for i := 0; i < len(s); i++ {
-		// The decoder skips newlines; a canonical cursor has none.
-		if c := s[i]; !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return cursor{}, fmt.Errorf("%w: not base64url", ErrBadCursor)
-		}
-	}
-	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	b, err := pagecursor.Open(s, cursorVersion, cursorPayload)
 	if err != nil {
-		return cursor{}, fmt.Errorf("%w: not base64url", ErrBadCursor)
+		return cursor{}, fmt.Errorf("%w: %v", ErrBadCursor, err)
 	}
-	if len(b) != cursorLen {
-		return cursor{}, fmt.Errorf("%w: %d bytes", ErrBadCursor, len(b))
-	}
-	if b[0] != cursorVersion {
-		return cursor{}, fmt.Errorf("%w: version %d", ErrBadCursor, b[0])
-	}
-	if crc32.ChecksumIEEE(b[:cursorLen-4]) != binary.BigEndian.Uint32(b[cursorLen-4:]) {
-		return cursor{}, fmt.Errorf("%w: checksum mismatch", ErrBadCursor)
-	}
-	if b[11] > 1 {
-		return cursor{}, fmt.Errorf("%w: direction %d", ErrBadCursor, b[11])
+	if b[10] > 1 {
+		return cursor{}, fmt.Errorf("%w: direction %d", ErrBadCursor, b[10])
 	}
 	c := cursor{
-		From:        ID(binary.BigEndian.Uint64(b[1:9])),
-		Type:        EdgeType(binary.BigEndian.Uint16(b[9:11])),
-		NewestFirst: b[11] == 1,
-		Seq:         seq.FromKey(b[12:28]),
-		To:          ID(binary.BigEndian.Uint64(b[28:36])),
+		From:        ID(binary.BigEndian.Uint64(b[0:8])),
+		Type:        EdgeType(binary.BigEndian.Uint16(b[8:10])),
+		NewestFirst: b[10] == 1,
+		Seq:         seq.FromKey(b[11:27]),
+		To:          ID(binary.BigEndian.Uint64(b[27:35])),
 	}
 	return c, nil
 }

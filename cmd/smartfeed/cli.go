@@ -66,6 +66,45 @@ servers' flags, "smartfeed completion bash|zsh|fish" prints a completion script.
 	return root
 }
 
+// harnessEnv are the SMARTFEED_* variables the tests, benchmarks and scripts read
+// (internal/testenv, scripts/, the make targets), which a shell that ran them may still hold.
+var harnessEnv = []string{
+	"SMARTFEED_HBASE_ZK", "SMARTFEED_HBASE_STANDBY_ZK", "SMARTFEED_NO_REDIS", "SMARTFEED_NO_HBASE",
+	"SMARTFEED_NO_HBASE_STANDBY", "SMARTFEED_CHROMIUM", "SMARTFEED_NO_CHROMIUM", "SMARTFEED_WANT_CHROMIUM",
+	"SMARTFEED_LONG", "SMARTFEED_FANOUT_1M", "SMARTFEED_FANOUT_FOLLOWERS", "SMARTFEED_TEST_LOG",
+	"SMARTFEED_TEST_MAIN_ARGS", "SMARTFEED_SEED", "SMARTFEED_UPDATE_SCREENSHOTS", "SMARTFEED_HBASE_FAILOVER",
+	"SMARTFEED_FAILOVER_REPLICATION", "SMARTFEED_BENCH_FOLLOWERS", "SMARTFEED_DEMO_USERS",
+	"SMARTFEED_LOAD_GRPC", "SMARTFEED_LOAD_GRAPH", "SMARTFEED_LOAD_WINDOW", "SMARTFEED_LOAD_WINDOWS",
+	"SMARTFEED_LOAD_RATE", "SMARTFEED_LOAD_CONC",
+}
+
+// knownEnv returns every SMARTFEED_* variable something reads: the twin of each flag of the
+// command tree under root, config.ExtraEnv and harnessEnv.
+func knownEnv(root *cobra.Command) map[string]bool {
+	known := map[string]bool{}
+	for _, n := range append(append([]string{}, config.ExtraEnv...), harnessEnv...) {
+		known[n] = true
+	}
+	walkCommands(root, func(c *cobra.Command) {
+		for _, fs := range []*pflag.FlagSet{c.LocalNonPersistentFlags(), c.PersistentFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) {
+				if name, ok := config.EnvTwin(f); ok {
+					known[name] = true
+				}
+			})
+		}
+	})
+	return known
+}
+
+// warnUnknownEnv writes a warning to w for each SMARTFEED_* variable of environ that nothing
+// reads (a misspelled one would otherwise be ignored without a word).
+func warnUnknownEnv(root *cobra.Command, environ []string, w io.Writer) {
+	for _, msg := range config.UnknownEnv(environ, knownEnv(root)) {
+		fmt.Fprintln(w, "smartfeed: warning:", msg)
+	}
+}
+
 // walkCommands calls fn on c and every command under it.
 func walkCommands(c *cobra.Command, fn func(*cobra.Command)) {
 	fn(c)
@@ -88,14 +127,28 @@ func newVersionCmd() *cobra.Command {
 
 // configFlags binds the server configuration on fs over base, and returns the function that
 // resolves it from the parsed flags of the command that runs (cmd.Flags(), which holds fs's
-// flags, inherited ones included).
+// flags, inherited ones included) and checks it with checkConfig. Every command that takes the
+// server configuration, `smartfeed config` and the servers alike, resolves it here, so `config`
+// refuses whatever a start would.
 func configFlags(fs *pflag.FlagSet, base config.Config, getenv func(string) string) func(*cobra.Command) (config.Config, error) {
 	cfg := base
 	config.Bind(fs, &cfg)
 	return func(cmd *cobra.Command) (config.Config, error) {
-		err := config.Resolve(cmd.Flags(), &cfg, base, getenv)
-		return cfg, err
+		if err := config.Resolve(cmd.Flags(), &cfg, base, getenv); err != nil {
+			return cfg, err
+		}
+		return cfg, checkConfig(cfg)
 	}
+}
+
+// checkConfig checks what a validated configuration hands to the services against the
+// services' own validation (the feed service's config), so that nothing config.Validate lets
+// through is refused later at start.
+func checkConfig(cfg config.Config) error {
+	if err := feedConfig(cfg).Validate(); err != nil {
+		return fmt.Errorf("invalid config:\nfeed: %w", err)
+	}
+	return nil
 }
 
 // groupRunE is the run function of a command that only groups subcommands: alone (or with

@@ -70,12 +70,15 @@ Alone, hedge is hedge show.`,
 	var pct, budget, warmup float64
 	fs := set.Flags()
 	fs.StringVar(&mode, "mode", "", "off, fixed or percentile")
-	fs.DurationVar(&cutoff, "cutoff", 0, "fixed cutoff (sets mode fixed unless --mode is given)")
+	fs.DurationVar(&cutoff, "cutoff", 0, "fixed cutoff, in (0, 10s] and below the primary timeout (sets mode fixed unless --mode is given)")
 	fs.Float64Var(&pct, "percentile", 0, "percentile of the primary's latency used as the cutoff (percentile mode)")
 	fs.DurationVar(&minC, "min", 0, "lowest percentile cutoff")
 	fs.DurationVar(&maxC, "max", 0, "highest percentile cutoff")
 	fs.Float64Var(&budget, "budget", 0, "largest fraction of calls that may hedge on the cutoff, in [0, 1]")
 	fs.Float64Var(&warmup, "warmup", 0, "fraction of calls that also read the standby, in [0, 1]")
+	// A live change takes its values from the command line only: a variable left set in a
+	// shell (SMARTFEED_MODE=off) must not change a running service's policy.
+	fs.VisitAll(func(f *pflag.Flag) { noEnv(fs, f.Name) })
 	set.RunE = func(cmd *cobra.Command, _ []string) error {
 		given := map[string]bool{}
 		nflags := 0
@@ -85,6 +88,9 @@ Alone, hedge is hedge show.`,
 				nflags++
 			}
 		})
+		if given["cutoff"] && (cutoff <= 0 || cutoff > hedge.MaxDelay) {
+			return fmt.Errorf("hedge set: --cutoff %v: want a duration in (0, %v]", cutoff, hedge.MaxDelay)
+		}
 		return hedgeSet(cmd.Context(), hf, cmd.OutOrStdout(), func(p *hedge.Policy) {
 			if given["cutoff"] {
 				p.Delay = cutoff
@@ -236,6 +242,9 @@ func hedgeSet(ctx context.Context, hf hedgeFlags, w io.Writer, change func(*hedg
 		return fmt.Errorf("hedge policy from %s: %w", hf.grpcAddr, err)
 	}
 	change(&pol)
+	if err := pol.Validate(); err != nil {
+		return fmt.Errorf("hedge set: %w", err)
+	}
 	got, err := c.SetHedgePolicy(cctx, feedsvc.HedgePolicyProto(pol, 0))
 	if err != nil {
 		return fmt.Errorf("set hedge policy: %w", err)

@@ -24,9 +24,10 @@ func main() {
 }
 
 // run builds the command tree (cli.go) and runs the command args name, with the environment
-// of the process.
+// of the process; it first warns of each SMARTFEED_* variable that no flag has as its twin.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root := newRootCmd(os.Getenv, stdout, stderr)
+	warnUnknownEnv(root, os.Environ(), stderr)
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }

@@ -549,10 +549,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 		gen, a.inflight = remote, remote
 	}
 
-	fc := feedsvc.DefaultConfig()
-	fc.GeneratorDeadline, fc.MaxItems = a.cfg.Feed.GeneratorDeadline.D(), a.cfg.Feed.MaxItems
-	fc.PrepareAfter, fc.PreparedMaxAge = a.cfg.Feed.PrepareAfter.D(), a.cfg.Feed.PreparedMaxAge.D()
-	fc.InlineMaterialize, fc.MinChunkInterval = a.cfg.Feed.InlineMaterialize, a.cfg.Feed.MinChunkInterval.D()
+	fc := feedConfig(a.cfg)
 	a.feedPrimary, a.feedStandby = writeTo, gate
 	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
@@ -698,7 +695,11 @@ func (a *app) faultsIfEnabled(i int) *faults.Table {
 
 func (a *app) buildAdmin() {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	// A collector that fails leaves out its own series, never the whole scrape: the moment a
+	// dependency is down is the moment the other series are needed.
+	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{
+		Registry: a.reg, ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeErrorLog{a.log},
+	}))
 	if a.cfg.Admin.Pprof {
 		// Opt-in, and only on the admin listener (loopback by default). cmdline is left out:
 		// it would show the process's arguments to whoever reaches the port.
@@ -1052,4 +1053,20 @@ func (a *app) closeAll() {
 	if err := a.stores.close(); err != nil {
 		a.log.Warn("close stores", zap.Error(err))
 	}
+}
+
+// scrapeErrorLog logs, at warn level, what a collector reports when it fails in a scrape.
+type scrapeErrorLog struct{ log *zap.Logger }
+
+func (l scrapeErrorLog) Println(v ...any) {
+	l.log.Warn("metrics scrape: a collector failed; its series are left out", zap.String("error", fmt.Sprint(v...)))
+}
+
+// feedConfig is the feed service's configuration in cfg.
+func feedConfig(cfg config.Config) feedsvc.Config {
+	fc := feedsvc.DefaultConfig()
+	fc.GeneratorDeadline, fc.MaxItems = cfg.Feed.GeneratorDeadline.D(), cfg.Feed.MaxItems
+	fc.PrepareAfter, fc.PreparedMaxAge = cfg.Feed.PrepareAfter.D(), cfg.Feed.PreparedMaxAge.D()
+	fc.InlineMaterialize, fc.MinChunkInterval = cfg.Feed.InlineMaterialize, cfg.Feed.MinChunkInterval.D()
+	return fc
 }

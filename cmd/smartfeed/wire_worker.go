@@ -95,7 +95,8 @@ func (a *app) registerWorker() error {
 
 // registerGraphService registers, on a.grpc, graphsvc's GraphService and BoardService (the
 // frontends' writes, each enqueuing its feed event) and the worker's IngestService (Publish,
-// for producers that own their objects elsewhere).
+// for producers that write the graph through GraphService and publish the feed events
+// themselves; Publish refuses events naming objects the main store does not hold).
 func (a *app) registerGraphService() {
 	if a.worker == nil {
 		return
@@ -105,6 +106,6 @@ func (a *app) registerGraphService() {
 		a.boards.Register(a.grpc)
 	}
 	pub := worker.NewPublisher(a.durable, a.graph, a.worker.Config().HotFollowers)
-	ingestv1.RegisterIngestServiceServer(a.grpc, worker.NewIngestServer(pub, a.worker))
+	ingestv1.RegisterIngestServiceServer(a.grpc, worker.NewIngestServer(pub, a.worker, a.graph))
 	a.log.Debug("graph, board and ingest services registered", zap.String("role", a.role))
 }

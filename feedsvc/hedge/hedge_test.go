@@ -212,7 +212,7 @@ func TestBudgetCapsCutoffHedges(t *testing.T) {
 		// primary (the breaker does not count a race the standby won in more than the cutoff).
 		h, reg := newHedger(t, func(p *Policy) {
 			p.Mode = ModeFixed
-			p.Delay = 0
+			p.Delay = time.Microsecond
 			p.Budget = 0.1
 			p.BudgetBurst = 1
 		})
@@ -329,6 +329,9 @@ func TestPolicyValidate(t *testing.T) {
 		{"budget above 1", func(p *Policy) { p.Budget = 1.5 }, "budget"},
 		{"negative warmup", func(p *Policy) { p.Warmup = -0.1 }, "warmup"},
 		{"negative delay", func(p *Policy) { p.Delay = -1 }, "delay"},
+		{"delay over the largest", func(p *Policy) { p.Delay = 2 * time.Hour; p.PrimaryTimeout = 0 }, "delay 2h0m0s is not in [0, 10s]"},
+		{"fixed delay 0", func(p *Policy) { p.Mode = ModeFixed; p.Delay = 0 }, "delay 0 in fixed mode"},
+		{"fixed delay at the primary timeout", func(p *Policy) { p.Mode = ModeFixed; p.Delay = time.Second }, "not below the primary timeout 1s"},
 		{"burst", func(p *Policy) { p.BudgetBurst = 0 }, "burst"},
 		{"min samples", func(p *Policy) { p.MinSamples = 0 }, "min samples"},
 	}

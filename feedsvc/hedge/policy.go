@@ -38,7 +38,8 @@ const (
 type Policy struct {
 	// Mode is off, fixed or percentile. Default percentile.
 	Mode Mode `json:"mode"`
-	// Delay is the cutoff in fixed mode. Default 10ms.
+	// Delay is the cutoff in fixed mode, in (0, MaxDelay] and below PrimaryTimeout (when set).
+	// Default 10ms.
 	Delay time.Duration `json:"delay"`
 	// Percentile of the primary's recent latency used as the cutoff in percentile mode, in
 	// (0, 100). Default 99.9.
@@ -112,6 +113,9 @@ func DefaultPolicy() Policy {
 	}
 }
 
+// MaxDelay is the largest fixed cutoff (Policy.Delay) a policy may hold.
+const MaxDelay = 10 * time.Second
+
 // Validate reports the first knob out of range.
 func (p Policy) Validate() error {
 	bad := func(f string, args ...any) error { return fmt.Errorf("hedge policy: "+f, args...) }
@@ -120,8 +124,18 @@ func (p Policy) Validate() error {
 	default:
 		return bad("mode %s is not off, fixed or percentile", quote.Q(string(p.Mode)))
 	}
-	if p.Delay < 0 {
-		return bad("delay %v is negative", p.Delay)
+	if p.Delay < 0 || p.Delay > MaxDelay {
+		return bad("delay %v is not in [0, %v]", p.Delay, MaxDelay)
+	}
+	if p.Mode == ModeFixed {
+		// A zero cutoff hedges every call as soon as the budget allows, and one at or past the
+		// primary's own timeout never hedges: neither is a cutoff.
+		if p.Delay == 0 {
+			return bad("delay 0 in fixed mode: want a cutoff in (0, %v]", MaxDelay)
+		}
+		if p.PrimaryTimeout > 0 && p.Delay >= p.PrimaryTimeout {
+			return bad("delay %v in fixed mode is not below the primary timeout %v", p.Delay, p.PrimaryTimeout)
+		}
 	}
 	if math.IsNaN(p.Percentile) || p.Percentile <= 0 || p.Percentile >= 100 {
 		return bad("percentile %v is not in (0, 100)", p.Percentile)

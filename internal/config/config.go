@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/internal/quote"
 )
 
 // Backends of Storage.Backend.
@@ -388,9 +389,9 @@ type Generator struct {
 
 // Feed configures the feed service.
 type Feed struct {
-	// GeneratorDeadline bounds the generator call of a first page. Default 150ms.
+	// GeneratorDeadline bounds the generator call of a first page, in (0, 1m]. Default 150ms.
 	GeneratorDeadline Duration `json:"generator_deadline"`
-	// MaxItems is the materialized feed's maximum length. Default 1000.
+	// MaxItems is the materialized feed's maximum length, in [1, 2^20]. Default 1000.
 	MaxItems int `json:"max_items"`
 	// KnobsFile is a feedsvc knobs document watched for live changes; empty = none.
 	KnobsFile string `json:"knobs_file"`
@@ -438,6 +439,9 @@ type Feed struct {
 	// (feedsvc.Deps.Quiet). Default 10ms; 0: it starts as soon as it has a lane.
 	BackgroundGapWait Duration `json:"background_gap_wait"`
 }
+
+// MaxFeedItems is the largest Feed.MaxItems, the feed service's own bound (feedsvc.Config).
+const MaxFeedItems = 1 << 20
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
@@ -577,6 +581,9 @@ func (c Config) Validate() error {
 	if c.Worker.ShutdownTimeout < 0 {
 		bad("worker.shutdown_timeout: negative")
 	}
+	if c.ShutdownTimeout > 0 && c.Worker.ShutdownTimeout > c.ShutdownTimeout {
+		bad("worker.shutdown_timeout: %v is longer than shutdown_timeout %v, which bounds the whole shutdown", c.Worker.ShutdownTimeout.D(), c.ShutdownTimeout.D())
+	}
 	if c.Worker.FeatureTTL < 0 {
 		bad("worker.feature_ttl: negative")
 	}
@@ -586,8 +593,8 @@ func (c Config) Validate() error {
 	if c.Worker.UserDeleteRecheck < 0 {
 		bad("worker.user_delete_recheck: negative")
 	}
-	if c.Feed.GeneratorDeadline <= 0 {
-		bad("feed.generator_deadline: must be positive")
+	if c.Feed.GeneratorDeadline <= 0 || c.Feed.GeneratorDeadline > Duration(time.Minute) {
+		bad("feed.generator_deadline: %v is not in (0, 1m]", c.Feed.GeneratorDeadline.D())
 	}
 	if c.Feed.RecoverAfter <= 0 || c.Feed.RecoverEvery <= 0 {
 		bad("feed.recover_after and feed.recover_every must be positive")
@@ -616,8 +623,8 @@ func (c Config) Validate() error {
 	if c.Feed.StandbyMaxStaleness < 0 {
 		bad("feed.standby_max_staleness: negative")
 	}
-	if c.Feed.MaxItems < 1 {
-		bad("feed.max_items: %d must be at least 1", c.Feed.MaxItems)
+	if c.Feed.MaxItems < 1 || c.Feed.MaxItems > MaxFeedItems {
+		bad("feed.max_items: %d is not in [1, %d]", c.Feed.MaxItems, MaxFeedItems)
 	}
 	if err := c.Feed.Hedge.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("feed.hedge: %w", err))
@@ -644,8 +651,14 @@ func Load(path string, base Config) (Config, error) {
 	return Parse(data, base)
 }
 
-// Parse decodes a JSON config over base (see Load).
+// Parse decodes a JSON config over base (see Load). The document must be one JSON object
+// (null, an array or a scalar is refused) naming each key once: JSON decoding would keep the
+// last of two values, and keys match fields without regard to case, so "Backend" and "backend"
+// are the same key.
 func Parse(data []byte, base Config) (Config, error) {
+	if err := checkKeys(data); err != nil {
+		return base, fmt.Errorf("parse config: %w", err)
+	}
 	c := base
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -718,4 +731,97 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	*d = Duration(v)
 	return nil
+}
+
+// checkKeys reports a document that is not a JSON object, or an object (at any depth) that
+// names a key twice, case-insensitively; the error names the key's path ("storage.backend",
+// quoted and cut to a bounded length).
+// Malformed JSON passes, for the decoder to report.
+func checkKeys(data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return nil
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return fmt.Errorf("the document is %s, not a JSON object", jsonKind(tok))
+	}
+	err = checkObject(dec, "")
+	if errors.Is(err, errMalformed) {
+		return nil
+	}
+	return err
+}
+
+var errMalformed = errors.New("malformed JSON")
+
+// checkObject walks the rest of an object whose '{' dec has read, and of every object in it.
+func checkObject(dec *json.Decoder, path string) error {
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return errMalformed
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return errMalformed
+		}
+		name := key
+		if path != "" {
+			name = path + "." + key
+		}
+		if seen[strings.ToLower(key)] {
+			return fmt.Errorf("key %s appears twice (keys are matched without regard to case)", quote.Q(name))
+		}
+		seen[strings.ToLower(key)] = true
+		if err := checkValue(dec, name); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing '}'
+		return errMalformed
+	}
+	return nil
+}
+
+// checkValue walks one value, checking the objects in it.
+func checkValue(dec *json.Decoder, path string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return errMalformed
+	}
+	switch tok {
+	case json.Delim('{'):
+		return checkObject(dec, path)
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if err := checkValue(dec, fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+		if _, err := dec.Token(); err != nil { // the closing ']'
+			return errMalformed
+		}
+	}
+	return nil
+}
+
+// jsonKind names the kind of the first token of a document.
+func jsonKind(tok json.Token) string {
+	switch v := tok.(type) {
+	case nil:
+		return "null"
+	case json.Delim:
+		if v == '[' {
+			return "an array"
+		}
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	case float64, json.Number:
+		return "a number"
+	}
+	return "not an object"
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,6 +47,14 @@ func TestValidateRefuses(t *testing.T) {
 		{"reclaim after 0", func(c *Config) { c.Worker.ReclaimAfter = 0 }, "worker.reclaim_after"},
 		{"gc heap floor, negative", func(c *Config) { c.GCHeapFloorMB = -1 }, "gc_heap_floor_mb"},
 		{"max procs, negative", func(c *Config) { c.MaxProcs = -1 }, "max_procs"},
+		{"feed max items over the feed service's bound", func(c *Config) { c.Feed.MaxItems = 2_000_000_000 }, "feed.max_items: 2000000000 is not in [1, 1048576]"},
+		{"generator deadline over a minute", func(c *Config) { c.Feed.GeneratorDeadline = Duration(2 * time.Minute) }, "feed.generator_deadline: 2m0s is not in (0, 1m]"},
+		{"worker shutdown longer than the whole", func(c *Config) {
+			c.Worker.ShutdownTimeout = Duration(time.Minute)
+			c.ShutdownTimeout = Duration(30 * time.Second)
+		}, "worker.shutdown_timeout: 1m0s is longer than shutdown_timeout 30s"},
+		{"hedge fixed cutoff 0", func(c *Config) { c.Feed.Hedge.Mode = "fixed"; c.Feed.Hedge.Delay = 0 }, "feed.hedge: hedge policy: delay 0 in fixed mode"},
+		{"hedge fixed cutoff 2h", func(c *Config) { c.Feed.Hedge.Mode = "fixed"; c.Feed.Hedge.Delay = 2 * time.Hour }, "feed.hedge: hedge policy: delay 2h0m0s is not in [0, 10s]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -201,5 +210,101 @@ func TestParseStores(t *testing.T) {
 	c.Storage.Stores = "x=nope:1"
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "storage.stores") {
 		t.Errorf("Validate with bad stores: %v", err)
+	}
+}
+
+// TestParseRefuses: a config file is one JSON object naming each key once.
+func TestParseRefuses(t *testing.T) {
+	for _, tt := range []struct{ name, doc, want string }{
+		{"null", `null`, "the document is null, not a JSON object"},
+		{"null with spaces", " \n null \n", "the document is null, not a JSON object"},
+		{"array", `[{"redis": {"db": 1}}]`, "the document is an array"},
+		{"string", `"redis"`, "the document is a string"},
+		{"number", `7`, "the document is a number"},
+		{"duplicate top-level key", `{"shutdown_timeout": "10s", "shutdown_timeout": "20s"}`, `key "shutdown_timeout" appears twice`},
+		{"duplicate nested key", `{"storage": {"backend": "pebble", "data_dir": "d", "backend": "hbase"}}`, `key "storage.backend" appears twice`},
+		{"duplicate in another case", `{"redis": {"db": 1, "DB": 2}}`, `key "redis.DB" appears twice`},
+		{"duplicate in the hedge policy", `{"feed": {"hedge": {"mode": "off", "mode": "fixed"}}}`, `key "feed.hedge.mode" appears twice`},
+		{"duplicate object", `{"redis": {"db": 1}, "redis": {"addr": "x:1"}}`, `key "redis" appears twice`},
+		{"trailing data", `{} {}`, "trailing data"},
+		{"malformed", `{"redis": `, "parse config"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.doc), DefaultConfig())
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Parse(%s) = %v, want an error containing %q", tt.doc, err, tt.want)
+			}
+		})
+	}
+	// A huge key is not quoted whole.
+	long := strings.Repeat("k", 100_000)
+	if _, err := Parse([]byte(`{"`+long+`": 1, "`+long+`": 2}`), DefaultConfig()); err == nil || len(err.Error()) > 1000 {
+		t.Errorf("duplicate 100,000-byte key: error of %d bytes (want under 1000): %.200v", len(fmt.Sprint(err)), err)
+	}
+	// The same key in two objects is two keys.
+	c, err := Parse([]byte(`{"redis": {"addr": "r:1"}, "admin": {"addr": "a:2"}, "feed": {}}`), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Redis.Addr != "r:1" || c.Admin.Addr != "a:2" {
+		t.Errorf("parsed redis.addr %q, admin.addr %q", c.Redis.Addr, c.Admin.Addr)
+	}
+}
+
+func TestUnknownEnv(t *testing.T) {
+	known := map[string]bool{"SMARTFEED_REDIS_ADDR": true, "SMARTFEED_LOG_LEVEL": true, "SMARTFEED_CONFIG": true}
+	for _, tt := range []struct {
+		name    string
+		environ []string
+		want    []string
+	}{
+		{"none", []string{"HOME=/root", "SMARTFEED_REDIS_ADDR=x:1", "SMARTFEED_CONFIG="}, nil},
+		{"misspelled", []string{"SMARTFEED_REDIS_ADR=x:1"},
+			[]string{`environment variable "SMARTFEED_REDIS_ADR" is set, but smartfeed reads no such variable; did you mean SMARTFEED_REDIS_ADDR?`}},
+		{"far from any", []string{"SMARTFEED_MODE=off"},
+			[]string{`environment variable "SMARTFEED_MODE" is set, but smartfeed reads no such variable`}},
+		{"sorted, value never quoted", []string{"SMARTFEED_LOG_LEVL=secret-ish", "SMARTFEED_B=1"}, []string{
+			`environment variable "SMARTFEED_B" is set, but smartfeed reads no such variable`,
+			`environment variable "SMARTFEED_LOG_LEVL" is set, but smartfeed reads no such variable; did you mean SMARTFEED_LOG_LEVEL?`,
+		}},
+		{"other prefixes ignored", []string{"SMARTFEEDX=1", "XSMARTFEED_A=1", "smartfeed_redis_adr=1"}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, UnknownEnv(tt.environ, known)); diff != "" {
+				t.Errorf("UnknownEnv (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestResolveNamesFlags: an invalid value is reported with its config file key, the flag and
+// the environment variable that set it.
+func TestResolveNamesFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.json")
+	if err := os.WriteFile(file, []byte(`{"worker": {"shutdown_timeout": "1m"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"flag", []string{"--feed-max-items", "2000000000"}, nil,
+			"feed.max_items: 2000000000 is not in [1, 1048576] (flag --feed-max-items, environment SMARTFEED_FEED_MAX_ITEMS)"},
+		{"environment", nil, map[string]string{"SMARTFEED_REDIS_DB": "99"},
+			"redis.db: 99 out of [0, 15] (flag --redis-db, environment SMARTFEED_REDIS_DB)"},
+		{"file", []string{"--config", file}, nil,
+			"worker.shutdown_timeout: 1m0s is longer than shutdown_timeout 30s, which bounds the whole shutdown (flag --worker-shutdown-timeout, environment SMARTFEED_WORKER_SHUTDOWN_TIMEOUT)"},
+		{"hedge knob", []string{"--hedge-mode", "fixed", "--hedge-delay", "0s"}, nil,
+			"feed.hedge: hedge policy: delay 0 in fixed mode"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			_, err := FromArgs(fs, tt.args, func(k string) string { return tt.env[k] })
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("FromArgs(%v) = %v, want an error containing %q", tt.args, err, tt.want)
+			}
+		})
 	}
 }

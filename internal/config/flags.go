@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/smartfeed/smartfeed/internal/quote"
 )
 
 // EnvPrefix starts the environment twin of every flag: --redis-addr is SMARTFEED_REDIS_ADDR.
@@ -135,6 +139,14 @@ func hasEnv(f *pflag.Flag) bool {
 	return f.Name != "help" && !f.Hidden && !no
 }
 
+// EnvTwin returns the environment variable twin of f, or false when f has none.
+func EnvTwin(f *pflag.Flag) (string, bool) {
+	if !hasEnv(f) {
+		return "", false
+	}
+	return EnvName(f.Name), true
+}
+
 // NameEnvTwins appends " [$SMARTFEED_…]" to the help of every flag of fs that has a twin, once.
 func NameEnvTwins(fs *pflag.FlagSet) {
 	fs.VisitAll(func(f *pflag.Flag) {
@@ -208,9 +220,61 @@ func Resolve(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) stri
 		c.Redis.Password = strings.TrimRight(string(b), "\r\n")
 	}
 	if err := c.Validate(); err != nil {
-		return fmt.Errorf("invalid config:\n%w", err)
+		return fmt.Errorf("invalid config:\n%w", nameFlags(err, fs, c))
 	}
 	return nil
+}
+
+// nameFlags returns err, a join of Validate's errors, with each error that starts with a
+// config file key ("feed.max_items: ...") followed by the flag and environment variable that
+// set that key, when fs has one bound to c's field: "(flag --feed-max-items, environment
+// SMARTFEED_FEED_MAX_ITEMS)".
+func nameFlags(err error, fs *pflag.FlagSet, c *Config) error {
+	joined, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return err
+	}
+	// The config file key of each leaf field of c, by its address.
+	keys := map[uintptr]string{}
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		t := v.Type()
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+			if name == "" || name == "-" {
+				continue
+			}
+			f := v.Field(i)
+			if f.Kind() == reflect.Struct {
+				walk(f, prefix+name+".")
+				continue
+			}
+			keys[f.Addr().Pointer()] = prefix + name
+		}
+	}
+	walk(reflect.ValueOf(c).Elem(), "")
+	flagOf := map[string]*pflag.Flag{}
+	fs.VisitAll(func(f *pflag.Flag) {
+		if v := reflect.ValueOf(f.Value); v.Kind() == reflect.Pointer {
+			if key, ok := keys[v.Pointer()]; ok {
+				flagOf[key] = f
+			}
+		}
+	})
+	var out []error
+	for _, e := range joined.Unwrap() {
+		key, _, _ := strings.Cut(e.Error(), ":")
+		key, _, _ = strings.Cut(key, " ")
+		if f, ok := flagOf[key]; ok {
+			how := "flag --" + f.Name
+			if env, ok := EnvTwin(f); ok {
+				how += ", environment " + env
+			}
+			e = fmt.Errorf("%w (%s)", e, how)
+		}
+		out = append(out, e)
+	}
+	return errors.Join(out...)
 }
 
 // FromArgs builds the configuration of one process from args: Bind on fs (which may already
@@ -228,4 +292,70 @@ func FromArgsOver(base Config, fs *pflag.FlagSet, args []string, getenv func(str
 	}
 	err := Resolve(fs, &c, base, getenv)
 	return c, err
+}
+
+// ExtraEnv are the SMARTFEED_* variables read that are no flag's twin: the config file's path
+// (the twin of --config, defined by Bind) and the Redis password, which has no flag.
+var ExtraEnv = []string{EnvName(ConfigFlag), EnvPrefix + "REDIS_PASSWORD"}
+
+// UnknownEnv returns a warning for each SMARTFEED_* variable of environ ("NAME=value" entries,
+// as os.Environ gives them) that known does not hold, sorted: a misspelled variable would
+// otherwise be ignored without a word. The warning names the known variable it most likely
+// misspells, if one is close; it never quotes the value.
+func UnknownEnv(environ []string, known map[string]bool) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) || known[name] {
+			continue
+		}
+		msg := fmt.Sprintf("environment variable %s is set, but smartfeed reads no such variable", quote.Q(name))
+		if near := nearest(name, known); near != "" {
+			msg += "; did you mean " + near + "?"
+		}
+		out = append(out, msg)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// nearest returns the name of known closest to name within an edit distance of 2 (the first in
+// sorted order on a tie), or "".
+func nearest(name string, known map[string]bool) string {
+	best, bestD := "", 3
+	names := make([]string, 0, len(known))
+	for k := range known {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if d := editDistance(name, k, bestD); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, or at least limit when it is limit or more.
+func editDistance(a, b string, limit int) int {
+	if d := len(a) - len(b); d >= limit || -d >= limit {
+		return limit
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

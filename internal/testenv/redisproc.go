@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -77,6 +78,23 @@ func (r *RedisProc) Kill() {
 	_ = r.cmd.Process.Kill()
 	_, _ = r.cmd.Process.Wait()
 	r.cmd = nil
+}
+
+// Pause stops the server with SIGSTOP: it keeps its port and connections but answers nothing,
+// as a hung or swapped-out server would. Resume undoes it.
+func (r *RedisProc) Pause() {
+	r.t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		r.t.Fatalf("SIGSTOP redis-server: %v", err)
+	}
+}
+
+// Resume continues a paused server (SIGCONT); it is a no-op on a server that is not running.
+func (r *RedisProc) Resume() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGCONT)
 }
 
 // Wipe deletes the server's data (call it while the server is stopped): the next Start comes up

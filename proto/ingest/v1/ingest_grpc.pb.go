@@ -32,9 +32,16 @@ const (
 // before the event is published.
 type IngestServiceClient interface {
 	// Publish validates every event of the request first: one bad event refuses the whole request
-	// with INVALID_ARGUMENT and nothing is enqueued. Then the events are enqueued in order; if the
-	// queue fails part-way the call returns UNAVAILABLE and is safe to retry (fanouts, deletes and
-	// related pins are deduplicated by task ID; follow backfills and cleanups are idempotent).
+	// with INVALID_ARGUMENT and nothing is enqueued. The objects the events name must already be in
+	// the store (created through GraphService or BoardService; a soft-deleted object counts): the
+	// pin, user, board, origin author and interests of a pin_saved, both sides of a follow, the
+	// user and every pin, author and board of related_pins, and the user, pin and author of an
+	// engagement. An event naming one the store does not hold refuses the whole request with
+	// NOT_FOUND, naming the event and the object ("events[1]: pin 123: not in the store"), and
+	// nothing is enqueued. unfollow, pin_deleted and user_deleted are not checked: their tasks are
+	// idempotent and meant for objects that may be gone. Then the events are enqueued in order; if
+	// the queue fails part-way the call returns UNAVAILABLE and is safe to retry (fanouts, deletes
+	// and related pins are deduplicated by task ID; follow backfills and cleanups are idempotent).
 	Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error)
 }
 
@@ -66,9 +73,16 @@ func (c *ingestServiceClient) Publish(ctx context.Context, in *PublishRequest, o
 // before the event is published.
 type IngestServiceServer interface {
 	// Publish validates every event of the request first: one bad event refuses the whole request
-	// with INVALID_ARGUMENT and nothing is enqueued. Then the events are enqueued in order; if the
-	// queue fails part-way the call returns UNAVAILABLE and is safe to retry (fanouts, deletes and
-	// related pins are deduplicated by task ID; follow backfills and cleanups are idempotent).
+	// with INVALID_ARGUMENT and nothing is enqueued. The objects the events name must already be in
+	// the store (created through GraphService or BoardService; a soft-deleted object counts): the
+	// pin, user, board, origin author and interests of a pin_saved, both sides of a follow, the
+	// user and every pin, author and board of related_pins, and the user, pin and author of an
+	// engagement. An event naming one the store does not hold refuses the whole request with
+	// NOT_FOUND, naming the event and the object ("events[1]: pin 123: not in the store"), and
+	// nothing is enqueued. unfollow, pin_deleted and user_deleted are not checked: their tasks are
+	// idempotent and meant for objects that may be gone. Then the events are enqueued in order; if
+	// the queue fails part-way the call returns UNAVAILABLE and is safe to retry (fanouts, deletes
+	// and related pins are deduplicated by task ID; follow backfills and cleanups are idempotent).
 	Publish(context.Context, *PublishRequest) (*PublishResponse, error)
 	mustEmbedUnimplementedIngestServiceServer()
 }
