@@ -273,6 +273,7 @@ func TestMemoryPlateau(t *testing.T) {
 		lat = lat[:0]
 		latMu.Unlock()
 		samples = append(samples, smp)
+		writeMemoryCSV(t, filepath.Join(out, "samples.csv"), samples) // each time: a run cut short keeps its samples
 		if len(samples)%10 == 1 {
 			t.Logf("%6s rss %4d MiB, heap in use %4.0f live %4.0f, caches %4.0f, memtables %4.0f, other %4d MiB; %d pins, %d reads (p99 %v), %d+%d errors",
 				elapsed.Round(time.Second), smp.rss>>20, smp.heapInuse/(1<<20), smp.heapLive/(1<<20), smp.cacheTotal/(1<<20),
@@ -300,7 +301,6 @@ func TestMemoryPlateau(t *testing.T) {
 	}
 	stopLoad()
 	load.Wait()
-	writeMemoryCSV(t, filepath.Join(out, "samples.csv"), samples)
 
 	// The load happened: most of what was offered was sent and answered.
 	last := samples[len(samples)-1]
