@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -484,5 +485,15 @@ func writeMemoryCSV(t *testing.T, path string, samples []memSample) {
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRegistryHasLiveHeap: the process's registry exports the live heap (what the last
+// collection kept), the series that tells a leak from the heap filling up to its goal.
+func TestRegistryHasLiveHeap(t *testing.T) {
+	runtime.GC() // the live heap is that of the last collection: zero before the first
+	ms := gatherSeries(newRegistry(), "go_gc_heap_live_bytes")
+	if len(ms) != 1 || ms[0].GetGauge().GetValue() <= 0 {
+		t.Fatalf("go_gc_heap_live_bytes: %v, want one positive gauge", ms)
 	}
 }
