@@ -88,9 +88,10 @@ func envMB(t *testing.T, name string, def int) int {
 //     three block caches, the memtables (the main store's and the two feed stores', each up to
 //     memtableFactor memtables in memory), the Go heap's goal (the heap floor, or twice the live
 //     heap past it) and a fixed allowance for the runtime, stacks and binary;
-//   - in the last third of the run, what is not Pebble's cache grows by less than plateauGrowth:
-//     RSS less the block caches, and the live heap. A block cache filling towards its
-//     configured size is a plateau still being reached; anything else growing is a leak.
+//   - in the last third of the run, what is not Pebble's cache grows by less than plateauGrowth
+//     (plus plateauSlack): RSS less the block caches (on runs of settleRun or more), and the
+//     live heap. A block cache filling towards its configured size is a plateau still being
+//     reached; anything else growing is a leak.
 //
 // The run lasts 30 minutes under SMARTFEED_LONG=1 (make test-long); SMARTFEED_MEMORY_RUN=3m
 // gives a shortened run (make test-memory). Without either it is skipped: make test does not
@@ -109,6 +110,8 @@ func TestMemoryPlateau(t *testing.T) {
 		memtableFactor    = 3        // the mutable memtable, one being flushed, one recycled
 		runtimeAllowance  = 96 << 20 // stacks, the binary's text and data, the allocator's slack
 		plateauGrowth     = 0.10
+		plateauSlack      = 8 << 20
+		settleRun         = 10 * time.Minute
 	)
 	def := config.DefaultConfig()
 	cacheMB := envMB(t, "PEBBLE_CACHE_MB", def.Storage.PebbleCacheMB)
@@ -327,19 +330,27 @@ func TestMemoryPlateau(t *testing.T) {
 	}
 
 	// The plateau: over the last third, RSS less the block caches, and the live heap, grow
-	// by less than plateauGrowth (each compared at the peaks of the middle and last thirds,
-	// so one collection's timing does not decide).
+	// by less than plateauGrowth plus plateauSlack (each compared at the peaks of the middle
+	// and last thirds, so one collection's timing does not decide; the slack, because a live
+	// heap of 12 MiB moves by a few MiB with what is in flight at the collection). RSS is
+	// checked on runs of settleRun or more only: before that the memtables and the heap are
+	// still growing to their sizes (the first 5 to 10 minutes under this load).
 	mid, end := thirds(samples)
 	for _, c := range []struct {
 		name string
 		v    func(memSample) float64
+		skip bool
 	}{
-		{"RSS less the block caches", func(s memSample) float64 { return float64(s.rss) - s.cacheTotal }},
-		{"live heap", func(s memSample) float64 { return s.heapLive }},
+		{"RSS less the block caches", func(s memSample) float64 { return float64(s.rss) - s.cacheTotal }, run < settleRun},
+		{"live heap", func(s memSample) float64 { return s.heapLive }, false},
 	} {
 		a, b := maxOf(mid, c.v), maxOf(end, c.v)
 		t.Logf("%s: peak %.0f MiB in the middle third, %.0f MiB in the last", c.name, a/mib, b/mib)
-		if b > a*(1+plateauGrowth) {
+		if b > a*(1+plateauGrowth)+plateauSlack {
+			if c.skip {
+				t.Logf("%s grew %.0f%% over the last third: not checked on a run under %v", c.name, 100*(b/a-1), settleRun)
+				continue
+			}
 			t.Errorf("%s grew %.0f%% over the last third (%.0f → %.0f MiB): no plateau", c.name, 100*(b/a-1), a/mib, b/mib)
 		}
 	}
