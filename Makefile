@@ -4,7 +4,7 @@ GO ?= go
 FUZZTIME ?= 10s
 SERVICES := scripts/with-services.sh
 
-.PHONY: help build test test-long test-failover test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo helm-lint services-up services-down
+.PHONY: help build test test-long test-memory test-failover test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo helm-lint services-up services-down
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
@@ -19,9 +19,13 @@ test: ## all tests, -race, on a real Redis + HBase (started and stopped unless S
 	@echo "== tests over 20 s:"; $(GO) tool gotestsum tool slowest --jsonfile run/test.json --threshold 20s
 	$(MAKE) --no-print-directory helm-lint
 
-test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout, Redis lost mid 100k-follower fanout, a 20 s Redis outage (SMARTFEED_LONG=1)
+test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout, Redis lost mid 100k-follower fanout, a 20 s Redis outage, 30 minutes of load with memory sampled (SMARTFEED_LONG=1)
 	SMARTFEED_LONG=1 SMARTFEED_FANOUT_1M=1 $(SERVICES) $(GO) test -count=1 -timeout 90m ./zen/... ./worker/
 	SMARTFEED_LONG=1 $(SERVICES) $(GO) test -count=1 -timeout 10m -run TestRedisOutageLosesNothing -v ./cmd/smartfeed/
+	SMARTFEED_LONG=1 SMARTFEED_NO_HBASE=1 $(SERVICES) $(GO) test -count=1 -timeout 45m -run TestMemoryPlateau -v ./cmd/smartfeed/
+
+test-memory: ## the memory run shortened to 3 minutes (CreatePin 10/s x 50 followers, GetFeed 100/s; samples in run/memory-plateau/)
+	SMARTFEED_MEMORY_RUN=3m SMARTFEED_NO_HBASE=1 $(SERVICES) $(GO) test -count=1 -timeout 15m -run TestMemoryPlateau -v ./cmd/smartfeed/
 
 test-failover: ## kill -9 the primary feed HBase under read and write load, restart it, compare with the standby (starts two HBases of its own)
 	SMARTFEED_HBASE_FAILOVER=1 SMARTFEED_NO_HBASE_STANDBY=1 $(SERVICES) $(GO) test -count=1 -timeout 20m -run TestHBasePrimaryKill -v ./cmd/smartfeed/

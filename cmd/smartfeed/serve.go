@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -148,7 +149,12 @@ func startGCFloor(cfg config.Config, log *zap.Logger, reg prometheus.Registerer)
 // newRegistry returns a fresh registry with the Go and process collectors.
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// go_memstats_heap_inuse_bytes rises and falls with each collection (up to the heap floor,
+	// gc_heap_floor_mb); go_gc_heap_live_bytes, the heap the last collection found live, is
+	// the one that shows a leak.
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
 }
 

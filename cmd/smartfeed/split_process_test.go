@@ -236,6 +236,8 @@ type proc struct {
 	bin  string
 	env  []string
 	log  string
+	// args follow the role on the command line; nil switches the admin listeners off.
+	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -246,8 +248,12 @@ func (p *proc) start() {
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	// Empty addresses switch the admin listeners off (an empty variable reads as unset).
-	p.cmd = exec.Command(p.bin, p.role, "--admin-addr=", "--admin-grpc-addr=")
+	args := p.args
+	if args == nil {
+		// Empty addresses switch the admin listeners off (an empty variable reads as unset).
+		args = []string{"--admin-addr=", "--admin-grpc-addr="}
+	}
+	p.cmd = exec.Command(p.bin, append([]string{p.role}, args...)...)
 	p.cmd.Env = p.env
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	if err := p.cmd.Start(); err != nil {

@@ -155,6 +155,9 @@ func (s *stores) registerPebbleStats(name string, p *zenpebble.Store) error {
 		{"smartfeed_pebble_memtables", "Memtables, the mutable one included.", func(s zenpebble.Stats) float64 { return float64(s.MemTables) }},
 		{"smartfeed_pebble_compaction_debt_bytes", "Pebble's estimate of the bytes left to compact.", func(s zenpebble.Stats) float64 { return float64(s.CompactionDebtBytes) }},
 		{"smartfeed_pebble_compactions_running", "Compactions in progress.", func(s zenpebble.Stats) float64 { return float64(s.Compactions) }},
+		{"smartfeed_pebble_cache_bytes", "Bytes the block cache holds (at most storage.pebble_cache_mb).", func(s zenpebble.Stats) float64 { return float64(s.BlockCacheBytes) }},
+		{"smartfeed_pebble_memtable_bytes", "Bytes of the memtables, those waiting for a flush and those an open iterator still holds included.",
+			func(s zenpebble.Stats) float64 { return float64(s.MemTableBytes) }},
 	} {
 		f := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help, ConstLabels: prometheus.Labels{"store": name}},
 			func() float64 { return g.v(cur.Load().Stats()) })

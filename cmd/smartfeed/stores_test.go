@@ -58,6 +58,25 @@ func TestPebbleStatsGauges(t *testing.T) {
 		if n := memtables(); n < 1 {
 			t.Errorf("round %d: open store: %v memtables, want ≥ 1", round, n)
 		}
+		// The memory gauges: an open store's memtable has its arena; the block cache is a
+		// gauge from the start (empty until blocks are read).
+		for _, g := range []struct {
+			name string
+			min  float64
+		}{{"smartfeed_pebble_memtable_bytes", 1}, {"smartfeed_pebble_cache_bytes", 0}} {
+			var found bool
+			for _, m := range gatherSeries(reg, g.name) {
+				if labelValue(m, "store") == storeMain {
+					found = true
+					if v := m.GetGauge().GetValue(); v < g.min {
+						t.Errorf("round %d: %s{store=main} = %v, want ≥ %v", round, g.name, v, g.min)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("round %d: no gauge %s{store=main}", round, g.name)
+			}
+		}
 		if err := st.close(); err != nil {
 			t.Fatal(err)
 		}

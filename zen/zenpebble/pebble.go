@@ -1063,6 +1063,13 @@ type Stats struct {
 	// flush, or too many L0 sublevels), and WriteStallTime their total duration.
 	WriteStalls    int64
 	WriteStallTime time.Duration
+	// BlockCacheBytes is what the block cache holds now; it grows with the blocks read, up to
+	// the configured cache size (WithCacheSize), and stays there.
+	BlockCacheBytes int64
+	// MemTableBytes is the memory of the memtables (the mutable one and those waiting for a
+	// flush) and of zombie memtables an open iterator still holds: at most a few times the
+	// memtable size (WithMemTableSize) while flushes keep up.
+	MemTableBytes uint64
 }
 
 // Stats returns the store's LSM shape now (zero after Close).
@@ -1075,5 +1082,6 @@ func (s *Store) Stats() Stats {
 	m := s.db.Metrics()
 	return Stats{ReadAmp: m.ReadAmp() + int(m.MemTable.Count), L0Files: m.Levels[0].TablesCount, L0Sublevels: m.Levels[0].Sublevels,
 		MemTables: m.MemTable.Count, CompactionDebtBytes: m.Compact.EstimatedDebt, Compactions: m.Compact.NumInProgress,
-		Flushes: m.Flush.Count, WriteStalls: s.stalls.Load(), WriteStallTime: time.Duration(s.stallNanos.Load())}
+		Flushes: m.Flush.Count, WriteStalls: s.stalls.Load(), WriteStallTime: time.Duration(s.stallNanos.Load()),
+		BlockCacheBytes: m.BlockCache.Size, MemTableBytes: m.MemTable.Size + m.MemTable.ZombieSize}
 }
