@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/smartfeed/smartfeed/feedsvc"
@@ -127,12 +128,90 @@ func (l graphLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool
 	return out, nil
 }
 
+// graphEligibility answers feedsvc.Eligibility from the graph's follow edges: a following item
+// stays while the user follows its author or its board (the worker's unfollow cleanup keeps a
+// pool entry on the same terms), an interest item while the user follows one of the pin's
+// interests (up to maxPinInterests of them); other sources stay. One scan of each interest
+// item's interests, then one batched point read of every follow edge asked.
+type graphEligibility struct{ g *zen.Graph }
+
+// maxPinInterests bounds the interests of one pin read for the check (a pin has up to 64).
+const maxPinInterests = 64
+
+func (e graphEligibility) Removed(ctx context.Context, user zen.ID, items []feedsvc.Item) (map[zen.ID]bool, error) {
+	idx := map[zen.EdgeKey]int{}
+	var keys []zen.EdgeKey
+	ask := func(t zen.EdgeType, to zen.ID, want zen.Type) int {
+		if to == 0 || to.Check(want) != nil {
+			return -1
+		}
+		k := zen.EdgeKey{From: user, Type: t, To: to}
+		i, ok := idx[k]
+		if !ok {
+			i = len(keys)
+			idx[k] = i
+			keys = append(keys, k)
+		}
+		return i
+	}
+	// Each checked pin and the edges of which one must stand for it to stay.
+	need := map[zen.ID][]int{}
+	for _, it := range items {
+		if _, done := need[it.Pin]; done {
+			continue
+		}
+		var ks []int
+		switch it.Source {
+		case zen.SourceFollowing:
+			for _, i := range []int{ask(zen.EdgeFollowsUser, it.Author, zen.TypeUser), ask(zen.EdgeFollowsBoard, it.Board, zen.TypeBoard)} {
+				if i >= 0 {
+					ks = append(ks, i)
+				}
+			}
+			if len(ks) == 0 {
+				continue // names neither: nothing to check it against
+			}
+		case zen.SourceInterest:
+			ins, _, err := e.g.Members(ctx, it.Pin, zen.EdgePinInterests, maxPinInterests)
+			if err != nil {
+				return nil, fmt.Errorf("interests of pin %d: %w", it.Pin, err)
+			}
+			for _, in := range ins {
+				if i := ask(zen.EdgeFollowsInterest, in, zen.TypeInterest); i >= 0 {
+					ks = append(ks, i)
+				}
+			}
+		default:
+			continue
+		}
+		need[it.Pin] = ks
+	}
+	if len(need) == 0 {
+		return nil, nil
+	}
+	var has []bool
+	if len(keys) > 0 {
+		var err error
+		if has, err = e.g.HasEdges(ctx, keys); err != nil {
+			return nil, fmt.Errorf("follows of %d: %w", user, err)
+		}
+	}
+	out := map[zen.ID]bool{}
+	for pin, ks := range need {
+		if !slices.ContainsFunc(ks, func(i int) bool { return has[i] }) {
+			out[pin] = true
+		}
+	}
+	return out, nil
+}
+
 var (
-	_ generator.Liveness = graphLiveness{}
-	_ feedsvc.Liveness   = graphLiveness{}
-	_ feedsvc.Activity   = (*worker.Worker)(nil)
-	_ feedsvc.InFlight   = localGenerator{}
-	_ feedsvc.InFlight   = remoteGenerator{}
+	_ feedsvc.Eligibility = graphEligibility{}
+	_ generator.Liveness  = graphLiveness{}
+	_ feedsvc.Liveness    = graphLiveness{}
+	_ feedsvc.Activity    = (*worker.Worker)(nil)
+	_ feedsvc.InFlight    = localGenerator{}
+	_ feedsvc.InFlight    = remoteGenerator{}
 )
 
 // feedRemover hands the worker's user-delete job to the feed service of this process (wired only

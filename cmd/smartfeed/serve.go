@@ -549,8 +549,11 @@ func (a *app) buildFeed(ctx context.Context) error {
 	// Deleted pins are filtered on read where this process has the graph (the main store);
 	// a feed process with a remote generator and its own stores relies on the generator's
 	// filter and the worker's purge.
+	// Prepared chunks are checked against the removals (unfollows, deletes) where this
+	// process has the graph too.
 	if a.graph != nil {
 		deps.Liveness = graphLiveness{a.graph}
+		deps.Eligibility = graphEligibility{a.graph}
 	}
 	// Activity (last-active time, rebuild of a returning user): the worker's Touch in this
 	// process, or a pinlater "touch" task the worker's process runs.
