@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -61,8 +62,8 @@ func TestPreparedChunkRemovals(t *testing.T) {
 				}
 				e.svc.Wait()
 				e.materialize(t)
-			} else if _, err := e.svc.Recover(t.Context(), e.user, 0); err != nil {
-				t.Fatal(err)
+			} else if n, err := e.svc.Recover(t.Context(), e.user, everyPending); err != nil || n != 1 {
+				t.Fatalf("the recovery pass materialized %d chunks (%v), want the prepared one", n, err)
 			}
 			el.set(nil, nil)
 			got := e.all(t, 3)
@@ -93,7 +94,7 @@ func TestPreparedChunkCheckFailsClosed(t *testing.T) {
 	if n := testutil.ToFloat64(e.svc.m.preparedCheckErrors); n < 1 {
 		t.Errorf("smartfeed_feed_prepared_check_errors_total = %v, want at least 1", n)
 	}
-	if _, err := e.svc.Recover(t.Context(), e.user, 0); err == nil {
+	if _, err := e.svc.Recover(t.Context(), e.user, everyPending); err == nil {
 		t.Error("the recovery pass materialized a prepared chunk it could not check")
 	}
 	el.set(nil, nil)
@@ -108,6 +109,10 @@ func TestPreparedChunkCheckFailsClosed(t *testing.T) {
 		}
 	}
 }
+
+// everyPending is a Recover age that takes every pending chunk, one recorded in this very
+// millisecond too (Recover skips chunks served at or after now minus the age).
+const everyPending = -time.Minute
 
 func countOf(s []zen.ID, v zen.ID) int {
 	n := 0
