@@ -26,43 +26,45 @@ import (
 
 // Eligibility tells which pins of a prepared chunk the user may no longer be shown because a
 // removal took them: the follow that brought a pin is gone (an unfollow of the user, board or
-// interest it came through). cmd wires it to batched reads of the graph's follow edges.
+// interest it came through), or the pin is deleted. cmd wires it to batched reads of the
+// graph's follow edges and objects, or, in a process without the graph, to one
+// GeneratorService.CheckPins call of the generator's process.
 type Eligibility interface {
-	// Removed returns the pins among items that user no longer follows the source of; a pin
-	// absent from the map may be shown.
+	// Removed returns the pins among items that user no longer follows the source of, and
+	// those deleted; a pin absent from the map may be shown.
 	Removed(ctx context.Context, user zen.ID, items []Item) (map[zen.ID]bool, error)
 }
 
-// removedOf returns the pins of items a removal took from user: those Eligibility names and
-// those Liveness finds deleted. It is bounded by the live timeout.
+// removedOf returns the pins of items a removal took from user: those Eligibility names
+// (deleted pins included), or, without an Eligibility, those Liveness finds deleted. One call,
+// bounded by the live timeout.
 func (s *Service) removedOf(ctx context.Context, user zen.ID, items []Item) (map[zen.ID]bool, error) {
 	start := time.Now()
 	defer func() { s.m.observeStage(stagePreparedCheck, time.Since(start)) }()
 	ctx, cancel := context.WithTimeout(ctx, s.liveTimeout)
 	defer cancel()
-	out := map[zen.ID]bool{}
 	if s.elig != nil {
 		r, err := s.elig.Removed(ctx, user, items)
 		if err != nil {
-			return nil, fmt.Errorf("follows of %d: %w", user, err)
+			return nil, fmt.Errorf("removals of %d: %w", user, err)
 		}
-		for p := range r {
-			out[p] = true
+		if r == nil {
+			r = map[zen.ID]bool{}
 		}
+		return r, nil
 	}
-	if s.live != nil {
-		pins := make([]zen.ID, len(items))
-		for i, it := range items {
-			pins[i] = it.Pin
-		}
-		live, err := s.live.Live(ctx, pins)
-		if err != nil {
-			return nil, fmt.Errorf("liveness: %w", err)
-		}
-		for _, p := range pins {
-			if !live[p] {
-				out[p] = true
-			}
+	pins := make([]zen.ID, len(items))
+	for i, it := range items {
+		pins[i] = it.Pin
+	}
+	live, err := s.live.Live(ctx, pins)
+	if err != nil {
+		return nil, fmt.Errorf("liveness: %w", err)
+	}
+	out := map[zen.ID]bool{}
+	for _, p := range pins {
+		if !live[p] {
+			out[p] = true
 		}
 	}
 	return out, nil

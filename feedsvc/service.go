@@ -150,9 +150,9 @@ type Deps struct {
 	// DefaultLiveTimeout.
 	Liveness    Liveness
 	LiveTimeout time.Duration
-	// Eligibility, when set, drops from prepared chunks the pins whose follow was removed
-	// since they were composed (see filterRemoved; deleted pins are dropped by Liveness). Its
-	// check is bounded by LiveTimeout too.
+	// Eligibility, when set, drops from prepared chunks the pins whose follow was removed or
+	// which were deleted since they were composed (see filterRemoved; without it, Liveness
+	// alone drops their deleted pins). Its check is bounded by LiveTimeout too.
 	Eligibility Eligibility
 	// Activity, when set, is called (in the background) on every GetFeed; its "rebuilding"
 	// answer is reported in Page.Rebuilding if it arrives within ActivityWait of the request's
