@@ -85,6 +85,8 @@ var Policy = map[string]Rule{
 	genSvc + "SettleChunk":   {Scopes: []string{ScopeGenerator}},
 	genSvc + "PendingChunks": {Scopes: []string{ScopeGenerator}},
 	genSvc + "InFlightUsers": {Scopes: []string{ScopeGenerator}},
+	// CheckPins answers for any user whether a removal took their pins: the feed role's call.
+	genSvc + "CheckPins": {Scopes: []string{ScopeGenerator}},
 	// PreviewChunk takes nothing and tells a user what their next chunk would be and why.
 	genSvc + "PreviewChunk": {Self: "user", Scopes: []string{ScopeFeedRead, ScopeGenerator}},
 }

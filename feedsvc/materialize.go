@@ -83,6 +83,18 @@ func (s *Service) Materialize(ctx context.Context, t MaterializeTask) error {
 	if pc.ChunkID != t.ChunkID {
 		return fmt.Errorf("%w: sequence %d holds chunk %q, not %q", ErrBadTask, t.Seq, pc.ChunkID, t.ChunkID)
 	}
+	if pc.Prepared && len(pc.Items) > 0 && (s.elig != nil || s.live != nil) {
+		// A prepared chunk no page served (the recovery pass): what a removal took since it was
+		// composed stays out of the feed, as a page would have left it out (filterRemoved).
+		removed, err := s.removedOf(ctx, t.User, pc.Items)
+		if err != nil {
+			s.m.preparedCheckErrors.Inc()
+			return fmt.Errorf("materialize prepared chunk %s: removal check: %w", t.ChunkID, err)
+		}
+		n := len(pc.Items)
+		pc = withoutPins(pc, removed)
+		s.m.preparedRemoved.Add(float64(n - len(pc.Items)))
+	}
 	// The claims and the item rows do not wait for their own fsync (zen.Lazily): the close
 	// below is a synced write to the same table, on the same log (every row here is led by
 	// the user's ID, so a router keeps them on one store), which makes them durable before

@@ -22,10 +22,15 @@ type metrics struct {
 	trimmed            prometheus.Counter
 	deletedSkipped     prometheus.Counter
 	liveErrors         prometheus.Counter
-	activityErrors     prometheus.Counter
-	activityLate       prometheus.Counter
-	activitySkipped    prometheus.Counter
-	unsureRecordings   *prometheus.CounterVec
+	// preparedRemoved counts the pins left out of prepared chunks because a removal took them
+	// (filterRemoved); preparedCheckErrors the pages that held prepared chunks back because
+	// that check failed.
+	preparedRemoved     prometheus.Counter
+	preparedCheckErrors prometheus.Counter
+	activityErrors      prometheus.Counter
+	activityLate        prometheus.Counter
+	activitySkipped     prometheus.Counter
+	unsureRecordings    *prometheus.CounterVec
 	// stage times the parts of GetFeed: the generator call, the materialized read (liveness
 	// filter included), recording the served chunk, and the materialize enqueue.
 	stage *prometheus.HistogramVec
@@ -55,6 +60,9 @@ const (
 	stagePageRecent    = "page_recent"
 	// stagePinsLive is the liveness check of a page's pins (part of stageRead).
 	stagePinsLive = "pins_live"
+	// stagePreparedCheck is the removal check of the prepared chunks a read met (part of
+	// stageRead), or of one the recovery pass materializes.
+	stagePreparedCheck = "prepared_check"
 	// stageUserLive is the check that the user exists; stageActivity the wait for the
 	// activity hook's answer after the page is ready.
 	stageUserLive = "user_live"
@@ -122,6 +130,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smartfeed_feed_deleted_skipped_total", Help: "Materialized items skipped on read because their pin was deleted."}),
 		liveErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_feed_liveness_errors_total", Help: "Pages served unfiltered because the liveness check failed or was late."}),
+		preparedRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_prepared_removed_total", Help: "Pins left out of prepared chunks, never shown nor materialized, because a removal (unfollow, pin or user delete) took them after the chunk was composed."}),
+		preparedCheckErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_feed_prepared_check_errors_total", Help: "Pages that held their prepared chunks back because the removal check failed or was late."}),
 		activityErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_feed_activity_errors_total", Help: "Activity (Touch) calls that failed."}),
 		activityLate: prometheus.NewCounter(prometheus.CounterOpts{
@@ -147,7 +159,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
-			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.activityErrors, m.activityLate, m.activitySkipped, m.unsureRecordings, m.stage, m.prepared, m.inline} {
+			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.preparedRemoved, m.preparedCheckErrors, m.activityErrors, m.activityLate, m.activitySkipped, m.unsureRecordings, m.stage, m.prepared, m.inline} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register feed metrics: %w", err)
 			}

@@ -64,7 +64,10 @@ func (s *Service) servePrepared(ctx context.Context, user zen.ID, rows []prepare
 	for _, p := range rows {
 		switch {
 		case p.pc.Owner == s.incarnation && s.own.take(p.pc.ChunkID):
-			served[p.seq] = true
+			// A chunk whose every pin a removal took (filterRemoved) shows nothing fresh.
+			if len(p.pc.Items) > 0 {
+				served[p.seq] = true
+			}
 			s.m.prepared.WithLabelValues(outcome).Inc()
 		case p.pc.Owner == s.incarnation:
 			// Taken by a concurrent page, or forgotten (the memory's bound).

@@ -150,6 +150,10 @@ type Deps struct {
 	// DefaultLiveTimeout.
 	Liveness    Liveness
 	LiveTimeout time.Duration
+	// Eligibility, when set, drops from prepared chunks the pins whose follow was removed or
+	// which were deleted since they were composed (see filterRemoved; without it, Liveness
+	// alone drops their deleted pins). Its check is bounded by LiveTimeout too.
+	Eligibility Eligibility
 	// Activity, when set, is called (in the background) on every GetFeed; its "rebuilding"
 	// answer is reported in Page.Rebuilding if it arrives within ActivityWait of the request's
 	// start (0 means DefaultActivityWait), else the page says false.
@@ -221,6 +225,7 @@ type Service struct {
 	m                *metrics
 	live             Liveness
 	liveTimeout      time.Duration
+	elig             Eligibility
 	activity         Activity
 	activityWait     time.Duration
 	indexShards      int
@@ -334,7 +339,7 @@ func New(d Deps, c Config) (*Service, error) {
 	}
 	s := &Service{primary: d.Primary, standby: d.Standby, gen: d.Generator, enq: d.Enqueuer,
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
-		live: d.Liveness, liveTimeout: d.LiveTimeout, activity: d.Activity, activityWait: d.ActivityWait,
+		live: d.Liveness, liveTimeout: d.LiveTimeout, elig: d.Eligibility, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace,
 		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing),
 		lanes: make(chan struct{}, d.BackgroundLanes), quiet: d.Quiet, quietBound: d.QuietBound}
@@ -431,6 +436,9 @@ type Page struct {
 type entry struct {
 	Item
 	at position
+	// prepared marks an item of a prepared chunk not served yet: checked against the
+	// removals before it is shown (filterRemoved).
+	prepared bool
 }
 
 type genResult struct {
@@ -1081,14 +1089,17 @@ type preparedRow struct {
 }
 
 // read reads up to size live entries after `after` (nil: from the top), hedged across the
-// stores.
+// stores, the prepared chunks it met checked against the removals (filterRemoved).
 func (s *Service) read(ctx context.Context, user zen.ID, after *position, size int) (pageRead, hedge.Outcome, error) {
 	res, out, err := s.readRaw(ctx, user, after, size)
 	if err != nil {
 		return res, out, err
 	}
 	res, err = s.filterLive(ctx, user, res, size)
-	return res, out, err
+	if err != nil {
+		return res, out, err
+	}
+	return s.filterRemoved(ctx, user, res), out, nil
 }
 
 // readRaw reads up to size entries after `after` (nil: from the top), hedged across the stores.
@@ -1159,7 +1170,7 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 						return res, nil
 					}
 					seen[it.Pin] = true
-					res.entries = append(res.entries, entry{Item: it, at: at})
+					res.entries = append(res.entries, entry{Item: it, at: at, prepared: pc.Prepared})
 				}
 				continue
 			}

@@ -107,6 +107,9 @@ type Params struct {
 	// Liveness, when set, filters deleted pins out of the candidates before they are taken
 	// (see dropDead; an error fails the chunk). nil serves every pin of the pools.
 	Liveness Liveness
+	// Eligibility, with Liveness, lets Check tell which pins a removal took from a user (the
+	// follow that brought them is gone). nil: Check refuses to tell (ErrNoChecks).
+	Eligibility Eligibility
 }
 
 // Generator composes chunks. Its methods are safe for concurrent use, also across processes
@@ -115,6 +118,7 @@ type Generator struct {
 	pools Pools
 	state zen.Table
 	live  Liveness
+	elig  Eligibility
 	now   func() time.Time
 	log   *zap.Logger
 	cfg   atomic.Pointer[Config]
@@ -223,7 +227,7 @@ func New(p Params) (*Generator, error) {
 	if p.Pools == nil || p.State == nil {
 		return nil, errors.New("generator: Pools and State are required")
 	}
-	g := &Generator{pools: p.Pools, state: p.State, live: p.Liveness, now: p.Now, log: p.Logger}
+	g := &Generator{pools: p.Pools, state: p.State, live: p.Liveness, elig: p.Eligibility, now: p.Now, log: p.Logger}
 	if pt, ok := p.Pools.(interface{ Table() zen.Table }); ok && p.State != nil {
 		g.lazySteps = zen.SameLog(pt.Table(), p.State)
 	}

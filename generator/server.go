@@ -98,6 +98,53 @@ func (s *Server) PreviewChunk(ctx context.Context, req *generatorv1.PreviewChunk
 	return out, nil
 }
 
+// CheckPins implements GeneratorService.CheckPins.
+func (s *Server) CheckPins(ctx context.Context, req *generatorv1.CheckPinsRequest) (*generatorv1.CheckPinsResponse, error) {
+	var user zen.ID
+	if req.GetUser() != 0 || req.GetUserStr() != "" {
+		u, err := requestUser(req.GetUser(), req.GetUserStr())
+		if err != nil {
+			return nil, err
+		}
+		user = u
+	}
+	if n := len(req.GetItems()); n > MaxCheckPins {
+		return nil, status.Errorf(codes.InvalidArgument, "%d items, at most %d", n, MaxCheckPins)
+	}
+	items := make([]Item, len(req.GetItems()))
+	for i, it := range req.GetItems() {
+		// Any other source value (unknown ones included) is checked for deletion only.
+		var src zen.Source
+		switch it.GetSource() {
+		case generatorv1.Source_SOURCE_FOLLOWING:
+			src = zen.SourceFollowing
+		case generatorv1.Source_SOURCE_INTEREST:
+			src = zen.SourceInterest
+		}
+		items[i] = Item{Pin: zen.ID(it.GetPin()), Source: src, Author: zen.ID(it.GetAuthor()), Board: zen.ID(it.GetBoard())}
+	}
+	r, err := s.g.Check(ctx, user, items)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	out := &generatorv1.CheckPinsResponse{}
+	// In the request's order, each pin once.
+	seen := map[zen.ID]bool{}
+	for _, it := range items {
+		if seen[it.Pin] {
+			continue
+		}
+		seen[it.Pin] = true
+		if r.Deleted[it.Pin] {
+			out.Deleted = append(out.Deleted, uint64(it.Pin))
+		}
+		if r.Unfollowed[it.Pin] {
+			out.Unfollowed = append(out.Unfollowed, uint64(it.Pin))
+		}
+	}
+	return out, nil
+}
+
 // requestUser reads the user from the fixed64 field, its decimal twin, or both (zen.WireID).
 func requestUser(n uint64, str string) (zen.ID, error) {
 	id, err := zen.WireID(n, str)
@@ -118,6 +165,8 @@ func grpcError(err error) error {
 	switch {
 	case errors.Is(err, ErrInvalidArgument):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrNoChecks):
+		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/smartfeed/smartfeed/feedsvc"
@@ -127,12 +128,198 @@ func (l graphLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool
 	return out, nil
 }
 
+// graphEligibility answers feedsvc.Eligibility and generator.Eligibility from the graph's
+// follow edges: a following item stays while the user follows its author or its board (the
+// worker's unfollow cleanup keeps a pool entry on the same terms), an interest item while the
+// user follows one of the pin's interests (up to maxPinInterests of them); other sources stay.
+// One scan of each interest item's interests, then one batched point read of every follow edge
+// asked. For the feed service it names the deleted pins too (graphLiveness).
+type graphEligibility struct{ g *zen.Graph }
+
+// maxPinInterests bounds the interests of one pin read for the check (a pin has up to 64).
+const maxPinInterests = 64
+
+// followItem is what the follow check needs of an item, from either service's Item.
+type followItem struct {
+	Pin, Author, Board zen.ID
+	Source             zen.Source
+}
+
+// Removed implements feedsvc.Eligibility: the pins whose follow is gone, and the deleted ones.
+func (e graphEligibility) Removed(ctx context.Context, user zen.ID, items []feedsvc.Item) (map[zen.ID]bool, error) {
+	fs := make([]followItem, len(items))
+	pins := make([]zen.ID, len(items))
+	for i, it := range items {
+		fs[i] = followItem{Pin: it.Pin, Author: it.Author, Board: it.Board, Source: it.Source}
+		pins[i] = it.Pin
+	}
+	out, err := e.unfollowed(ctx, user, fs)
+	if err != nil {
+		return nil, err
+	}
+	if len(pins) == 0 {
+		return out, nil
+	}
+	live, err := graphLiveness(e).Live(ctx, pins)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range pins {
+		if !live[p] {
+			out[p] = true
+		}
+	}
+	return out, nil
+}
+
+// Unfollowed implements generator.Eligibility (GeneratorService.CheckPins).
+func (e graphEligibility) Unfollowed(ctx context.Context, user zen.ID, items []generator.Item) (map[zen.ID]bool, error) {
+	fs := make([]followItem, len(items))
+	for i, it := range items {
+		fs[i] = followItem{Pin: it.Pin, Author: it.Author, Board: it.Board, Source: it.Source}
+	}
+	return e.unfollowed(ctx, user, fs)
+}
+
+// unfollowed returns the pins among items that user no longer follows the source of.
+func (e graphEligibility) unfollowed(ctx context.Context, user zen.ID, items []followItem) (map[zen.ID]bool, error) {
+	idx := map[zen.EdgeKey]int{}
+	var keys []zen.EdgeKey
+	ask := func(t zen.EdgeType, to zen.ID, want zen.Type) int {
+		if to == 0 || to.Check(want) != nil {
+			return -1
+		}
+		k := zen.EdgeKey{From: user, Type: t, To: to}
+		i, ok := idx[k]
+		if !ok {
+			i = len(keys)
+			idx[k] = i
+			keys = append(keys, k)
+		}
+		return i
+	}
+	// Each checked pin and the edges of which one must stand for it to stay.
+	need := map[zen.ID][]int{}
+	for _, it := range items {
+		if _, done := need[it.Pin]; done {
+			continue
+		}
+		var ks []int
+		switch it.Source {
+		case zen.SourceFollowing:
+			for _, i := range []int{ask(zen.EdgeFollowsUser, it.Author, zen.TypeUser), ask(zen.EdgeFollowsBoard, it.Board, zen.TypeBoard)} {
+				if i >= 0 {
+					ks = append(ks, i)
+				}
+			}
+			if len(ks) == 0 {
+				continue // names neither: nothing to check it against
+			}
+		case zen.SourceInterest:
+			ins, _, err := e.g.Members(ctx, it.Pin, zen.EdgePinInterests, maxPinInterests)
+			if err != nil {
+				return nil, fmt.Errorf("interests of pin %d: %w", it.Pin, err)
+			}
+			for _, in := range ins {
+				if i := ask(zen.EdgeFollowsInterest, in, zen.TypeInterest); i >= 0 {
+					ks = append(ks, i)
+				}
+			}
+		default:
+			continue
+		}
+		need[it.Pin] = ks
+	}
+	out := map[zen.ID]bool{}
+	if len(need) == 0 {
+		return out, nil
+	}
+	var has []bool
+	if len(keys) > 0 {
+		var err error
+		if has, err = e.g.HasEdges(ctx, keys); err != nil {
+			return nil, fmt.Errorf("follows of %d: %w", user, err)
+		}
+	}
+	for pin, ks := range need {
+		if !slices.ContainsFunc(ks, func(i int) bool { return has[i] }) {
+			out[pin] = true
+		}
+	}
+	return out, nil
+}
+
+// Removed implements feedsvc.Eligibility over GeneratorService.CheckPins, for a feed process
+// without the graph: the generator's process, which owns it, names the pins whose follow is
+// gone and the deleted ones. One call per generator.MaxCheckPins distinct pins; an error fails
+// the check (the feed service then holds the prepared chunks back).
+func (a remoteGenerator) Removed(ctx context.Context, user zen.ID, items []feedsvc.Item) (map[zen.ID]bool, error) {
+	reqItems := make([]*generatorv1.Item, 0, len(items))
+	seen := map[zen.ID]bool{}
+	for _, it := range items {
+		if seen[it.Pin] {
+			continue
+		}
+		seen[it.Pin] = true
+		reqItems = append(reqItems, &generatorv1.Item{Pin: uint64(it.Pin), Source: generatorv1.Source(it.Source),
+			Author: uint64(it.Author), Board: uint64(it.Board)})
+	}
+	return a.checkPins(ctx, user, reqItems, true)
+}
+
+// Live implements feedsvc.Liveness over GeneratorService.CheckPins (deletions only), for a feed
+// process without the graph.
+func (a remoteGenerator) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool, error) {
+	reqItems := make([]*generatorv1.Item, 0, len(pins))
+	seen := map[zen.ID]bool{}
+	for _, p := range pins {
+		if !seen[p] {
+			seen[p] = true
+			reqItems = append(reqItems, &generatorv1.Item{Pin: uint64(p)})
+		}
+	}
+	deleted, err := a.checkPins(ctx, 0, reqItems, false)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[zen.ID]bool, len(seen))
+	for p := range seen {
+		live[p] = !deleted[p]
+	}
+	return live, nil
+}
+
+// checkPins asks CheckPins about items in batches of generator.MaxCheckPins and returns the
+// deleted pins, with the unfollowed ones when unfollowed is set.
+func (a remoteGenerator) checkPins(ctx context.Context, user zen.ID, items []*generatorv1.Item, unfollowed bool) (map[zen.ID]bool, error) {
+	out := map[zen.ID]bool{}
+	for batch := range slices.Chunk(items, generator.MaxCheckPins) {
+		resp, err := a.c.CheckPins(ctx, &generatorv1.CheckPinsRequest{User: uint64(user), Items: batch})
+		if err != nil {
+			return nil, fmt.Errorf("generator check pins: %w", err)
+		}
+		for _, p := range resp.GetDeleted() {
+			out[zen.ID(p)] = true
+		}
+		if unfollowed {
+			for _, p := range resp.GetUnfollowed() {
+				out[zen.ID(p)] = true
+			}
+		}
+	}
+	return out, nil
+}
+
 var (
-	_ generator.Liveness = graphLiveness{}
-	_ feedsvc.Liveness   = graphLiveness{}
-	_ feedsvc.Activity   = (*worker.Worker)(nil)
-	_ feedsvc.InFlight   = localGenerator{}
-	_ feedsvc.InFlight   = remoteGenerator{}
+	_ feedsvc.Eligibility   = graphEligibility{}
+	_ generator.Eligibility = graphEligibility{}
+	_ feedsvc.Eligibility   = remoteGenerator{}
+	_ feedsvc.Liveness      = remoteGenerator{}
+	_ generator.Liveness    = graphLiveness{}
+	_ feedsvc.Liveness      = graphLiveness{}
+	_ feedsvc.Activity      = (*worker.Worker)(nil)
+	_ feedsvc.InFlight      = localGenerator{}
+	_ feedsvc.InFlight      = remoteGenerator{}
 )
 
 // feedRemover hands the worker's user-delete job to the feed service of this process (wired only

@@ -394,7 +394,8 @@ func (a *app) buildGenerator(ctx context.Context) error {
 		}
 	}
 	a.gen, err = generator.New(generator.Params{Pools: a.pools, State: state, Config: &gc,
-		Logger: a.log.Named("generator"), Registerer: a.reg, Liveness: graphLiveness{a.graph}})
+		Logger: a.log.Named("generator"), Registerer: a.reg, Liveness: graphLiveness{a.graph},
+		Eligibility: graphEligibility{a.graph}})
 	if err != nil {
 		return fmt.Errorf("generator: %w", err)
 	}
@@ -531,6 +532,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 		return fmt.Errorf("hedge policy: %w", err)
 	}
 	var gen feedsvc.Generator
+	var remote *remoteGenerator // the generator of another process, when this one has none
 	if a.gen != nil {
 		gen = localGenerator{a.gen}
 		a.inflight = localGenerator{a.gen}
@@ -551,8 +553,8 @@ func (a *app) buildFeed(ctx context.Context) error {
 			return fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
 		}
 		a.conns = append(a.conns, conn)
-		remote := remoteGenerator{generatorv1.NewGeneratorServiceClient(conn)}
-		gen, a.inflight = remote, remote
+		remote = &remoteGenerator{generatorv1.NewGeneratorServiceClient(conn)}
+		gen, a.inflight = *remote, *remote
 	}
 
 	fc := feedConfig(a.cfg)
@@ -560,11 +562,15 @@ func (a *app) buildFeed(ctx context.Context) error {
 	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
 		Logger: a.log.Named("feedsvc"), Registerer: a.reg, BackgroundLanes: backgroundLanes(a.cfg)}
-	// Deleted pins are filtered on read where this process has the graph (the main store);
-	// a feed process with a remote generator and its own stores relies on the generator's
-	// filter and the worker's purge.
-	if a.graph != nil {
+	// Deleted pins are filtered on read, and prepared chunks are checked against the removals
+	// (unfollows, deletes), against the graph: this process's own (the main store), or, for a
+	// feed process with a remote generator, the generator process's, through its CheckPins.
+	switch {
+	case a.graph != nil:
 		deps.Liveness = graphLiveness{a.graph}
+		deps.Eligibility = graphEligibility{a.graph}
+	case remote != nil:
+		deps.Liveness, deps.Eligibility = *remote, *remote
 	}
 	// Activity (last-active time, rebuild of a returning user): the worker's Touch in this
 	// process, or a pinlater "touch" task the worker's process runs.

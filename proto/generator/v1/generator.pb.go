@@ -937,6 +937,128 @@ func (x *PreviewChunkResponse) GetDeferred() []*Item {
 	return nil
 }
 
+// CheckPinsRequest names the pins to check and the user they are for.
+type CheckPinsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The user (a zen ID); user_str is its decimal twin for JSON clients. Both unset (0 and ""):
+	// only deletions are checked.
+	User    uint64 `protobuf:"fixed64,1,opt,name=user,proto3" json:"user,omitempty"`
+	UserStr string `protobuf:"bytes,2,opt,name=user_str,json=userStr,proto3" json:"user_str,omitempty"`
+	// Up to 1000 pins, each with the source, author and board that brought it (as a chunk's
+	// items carry them; score and reason are ignored). An item whose source is neither
+	// following nor interest is checked for deletion only.
+	Items         []*Item `protobuf:"bytes,3,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckPinsRequest) Reset() {
+	*x = CheckPinsRequest{}
+	mi := &file_generator_v1_generator_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckPinsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckPinsRequest) ProtoMessage() {}
+
+func (x *CheckPinsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_generator_v1_generator_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckPinsRequest.ProtoReflect.Descriptor instead.
+func (*CheckPinsRequest) Descriptor() ([]byte, []int) {
+	return file_generator_v1_generator_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CheckPinsRequest) GetUser() uint64 {
+	if x != nil {
+		return x.User
+	}
+	return 0
+}
+
+func (x *CheckPinsRequest) GetUserStr() string {
+	if x != nil {
+		return x.UserStr
+	}
+	return ""
+}
+
+func (x *CheckPinsRequest) GetItems() []*Item {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// CheckPinsResponse lists the pins of the request the user may no longer be shown; a pin in
+// neither list may be.
+type CheckPinsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Pins deleted (soft-deleted or absent from the graph).
+	Deleted []uint64 `protobuf:"fixed64,1,rep,packed,name=deleted,proto3" json:"deleted,omitempty"`
+	// Pins the user no longer follows the source of (only when the request names a user).
+	Unfollowed    []uint64 `protobuf:"fixed64,2,rep,packed,name=unfollowed,proto3" json:"unfollowed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckPinsResponse) Reset() {
+	*x = CheckPinsResponse{}
+	mi := &file_generator_v1_generator_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckPinsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckPinsResponse) ProtoMessage() {}
+
+func (x *CheckPinsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_generator_v1_generator_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckPinsResponse.ProtoReflect.Descriptor instead.
+func (*CheckPinsResponse) Descriptor() ([]byte, []int) {
+	return file_generator_v1_generator_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CheckPinsResponse) GetDeleted() []uint64 {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+func (x *CheckPinsResponse) GetUnfollowed() []uint64 {
+	if x != nil {
+		return x.Unfollowed
+	}
+	return nil
+}
+
 var File_generator_v1_generator_proto protoreflect.FileDescriptor
 
 const file_generator_v1_generator_proto_rawDesc = "" +
@@ -1001,18 +1123,28 @@ const file_generator_v1_generator_proto_rawDesc = "" +
 	"\x05chunk\x18\x01 \x01(\v2\x1d.smartfeed.generator.v1.ChunkR\x05chunk\x12\x16\n" +
 	"\x06wanted\x18\x02 \x01(\x05R\x06wanted\x12?\n" +
 	"\asources\x18\x03 \x03(\v2%.smartfeed.generator.v1.SourceExplainR\asources\x128\n" +
-	"\bdeferred\x18\x04 \x03(\v2\x1c.smartfeed.generator.v1.ItemR\bdeferred*_\n" +
+	"\bdeferred\x18\x04 \x03(\v2\x1c.smartfeed.generator.v1.ItemR\bdeferred\"u\n" +
+	"\x10CheckPinsRequest\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\x06R\x04user\x12\x19\n" +
+	"\buser_str\x18\x02 \x01(\tR\auserStr\x122\n" +
+	"\x05items\x18\x03 \x03(\v2\x1c.smartfeed.generator.v1.ItemR\x05items\"M\n" +
+	"\x11CheckPinsResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x03(\x06R\adeleted\x12\x1e\n" +
+	"\n" +
+	"unfollowed\x18\x02 \x03(\x06R\n" +
+	"unfollowed*_\n" +
 	"\x06Source\x12\x16\n" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SOURCE_FOLLOWING\x10\x01\x12\x13\n" +
 	"\x0fSOURCE_INTEREST\x10\x02\x12\x12\n" +
-	"\x0eSOURCE_RELATED\x10\x032\xaf\x04\n" +
+	"\x0eSOURCE_RELATED\x10\x032\x91\x05\n" +
 	"\x10GeneratorService\x12l\n" +
 	"\rGenerateChunk\x12,.smartfeed.generator.v1.GenerateChunkRequest\x1a-.smartfeed.generator.v1.GenerateChunkResponse\x12f\n" +
 	"\vSettleChunk\x12*.smartfeed.generator.v1.SettleChunkRequest\x1a+.smartfeed.generator.v1.SettleChunkResponse\x12l\n" +
 	"\rPendingChunks\x12,.smartfeed.generator.v1.PendingChunksRequest\x1a-.smartfeed.generator.v1.PendingChunksResponse\x12l\n" +
 	"\rInFlightUsers\x12,.smartfeed.generator.v1.InFlightUsersRequest\x1a-.smartfeed.generator.v1.InFlightUsersResponse\x12i\n" +
-	"\fPreviewChunk\x12+.smartfeed.generator.v1.PreviewChunkRequest\x1a,.smartfeed.generator.v1.PreviewChunkResponseB?Z=github.com/smartfeed/smartfeed/proto/generator/v1;generatorv1b\x06proto3"
+	"\fPreviewChunk\x12+.smartfeed.generator.v1.PreviewChunkRequest\x1a,.smartfeed.generator.v1.PreviewChunkResponse\x12`\n" +
+	"\tCheckPins\x12(.smartfeed.generator.v1.CheckPinsRequest\x1a).smartfeed.generator.v1.CheckPinsResponseB?Z=github.com/smartfeed/smartfeed/proto/generator/v1;generatorv1b\x06proto3"
 
 var (
 	file_generator_v1_generator_proto_rawDescOnce sync.Once
@@ -1027,7 +1159,7 @@ func file_generator_v1_generator_proto_rawDescGZIP() []byte {
 }
 
 var file_generator_v1_generator_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_generator_v1_generator_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_generator_v1_generator_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_generator_v1_generator_proto_goTypes = []any{
 	(Source)(0),                   // 0: smartfeed.generator.v1.Source
 	(*GenerateChunkRequest)(nil),  // 1: smartfeed.generator.v1.GenerateChunkRequest
@@ -1043,6 +1175,8 @@ var file_generator_v1_generator_proto_goTypes = []any{
 	(*PreviewChunkRequest)(nil),   // 11: smartfeed.generator.v1.PreviewChunkRequest
 	(*SourceExplain)(nil),         // 12: smartfeed.generator.v1.SourceExplain
 	(*PreviewChunkResponse)(nil),  // 13: smartfeed.generator.v1.PreviewChunkResponse
+	(*CheckPinsRequest)(nil),      // 14: smartfeed.generator.v1.CheckPinsRequest
+	(*CheckPinsResponse)(nil),     // 15: smartfeed.generator.v1.CheckPinsResponse
 }
 var file_generator_v1_generator_proto_depIdxs = []int32{
 	0,  // 0: smartfeed.generator.v1.Item.source:type_name -> smartfeed.generator.v1.Source
@@ -1053,21 +1187,24 @@ var file_generator_v1_generator_proto_depIdxs = []int32{
 	3,  // 5: smartfeed.generator.v1.PreviewChunkResponse.chunk:type_name -> smartfeed.generator.v1.Chunk
 	12, // 6: smartfeed.generator.v1.PreviewChunkResponse.sources:type_name -> smartfeed.generator.v1.SourceExplain
 	2,  // 7: smartfeed.generator.v1.PreviewChunkResponse.deferred:type_name -> smartfeed.generator.v1.Item
-	1,  // 8: smartfeed.generator.v1.GeneratorService.GenerateChunk:input_type -> smartfeed.generator.v1.GenerateChunkRequest
-	5,  // 9: smartfeed.generator.v1.GeneratorService.SettleChunk:input_type -> smartfeed.generator.v1.SettleChunkRequest
-	7,  // 10: smartfeed.generator.v1.GeneratorService.PendingChunks:input_type -> smartfeed.generator.v1.PendingChunksRequest
-	9,  // 11: smartfeed.generator.v1.GeneratorService.InFlightUsers:input_type -> smartfeed.generator.v1.InFlightUsersRequest
-	11, // 12: smartfeed.generator.v1.GeneratorService.PreviewChunk:input_type -> smartfeed.generator.v1.PreviewChunkRequest
-	4,  // 13: smartfeed.generator.v1.GeneratorService.GenerateChunk:output_type -> smartfeed.generator.v1.GenerateChunkResponse
-	6,  // 14: smartfeed.generator.v1.GeneratorService.SettleChunk:output_type -> smartfeed.generator.v1.SettleChunkResponse
-	8,  // 15: smartfeed.generator.v1.GeneratorService.PendingChunks:output_type -> smartfeed.generator.v1.PendingChunksResponse
-	10, // 16: smartfeed.generator.v1.GeneratorService.InFlightUsers:output_type -> smartfeed.generator.v1.InFlightUsersResponse
-	13, // 17: smartfeed.generator.v1.GeneratorService.PreviewChunk:output_type -> smartfeed.generator.v1.PreviewChunkResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	2,  // 8: smartfeed.generator.v1.CheckPinsRequest.items:type_name -> smartfeed.generator.v1.Item
+	1,  // 9: smartfeed.generator.v1.GeneratorService.GenerateChunk:input_type -> smartfeed.generator.v1.GenerateChunkRequest
+	5,  // 10: smartfeed.generator.v1.GeneratorService.SettleChunk:input_type -> smartfeed.generator.v1.SettleChunkRequest
+	7,  // 11: smartfeed.generator.v1.GeneratorService.PendingChunks:input_type -> smartfeed.generator.v1.PendingChunksRequest
+	9,  // 12: smartfeed.generator.v1.GeneratorService.InFlightUsers:input_type -> smartfeed.generator.v1.InFlightUsersRequest
+	11, // 13: smartfeed.generator.v1.GeneratorService.PreviewChunk:input_type -> smartfeed.generator.v1.PreviewChunkRequest
+	14, // 14: smartfeed.generator.v1.GeneratorService.CheckPins:input_type -> smartfeed.generator.v1.CheckPinsRequest
+	4,  // 15: smartfeed.generator.v1.GeneratorService.GenerateChunk:output_type -> smartfeed.generator.v1.GenerateChunkResponse
+	6,  // 16: smartfeed.generator.v1.GeneratorService.SettleChunk:output_type -> smartfeed.generator.v1.SettleChunkResponse
+	8,  // 17: smartfeed.generator.v1.GeneratorService.PendingChunks:output_type -> smartfeed.generator.v1.PendingChunksResponse
+	10, // 18: smartfeed.generator.v1.GeneratorService.InFlightUsers:output_type -> smartfeed.generator.v1.InFlightUsersResponse
+	13, // 19: smartfeed.generator.v1.GeneratorService.PreviewChunk:output_type -> smartfeed.generator.v1.PreviewChunkResponse
+	15, // 20: smartfeed.generator.v1.GeneratorService.CheckPins:output_type -> smartfeed.generator.v1.CheckPinsResponse
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_generator_v1_generator_proto_init() }
@@ -1081,7 +1218,7 @@ func file_generator_v1_generator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_generator_v1_generator_proto_rawDesc), len(file_generator_v1_generator_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	GeneratorService_PendingChunks_FullMethodName = "/smartfeed.generator.v1.GeneratorService/PendingChunks"
 	GeneratorService_InFlightUsers_FullMethodName = "/smartfeed.generator.v1.GeneratorService/InFlightUsers"
 	GeneratorService_PreviewChunk_FullMethodName  = "/smartfeed.generator.v1.GeneratorService/PreviewChunk"
+	GeneratorService_CheckPins_FullMethodName     = "/smartfeed.generator.v1.GeneratorService/CheckPins"
 )
 
 // GeneratorServiceClient is the client API for GeneratorService service.
@@ -50,6 +51,13 @@ type GeneratorServiceClient interface {
 	// it (each source's rate, quota and deferrals; why each pin was chosen), taking nothing: no pin
 	// leaves the pools, no chunk is recorded, the user's visit state is unchanged.
 	PreviewChunk(ctx context.Context, in *PreviewChunkRequest, opts ...grpc.CallOption) (*PreviewChunkResponse, error)
+	// CheckPins tells which of the given pins a removal has taken from the user since they were
+	// composed: the deleted ones, and, when a user is named, those whose follow is gone (a
+	// following pin while the user follows neither its author nor its board, an interest pin
+	// while the user follows none of its interests). The generator's process owns the graph; a
+	// feed service without one (a split deployment) asks it before it shows or materializes a
+	// prepared chunk, and to leave deleted pins out of a page. Reads only.
+	CheckPins(ctx context.Context, in *CheckPinsRequest, opts ...grpc.CallOption) (*CheckPinsResponse, error)
 }
 
 type generatorServiceClient struct {
@@ -110,6 +118,16 @@ func (c *generatorServiceClient) PreviewChunk(ctx context.Context, in *PreviewCh
 	return out, nil
 }
 
+func (c *generatorServiceClient) CheckPins(ctx context.Context, in *CheckPinsRequest, opts ...grpc.CallOption) (*CheckPinsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckPinsResponse)
+	err := c.cc.Invoke(ctx, GeneratorService_CheckPins_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GeneratorServiceServer is the server API for GeneratorService service.
 // All implementations must embed UnimplementedGeneratorServiceServer
 // for forward compatibility.
@@ -131,6 +149,13 @@ type GeneratorServiceServer interface {
 	// it (each source's rate, quota and deferrals; why each pin was chosen), taking nothing: no pin
 	// leaves the pools, no chunk is recorded, the user's visit state is unchanged.
 	PreviewChunk(context.Context, *PreviewChunkRequest) (*PreviewChunkResponse, error)
+	// CheckPins tells which of the given pins a removal has taken from the user since they were
+	// composed: the deleted ones, and, when a user is named, those whose follow is gone (a
+	// following pin while the user follows neither its author nor its board, an interest pin
+	// while the user follows none of its interests). The generator's process owns the graph; a
+	// feed service without one (a split deployment) asks it before it shows or materializes a
+	// prepared chunk, and to leave deleted pins out of a page. Reads only.
+	CheckPins(context.Context, *CheckPinsRequest) (*CheckPinsResponse, error)
 	mustEmbedUnimplementedGeneratorServiceServer()
 }
 
@@ -155,6 +180,9 @@ func (UnimplementedGeneratorServiceServer) InFlightUsers(context.Context, *InFli
 }
 func (UnimplementedGeneratorServiceServer) PreviewChunk(context.Context, *PreviewChunkRequest) (*PreviewChunkResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PreviewChunk not implemented")
+}
+func (UnimplementedGeneratorServiceServer) CheckPins(context.Context, *CheckPinsRequest) (*CheckPinsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckPins not implemented")
 }
 func (UnimplementedGeneratorServiceServer) mustEmbedUnimplementedGeneratorServiceServer() {}
 func (UnimplementedGeneratorServiceServer) testEmbeddedByValue()                          {}
@@ -267,6 +295,24 @@ func _GeneratorService_PreviewChunk_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _GeneratorService_CheckPins_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckPinsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GeneratorServiceServer).CheckPins(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: GeneratorService_CheckPins_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GeneratorServiceServer).CheckPins(ctx, req.(*CheckPinsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // GeneratorService_ServiceDesc is the grpc.ServiceDesc for GeneratorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -293,6 +339,10 @@ var GeneratorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PreviewChunk",
 			Handler:    _GeneratorService_PreviewChunk_Handler,
+		},
+		{
+			MethodName: "CheckPins",
+			Handler:    _GeneratorService_CheckPins_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
