@@ -89,10 +89,16 @@ func newVersionCmd() *cobra.Command {
 // resolves it from the parsed flags of the command that runs (cmd.Flags(), which holds fs's
 // flags, inherited ones included).
 func configFlags(fs *pflag.FlagSet, base config.Config, getenv func(string) string) func(*cobra.Command) (config.Config, error) {
+	return configFlagsFor(fs, base, getenv, nil)
+}
+
+// configFlagsFor is configFlags for a command that opens only the stores uses names for the
+// resolved configuration (config.ResolveFor); nil means every store.
+func configFlagsFor(fs *pflag.FlagSet, base config.Config, getenv func(string) string, uses func(config.Config) config.Uses) func(*cobra.Command) (config.Config, error) {
 	cfg := base
 	config.Bind(fs, &cfg)
 	return func(cmd *cobra.Command) (config.Config, error) {
-		err := config.Resolve(cmd.Flags(), &cfg, base, getenv)
+		err := config.ResolveFor(cmd.Flags(), &cfg, base, getenv, uses)
 		return cfg, err
 	}
 }
