@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
 	"github.com/smartfeed/smartfeed/zen"
@@ -156,4 +157,39 @@ func TestCanaryLagGaugeGrowsWhilePrimaryDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, func() bool { return gauge() < 10*c.interval })
+}
+
+// TestCanaryStalenessStopsWithPrimaryWrites: a canary written just before the primary stops
+// taking writes is never shipped while it is down; the staleness the gate bounds standby reads
+// by stops at the first failed write (the standby can miss nothing written after), so a
+// primary outage longer than the bound does not make the standby refuse the reads it is there
+// for. The exported lag keeps growing.
+func TestCanaryStalenessStopsWithPrimaryWrites(t *testing.T) {
+	p, _ := zenmem.New().Table(t.Context(), "feed")
+	s, _ := zenmem.New().Table(t.Context(), "feed")
+	pt := faults.Wrap(p, 1)
+	c, err := NewCanary(pt, s, CanaryOptions{Interval: 20 * time.Millisecond, Poll: 2 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := make(chan struct{})
+	go func() { _ = c.Run(ctx); close(ran) }()
+	defer func() { cancel(); <-ran }()
+	// Nothing replicates: the first canary stays outstanding and ages.
+	waitUntil(t, func() bool { return c.Staleness() > 3*c.interval })
+	if err := pt.Set(faults.Config{Outage: true}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return testutil.ToFloat64(c.errs.WithLabelValues("primary")) > 0 })
+	s1 := c.Staleness()
+	waitUntil(t, func() bool { return c.Lag() > s1+10*c.interval })
+	if s2 := c.Staleness(); s2 != s1 {
+		t.Errorf("staleness went from %v to %v while the primary took no writes, want it to stay", s1, s2)
+	}
+	// The primary takes writes again, nothing replicates: the staleness grows again.
+	if err := pt.Set(faults.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { return c.Staleness() > s1+5*c.interval })
 }
