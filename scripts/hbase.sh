@@ -15,7 +15,8 @@
 #   classpath: resolves the classpath (as up does) and prints the path of the file holding it
 #           (run/hbase-cp/cp.txt), for Java tools run against the same jars (scripts/hbase-pe.sh).
 #   replicate PRIMARY STANDBY: HBase's own replication from instance PRIMARY to STANDBY (both
-#           up): adds the peer on PRIMARY (idempotent) through test/hbase/tools/Replication.java,
+#           up): adds a serial peer on PRIMARY (idempotent; an existing peer is made serial) through
+#           test/hbase/tools/Replication.java,
 #           compiled against the same jars, then checks that a row written on PRIMARY reaches
 #           STANDBY. Tables replicate when their column family has REPLICATION_SCOPE 1
 #           (zenhbase.Options.Replicated); the standby must have the same tables.

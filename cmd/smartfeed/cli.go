@@ -131,10 +131,16 @@ func newVersionCmd() *cobra.Command {
 // server configuration, `smartfeed config` and the servers alike, resolves it here, so `config`
 // refuses whatever a start would.
 func configFlags(fs *pflag.FlagSet, base config.Config, getenv func(string) string) func(*cobra.Command) (config.Config, error) {
+	return configFlagsFor(fs, base, getenv, nil)
+}
+
+// configFlagsFor is configFlags for a command that opens only the stores uses names for the
+// resolved configuration (config.ResolveFor); nil means every store.
+func configFlagsFor(fs *pflag.FlagSet, base config.Config, getenv func(string) string, uses func(config.Config) config.Uses) func(*cobra.Command) (config.Config, error) {
 	cfg := base
 	config.Bind(fs, &cfg)
 	return func(cmd *cobra.Command) (config.Config, error) {
-		if err := config.Resolve(cmd.Flags(), &cfg, base, getenv); err != nil {
+		if err := config.ResolveFor(cmd.Flags(), &cfg, base, getenv, uses); err != nil {
 			return cfg, err
 		}
 		return cfg, checkConfig(cfg)

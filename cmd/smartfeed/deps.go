@@ -53,10 +53,11 @@ func startDeps(role string, cfg config.Config) []startDep {
 				quorums[zk] += ", " + what
 			}
 		}
-		if role != roleFeed || cfg.Generator.Addr == "" {
+		uses := storesOf(role, cfg)
+		if uses.Main {
 			add(h.PoolsZK, "main store")
 		}
-		if role == roleFeed || role == roleAll {
+		if uses.Feed {
 			add(h.PrimaryZK, "feed primary")
 			add(h.StandbyZK, "feed standby")
 		}

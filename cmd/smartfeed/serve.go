@@ -78,7 +78,8 @@ func redisOpt(r config.Redis) pinlaterRedis {
 // context ends.
 func newServeCmd(role, short string, getenv func(string) string) *cobra.Command {
 	cmd := &cobra.Command{Use: role, Short: short, Args: cobra.NoArgs}
-	resolve := configFlags(cmd.Flags(), config.DefaultConfig(), getenv)
+	resolve := configFlagsFor(cmd.Flags(), config.DefaultConfig(), getenv,
+		func(c config.Config) config.Uses { return storesOf(role, c) })
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := resolve(cmd)
 		if err != nil {
@@ -115,6 +116,16 @@ func serve(ctx context.Context, role string, cfg config.Config, stderr io.Writer
 		return err
 	}
 	return a.run(ctx)
+}
+
+// storesOf names the storage clusters role opens with cfg (what newApp opens): the main store
+// for every role but a feed service with a remote generator, the feed's primary and standby
+// for the feed service only.
+func storesOf(role string, cfg config.Config) config.Uses {
+	return config.Uses{
+		Main: role != roleFeed || cfg.Generator.Addr == "",
+		Feed: role == roleFeed || role == roleAll,
+	}
 }
 
 // setMaxProcs sets GOMAXPROCS from cfg.MaxProcs (config.Config.MaxProcs): that many, or with 0
@@ -290,7 +301,8 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		a.conns = append(a.conns, a.pinAdmin)
 		reg.MustRegister(a.pinAdmin.Collector())
 	}
-	if a.has(roleWorker, roleGenerator, roleGraph) || (a.role == roleFeed && cfg.Generator.Addr == "") {
+	uses := storesOf(role, cfg)
+	if uses.Main {
 		main, err := a.stores.get(ctx, storeMain)
 		if err != nil {
 			return nil, err
@@ -341,7 +353,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 			}
 		}
 	}
-	if a.has(roleFeed) {
+	if uses.Feed {
 		if err := a.buildFeed(ctx); err != nil {
 			return nil, err
 		}

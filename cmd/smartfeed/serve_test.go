@@ -241,6 +241,42 @@ func TestRunRefusesBadConfig(t *testing.T) {
 	}
 }
 
+// TestRunNeedsOnlyItsStores: on HBase each role needs the ZooKeeper quorums of the clusters it
+// opens, and only those. With nothing listening at the quorums given, a role whose addresses
+// are complete gets as far as its dependency check (which names what is unreachable); a role
+// missing one of its own is refused as an invalid config naming the setting.
+func TestRunNeedsOnlyItsStores(t *testing.T) {
+	const dead = "127.0.0.1:1" // nothing listens on port 1
+	base := []string{"--storage", "hbase", "--redis-addr", dead}
+	pools := []string{"--hbase-pools-zk", dead}
+	feed := []string{"--hbase-primary-zk", dead, "--hbase-standby-zk", "127.0.0.2:1"}
+	for _, tc := range []struct {
+		role  string
+		flags [][]string
+		want  string // in the error
+	}{
+		{roleGraph, [][]string{pools}, "is unreachable"},
+		{roleWorker, [][]string{pools}, "is unreachable"},
+		{roleGenerator, [][]string{pools}, "is unreachable"},
+		{roleFeed, [][]string{feed, {"--generator-addr", "gen:9090"}}, "is unreachable"},
+		{roleFeed, [][]string{pools, feed}, "is unreachable"},
+		{roleAll, [][]string{pools, feed}, "is unreachable"},
+		{roleGraph, nil, "storage.hbase.pools_zk: empty"},
+		{roleFeed, [][]string{pools}, "storage.hbase.primary_zk: empty"},
+		{roleFeed, [][]string{feed}, "storage.hbase.pools_zk: empty"},
+		{roleAll, [][]string{pools}, "storage.hbase.standby_zk: empty"},
+	} {
+		args := append([]string{tc.role}, base...)
+		for _, f := range tc.flags {
+			args = append(args, f...)
+		}
+		err := run(t.Context(), args, io.Discard, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("smartfeed %s: error %v, want one containing %q", strings.Join(args, " "), err, tc.want)
+		}
+	}
+}
+
 // TestBackgroundLanes: feed.background_lanes 0 is feedsvc's default (half the processors) on
 // Pebble and no bound on HBase; a value set is kept on either.
 func TestBackgroundLanes(t *testing.T) {

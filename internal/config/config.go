@@ -484,8 +484,25 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports every problem of c, or nil.
-func (c Config) Validate() error {
+// Uses names the storage clusters a process opens, for ValidateFor: a role that never opens a
+// cluster needs no address for it (the graph role, for one, never opens the feed's).
+type Uses struct {
+	// Main is the cluster of the graph, the pools and the generator state
+	// (storage.hbase.pools_zk).
+	Main bool
+	// Feed is the materialized feed's primary and standby (storage.hbase.primary_zk and
+	// storage.hbase.standby_zk).
+	Feed bool
+}
+
+// UsesAll is every cluster: what a process running every role opens, and what Validate checks.
+var UsesAll = Uses{Main: true, Feed: true}
+
+// Validate reports every problem of c, or nil, for a process that opens every store.
+func (c Config) Validate() error { return c.ValidateFor(UsesAll) }
+
+// ValidateFor reports every problem of c, or nil, for a process that opens the stores of u.
+func (c Config) ValidateFor(u Uses) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	switch c.Storage.Backend {
@@ -510,16 +527,20 @@ func (c Config) Validate() error {
 		}
 	case BackendHBase:
 		h := c.Storage.HBase
-		for _, q := range []struct{ name, v string }{
-			{"storage.hbase.pools_zk", h.PoolsZK}, {"storage.hbase.primary_zk", h.PrimaryZK}, {"storage.hbase.standby_zk", h.StandbyZK},
+		for _, q := range []struct {
+			name, v string
+			used    bool
+		}{
+			{"storage.hbase.pools_zk", h.PoolsZK, u.Main}, {"storage.hbase.primary_zk", h.PrimaryZK, u.Feed},
+			{"storage.hbase.standby_zk", h.StandbyZK, u.Feed},
 		} {
-			if q.v == "" {
-				bad("%s: empty (the hbase backend needs a ZooKeeper quorum per store)", q.name)
+			if q.v == "" && q.used {
+				bad("%s: empty (the hbase backend needs a ZooKeeper quorum per store this process opens)", q.name)
 			}
 		}
 		switch h.Replication {
 		case ReplicationAuto, ReplicationHBase, ReplicationApp:
-			if h.Replication == ReplicationHBase && h.PrimaryZK == h.StandbyZK {
+			if h.Replication == ReplicationHBase && u.Feed && h.PrimaryZK == h.StandbyZK {
 				bad("storage.hbase.replication: hbase needs the standby on another cluster than the primary")
 			}
 		default:

@@ -308,3 +308,24 @@ func TestResolveNamesFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateForUses: on HBase a process needs the quorums of the clusters it opens, and only
+// those.
+func TestValidateForUses(t *testing.T) {
+	hb := DefaultConfig()
+	hb.Storage.Backend = BackendHBase
+	hb.Storage.HBase.PoolsZK = "zk-a:2181"
+	if err := hb.ValidateFor(Uses{Main: true}); err != nil {
+		t.Errorf("main store only, its quorum set: %v", err)
+	}
+	for _, u := range []Uses{{Feed: true}, UsesAll} {
+		if err := hb.ValidateFor(u); err == nil || !strings.Contains(err.Error(), "storage.hbase.primary_zk") {
+			t.Errorf("ValidateFor(%+v) without the feed's quorums = %v, want storage.hbase.primary_zk named", u, err)
+		}
+	}
+	hb.Storage.HBase.PoolsZK = ""
+	hb.Storage.HBase.PrimaryZK, hb.Storage.HBase.StandbyZK = "zk-b:2181", "zk-c:2181"
+	if err := hb.ValidateFor(Uses{Feed: true}); err != nil {
+		t.Errorf("feed stores only, their quorums set: %v", err)
+	}
+}

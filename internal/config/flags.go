@@ -179,6 +179,12 @@ func ApplyEnv(fs *pflag.FlagSet, getenv func(string) string) error {
 // their environment twins too. getenv is os.Getenv in production. The result, validated, is
 // left in c.
 func Resolve(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) string) error {
+	return ResolveFor(fs, c, base, getenv, nil)
+}
+
+// ResolveFor is Resolve for a process that opens only the stores uses names for the resolved
+// configuration (ValidateFor); a nil uses means every store (Validate).
+func ResolveFor(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) string, uses func(Config) Uses) error {
 	// What the command line (or an earlier ApplyEnv) set, to apply again over the file.
 	type set struct{ name, value string }
 	var given []set
@@ -219,7 +225,11 @@ func Resolve(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) stri
 		}
 		c.Redis.Password = strings.TrimRight(string(b), "\r\n")
 	}
-	if err := c.Validate(); err != nil {
+	u := UsesAll
+	if uses != nil {
+		u = uses(*c)
+	}
+	if err := c.ValidateFor(u); err != nil {
 		return fmt.Errorf("invalid config:\n%w", nameFlags(err, fs, c))
 	}
 	return nil

@@ -2,7 +2,7 @@
 // standby), and checks that it carries rows. Compiled by scripts/hbase.sh against the same
 // Maven-resolved classpath that runs HBase; no HBase shell (JRuby) is needed.
 //
-//   Replication peer  PRIMARY_ZK STANDBY_ZK [PEER_ID]   add (or keep) the peer primary → standby
+//   Replication peer  PRIMARY_ZK STANDBY_ZK [PEER_ID]   add (or keep) the serial peer primary → standby
 //   Replication check PRIMARY_ZK STANDBY_ZK [SECONDS]   create a scope-1 table on both, put on the
 //                                                        primary, wait for the row on the standby
 import java.util.concurrent.TimeUnit;
@@ -46,15 +46,28 @@ public class Replication {
     }
   }
 
+  // peer adds a serial peer: HBase then ships each region's edits in the order they were
+  // written, also across a region server's crash. A plain peer does not: after a crash the dead
+  // server's unshipped WAL is claimed and shipped independently of the new edits of its regions,
+  // so a delete made after the restart can reach the standby before the put it deletes, and the
+  // standby (NEW_VERSION_BEHAVIOR: a delete masks only what it saw before it) keeps the row.
   static void peer(String primary, String standby, String id) throws Exception {
     try (Connection c = ConnectionFactory.createConnection(conf(primary)); Admin a = c.getAdmin()) {
-      boolean exists = a.listReplicationPeers().stream().anyMatch(p -> p.getPeerId().equals(id));
-      if (exists) {
-        System.out.println("peer " + id + " already present");
+      var existing = a.listReplicationPeers().stream().filter(p -> p.getPeerId().equals(id)).findFirst();
+      if (existing.isPresent()) {
+        ReplicationPeerConfig pc = existing.get().getPeerConfig();
+        if (!pc.isSerial()) {
+          // The shell's set_peer_serial: the edits already queued keep their place.
+          a.updateReplicationPeerConfig(id, ReplicationPeerConfig.newBuilder(pc).setSerial(true).build());
+          System.out.println("peer " + id + " made serial");
+          return;
+        }
+        System.out.println("peer " + id + " already present (serial)");
         return;
       }
-      a.addReplicationPeer(id, ReplicationPeerConfig.newBuilder().setClusterKey(clusterKey(standby)).build());
-      System.out.println("peer " + id + " added: " + primary + " -> " + clusterKey(standby));
+      a.addReplicationPeer(id, ReplicationPeerConfig.newBuilder().setClusterKey(clusterKey(standby))
+          .setSerial(true).build());
+      System.out.println("serial peer " + id + " added: " + primary + " -> " + clusterKey(standby));
     }
   }
 
