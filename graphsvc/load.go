@@ -101,6 +101,7 @@ type Loader struct {
 	chunk    int
 	progress func(LoadStats)
 	every    time.Duration
+	ids      func(string, zen.ID)
 }
 
 // LoaderOption configures a Loader.
@@ -393,6 +394,9 @@ func (r *loadRun) flushUsers(ctx context.Context) error {
 		if h := byName[i]; h != 0 && live[h] {
 			r.users[c.name], r.old[h] = h, true
 			r.st.UsersExisting++
+			if r.l.ids != nil {
+				r.l.ids(c.name, h)
+			}
 			continue
 		}
 		if h := byMail[i]; h != 0 && live[h] {
@@ -424,6 +428,9 @@ func (r *loadRun) flushUsers(ctx context.Context) error {
 		}
 		r.users[c.name] = id
 		r.st.Users++
+		if r.l.ids != nil {
+			r.l.ids(c.name, id)
+		}
 	}
 	return nil
 }
@@ -749,4 +756,26 @@ func (s *jsonlSource) Next() (LoadRecord, error) {
 		return LoadRecord{}, fmt.Errorf("line %d: %w", s.line+1, err)
 	}
 	return LoadRecord{}, io.EOF
+}
+
+// RowsPerSecond is the rate of rows written over the elapsed time (0 before any time passed).
+func (s LoadStats) RowsPerSecond() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Rows) / s.Elapsed.Seconds()
+}
+
+// String is a one-line summary of the counts and the rate.
+func (s LoadStats) String() string {
+	return fmt.Sprintf("users %d new, %d existing, %d refused; boards %d new, %d existing, %d refused; "+
+		"follows %d new, %d existing, %d refused; %d malformed; %d rows in %s (%.0f rows/s); %d lists recounted",
+		s.Users, s.UsersExisting, s.UsersRefused, s.Boards, s.BoardsExisting, s.BoardsRefused,
+		s.Follows, s.FollowsExisting, s.FollowsRefused, s.Malformed, s.Rows, s.Elapsed.Round(time.Millisecond), s.RowsPerSecond(), s.Recounted)
+}
+
+// WithLoadIDs calls fn with the ID of every user of the input, new or existing, by the
+// username as the input spells it lowercased, once each, as the load resolves it.
+func WithLoadIDs(fn func(username string, id zen.ID)) LoaderOption {
+	return func(l *Loader) { l.ids = fn }
 }
