@@ -181,3 +181,19 @@ func (m *Model) Readers(n int, salt uint64) []int {
 	}
 	return out
 }
+
+// ActiveUsers returns the users active on one day: each with probability Active, drawn from the
+// model's seed and salt (at least one user).
+func (m *Model) ActiveUsers(salt uint64) []int {
+	r := rand.New(rand.NewPCG(m.Seed, salt))
+	var out []int
+	for u := range m.Users {
+		if r.Float64() < m.Active {
+			out = append(out, u)
+		}
+	}
+	if len(out) == 0 {
+		out = []int{0}
+	}
+	return out
+}

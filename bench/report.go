@@ -99,6 +99,10 @@ func Markdown(r *Results, plotDir string) string {
 	p("## Model")
 	p("")
 	p("%d users, %d follows, after Stream-Framework-Bench's social model (10%% daily active; followers 5/50/100/5%% capped at 1,000/10%% with a minimum of 1,000 by percentile bucket; posts 0/1/5/10/25 and reads 1/5/10/20/50 per day).", r.Model["users"], r.Model["follows"])
+	if l := r.Load; l != nil {
+		p("")
+		p("The graph was written by the bulk loader (`smartfeed load`'s: the rows the graph API writes, in batched writes): %d users and %d follows, %d rows in %.1f s, **%.0f rows/s**, the process's peak RSS %.0f MiB after it.", l.Users, l.Follows, l.Rows, l.Seconds, l.RowsPerSec, l.PeakRSSMiB)
+	}
 	p("")
 	f := r.Fanout
 	p("## Fanout")

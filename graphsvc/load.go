@@ -101,7 +101,7 @@ type Loader struct {
 	chunk    int
 	progress func(LoadStats)
 	every    time.Duration
-	ids      func(string, zen.ID)
+	ids      func(kind, key string, id zen.ID)
 }
 
 // LoaderOption configures a Loader.
@@ -395,7 +395,7 @@ func (r *loadRun) flushUsers(ctx context.Context) error {
 			r.users[c.name], r.old[h] = h, true
 			r.st.UsersExisting++
 			if r.l.ids != nil {
-				r.l.ids(c.name, h)
+				r.l.ids("user", c.name, h)
 			}
 			continue
 		}
@@ -429,7 +429,7 @@ func (r *loadRun) flushUsers(ctx context.Context) error {
 		r.users[c.name] = id
 		r.st.Users++
 		if r.l.ids != nil {
-			r.l.ids(c.name, id)
+			r.l.ids("user", c.name, id)
 		}
 	}
 	return nil
@@ -498,6 +498,9 @@ func (r *loadRun) flushBoards(ctx context.Context) error {
 		if h := held[i]; h != 0 && live[h] {
 			r.boards[c.b.Key], r.old[h] = h, true
 			r.st.BoardsExisting++
+			if r.l.ids != nil {
+				r.l.ids("board", c.b.Key, h)
+			}
 			existing = append(existing, h)
 			continue
 		}
@@ -535,6 +538,9 @@ func (r *loadRun) flushBoards(ctx context.Context) error {
 		r.count(c.owner, zen.EdgeUserBoards)
 		r.boards[c.b.Key] = id
 		r.st.Boards++
+		if r.l.ids != nil {
+			r.l.ids("board", c.b.Key, id)
+		}
 	}
 	return nil
 }
@@ -774,8 +780,9 @@ func (s LoadStats) String() string {
 		s.Follows, s.FollowsExisting, s.FollowsRefused, s.Malformed, s.Rows, s.Elapsed.Round(time.Millisecond), s.RowsPerSecond(), s.Recounted)
 }
 
-// WithLoadIDs calls fn with the ID of every user of the input, new or existing, by the
-// username as the input spells it lowercased, once each, as the load resolves it.
-func WithLoadIDs(fn func(username string, id zen.ID)) LoaderOption {
+// WithLoadIDs calls fn with the ID of every user and board of the input, new or existing, as
+// the load resolves it: kind "user" with the username lowercased, or kind "board" with the
+// board's key.
+func WithLoadIDs(fn func(kind, key string, id zen.ID)) LoaderOption {
 	return func(l *Loader) { l.ids = fn }
 }

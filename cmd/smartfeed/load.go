@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -104,7 +105,7 @@ func (lf loadFlags) source() (graphsvc.LoadSource, func(), error) {
 }
 
 // runLoad loads src into the main store of cfg; ids, when not nil, gets every user's ID.
-func runLoad(ctx context.Context, cfg config.Config, src graphsvc.LoadSource, lf loadFlags, ids func(string, zen.ID), stderr io.Writer) (graphsvc.LoadStats, error) {
+func runLoad(ctx context.Context, cfg config.Config, src graphsvc.LoadSource, lf loadFlags, ids func(kind, key string, id zen.ID), stderr io.Writer) (graphsvc.LoadStats, error) {
 	if cfg.Storage.Stores != "" || cfg.Storage.ShardMap.File != "" || cfg.Storage.ShardMap.ZK != "" {
 		return graphsvc.LoadStats{}, errors.New("load: writes to the main store over the default shard map; " +
 			"--stores and a shard map are not supported")
@@ -127,13 +128,16 @@ func runLoad(ctx context.Context, cfg config.Config, src graphsvc.LoadSource, lf
 	return graphsvc.NewLoader(g, nil, opts...).Load(ctx, src)
 }
 
-// modelSource streams a bench.Model as load records: user i is "u<i>" (email u<i>@bench.example),
-// then each user's followers, one follow record each.
+// modelSource streams a bench.Model as load records: user i is "u<i>" (email u<i>@bench.example);
+// then, when boards is set, a board of key "u<i>-pins" for each user; then each user's
+// followers, one follow record each.
 type modelSource struct {
 	m      *bench.Model
-	u      int   // next user record; then the user whose followers are streamed
-	target int   // user whose followers are being streamed
-	fol    []int // their followers not yet streamed
+	boards bool
+	u      int   // next user record
+	b      int   // next board record
+	target int   // next user whose followers are streamed
+	fol    []int // the followers of user target-1 not yet streamed
 }
 
 func newModelSource(m *bench.Model) *modelSource { return &modelSource{m: m} }
@@ -148,6 +152,11 @@ func (s *modelSource) Next() (graphsvc.LoadRecord, error) {
 		s.u++
 		return graphsvc.LoadRecord{User: &graphsvc.LoadUser{Username: name, Email: name + "@bench.example"}}, nil
 	}
+	if s.boards && s.b < s.m.Users {
+		name := modelUsername(s.b)
+		s.b++
+		return graphsvc.LoadRecord{Board: &graphsvc.LoadBoard{Key: name + "-pins", Owner: name, Name: "pins"}}, nil
+	}
 	for len(s.fol) == 0 {
 		if s.target >= s.m.Users {
 			return graphsvc.LoadRecord{}, io.EOF
@@ -158,4 +167,50 @@ func (s *modelSource) Next() (graphsvc.LoadRecord, error) {
 	f := s.fol[0]
 	s.fol = s.fol[1:]
 	return graphsvc.LoadRecord{Follow: &graphsvc.LoadFollow{User: modelUsername(f), Target: modelUsername(s.target - 1)}}, nil
+}
+
+// LoadModel writes the model's users, a "pins" board each, and its follows with the bulk
+// loader (bench.ModelLoader), and returns the users' IDs by model index.
+func (s *benchSystem) LoadModel(ctx context.Context, m *bench.Model, progress bench.Progress) ([]uint64, *bench.LoadReport, error) {
+	ids := make([]uint64, m.Users)
+	var bad error
+	src := newModelSource(m)
+	src.boards = true
+	total := m.Edges()
+	l := graphsvc.NewLoader(s.a.graph, nil,
+		graphsvc.WithLoadIDs(func(kind, key string, id zen.ID) {
+			name, _ := strings.CutSuffix(key, "-pins")
+			i, err := strconv.Atoi(strings.TrimPrefix(name, "u"))
+			if err != nil || i < 0 || i >= len(ids) {
+				bad = fmt.Errorf("load: %s %q is not the model's", kind, key)
+				return
+			}
+			if kind == "user" {
+				ids[i] = uint64(id)
+				return
+			}
+			s.mu.Lock()
+			s.boards[ids[i]] = id
+			s.mu.Unlock()
+		}),
+		graphsvc.WithLoadProgress(2*time.Second, func(st graphsvc.LoadStats) {
+			if progress != nil {
+				progress("graph", int(st.Follows), total)
+			}
+		}))
+	st, err := l.Load(ctx, src)
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if progress != nil {
+		progress("graph", total, total)
+	}
+	if st.UsersRefused+st.BoardsRefused+st.FollowsRefused+st.Malformed > 0 {
+		return nil, nil, fmt.Errorf("load: the model's records were refused: %s", st)
+	}
+	return ids, &bench.LoadReport{Users: st.Users + st.UsersExisting, Follows: st.Follows + st.FollowsExisting,
+		Rows: st.Rows, Seconds: st.Elapsed.Seconds(), RowsPerSec: st.RowsPerSecond()}, nil
 }
