@@ -117,3 +117,23 @@ func TestWriteHasEveryRatio(t *testing.T) {
 		}
 	}
 }
+
+// TestModelSpecStreamsTheSameGraph: the spec draws each user's followers alone, the same ones
+// NewModel holds, and caps the buckets when asked.
+func TestModelSpecStreamsTheSameGraph(t *testing.T) {
+	full, spec := NewModel(3000, 5), NewModelSpec(3000, 5, 0)
+	for u := range full.Users {
+		if diff := cmp.Diff(full.Follower[u], spec.FollowersOf(u)); diff != "" {
+			t.Fatalf("user %d's followers (-held +streamed):\n%s", u, diff)
+		}
+	}
+	if full.Edges() != spec.Edges() {
+		t.Errorf("edges: held %d, spec %d", full.Edges(), spec.Edges())
+	}
+	capped := NewModelSpec(3000, 5, 60)
+	for u := range capped.Users {
+		if got, want := len(capped.FollowersOf(u)), min(full.Buckets[full.Bucket[u]].Followers, 60); got != want {
+			t.Fatalf("capped user %d has %d followers, want %d", u, got, want)
+		}
+	}
+}

@@ -20,6 +20,9 @@ type LoadGenResult struct {
 	Windows []loadgen.Window `json:"windows"`
 }
 
+// loadgenActiveSalt draws the daily-active users the load generator reads as.
+const loadgenActiveSalt = 11
+
 // LoadGenRatioRates are the offered rates at which results.json compares GetFeed's p99 (from
 // schedule) with the Redis peer's: getfeed_p99_vs_redis_<rate>.
 var LoadGenRatioRates = []float64{200, 1000, 5000}
@@ -34,8 +37,15 @@ func runLoadGen(ctx context.Context, sys System, w *World, opts Options, t0 time
 		// Until the generator is done (cancelled then); an hour is more than any run takes.
 		_, _, _ = fanout(bg, sys, w, opts.EventRate, time.Hour, 5, nil, t0)
 	}()
-	say("read rates: the load generator in its own process over %d users, fanout running at %.0f events/s", len(w.IDs), opts.EventRate)
-	rep, err := opts.LoadGen(ctx, w.IDs)
+	// The readers are the day's active users (the model's 10%), the generator skewing their
+	// visits by a Zipf law over them.
+	active := w.M.ActiveUsers(loadgenActiveSalt)
+	readers := make([]uint64, len(active))
+	for i, u := range active {
+		readers[i] = w.IDs[u]
+	}
+	say("read rates: the load generator in its own process over the %d daily-active of %d users, fanout running at %.0f events/s", len(readers), len(w.IDs), opts.EventRate)
+	rep, err := opts.LoadGen(ctx, readers)
 	stopBG()
 	<-done
 	drain(ctx, sys, time.Minute)

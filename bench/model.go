@@ -49,10 +49,32 @@ func Buckets(n int) []Bucket {
 
 // NewModel draws the graph of n users deterministically from seed: each user's followers are
 // drawn uniformly from the others, so the in-degree (followers) follows the buckets exactly and
-// the out-degree is spread.
+// the out-degree is spread. It holds every edge in memory (Follows, Follower); NewModelSpec
+// draws the same graph one user at a time.
 func NewModel(n int, seed uint64) *Model {
-	m := &Model{Users: n, Seed: seed, Buckets: Buckets(n), Active: 0.10,
-		Follows: make([][]int, n), Follower: make([][]int, n), Bucket: make([]int, n)}
+	m := NewModelSpec(n, seed, 0)
+	follows, follower := make([][]int, n), make([][]int, n)
+	for u := range n {
+		follower[u] = m.FollowersOf(u)
+		for _, f := range follower[u] {
+			follows[f] = append(follows[f], u)
+		}
+	}
+	m.Follows, m.Follower = follows, follower
+	return m
+}
+
+// NewModelSpec is the model of n users without its edges in memory: the buckets are assigned,
+// and FollowersOf draws each user's followers when asked, the same ones NewModel holds. A
+// positive maxFollowers caps every bucket's follower count (0: the model's counts), for a network
+// whose top bucket (10% of the network each) would not fit.
+func NewModelSpec(n int, seed uint64, maxFollowers int) *Model {
+	m := &Model{Users: n, Seed: seed, Buckets: Buckets(n), Active: 0.10, Bucket: make([]int, n)}
+	if maxFollowers > 0 {
+		for i := range m.Buckets {
+			m.Buckets[i].Followers = min(m.Buckets[i].Followers, maxFollowers)
+		}
+	}
 	r := rand.New(rand.NewPCG(seed, 0x50c1a1))
 	order := r.Perm(n) // which users land in which bucket
 	at := 0
@@ -66,28 +88,51 @@ func NewModel(n int, seed uint64) *Model {
 		}
 		at = min(n, at+cnt)
 	}
-	for u := range n {
-		k := min(m.Buckets[m.Bucket[u]].Followers, n-1)
-		seen := map[int]bool{u: true}
-		for len(m.Follower[u]) < k {
-			f := r.IntN(n)
-			if seen[f] {
-				continue
-			}
-			seen[f] = true
-			m.Follower[u] = append(m.Follower[u], f)
-			m.Follows[f] = append(m.Follows[f], u)
-		}
-		slices.Sort(m.Follower[u])
-	}
 	return m
+}
+
+// FollowersOf returns the followers of user u in increasing order: Follower[u] when the model
+// holds its edges, else drawn from the model's seed and u alone (uniformly among the other
+// users, as many as u's bucket says), so a loader can stream the graph in any order.
+func (m *Model) FollowersOf(u int) []int {
+	if m.Follower != nil {
+		return m.Follower[u]
+	}
+	n := m.Users
+	k := min(m.Buckets[m.Bucket[u]].Followers, n-1)
+	r := rand.New(rand.NewPCG(m.Seed^0x5eed_f011, uint64(u)))
+	out := make([]int, 0, k)
+	if 2*k > n { // dense: pick the ones left out instead
+		skip := map[int]bool{u: true}
+		for len(skip) < n-k {
+			skip[r.IntN(n)] = true
+		}
+		for f := range n {
+			if !skip[f] {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	seen := make(map[int]bool, k+1)
+	seen[u] = true
+	for len(out) < k {
+		f := r.IntN(n)
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		out = append(out, f)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Edges is the number of follow edges.
 func (m *Model) Edges() int {
 	n := 0
-	for _, f := range m.Follower {
-		n += len(f)
+	for u := range m.Users {
+		n += min(m.Buckets[m.Bucket[u]].Followers, m.Users-1)
 	}
 	return n
 }
@@ -133,6 +178,22 @@ func (m *Model) Readers(n int, salt uint64) []int {
 	out := make([]int, n)
 	for i := range out {
 		out[i] = pool[r.IntN(len(pool))]
+	}
+	return out
+}
+
+// ActiveUsers returns the users active on one day: each with probability Active, drawn from the
+// model's seed and salt (at least one user).
+func (m *Model) ActiveUsers(salt uint64) []int {
+	r := rand.New(rand.NewPCG(m.Seed, salt))
+	var out []int
+	for u := range m.Users {
+		if r.Float64() < m.Active {
+			out = append(out, u)
+		}
+	}
+	if len(out) == 0 {
+		out = []int{0}
 	}
 	return out
 }

@@ -100,6 +100,12 @@ func Markdown(r *Results, plotDir string) string {
 	p("")
 	p("%d users, %d follows, after Stream-Framework-Bench's social model (10%% daily active; followers 5/50/100/5%% capped at 1,000/10%% with a minimum of 1,000 by percentile bucket; posts 0/1/5/10/25 and reads 1/5/10/20/50 per day).", r.Model["users"], r.Model["follows"])
 	p("")
+	p("%s", loadMethod)
+	if l := r.Load; l != nil {
+		p("")
+		p("The graph was written by the bulk loader (`smartfeed load`'s: the rows the graph API writes, in batched writes): %d users and %d follows, %d rows in %.1f s, **%.0f rows/s**, the process's peak RSS %.0f MiB after it.", l.Users, l.Follows, l.Rows, l.Seconds, l.RowsPerSec, l.PeakRSSMiB)
+	}
+	p("")
 	f := r.Fanout
 	p("## Fanout")
 	p("")
@@ -405,5 +411,14 @@ in an open loop: call i of a window is scheduled at start + i/rate whatever the 
 and its latency **from schedule** counts that wait (what a closed-loop client hides: coordinated omission), beside its latency from the send. A window's calls not sent by 5 s after its end are counted unsent, at the time they had waited then.
 Latencies go into HdrHistogram histograms (3 significant digits). Each kind has contiguous windows (20 s in the quick profile), the kinds alternating at each rate; before each window the generator polls the server's /metrics
 until the counters of a page's background work (preparations, materializations) have stood still for 2 s, and reports the wait, so one window's background work does not fall in the next.
-Readers are the bench's users, drawn with a Zipf-skewed visit rate. Each window records the load average (/proc/loadavg) and warns when it exceeded the cores.
+Readers are the day's active users (the model's 10%, Model.ActiveUsers), drawn with a Zipf-skewed visit rate. Each window records the load average (/proc/loadavg) and warns when it exceeded the cores.
 Every kind is measured at 200, 1,000 and 5,000/s; above them a kind is stepped up only while it holds. The output (one JSON line per window, a summary last) is bench/out/loadgen.jsonl.`
+
+// loadMethod is how the bench writes its graph, for the report (docs/benchmarks.md).
+const loadMethod = `How the graph is built: ` + "`" + `smartfeed bench` + "`" + ` writes the model with the bulk loader of ` + "`" + `smartfeed load` + "`" + ` (graphsvc.Loader), not through the API:
+every user (object, username and email keys), a "pins" board each, every follow and its inverse, and each list's count, the rows CreateUser, CreateBoard and Follow write
+(TestLoaderRowsEqualAPI compares them row by row), in sorted batches of 50,000 rows, IDs in blocks from the per-shard counters.
+The model is drawn one user at a time from the seed (each user's followers alone), so no run holds the graph's edges in memory.
+The quick profile loads 100,000 users (31M follows, 124M edge rows), the full profile 1,000,000 with every user's followers capped at 1,000 (130M follows):
+uncapped, the model's top 2% would have 100,000 followers each, 2 billion follows. The load's rows/s and peak RSS are reported below the model; the store is empty when it starts
+and the load's flushes and compactions run on into the phases that follow.`

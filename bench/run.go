@@ -140,6 +140,9 @@ type Options struct {
 	// reads measured in the same stretch of time, on the same store under the same load, as
 	// GetFeed is. It is given the phase's readers as UnderFanout is. Its error becomes a note.
 	Beside func(ctx context.Context, readers []uint64) error
+	// MaxFollowers caps every bucket's followers per user (0: the social model's counts; its
+	// top 2% have 10% of the network each, 2 billion follows at 1M users).
+	MaxFollowers int
 }
 
 // Phases are the names Options.Phase is called with, in the order a run goes through them.
@@ -153,11 +156,11 @@ func (o Options) phase(name string) func() {
 	return o.Phase(name)
 }
 
-// Quick is the profile `make bench` runs (about 7 minutes on a 2-core machine with Pebble).
-// Its serving phase lasts three minutes of wall time (each kind of call 60 s, in turns), so
+// Quick is the profile `make bench` runs: 100,000 users written by the bulk loader (31M
+// follows), the scale curve's second point 10,000. Its serving phase lasts three minutes of wall time (each kind of call 60 s, in turns), so
 // GetFeed's p99 is reported minute by minute under the fanout.
 func Quick() Options {
-	return Options{Profile: "quick", Seed: 8, Users: []int{500, 1000}, EventRate: 10, FanoutFor: 20 * time.Second,
+	return Options{Profile: "quick", Seed: 8, Users: []int{100000, 10000}, EventRate: 10, FanoutFor: 20 * time.Second,
 		StepRates: []float64{5, 20, 80, 320, 640, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: time.Minute, ReadSlice: time.Second,
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
 		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60, BurstEvents: 2000,
@@ -165,10 +168,13 @@ func Quick() Options {
 		ReadStepMinCalls: 500, ReadStepConcurrency: 128, ReadP99Bound: 10 * time.Millisecond}
 }
 
-// Full is the scale profile: users ×1, ×10 and ×100, longer phases.
+// Full is the scale profile: 1,000,000 users (the scale curve 10,000 and 100,000 besides), longer
+// phases.
 func Full() Options {
 	o := Quick()
-	o.Profile, o.Users = "full", []int{1000, 10000, 100000}
+	// 1M users with the top bucket capped at 1,000 followers each (130M follows); uncapped the
+	// model's top 2% would have 100,000 followers each, 2 billion follows.
+	o.Profile, o.Users, o.MaxFollowers = "full", []int{1000000, 10000, 100000}, 1000
 	o.EventRate = 20
 	o.FanoutFor, o.HedgeFor, o.StepFor = time.Minute, 30*time.Second, 20*time.Second
 	o.ReadStepFor = 10 * time.Second
@@ -187,6 +193,7 @@ type Results struct {
 	Started time.Time          `json:"started"`
 	Seconds float64            `json:"seconds"`
 	Model   map[string]int     `json:"model"`
+	Load    *LoadReport        `json:"load,omitempty"` // the bulk load of the main graph
 	Fanout  FanoutResult       `json:"fanout"`
 	Steps   []StepResult       `json:"sustainable_rate_steps"`
 	Reads   ReadResult         `json:"reads"`
@@ -359,15 +366,42 @@ type lagPoint struct {
 
 // World is a built social graph on a System: the model and the users' IDs.
 type World struct {
-	M   *Model
-	IDs []uint64
+	M    *Model
+	IDs  []uint64
+	Load *LoadReport // the bulk load that wrote the graph (nil: built through the API)
 }
 
 // Progress reports a phase's advance; Run prints bars on a terminal, plain lines otherwise.
 type Progress func(phase string, done, total int)
 
-// Build creates the model's users and follows on sys, with parallel writers.
+// ModelLoader is a System that can write a model's whole population at once with the bulk
+// loader (smartfeed load's), the rows the graph API would write, instead of one call per user
+// and per follow. It returns the users' IDs by model index and what the load did.
+type ModelLoader interface {
+	LoadModel(ctx context.Context, m *Model, progress Progress) ([]uint64, *LoadReport, error)
+}
+
+// LoadReport is a bulk load of the graph as results.json keeps it.
+type LoadReport struct {
+	Users      int64   `json:"users"`
+	Follows    int64   `json:"follows"`
+	Rows       int64   `json:"rows"`    // rows written: objects, keys, edges and inverses, counts
+	Seconds    float64 `json:"seconds"` // wall time of the load
+	RowsPerSec float64 `json:"rows_per_sec"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"` // the process's peak RSS after the load
+}
+
+// Build writes the model's users and follows on sys: with its bulk loader when sys is a
+// ModelLoader, else through its API with parallel writers.
 func Build(ctx context.Context, sys System, m *Model, progress Progress) (*World, error) {
+	if l, ok := sys.(ModelLoader); ok {
+		ids, rep, err := l.LoadModel(ctx, m, progress)
+		if err != nil {
+			return nil, fmt.Errorf("load the graph: %w", err)
+		}
+		rep.PeakRSSMiB = peakRSSMiB()
+		return &World{M: m, IDs: ids, Load: rep}, nil
+	}
 	ids, err := sys.CreateUsers(ctx, m.Users)
 	if err != nil {
 		return nil, fmt.Errorf("create users: %w", err)
@@ -397,8 +431,8 @@ func Build(ctx context.Context, sys System, m *Model, progress Progress) (*World
 		}()
 	}
 feed:
-	for u, fs := range m.Follower {
-		for _, f := range fs {
+	for u := range m.Users {
+		for _, f := range m.FollowersOf(u) {
 			select {
 			case edges <- edge{f, u}:
 			case <-ctx.Done():
@@ -468,7 +502,7 @@ func fanout(ctx context.Context, sys System, w *World, rate float64, d time.Dura
 	events = paced(ctx, rate, d, len(authors), 64, func(i int) {
 		a := authors[i]
 		// Sample up to 3 followers, the last ones of the list; the lag is the slowest.
-		fs := w.M.Follower[a]
+		fs := w.M.FollowersOf(a)
 		var watch []uint64
 		if len(fs) > 0 && i%4 == 0 {
 			for _, f := range fs[max(0, len(fs)-3):] {
@@ -684,12 +718,15 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		Started: time.Now(), Ratios: map[string]float64{}}
 	say := func(f string, a ...any) { fmt.Fprintf(log, f+"\n", a...) }
 	t0 := time.Now()
-	m := NewModel(opts.Users[0], opts.Seed)
+	m := NewModelSpec(opts.Users[0], opts.Seed, opts.MaxFollowers)
 	res.Model = map[string]int{"users": m.Users, "follows": m.Edges(), "cpus": runtime.NumCPU()}
 	say("graph: %d users, %d follows (social model, seed %d)", m.Users, m.Edges(), opts.Seed)
 	w, err := Build(ctx, sys, m, progress)
 	if err != nil {
 		return nil, err
+	}
+	if res.Load = w.Load; w.Load != nil {
+		say("graph: loaded %d rows in %.1f s (%.0f rows/s, peak RSS %.0f MiB)", w.Load.Rows, w.Load.Seconds, w.Load.RowsPerSec, w.Load.PeakRSSMiB)
 	}
 
 	repl := newReplRecorder(sys)
@@ -722,8 +759,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	bstart := time.Now()
 	binserts := 0
 	for i, a := range authors {
-		recv := make([]uint64, len(m.Follower[a]))
-		for j, f := range m.Follower[a] {
+		fol := m.FollowersOf(a)
+		recv := make([]uint64, len(fol))
+		for j, f := range fol {
 			recv[j] = w.IDs[f]
 		}
 		n, err := base.Push(ctx, recv, uint64(1e12)+uint64(i), float64(i))
@@ -1000,7 +1038,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 				return nil, fmt.Errorf("scale %d users: %w", n, err)
 			}
 			say("scale: building %d users", n)
-			if sw, err = Build(ctx, s, NewModel(n, opts.Seed), progress); err != nil {
+			if sw, err = Build(ctx, s, NewModelSpec(n, opts.Seed, opts.MaxFollowers), progress); err != nil {
 				closeS()
 				return nil, err
 			}

@@ -45,6 +45,7 @@ import (
 
 // benchFlags are the bench command's own flags.
 type benchFlags struct {
+	users                                                                           []int // the profile's sizes, replaced (empty: the profile's)
 	profile, out, docs, cpuprofile, cpuPhase, trace, memprofile, hbasePE, hbaseScan string
 	// loadgen: run the read-rate phase with `smartfeed loadgen` in a process of its own (with
 	// loadgenWindow windows); off, the in-process search of the earlier benches runs instead.
@@ -77,6 +78,8 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 		"(PerformanceEvaluation randomRead) on the pools' HBase, to compare zen's Get and Top(50) with it in the same run (empty: skip)")
 	fs.StringVar(&bf.hbaseScan, "hbase-scan", filepath.Join("scripts", "hbase-scan.sh"), "with --storage hbase: the script that has HBase's own Java client "+
 		"make GetFeed's reads of the feed (a Scan of each serving-phase reader's feed rows) on the primary's HBase with the fanout running, to compare GetFeed with it (empty: skip)")
+	fs.IntSliceVar(&bf.users, "users", nil, "the graph sizes instead of the profile's: the first is the main graph, the others the scale curve's (e.g. 2000,1000 for a smoke run)")
+	noEnv(fs, "users")
 	fs.BoolVar(&bf.loadgen, "loadgen", true, "measure the read rates with the load generator in a process of its own (smartfeed loadgen); false: in process, as before")
 	fs.DurationVar(&bf.loadgenWindow, "loadgen-window", 20*time.Second, "each load-generator window's length")
 	base := config.DefaultConfig()
@@ -104,6 +107,12 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		opts = bench.Full()
 	default:
 		return fmt.Errorf("bench: --profile %q: want quick or full", bf.profile)
+	}
+	if len(bf.users) > 0 {
+		if slices.Min(bf.users) < 2 {
+			return fmt.Errorf("bench: --users %v: every size at least 2", bf.users)
+		}
+		opts.Users = bf.users
 	}
 	if bf.cpuPhase != "" && (bf.cpuprofile == "" && bf.trace == "" && bf.memprofile == "" || !slices.Contains(bench.Phases, bf.cpuPhase)) {
 		return fmt.Errorf("bench: --cpuprofile-phase %q: want --cpuprofile, --memprofile or --trace and one of %s", bf.cpuPhase, strings.Join(bench.Phases, ", "))

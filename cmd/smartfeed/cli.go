@@ -49,6 +49,7 @@ servers' flags, "smartfeed completion bash|zsh|fish" prints a completion script.
 		newConfigCmd(getenv),
 		newBenchCmd(getenv),
 		newLoadgenCmd(),
+		newLoadCmd(getenv),
 		newDemoCmd(getenv),
 		newHedgeCmd(),
 		newJobsCmd(getenv),

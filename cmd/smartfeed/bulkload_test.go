@@ -1,0 +1,76 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/smartfeed/smartfeed/bench"
+	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/testenv"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// TestLoadedGraphFansOut loads the social model with the bulk loader into a running system and
+// publishes a pin of the most-followed author: the worker's fanout, which streams the author's
+// followers list, reaches every follower the model gives.
+func TestLoadedGraphFansOut(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.Redis.Addr = testenv.Redis(t)
+	cfg.Redis.Namespace = fmt.Sprintf("bulkload_%d", time.Now().UnixNano())
+	cfg.Storage.DataDir = t.TempDir()
+	cfg.Storage.PebbleNoSync = true
+	cfg.GRPC.Addr, cfg.Admin.Addr, cfg.Admin.GRPCAddr = "127.0.0.1:0", "", ""
+	cfg.ShutdownTimeout = config.Duration(10 * time.Second)
+	s, stop, err := startBenchSystem(t.Context(), cfg, io.Discard, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	m := bench.NewModelSpec(400, 3, 0)
+	ids, rep, err := s.LoadModel(t.Context(), m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Users != 400 || rep.Follows != int64(m.Edges()) {
+		t.Fatalf("load report %+v, want 400 users and %d follows", rep, m.Edges())
+	}
+	author := 0
+	for u := range m.Users {
+		if len(m.FollowersOf(u)) > len(m.FollowersOf(author)) {
+			author = u
+		}
+	}
+	fol := m.FollowersOf(author)
+	n, err := s.a.graph.CountEdges(t.Context(), zen.ID(ids[author]), zen.EdgeFollowedByUser)
+	if err != nil || n != int64(len(fol)) {
+		t.Fatalf("author's followers count %d (%v), want %d", n, err, len(fol))
+	}
+	watch := make([]uint64, len(fol))
+	for i, f := range fol {
+		watch[i] = ids[f]
+	}
+	pin, err := s.Pin(t.Context(), ids[author], watch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(time.Minute)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for len(watch) > 0 {
+		watch = slices.DeleteFunc(watch, func(u uint64) bool {
+			_, ok, err := s.Arrived(t.Context(), u, pin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ok
+		})
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("after a minute the pin has not reached %d of the author's %d followers", len(watch), len(fol))
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/bench"
+	"github.com/smartfeed/smartfeed/graphsvc"
+	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// loadFlags are the flags of "smartfeed load".
+type loadFlags struct {
+	file         string
+	model        string
+	users        int
+	seed         uint64
+	maxFollowers int
+	batch        int
+	chunk        int
+	every        time.Duration
+}
+
+// newLoadCmd is "smartfeed load": the bulk loader (graphsvc.Loader) over the configured main
+// store, from a JSON Lines file or the benchmark's social model.
+func newLoadCmd(getenv func(string) string) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "load",
+		Short: "bulk-load users, boards and follows (a JSON Lines file, or the benchmark's social model) into the graph",
+		Long: `Writes users, boards and follows with the rows the graph API writes (objects, username and email
+keys, edges and their inverses, counts) in large batched writes. Input: --file (JSON Lines, "-" for
+stdin; see docs/operations.md, "Loading an existing social graph") or --model stream (--users,
+--seed: Stream-Framework-Bench's social model, the one smartfeed bench uses; user i is "u<i>").
+Idempotent: rerun after a failure to finish a load; users are found again by username, boards by key.
+Run it with the servers stopped on the embedded store (one process at a time) and with the join cache
+empty (cached graph rows are not invalidated). Takes the same storage flags as the servers.`,
+		Args: cobra.NoArgs,
+	}
+	var lf loadFlags
+	fs := cmd.Flags()
+	fs.StringVar(&lf.file, "file", "", "JSON Lines input (\"-\": stdin)")
+	fs.StringVar(&lf.model, "model", "", "generate the input instead: \"stream\" (the benchmark's social model)")
+	fs.IntVar(&lf.users, "users", 100000, "with --model: users of the network")
+	fs.Uint64Var(&lf.seed, "seed", 8, "with --model: the model's seed")
+	fs.IntVar(&lf.maxFollowers, "max-followers", 0, "with --model: cap every bucket's followers per user (0: the model's counts)")
+	fs.IntVar(&lf.batch, "batch", 50000, "rows per store write")
+	fs.IntVar(&lf.chunk, "chunk", 10000, "users or boards checked and given IDs together")
+	fs.DurationVar(&lf.every, "progress", 5*time.Second, "how often to print progress on stderr")
+	for _, n := range []string{"file", "model", "users", "seed", "max-followers", "batch", "chunk", "progress"} {
+		noEnv(fs, n)
+	}
+	resolve := configFlags(fs, config.DefaultConfig(), getenv)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		cfg, err := resolve(cmd)
+		if err != nil {
+			return err
+		}
+		src, closeSrc, err := lf.source()
+		if err != nil {
+			return err
+		}
+		defer closeSrc()
+		st, err := runLoad(cmd.Context(), cfg, src, lf, nil, cmd.ErrOrStderr())
+		fmt.Fprintf(cmd.OutOrStdout(), "load: %s\n", st)
+		for _, r := range st.Reasons {
+			fmt.Fprintf(cmd.OutOrStdout(), "load: refused: %s\n", r)
+		}
+		return err
+	}
+	return cmd
+}
+
+// source opens the input the flags name.
+func (lf loadFlags) source() (graphsvc.LoadSource, func(), error) {
+	switch {
+	case lf.file != "" && lf.model != "":
+		return nil, nil, errors.New("load: --file and --model exclude each other")
+	case lf.file == "-":
+		return graphsvc.NewJSONLSource(os.Stdin), func() {}, nil
+	case lf.file != "":
+		f, err := os.Open(lf.file)
+		if err != nil {
+			return nil, nil, fmt.Errorf("load: %w", err)
+		}
+		return graphsvc.NewJSONLSource(f), func() { f.Close() }, nil
+	case lf.model == "stream":
+		if lf.users < 2 {
+			return nil, nil, fmt.Errorf("load: --users %d: at least 2", lf.users)
+		}
+		return newModelSource(bench.NewModelSpec(lf.users, lf.seed, lf.maxFollowers)), func() {}, nil
+	case lf.model != "":
+		return nil, nil, fmt.Errorf("load: --model %q: the only model is \"stream\"", lf.model)
+	}
+	return nil, nil, errors.New("load: give --file or --model stream")
+}
+
+// runLoad loads src into the main store of cfg; ids, when not nil, gets every user's ID.
+func runLoad(ctx context.Context, cfg config.Config, src graphsvc.LoadSource, lf loadFlags, ids func(kind, key string, id zen.ID), stderr io.Writer) (graphsvc.LoadStats, error) {
+	if cfg.Storage.Stores != "" || cfg.Storage.ShardMap.File != "" || cfg.Storage.ShardMap.ZK != "" {
+		return graphsvc.LoadStats{}, errors.New("load: writes to the main store over the default shard map; " +
+			"--stores and a shard map are not supported")
+	}
+	st := newStores(cfg.Storage, zap.NewNop(), nil)
+	defer func() { _ = st.close() }()
+	main, err := st.get(ctx, storeMain)
+	if err != nil {
+		return graphsvc.LoadStats{}, fmt.Errorf("load: %w (with the embedded store, stop the servers first)", err)
+	}
+	g, err := zen.NewGraph(ctx, main, nil, nil)
+	if err != nil {
+		return graphsvc.LoadStats{}, fmt.Errorf("load: %w", err)
+	}
+	opts := []graphsvc.LoaderOption{graphsvc.WithLoadBatch(lf.batch), graphsvc.WithLoadChunk(lf.chunk),
+		graphsvc.WithLoadProgress(lf.every, func(s graphsvc.LoadStats) { fmt.Fprintf(stderr, "load: %s\n", s) })}
+	if ids != nil {
+		opts = append(opts, graphsvc.WithLoadIDs(ids))
+	}
+	return graphsvc.NewLoader(g, nil, opts...).Load(ctx, src)
+}
+
+// modelSource streams a bench.Model as load records: user i is "u<i>" (email u<i>@bench.example);
+// then, when boards is set, a board of key "u<i>-pins" for each user; then each user's
+// followers, one follow record each.
+type modelSource struct {
+	m      *bench.Model
+	boards bool
+	u      int   // next user record
+	b      int   // next board record
+	target int   // next user whose followers are streamed
+	fol    []int // the followers of user target-1 not yet streamed
+}
+
+func newModelSource(m *bench.Model) *modelSource { return &modelSource{m: m} }
+
+// modelUsername is the username of the model's user i.
+func modelUsername(i int) string { return "u" + strconv.Itoa(i) }
+
+// Next returns the next record, or io.EOF.
+func (s *modelSource) Next() (graphsvc.LoadRecord, error) {
+	if s.u < s.m.Users {
+		name := modelUsername(s.u)
+		s.u++
+		return graphsvc.LoadRecord{User: &graphsvc.LoadUser{Username: name, Email: name + "@bench.example"}}, nil
+	}
+	if s.boards && s.b < s.m.Users {
+		name := modelUsername(s.b)
+		s.b++
+		return graphsvc.LoadRecord{Board: &graphsvc.LoadBoard{Key: name + "-pins", Owner: name, Name: "pins"}}, nil
+	}
+	for len(s.fol) == 0 {
+		if s.target >= s.m.Users {
+			return graphsvc.LoadRecord{}, io.EOF
+		}
+		s.fol = s.m.FollowersOf(s.target)
+		s.target++
+	}
+	f := s.fol[0]
+	s.fol = s.fol[1:]
+	return graphsvc.LoadRecord{Follow: &graphsvc.LoadFollow{User: modelUsername(f), Target: modelUsername(s.target - 1)}}, nil
+}
+
+// LoadModel writes the model's users, a "pins" board each, and its follows with the bulk
+// loader (bench.ModelLoader), and returns the users' IDs by model index.
+func (s *benchSystem) LoadModel(ctx context.Context, m *bench.Model, progress bench.Progress) ([]uint64, *bench.LoadReport, error) {
+	ids := make([]uint64, m.Users)
+	var bad error
+	src := newModelSource(m)
+	src.boards = true
+	total := m.Edges()
+	l := graphsvc.NewLoader(s.a.graph, nil,
+		graphsvc.WithLoadIDs(func(kind, key string, id zen.ID) {
+			name, _ := strings.CutSuffix(key, "-pins")
+			i, err := strconv.Atoi(strings.TrimPrefix(name, "u"))
+			if err != nil || i < 0 || i >= len(ids) {
+				bad = fmt.Errorf("load: %s %q is not the model's", kind, key)
+				return
+			}
+			if kind == "user" {
+				ids[i] = uint64(id)
+				return
+			}
+			s.mu.Lock()
+			s.boards[ids[i]] = id
+			s.mu.Unlock()
+		}),
+		graphsvc.WithLoadProgress(2*time.Second, func(st graphsvc.LoadStats) {
+			if progress != nil {
+				progress("graph", int(st.Follows), total)
+			}
+		}))
+	st, err := l.Load(ctx, src)
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if progress != nil {
+		progress("graph", total, total)
+	}
+	if st.UsersRefused+st.BoardsRefused+st.FollowsRefused+st.Malformed > 0 {
+		return nil, nil, fmt.Errorf("load: the model's records were refused: %s", st)
+	}
+	return ids, &bench.LoadReport{Users: st.Users + st.UsersExisting, Follows: st.Follows + st.FollowsExisting,
+		Rows: st.Rows, Seconds: st.Elapsed.Seconds(), RowsPerSec: st.RowsPerSecond()}, nil
+}
