@@ -40,7 +40,7 @@ func (s *benchSystem) RawTable(ctx context.Context) (zen.Table, error) {
 func (s *benchSystem) Flushes() (float64, bool) {
 	for _, m := range gatherSeries(s.a.reg, "smartfeed_pebble_flushes_total") {
 		if labelValue(m, "store") == storeMain {
-			return m.GetCounter().GetValue() + m.GetGauge().GetValue(), true
+			return m.GetCounter().GetValue(), true
 		}
 	}
 	return 0, false
