@@ -56,6 +56,8 @@ func equalWorkMarkdown(r *Results) string {
 			raw.PrefillRows, raw.PrefillMiB, fl, raw.RowsPerSec, raw.Seconds)
 	}
 	p("")
+	p("%s", equalWorkMethod)
+	p("")
 	if eq.RatioRedis != "" {
 		p("`fanout_vs_redis_equal` compares with the Redis peer running %s.", eq.RatioRedis)
 		p("")
@@ -81,7 +83,8 @@ func lagUnderReadsMarkdown(r *Results, img func(string) string) string {
 		lr.ReadRate, lr.ReadsSeenAfter)
 	p("events were published at each rate below for the step's length, the fanout queues drained after each, up to the first rate at or above the sustained rate (%.0f/s) whose lag p99 was over %.0f ms.",
 		lr.EventRate, lr.BoundMs)
-	p("The lag is a sampled follower's, from the event's enqueue to the worker's write of its pool row.")
+	p("")
+	p("%s", lagUnderReadsMethod)
 	p("")
 	if w := lr.GetFeed; w != nil {
 		p("GetFeed over the phase (%.0f s): %.0f/s achieved of %.0f offered, p50 %.2f / p99 %.2f / p99.9 %.2f ms from schedule, p99 %.2f ms from send, load average up to %.1f.",
@@ -115,6 +118,8 @@ func machineMarkdown(r *Results) string {
 	var b strings.Builder
 	p := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
 	p("## Machine")
+	p("")
+	p("%s", machineMethod)
 	p("")
 	if len(r.PhaseLoad) > 0 {
 		p("CPU in cores on average over each phase: the machine's (/proc/stat), the run's (this process, the load generator, the Redis servers) and the rest (other processes).")
@@ -175,3 +180,20 @@ func plotLagUnderReads(path string, r *Results) error {
 	}
 	return save(p, path)
 }
+
+// equalWorkMethod, lagUnderReadsMethod and machineMethod say how those sections are measured,
+// for the report (docs/benchmarks.md carries the same paragraphs).
+const (
+	equalWorkMethod = `How it is measured: the burst's events (each author's followers, the author left out) are split as the worker writes them, one batch per fanout chunk of at most ` +
+		"`ChunkSize`" + ` receivers, and each peer writes exactly those batches on as many concurrent clients as the worker has task slots (` + "`worker.concurrency`" + `), before the burst.
+The Redis peer (worker/baseline: ZADD per receiver, one pipeline per batch) trims a receiver's set after the same 1 in ` + "`TrimEvery`" + ` inserts, picked by the same hash, as the worker trims its pools;
+it runs on the run's Redis (its durability read with CONFIG GET: ` + "`make bench`" + `'s runs AOF appendfsync everysec) and on a redis-server the bench starts on a free loopback port with AOF appendfsync always, the worker's durability (every pool batch is synced):
+` + "`fanout_vs_redis_equal`" + ` compares with that one, and the report names the peer used. The raw-store peer writes the same batches as pool rows (zen's pool key, a pool row's value size), synced,
+into a fresh table of the pools' store pre-filled, unsynced, with twice the memtable of pool rows, so that both it and the burst after it run on a store past its memtable; the memtable flushes during each are counted.`
+	lagUnderReadsMethod = `How it is measured: ` + "`smartfeed bench`" + ` starts ` + "`smartfeed loadgen`" + ` in a process of its own offering GetFeed at 1,000/s (open loop, one window for the whole phase, ended by an interrupt), waits until the server counts its first call,
+then publishes events at each step rate (the profile's sustained rate among them) for the step's length and waits for the fanout queues to drain, up to the first rate at or above the sustained one whose lag p99 is over 2 s.
+A quarter of the events watch three of their followers; an event's lag is from its enqueue to the worker's write of the slowest watched follower's row. ` + "`fanout_lag_p99_s_at_read_load`" + ` is the lag p99 at the sustained rate, in seconds; the plot is every sampled event's lag over the phase and the p99 of each second.`
+	machineMethod = `How it is measured: at each phase's start and end the bench reads the machine's busy CPU time (/proc/stat), its own and its waited-for children's (getrusage: the load generator) and the Redis servers' (/proc/PID/stat),
+and samples the 1-minute load average every second. Other processes' CPU is the machine's less the run's; a phase where it exceeded 0.25 cores on average, or the load average exceeded the cores, is flagged with a warning.
+Peak RSS: the bench process's (server and harness: the services run in it) from getrusage, each load generator's from its rusage when it exits, the Redis servers' from VmHWM (since each server started).`
+)
