@@ -158,7 +158,7 @@ type Options struct {
 }
 
 // Phases are the names Options.Phase is called with, in the order a run goes through them.
-var Phases = []string{"fanout", "burst", "steps", "serving", "read-rates", "hedging", "scale"}
+var Phases = []string{"fanout", "peers", "burst", "steps", "serving", "read-rates", "hedging", "scale"}
 
 // phase starts the named phase for Options.Phase and returns its end.
 func (o Options) phase(name string) func() {
@@ -760,7 +760,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	if len(peers) == 0 {
 		peers = []RedisPeer{{Base: base, Durability: "unknown", TrimEvery: 1}}
 	}
+	end = opts.phase("peers")
 	eq, err := equalWork(ctx, sys, peers, recv, authorIDs, opts, say)
+	end()
 	res.EqualWork = eq
 	if err != nil {
 		return nil, fmt.Errorf("fanout peers: %w", err)
