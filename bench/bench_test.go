@@ -111,7 +111,7 @@ func TestWriteHasEveryRatio(t *testing.T) {
 	if rep, _ := os.ReadFile(filepath.Join(dir, "report.md")); !strings.Contains(string(rep), "generator (first pages) took 3.25 ms on average over 40 calls") {
 		t.Errorf("report.md does not give the generator's time")
 	}
-	for _, f := range []string{"report.md", "getfeed_cdf.png", "fanout_lag.png", "hedging.png", "scale.png"} {
+	for _, f := range []string{"report.md", "getfeed_cdf.png", "fanout_lag.png", "fanout_lag_read_load.png", "hedging.png", "scale.png"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
 		}

@@ -16,8 +16,9 @@ import (
 )
 
 // RatioKeys are the keys results.json's "ratios" always carries.
-var RatioKeys = []string{"fanout_vs_redis", "fanout_vs_raw_store", "getfeed_p99_vs_redis",
-	"getfeed_max_rate_vs_redis", "hedged_p999_vs_bound", "hedge_extra_load", "scale_cost_growth"}
+var RatioKeys = []string{"fanout_vs_redis_equal", "fanout_vs_raw_store_equal", "fanout_lag_p99_s_at_read_load",
+	"getfeed_p99_vs_redis", "getfeed_p99_vs_redis_200", "getfeed_p99_vs_redis_1000", "getfeed_p99_vs_redis_5000",
+	"getfeed_p99_vs_grpc_floor_1000", "getfeed_max_rate_vs_redis", "hedged_p999_vs_unhedged", "hedge_extra_load", "scale_cost_growth"}
 
 // Write writes results.json, report.md and the plots into dir.
 func Write(dir string, r *Results) error {
@@ -39,7 +40,7 @@ func Write(dir string, r *Results) error {
 	plots := []struct {
 		file string
 		fn   func(string, *Results) error
-	}{{"getfeed_cdf.png", plotCDF}, {"fanout_lag.png", plotLag}, {"hedging.png", plotHedging}, {"scale.png", plotScale}}
+	}{{"getfeed_cdf.png", plotCDF}, {"fanout_lag.png", plotLag}, {"fanout_lag_read_load.png", plotLagUnderReads}, {"hedging.png", plotHedging}, {"scale.png", plotScale}}
 	for _, p := range plots {
 		if err := p.fn(filepath.Join(dir, p.file), r); err != nil {
 			return fmt.Errorf("plot %s: %w", p.file, err)
@@ -63,8 +64,6 @@ func Markdown(r *Results, plotDir string) string {
 	p("| ratio | value | meaning |")
 	p("|---|---|---|")
 	meaning := map[string]string{
-		"fanout_vs_redis":                  "our pool inserts/s (events published at once, until drained) over the Redis sorted-set feed's inserts/s (the same events, one client, pipelined)",
-		"fanout_vs_raw_store":              "our pool inserts/s (events published at once, until drained) over the store's raw batched write rate on as many rows",
 		"getfeed_p99_vs_redis":             "GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
 		"getfeed_last_vs_first_minute_p99": "GetFeed p99 over the serving phase's last minute over its first minute, the fanout running throughout",
 		"getfeed_max_rate_vs_redis": "highest offered GetFeed rate held with p99 under the bound over the same for Redis ZREVRANGE, same steps " +
@@ -75,8 +74,6 @@ func Markdown(r *Results, plotDir string) string {
 		"getfeed_p99_vs_redis_1000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 1,000/s",
 		"getfeed_p99_vs_redis_5000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 5,000/s",
 		"getfeed_p99_vs_grpc_floor_1000": "load generator in its own process: GetFeed p99 counted from each call's scheduled start over an empty call's on GetFeed's connection, both offered 1,000/s",
-		"hedged_p999_vs_bound":           "hedged GetFeed p99.9 over (cutoff + standby p99.9)",
-		"hedge_extra_load":               "fraction of calls that also read the standby, hedging on",
 		"scale_cost_growth":              "CPU per event at the largest size over the smallest",
 		"hbase_get_p99_vs_java":          "zen Get p99 (the worse of before and after PE) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, one at a time",
 		"hbase_top50_p99_vs_java":        "zen Top(50) p99 over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
@@ -86,6 +83,9 @@ func Markdown(r *Results, plotDir string) string {
 		"getfeed_p99_vs_hbase_java_feed_scan": "GetFeed p99 over HBase's own Java client's p99 making GetFeed's reads of the feed " +
 			"(a Scan of each reader's feed rows, a page's worth), both at the serving phase's offered load and concurrency at the same time, right after it with its fanout still running",
 		"hbase_feed_scan_p99_vs_java": "zen's Scan of a feed page (gohbase) p99 over HBase's own Java client's for the same Scans, one at a time, right after the serving phase with its fanout still running",
+	}
+	for k, v := range peerRatioMeanings {
+		meaning[k] = v
 	}
 	keys := make([]string, 0, len(r.Ratios))
 	for k := range r.Ratios {
@@ -118,27 +118,31 @@ func Markdown(r *Results, plotDir string) string {
 		made = fmt.Sprintf("their pins made before, in %.1f s, not timed", f.BurstPinsMadeSeconds)
 	}
 	p("| SmartFeed pool inserts/s, %d events published at once (%.1f s to drained; %s) | %.0f |", f.BurstEvents, f.BurstSeconds, made, f.BurstInsertsPerSec)
-	p("| Redis sorted-set feed inserts/s (the same %d events, one client, pipelined) | %.0f |", f.BurstEvents, f.RedisInsertsPerSec)
-	p("| raw store batched writes, rows/s (%d rows) | %.0f |", f.RawRows, f.RawRowsPerSec)
+	p("| Redis sorted-set feed inserts/s (the same %d events' rows, at equal work: below) | %.0f |", f.BurstEvents, f.RedisInsertsPerSec)
+	p("| raw store batched writes, rows/s (%d rows, at equal work: below) | %.0f |", f.RawRows, f.RawRowsPerSec)
 	p("| fanout lag p50 / p99 / max (sampled followers, to the worker's write) | %.0f / %.0f / %.0f ms |", f.LagMs.P50, f.LagMs.P99, f.LagMs.Max)
 	p("| drain after the phase | %.1f s |", f.DrainSeconds)
 	p("")
 	p("![fanout lag](%s)", img("fanout_lag.png"))
 	p("")
-	p("Sustainable event rate (lag p99 under 2 s):")
-	p("")
-	p("| events/s | events | lag p99 | sustainable |")
-	p("|---|---|---|---|")
-	best := 0.0
-	for _, s := range r.Steps {
-		p("| %.0f | %d | %.0f ms | %v |", s.Rate, s.Events, s.LagP99Ms, s.Sustainable)
-		if s.Sustainable {
-			best = s.Rate
+	b.WriteString(equalWorkMarkdown(r))
+	if len(r.Steps) > 0 {
+		p("Sustainable event rate (lag p99 under 2 s):")
+		p("")
+		p("| events/s | events | lag p99 | sustainable |")
+		p("|---|---|---|---|")
+		best := 0.0
+		for _, s := range r.Steps {
+			p("| %.0f | %d | %.0f ms | %v |", s.Rate, s.Events, s.LagP99Ms, s.Sustainable)
+			if s.Sustainable {
+				best = s.Rate
+			}
 		}
+		p("")
+		p("Highest sustainable rate tried: **%.0f events/s**.", best)
+		p("")
 	}
-	p("")
-	p("Highest sustainable rate tried: **%.0f events/s**.", best)
-	p("")
+	b.WriteString(lagUnderReadsMarkdown(r, img))
 	rd := r.Reads
 	p("## Serving (fanout running)")
 	p("")
@@ -223,6 +227,8 @@ func Markdown(r *Results, plotDir string) string {
 	p("![scale](%s)", img("scale.png"))
 	p("")
 	p("Peak RSS of the process (system and peers): %.0f MiB.", r.RSSMiB)
+	p("")
+	b.WriteString(machineMarkdown(r))
 	for _, n := range r.Notes {
 		p("")
 		p("Note: %s", n)

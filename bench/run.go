@@ -47,9 +47,6 @@ type System interface {
 	// GeneratorTime is the cumulative count and time of the feed service's generator calls
 	// (first pages), as the service measured them.
 	GeneratorTime() (calls float64, total time.Duration)
-	// RawWrite writes rows of keyLen/valueLen bytes to the store in sorted batches of batch
-	// (the store's limit for the same rows), returning rows per second.
-	RawWrite(ctx context.Context, rows, keyLen, valueLen, batch int) (float64, error)
 }
 
 // Pinger is a System that can also make an empty call over the transport GetFeed uses (the
@@ -143,10 +140,28 @@ type Options struct {
 	// MaxFollowers caps every bucket's followers per user (0: the social model's counts; its
 	// top 2% have 10% of the network each, 2 billion follows at 1M users).
 	MaxFollowers int
+
+	// WorkerSlots, ChunkSize and TrimEvery are the worker's task slots, receivers per fanout
+	// chunk and trim schedule: the fanout's peers write the burst's rows in the worker's
+	// batches on as many clients, and the Redis peer trims on the same schedule.
+	WorkerSlots, ChunkSize, TrimEvery int
+	// RedisPeers are the Redis sorted-set peers of the equal-work fanout, one per Redis server
+	// (durability stated); empty: the Baseline given to Run, durability unknown.
+	RedisPeers []RedisPeer
+	// RawPrefillBytes of pool rows are written to the raw peer's table before it is measured,
+	// so that its store holds more than a memtable (0: none).
+	RawPrefillBytes int64
+	// ReadLoad, when set, runs the sustainable-event-rate steps while the load generator offers
+	// GetFeed at LagReadRate in a process of its own (LagUnderReads).
+	ReadLoad    ReadLoad
+	LagReadRate float64
+	// Processes are the run's other long-lived processes (Redis servers): their CPU is the
+	// run's in each phase's load, and their peak RSS is reported.
+	Processes []Process
 }
 
 // Phases are the names Options.Phase is called with, in the order a run goes through them.
-var Phases = []string{"fanout", "burst", "steps", "serving", "read-rates", "hedging", "scale"}
+var Phases = []string{"fanout", "peers", "burst", "steps", "serving", "read-rates", "hedging", "scale"}
 
 // phase starts the named phase for Options.Phase and returns its end.
 func (o Options) phase(name string) func() {
@@ -234,6 +249,16 @@ type Results struct {
 	// HBaseJava is zen on HBase against HBase's own Java client on the same server; absent
 	// when not measured (Pebble, or no PerformanceEvaluation).
 	HBaseJava *HBaseJava `json:"hbase_java,omitempty"`
+
+	// EqualWork is the fanout's capacity against its peers doing the worker's work on as many
+	// clients (fanout_vs_redis_equal, fanout_vs_raw_store_equal).
+	EqualWork *EqualWork `json:"fanout_equal_work,omitempty"`
+	// LagUnderReads is the sustainable event rate with GetFeed offered at 1,000/s by the load
+	// generator (fanout_lag_p99_s_at_read_load); absent without Options.ReadLoad.
+	LagUnderReads *LagUnderReads `json:"fanout_lag_under_reads,omitempty"`
+	// PhaseLoad is the machine during each phase; Processes the peak RSS of each process.
+	PhaseLoad []PhaseLoad  `json:"phase_load"`
+	Processes []ProcessRSS `json:"processes_peak_rss"`
 
 	lagSeries []lagPoint
 	getfeed   []time.Duration
@@ -717,6 +742,8 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	res := &Results{Profile: opts.Profile, Storage: opts.Storage, Machine: opts.MachineString, Commit: opts.Commit,
 		Started: time.Now(), Ratios: map[string]float64{}}
 	say := func(f string, a ...any) { fmt.Fprintf(log, f+"\n", a...) }
+	mon := &phaseMonitor{probe: procMachineProbe(runtime.NumCPU(), opts.Processes)}
+	opts.Phase = mon.wrap(opts.Phase)
 	t0 := time.Now()
 	m := NewModelSpec(opts.Users[0], opts.Seed, opts.MaxFollowers)
 	res.Model = map[string]int{"users": m.Users, "follows": m.Edges(), "cpus": runtime.NumCPU()}
@@ -756,30 +783,35 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		nburst = max(events, 1)
 	}
 	authors := m.Authors(nburst, 2)
-	bstart := time.Now()
-	binserts := 0
+	// The peers write the burst's receivers' rows as the worker does (equalWork), before the
+	// burst: the raw peer's pre-fill leaves the pools' store past its memtable for both.
+	recv, authorIDs := make([][]uint64, len(authors)), make([]uint64, len(authors))
 	for i, a := range authors {
+		authorIDs[i] = w.IDs[a]
 		fol := m.FollowersOf(a)
-		recv := make([]uint64, len(fol))
+		recv[i] = make([]uint64, len(fol))
 		for j, f := range fol {
-			recv[j] = w.IDs[f]
+			recv[i][j] = w.IDs[f]
 		}
-		n, err := base.Push(ctx, recv, uint64(1e12)+uint64(i), float64(i))
-		if err != nil {
-			return nil, fmt.Errorf("redis baseline: %w", err)
-		}
-		binserts += n
 	}
-	res.Fanout.RedisInsertsPerSec = float64(binserts) / time.Since(bstart).Seconds()
-	// The raw writes are as many rows as the burst inserts (the Redis peer's inserts: the same
-	// receivers), so that the two rates are measured over the same volume: a short raw write
-	// fits in the memtable and leaves the burst to pay for flushing both. RawRows is a floor.
-	rawRows := max(opts.RawRows, binserts)
-	raw, err := sys.RawWrite(ctx, rawRows, 8+1+8+8, 32, 500)
+	peers := opts.RedisPeers
+	if len(peers) == 0 {
+		peers = []RedisPeer{{Base: base, Durability: "unknown", TrimEvery: 1}}
+	}
+	end = opts.phase("peers")
+	eq, err := equalWork(ctx, sys, peers, recv, authorIDs, opts, say)
+	end()
+	res.EqualWork = eq
 	if err != nil {
-		return nil, fmt.Errorf("raw store writes: %w", err)
+		return nil, fmt.Errorf("fanout peers: %w", err)
 	}
-	res.Fanout.RawRowsPerSec, res.Fanout.RawRows = raw, rawRows
+	if len(eq.Redis) > 0 {
+		res.Fanout.RedisInsertsPerSec = eq.Redis[0].InsertsPerSec
+	}
+	if eq.Raw != nil {
+		res.Fanout.RawRowsPerSec, res.Fanout.RawRows = eq.Raw.RowsPerSec, eq.Rows
+	}
+	raw := res.Fanout.RawRowsPerSec
 
 	// The burst's pins are made first, untimed, when the System can (Prepinner): the peers
 	// above wrote the same receivers' rows without making pins.
@@ -793,6 +825,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Fanout.BurstPinsMadeSeconds = time.Since(mt).Seconds()
 		say("fanout: %d pins made for the burst in %.1f s (not timed in it)", len(authors), res.Fanout.BurstPinsMadeSeconds)
 	}
+	fl0, flCounts := flushes(sys)
 	bins0, bt0 := sys.PoolInserts(), time.Now()
 	end = opts.phase("burst")
 	bev, berr := burst(ctx, sys, w, authors, pins)
@@ -805,23 +838,40 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	res.Fanout.BurstEvents = bev
 	res.Fanout.BurstInsertsPerSec = (sys.PoolInserts() - bins0) / time.Since(bt0).Seconds()
 	res.Fanout.BurstSeconds = time.Since(bt0).Seconds()
+	if fl1, ok := flushes(sys); ok && flCounts {
+		eq.SmartFeedFlushes = fl1 - fl0
+	}
+	eq.setRatios(res)
 	say("fanout: %d events at once: %.0f pool inserts/s until drained (%.1f s; publishing took %.1f s)", bev,
 		res.Fanout.BurstInsertsPerSec, res.Fanout.BurstSeconds, res.Fanout.BurstPublishSeconds)
 	say("fanout: %.0f pool inserts/s (lag p50 %.0f ms, p99 %.0f ms); Redis %.0f inserts/s; raw store %.0f rows/s",
 		res.Fanout.InsertsPerSec, res.Fanout.LagMs.P50, res.Fanout.LagMs.P99, res.Fanout.RedisInsertsPerSec, raw)
 
-	// 2. The highest event rate whose lag p99 stays under the bound.
+	// 2. The highest event rate whose lag p99 stays under the bound: while the load generator
+	// offers GetFeed at LagReadRate when it can (lagUnderReads), alone otherwise.
 	repl.begin()
 	end = opts.phase("steps")
-	for i, rate := range opts.StepRates {
-		n, l, _ := fanout(ctx, sys, w, rate, opts.StepFor, uint64(10+i), nil, t0)
-		drain(ctx, sys, time.Minute)
-		s := l.Summary()
-		st := StepResult{Rate: rate, Events: n, LagP99Ms: s.P99, Sustainable: s.N > 0 && s.P99 < ms(opts.LagBound)}
-		res.Steps = append(res.Steps, st)
-		say("step: %.0f events/s → lag p99 %.0f ms (%v)", rate, s.P99, st.Sustainable)
-		if !st.Sustainable {
-			break
+	if opts.ReadLoad != nil {
+		lr, err := lagUnderReads(ctx, sys, w, w.IDs, opts, say)
+		res.LagUnderReads = lr
+		res.Processes = append(res.Processes, ProcessRSS{Name: "smartfeed loadgen (GetFeed beside the event-rate steps)", PeakMiB: lr.GeneratorPeakRSSMiB,
+			Source: "getrusage of the ended process"})
+		if err != nil {
+			res.Notes = append(res.Notes, "lag under reads: "+err.Error())
+			say("lag under reads: %v", err)
+		}
+		say("lag under reads: %s", lr.LagUnderReadsSummary())
+	} else {
+		for i, rate := range opts.StepRates {
+			n, l, _ := fanout(ctx, sys, w, rate, opts.StepFor, uint64(10+i), nil, t0)
+			drain(ctx, sys, time.Minute)
+			s := l.Summary()
+			st := StepResult{Rate: rate, Events: n, LagP99Ms: s.P99, Sustainable: s.N > 0 && s.P99 < ms(opts.LagBound)}
+			res.Steps = append(res.Steps, st)
+			say("step: %.0f events/s → lag p99 %.0f ms (%v)", rate, s.P99, st.Sustainable)
+			if !st.Sustainable {
+				break
+			}
 		}
 	}
 	end()
@@ -1063,10 +1113,10 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	}
 	end()
 	res.RSSMiB = peakRSSMiB()
+	res.PhaseLoad = mon.results()
+	res.Processes = append(processRSS(opts.Processes), res.Processes...)
 	res.Seconds = time.Since(res.Started).Seconds()
 
-	res.Ratios["fanout_vs_redis"] = ratio(res.Fanout.BurstInsertsPerSec, res.Fanout.RedisInsertsPerSec)
-	res.Ratios["fanout_vs_raw_store"] = ratio(res.Fanout.BurstInsertsPerSec, res.Fanout.RawRowsPerSec)
 	res.Ratios["getfeed_p99_vs_redis"] = ratio(res.Reads.GetFeed.P99, res.Reads.Redis.P99)
 	if res.Reads.FirstMinuteP99Ms > 0 {
 		res.Ratios["getfeed_last_vs_first_minute_p99"] = ratio(res.Reads.LastMinuteP99Ms, res.Reads.FirstMinuteP99Ms)
@@ -1075,13 +1125,10 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	if len(res.FloorRateSteps) > 0 {
 		res.Ratios["getfeed_max_rate_vs_grpc_floor"] = ratio(res.GetFeedMaxRate, res.FloorMaxRate)
 	}
-	res.Ratios["hedge_extra_load"] = 0
-	res.Ratios["hedged_p999_vs_bound"] = 0
-	for _, h := range res.Hedging {
-		if h.Hedging {
-			res.Ratios["hedge_extra_load"] = h.ExtraLoad
-			res.Ratios["hedged_p999_vs_bound"] = ratio(h.GetFeed.P999, h.CutoffMs+h.StandbyP999)
-		}
+	res.setHedgeRatios()
+	res.Ratios["fanout_lag_p99_s_at_read_load"] = 0
+	if lr := res.LagUnderReads; lr != nil {
+		res.Ratios["fanout_lag_p99_s_at_read_load"] = lr.LagP99AtEventRate
 	}
 	res.Ratios["scale_cost_growth"] = 0
 	if len(res.Scale) > 1 {

@@ -80,6 +80,9 @@ type Record struct {
 type Report struct {
 	Windows []Window
 	Summary *Summary
+	// PeakRSSMiB is the generator process's peak resident set (set by Exec and Running.Stop
+	// from the process's rusage; 0 when unknown).
+	PeakRSSMiB float64
 }
 
 // ReadReport reads the generator's output (Records, one a line).

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -223,6 +222,8 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	if err != nil {
 		return err
 	}
+	peers := &benchPeerSetup{opts: &opts, sys: sys, rdb: rdb, prefix: zsPrefix, out: bf.out, stdout: stdout}
+	defer peers.close()
 	if bf.loadgen {
 		exe, err := os.Executable()
 		if err != nil {
@@ -234,7 +235,9 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		opts.LoadGen = func(ctx context.Context, users []uint64) (*loadgen.Report, error) {
 			return loadgen.Exec(ctx, exe, o, users, bf.out, stdout)
 		}
+		peers.exe, peers.lg = exe, o
 	}
+	peers.setup(ctx, cfg.Worker.Concurrency)
 	// The peer's sets (800 pins for each of hundreds of users) would otherwise stay in a Redis
 	// that outlives the run: 106 runs had left 21 million members (2.2 GB) in run/redis.
 	defer func() {
@@ -893,53 +896,6 @@ func countsBy(reg prometheus.Gatherer, name, label string) map[string]uint64 {
 		}
 	}
 	return out
-}
-
-// RawWrite writes rows of random sorted keys in batches from 4 writers into a table of the
-// main store: the store's limit for rows like a pool's.
-func (s *benchSystem) RawWrite(ctx context.Context, rows, keyLen, valueLen, batch int) (float64, error) {
-	s.mu.Lock()
-	s.raw++
-	name := fmt.Sprintf("benchraw%d", s.raw)
-	s.mu.Unlock()
-	t, err := s.a.stores.table(ctx, storeMain, name)
-	if err != nil {
-		return 0, err
-	}
-	const writers = 4
-	per := rows / writers / batch
-	start := time.Now()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for w := range writers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(w), 9))
-			val := make([]byte, valueLen)
-			for range per {
-				muts := make([]zen.Mutation, batch)
-				for i := range muts {
-					k := make([]byte, keyLen)
-					binary.BigEndian.PutUint64(k, r.Uint64()>>2)
-					muts[i] = zen.Mutation{Key: k, Value: val}
-				}
-				slices.SortFunc(muts, func(a, b zen.Mutation) int { return strings.Compare(string(a.Key), string(b.Key)) })
-				if err := t.Apply(ctx, muts); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if firstErr != nil {
-		return 0, firstErr
-	}
-	return float64(perSecond(int64(per*writers*batch), time.Since(start))), nil
 }
 
 // Stages snapshots GetFeed's and the generator's stage histograms, and GetFeed's whole time as

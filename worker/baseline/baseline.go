@@ -7,8 +7,10 @@ package baseline
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -20,6 +22,8 @@ type ZSetFeeds struct {
 	prefix string
 	max    int
 	batch  int
+	// trimEvery: a receiver's set is trimmed after 1 in trimEvery inserts (1: every insert).
+	trimEvery int
 }
 
 // New returns feeds over rdb under key prefix (e.g. "bench:feed:home:"), capped at maxItems per
@@ -31,14 +35,38 @@ func New(rdb redis.UniversalClient, prefix string, maxItems, batch int) (*ZSetFe
 	if batch <= 0 {
 		batch = 1000
 	}
-	return &ZSetFeeds{rdb: rdb, prefix: prefix, max: maxItems, batch: batch}, nil
+	return &ZSetFeeds{rdb: rdb, prefix: prefix, max: maxItems, batch: batch, trimEvery: 1}, nil
+}
+
+// TrimEvery returns feeds like z that trim a receiver's set after about 1 in n inserts, picked
+// by a hash of (receiver, pin) as the worker picks the pools it trims (worker.Config.TrimEvery),
+// so that both pay for trimming on the same schedule; n ≤ 1 trims after every insert, as
+// Mastodon does. Between trims a set may exceed the cap by about n members.
+func (z *ZSetFeeds) TrimEvery(n int) *ZSetFeeds {
+	c := *z
+	c.trimEvery = max(n, 1)
+	return &c
+}
+
+// trimPick picks about 1 in trimEvery (user, pin) pairs, the same ones on every run: an FNV-1a
+// hash of the two IDs, little-endian, as the worker's trimPick.
+func (z *ZSetFeeds) trimPick(user, pin uint64) bool {
+	if z.trimEvery <= 1 {
+		return true
+	}
+	h := fnv.New64a()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], user)
+	binary.LittleEndian.PutUint64(b[8:], pin)
+	h.Write(b[:])
+	return h.Sum64()%uint64(z.trimEvery) == 0
 }
 
 func (z *ZSetFeeds) key(user uint64) string { return z.prefix + strconv.FormatUint(user, 10) }
 
-// Push adds pin with score to every receiver's set and trims each to the cap: ZADD and
-// ZREMRANGEBYRANK per receiver, pipelined batch receivers at a time. It returns the number of
-// ZADDs sent.
+// Push adds pin with score to every receiver's set and trims it to the cap: ZADD and
+// ZREMRANGEBYRANK per receiver (the trim for the receivers TrimEvery picks; every one by
+// default), pipelined batch receivers at a time. It returns the number of ZADDs sent.
 func (z *ZSetFeeds) Push(ctx context.Context, receivers []uint64, pin uint64, score float64) (int, error) {
 	member := strconv.FormatUint(pin, 10)
 	n := 0
@@ -48,7 +76,9 @@ func (z *ZSetFeeds) Push(ctx context.Context, receivers []uint64, pin uint64, sc
 		for _, u := range receivers[start:end] {
 			k := z.key(u)
 			p.ZAdd(ctx, k, redis.Z{Score: score, Member: member})
-			p.ZRemRangeByRank(ctx, k, 0, int64(-(z.max + 1)))
+			if z.trimPick(u, pin) {
+				p.ZRemRangeByRank(ctx, k, 0, int64(-(z.max + 1)))
+			}
 		}
 		if _, err := p.Exec(ctx); err != nil {
 			return n, fmt.Errorf("baseline push %d: %w", pin, err)

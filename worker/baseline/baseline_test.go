@@ -58,3 +58,46 @@ func TestPushTrimRead(t *testing.T) {
 		t.Error("New without a client: no error")
 	}
 }
+
+// TrimEvery trims on the worker's schedule: about 1 in n inserts, the same receivers for the
+// same pin every time; 1 trims every insert.
+func TestTrimEvery(t *testing.T) {
+	z := &ZSetFeeds{trimEvery: 16}
+	picked := 0
+	for u := uint64(1); u <= 16000; u++ {
+		first := z.trimPick(u, 77)
+		if first {
+			picked++
+		}
+		if again := z.trimPick(u, 77); again != first {
+			t.Fatal("the pick changed between calls")
+		}
+	}
+	if picked < 800 || picked > 1200 {
+		t.Errorf("picked %d of 16000, want about 1000", picked)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	defer rdb.Close()
+	ctx := context.Background()
+	base, err := New(rdb, fmt.Sprintf("test:baseline:trim%d:", time.Now().UnixNano()), 3, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := []uint64{1, 2, 3, 4}
+	defer base.Clear(ctx, users)
+	never := base.TrimEvery(1 << 40)
+	for pin := uint64(10); pin < 20; pin++ {
+		if _, err := never.Push(ctx, users, pin, float64(pin)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := rdb.ZCard(ctx, base.key(2)).Result(); err != nil || n != 10 {
+		t.Errorf("trimmed 1 in 2^40: %d members, %v; want all 10", n, err)
+	}
+	if _, err := base.TrimEvery(1).Push(ctx, users, 20, 20); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rdb.ZCard(ctx, base.key(2)).Result(); err != nil || n != 3 {
+		t.Errorf("trimmed every insert: %d members, %v; want the cap, 3", n, err)
+	}
+}
