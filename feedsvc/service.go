@@ -61,7 +61,7 @@ type Config struct {
 	// PrepareAfter, when positive, prepares the user's next chunk this long after a first page:
 	// the generator runs in the background and the chunk is recorded, synced, as a prepared
 	// row at the top of the user's feed. The next first page serves it as fresh with no
-	// generator call, only the synced mark that it was served (docs/read-path.md). 0 (the default)
+	// generator call and no write before the answer (docs/read-path.md). 0 (the default)
 	// prepares nothing.
 	PrepareAfter time.Duration `json:"prepare_after"`
 	// PreparedMaxAge: a prepared chunk older than this is still served fresh, but beside a new

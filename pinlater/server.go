@@ -92,7 +92,8 @@ type Config struct {
 	// own asynq housekeeping: heartbeat, scheduled-task forwarder, lease recoverer); all but
 	// the first poll empty queues at 4×PollInterval. More than one helps where handlers wait
 	// on I/O with CPU to spare; on a loaded 2-core machine four made GetFeed beside the worker
-	// slower (docs/pools.md, session 44). Default 1, at most Concurrency.
+	// slower (docs/pools.md, "Worker concurrency and dequeuers"). Default 1, at most
+	// Concurrency.
 	Dequeuers int
 	// ShutdownTimeout is how long Shutdown waits for running tasks before handing them back to
 	// Redis for another worker. Default 10 s.
