@@ -1015,9 +1015,8 @@ func (s *Service) pendingPins(ctx context.Context, user zen.ID) (map[zen.ID]bool
 const maxPendingChecked = 64
 
 // nextSeq returns a chunk sequence: the clock in µs, bumped past the last one this process
-// handed out. Sequences order a user's chunks by when they were served, as the per-user counter
-// did (and sort after every counter-made one), without its synced write; record's
-// compare-and-set makes them unique across feed processes.
+// handed out. Sequences order a user's chunks by when they were served with no write of their
+// own; record's compare-and-set makes them unique across feed processes.
 func (s *Service) nextSeq() uint64 {
 	for {
 		last := s.lastSeq.Load()
