@@ -120,8 +120,6 @@ func pinKey(user, pin zen.ID) []byte {
 	return binary.BigEndian.AppendUint64(userPrefix(prefixPin, user), uint64(pin))
 }
 
-func counterKey(user zen.ID) []byte { return userPrefix(prefixCounter, user) }
-
 func doneKey(user zen.ID, chunkID string) []byte {
 	return append(userPrefix(prefixDone, user), chunkID...)
 }

@@ -507,10 +507,8 @@ func Backoff(p Policy, n int) time.Duration {
 	return d + j
 }
 
-// Recover turns a handler panic into an error (the task is retried like any failure) and logs the
-// stack. The server always installs it; it is exported for handlers run outside a Server.
-func Recover(log *zap.Logger) Middleware { return recoverWith(log, nil) }
-
+// recoverWith turns a handler panic into an error (the task is retried like any failure), logs
+// the stack and counts it in m (when not nil). The server always installs it.
 func recoverWith(log *zap.Logger, m *metrics) Middleware {
 	return func(next Handler) Handler {
 		return HandlerFunc(func(ctx context.Context, t *Task) (err error) {
