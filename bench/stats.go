@@ -27,15 +27,6 @@ func (l *Latencies) Summary() Summary {
 	return Summarize(d)
 }
 
-// Sorted returns a sorted copy of the samples.
-func (l *Latencies) Sorted() []time.Duration {
-	l.mu.Lock()
-	d := slices.Clone(l.d)
-	l.mu.Unlock()
-	slices.Sort(d)
-	return d
-}
-
 // Summary is a latency distribution in milliseconds.
 type Summary struct {
 	N    int     `json:"n"`

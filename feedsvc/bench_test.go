@@ -123,7 +123,7 @@ func BenchmarkGetFeedFirstPage(b *testing.B) {
 // BenchmarkGetFeedRecentPage measures the page most calls get: a first page within
 // min_chunk_interval of the user's last generator call, a plain read of 50 materialized items
 // (the read, the liveness filter, the merge). Its allocations are what the collector pays for
-// on every call (docs/read-path.md, session 56).
+// on every call (docs/read-path.md, "The collector's heap floor").
 func BenchmarkGetFeedRecentPage(b *testing.B) {
 	e := newEnv(b, func(c *Config, _ *hedge.Policy) { c.MinChunkInterval = 0 })
 	e.gen.size = 10

@@ -8,8 +8,10 @@
 // that ignores the deadline is left behind and its late chunk given back with Settle(false))
 // and reads the materialized feed at the same time. Before answering it records the chunk:
 // it drops pins already in the feed (pin index) or on the page, takes the chunk's sequence
-// from a per-user counter, writes a marker and one pending row holding the chunk, and enqueues
-// the materialize job. The page is the chunk, then the materialized feed, each pin once.
+// from the clock (made unique per user by the pending row's compare-and-set), writes the done
+// marker, the pending-index row and the pending row holding the chunk (one commit where the
+// store carries extra rows, zen.Carrier), and materializes the chunk after the answer, in the
+// process or as a materialize job. The page is the chunk, then the materialized feed, each pin once.
 // Later pages read the materialized feed after the cursor; pending rows are merged in their
 // place, so a refresh before materialization shows each pin once.
 //

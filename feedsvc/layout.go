@@ -45,7 +45,8 @@ const (
 	pendingVersion = 1
 	// preparedVersion marks a pending row that holds a prepared chunk not yet served (see
 	// Config.PrepareAfter); serving it rewrites the row with pendingVersion. Rows of this
-	// version name no owner (written before session 61): no process shows them as fresh.
+	// version name no owner (a prepared chunk recorded with Owner 0), so no process shows
+	// them as fresh.
 	preparedVersion = 2
 	// ownedPreparedVersion is preparedVersion with the owner (the incarnation of the process
 	// that prepared it, which alone may show it as fresh) after the version byte.
@@ -118,8 +119,6 @@ func itemKey(user zen.ID, p position) []byte {
 func pinKey(user, pin zen.ID) []byte {
 	return binary.BigEndian.AppendUint64(userPrefix(prefixPin, user), uint64(pin))
 }
-
-func counterKey(user zen.ID) []byte { return userPrefix(prefixCounter, user) }
 
 func doneKey(user zen.ID, chunkID string) []byte {
 	return append(userPrefix(prefixDone, user), chunkID...)

@@ -10,8 +10,8 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// Preparing a chunk ahead of a visit (Config.PrepareAfter; docs/read-path.md, "A fresh page
-// with no fsync on it", "A fresh page with no write on it").
+// Preparing a chunk ahead of a visit (Config.PrepareAfter; docs/read-path.md, "Prepared
+// chunks: a fresh page with no write on it").
 //
 // A first page schedules the preparation of the user's next chunk. When it runs, the generator
 // takes the chunk from the pools and the chunk is recorded as a prepared row: a pending row
@@ -158,7 +158,8 @@ func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 	try = func(n int) {
 		// A preparation is background work that costs a generator call: let whatever is
 		// runnable first (the page's response writer, which this page's handler has just woken)
-		// go before it, or it waits for a processor behind it (session 49).
+		// go before it, or it waits for a processor behind it (docs/read-path.md, "Background
+		// work waits its turn").
 		runtime.Gosched()
 		again := false
 		defer func() {
@@ -179,7 +180,7 @@ func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 		// A preparation waits for a slot as for a lane, rather than being skipped as soon as
 		// maxPreparing run: a skipped one sends the user's next visit through the generator,
 		// and on HBase, where a preparation is mostly round trips (29 ms mean in make
-		// bench-hbase), four were often all busy: 38 of 518 skipped in one run (session 58).
+		// bench-hbase), four are often all busy: skipping dropped 38 of 518 in one run.
 		if !s.acquire(s.prepSlots) {
 			s.m.prepared.WithLabelValues(prepBusy).Inc()
 			return
@@ -261,8 +262,9 @@ const laneWait = 250 * time.Millisecond
 // defaultBackgroundLanes is Deps.BackgroundLanes's default: half the processors, at least one.
 // Go's scheduler has no priorities: a page's handler, its response writer and a client's reader
 // queue for a processor behind whatever is runnable, so background work that could fill every
-// processor makes the pages wait behind it (session 49's execution traces). Bounded to half,
-// a processor is left for the requests.
+// processor makes the pages wait behind it, as execution traces of the bench show
+// (docs/read-path.md, "Background work waits its turn"). Bounded to half, a processor is left
+// for the requests.
 func defaultBackgroundLanes() int {
 	return max(1, runtime.GOMAXPROCS(0)/2)
 }

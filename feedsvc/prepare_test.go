@@ -192,8 +192,7 @@ func TestPreparedChunkStale(t *testing.T) {
 // with the row prepared: the write lost, a standby promoted before the mark was copied to it, a
 // restore from a backup. The process that showed the chunk has no memory of it any more, so it
 // shows it as feed items, never fresh again, whether its materialization was lost too or not;
-// each pin is in the feed once and none is lost. (Until session 61 the chunk was shown fresh
-// once more when its materialization was lost too.)
+// each pin is in the feed once and none is lost.
 func TestPreparedChunkLostFlip(t *testing.T) {
 	for _, jobSurvived := range []bool{false, true} {
 		t.Run(map[bool]string{false: "job lost", true: "job survived"}[jobSurvived], func(t *testing.T) {

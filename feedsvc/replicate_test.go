@@ -196,7 +196,7 @@ func TestReplicatorReplaysAfterCrashAndResyncs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := r.Increment(t.Context(), counterKey(u), 3); err != nil {
+	if _, err := r.Increment(t.Context(), userPrefix(prefixCounter, u), 3); err != nil {
 		t.Fatal(err)
 	}
 	if rows := dump(t, s); len(rows) != 0 {

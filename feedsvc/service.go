@@ -61,7 +61,7 @@ type Config struct {
 	// PrepareAfter, when positive, prepares the user's next chunk this long after a first page:
 	// the generator runs in the background and the chunk is recorded, synced, as a prepared
 	// row at the top of the user's feed. The next first page serves it as fresh with no
-	// generator call, only the synced mark that it was served (docs/read-path.md). 0 (the default)
+	// generator call and no write before the answer (docs/read-path.md). 0 (the default)
 	// prepares nothing.
 	PrepareAfter time.Duration `json:"prepare_after"`
 	// PreparedMaxAge: a prepared chunk older than this is still served fresh, but beside a new
@@ -1015,9 +1015,8 @@ func (s *Service) pendingPins(ctx context.Context, user zen.ID) (map[zen.ID]bool
 const maxPendingChecked = 64
 
 // nextSeq returns a chunk sequence: the clock in µs, bumped past the last one this process
-// handed out. Sequences order a user's chunks by when they were served, as the per-user counter
-// did (and sort after every counter-made one), without its synced write; record's
-// compare-and-set makes them unique across feed processes.
+// handed out. Sequences order a user's chunks by when they were served with no write of their
+// own; record's compare-and-set makes them unique across feed processes.
 func (s *Service) nextSeq() uint64 {
 	for {
 		last := s.lastSeq.Load()

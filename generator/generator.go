@@ -815,7 +815,7 @@ func (g *Generator) finish(ctx context.Context, user zen.ID, no uint64, rec *rec
 	return g.putRecord(ctx, user, no, rec)
 }
 
-// release closes a record: when putBack is set, the pins it owns go back into the pools
+// release closes a record: unless delivered is set, the pins it owns go back into the pools
 // first; then its claims and the record itself are deleted. Every step is safe to repeat.
 func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *record, delivered bool) error {
 	own, err := g.owned(ctx, user, rec)

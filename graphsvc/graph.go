@@ -51,7 +51,7 @@ const (
 // each write through an Enqueuer. It is safe for concurrent use.
 //
 // Write order, for crash safety: the object first, then its forward edges, then the inverse
-// edges (written synchronously here, not by the inverse-edge job, so a follower is streamable
+// edges (written synchronously here, not by a background job, so a follower is streamable
 // by fanout as soon as Follow returns), then the enqueue. Every step is idempotent, so retrying
 // a call that failed part-way finishes it; a create carrying a request_id is not duplicated by
 // the retry.

@@ -35,8 +35,8 @@ func (s *GraphService) ownedBoard(ctx context.Context, board, user zen.ID) (zen.
 	return b, nil
 }
 
-// addBoth writes an edge and its inverse (the inverse synchronously, as the inverse-edge job
-// would: both are idempotent).
+// addBoth writes an edge and then its inverse, synchronously; both writes are idempotent, so a
+// retry after a failure between them finishes the pair.
 func (s *GraphService) addBoth(ctx context.Context, e zen.Edge) error {
 	if err := s.g.AddEdge(ctx, e); err != nil {
 		return s.fail("add edge", err)

@@ -16,7 +16,7 @@ import (
 // (with SMARTFEED_REDIS_ADDR set). PinLater's published reference is 2,000 enqueues/s per host.
 
 func benchPayload(b *testing.B, i int) []byte {
-	p := InverseEdgePayload{V: 1, From: uint64(i + 1), EdgeType: 10, To: 7}
+	p := FollowBackfillPayload{V: 1, User: uint64(i + 1), Target: 7, TargetKind: KindUser}
 	body, err := json.Marshal(p)
 	if err != nil {
 		b.Fatal(err)
@@ -32,7 +32,7 @@ func BenchmarkEnqueue(b *testing.B) {
 		n := 0
 		for b.Loop() {
 			n++
-			task, err := NewInverseEdge(InverseEdgePayload{From: uint64(n), EdgeType: 10, To: 7})
+			task, err := NewFollowBackfill(FollowBackfillPayload{User: uint64(n), Target: 7, TargetKind: KindUser})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -51,7 +51,7 @@ func BenchmarkEnqueue(b *testing.B) {
 		n := 0
 		for b.Loop() {
 			n++
-			if _, err := c.Enqueue(asynq.NewTask(TypeInverseEdge, benchPayload(b, n)), asynq.Queue(q)); err != nil {
+			if _, err := c.Enqueue(asynq.NewTask(TypeFollowBackfill, benchPayload(b, n)), asynq.Queue(q)); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -88,7 +88,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 			LogLevel: asynq.WarnLevel,
 		})
 		if err := srv.Start(asynq.HandlerFunc(func(ctx context.Context, t *asynq.Task) error {
-			var p InverseEdgePayload
+			var p FollowBackfillPayload
 			if err := json.Unmarshal(t.Payload(), &p); err != nil {
 				return err
 			}
@@ -105,7 +105,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 		for b.Loop() {
 			for range benchBatch {
 				total++
-				if _, err := c.Enqueue(asynq.NewTask(TypeInverseEdge, benchPayload(b, total)), asynq.Queue(q), asynq.MaxRetry(8)); err != nil {
+				if _, err := c.Enqueue(asynq.NewTask(TypeFollowBackfill, benchPayload(b, total)), asynq.Queue(q), asynq.MaxRetry(8)); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -125,12 +125,12 @@ func endToEndPinlater(b *testing.B, e *env) {
 	// One queue, like the asynq server below: asynq's dequeue costs one round trip per empty
 	// queue it tries, so serving four queues with three empty would measure that instead.
 	cfg.Queues = map[string]int{QueueDefault: 1}
-	e.start(cfg, map[string]Handler{TypeInverseEdge: Typed(func(ctx context.Context, p InverseEdgePayload) error {
+	e.start(cfg, map[string]Handler{TypeFollowBackfill: Typed(func(ctx context.Context, p FollowBackfillPayload) error {
 		done.Add(1)
 		return nil
 	})})
 	enqueueBatches(b, e, &done, func(i int) (*Task, error) {
-		return NewInverseEdge(InverseEdgePayload{From: uint64(i), EdgeType: 10, To: 7})
+		return NewFollowBackfill(FollowBackfillPayload{User: uint64(i), Target: 7, TargetKind: KindUser})
 	})
 }
 

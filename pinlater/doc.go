@@ -37,10 +37,10 @@
 // # Idempotency
 //
 // Tasks where a duplicate wastes work get a deterministic task ID: fanout by pin, fanout-chunk by
-// (pin, list, edge type, limit, cursor), materialize and replicate by (user, chunk), respace by
+// (pin, list, edge type, limit, cursor), materialize by (user, chunk), respace by
 // board, pin-delete by pin, user-delete by user. While a task with that ID exists (pending,
 // scheduled, retrying, running or dead), enqueuing it again does nothing and returns
-// Info.Duplicate; once it has succeeded the ID is free. Follow/unfollow and inverse-edge tasks get
+// Info.Duplicate; once it has succeeded the ID is free. Follow/unfollow tasks get
 // none, because a later task of the same key may mean the opposite. Handlers must still be
 // idempotent: a run can be repeated after a crash or a shutdown timeout.
 //

@@ -511,12 +511,12 @@ func TestQueueDrainMode(t *testing.T) {
 		t.Fatalf("enqueue to a draining queue: %v, want ErrQueueDraining", err)
 	}
 	// Other queues still take tasks.
-	if _, err := e.client.Enqueue(ctx, mustTask(NewReplicate(ReplicatePayload{User: 1, ChunkID: "x"}))); err != nil {
+	if _, err := e.client.Enqueue(ctx, mustTask(NewMaterialize(MaterializePayload{User: 1, ChunkID: "x"}))); err != nil {
 		t.Fatalf("enqueue to critical: %v", err)
 	}
 	e.start(e.config(), map[string]Handler{
-		TypeRespace:   HandlerFunc(func(ctx context.Context, tk *Task) error { runs.Add(1); return nil }),
-		TypeReplicate: HandlerFunc(func(ctx context.Context, tk *Task) error { return nil }),
+		TypeRespace:     HandlerFunc(func(ctx context.Context, tk *Task) error { runs.Add(1); return nil }),
+		TypeMaterialize: HandlerFunc(func(ctx context.Context, tk *Task) error { return nil }),
 	})
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

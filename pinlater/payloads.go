@@ -358,28 +358,6 @@ func (p MaterializePayload) Validate() error {
 	return nil
 }
 
-// ReplicatePayload asks for User's materialized chunk ChunkID to be copied to the standby.
-type ReplicatePayload struct {
-	V       int    `json:"v"`
-	User    uint64 `json:"user"`
-	ChunkID string `json:"chunk_id"`
-}
-
-// TaskType implements Payload.
-func (ReplicatePayload) TaskType() string { return TypeReplicate }
-
-// Validate implements Payload.
-func (p ReplicatePayload) Validate() error {
-	t := TypeReplicate
-	if err := checkVersion(t, p.V); err != nil {
-		return err
-	}
-	if err := checkID(t, "user", p.User); err != nil {
-		return err
-	}
-	return checkString(t, "chunk_id", p.ChunkID, true)
-}
-
 // RespacePayload asks for the pin sequences of Board to be spread out again.
 type RespacePayload struct {
 	V     int    `json:"v"`
@@ -395,46 +373,4 @@ func (p RespacePayload) Validate() error {
 		return err
 	}
 	return checkID(TypeRespace, "board", p.Board)
-}
-
-// InverseEdgePayload asks for the inverse of edge (From, EdgeType, To) to be written (or removed).
-// Seq is the edge's 128-bit sequence in decimal ("" = let the graph choose).
-type InverseEdgePayload struct {
-	V        int    `json:"v"`
-	From     uint64 `json:"from"`
-	EdgeType uint16 `json:"edge_type"` // zen.EdgeType of the forward edge
-	To       uint64 `json:"to"`
-	Seq      string `json:"seq,omitempty"`
-	Remove   bool   `json:"remove,omitempty"`
-}
-
-// TaskType implements Payload.
-func (InverseEdgePayload) TaskType() string { return TypeInverseEdge }
-
-// Validate implements Payload.
-func (p InverseEdgePayload) Validate() error {
-	t := TypeInverseEdge
-	if err := checkVersion(t, p.V); err != nil {
-		return err
-	}
-	if err := checkID(t, "from", p.From); err != nil {
-		return err
-	}
-	if err := checkID(t, "to", p.To); err != nil {
-		return err
-	}
-	if p.EdgeType == 0 {
-		return invalid("%s: edge_type is zero", t)
-	}
-	if p.Seq != "" {
-		if len(p.Seq) > 39 {
-			return invalid("%s: seq has %d digits (max 39)", t, len(p.Seq))
-		}
-		for _, c := range p.Seq {
-			if c < '0' || c > '9' {
-				return invalid("%s: seq %q is not decimal", t, p.Seq)
-			}
-		}
-	}
-	return nil
 }

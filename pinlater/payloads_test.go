@@ -65,14 +65,8 @@ func TestValidate(t *testing.T) {
 		{"materialize oversize", MaterializePayload{V: 1, User: 1, ChunkID: "c", Pins: pins(MaxMaterialize + 1)}, "1001 pins"},
 		{"materialize NaN", MaterializePayload{V: 1, User: 1, ChunkID: "c", Pins: []MaterializedPin{{Pin: 1, Score: math.NaN()}}}, "NaN"},
 		{"materialize zero pin", MaterializePayload{V: 1, User: 1, ChunkID: "c", Pins: []MaterializedPin{{Pin: 0}}}, "pins[0].pin is zero"},
-		{"replicate ok", ReplicatePayload{V: 1, User: 1, ChunkID: "c"}, ""},
-		{"replicate no chunk", ReplicatePayload{V: 1, User: 1}, "chunk_id is empty"},
 		{"respace ok", RespacePayload{V: 1, Board: 1}, ""},
 		{"respace version", RespacePayload{V: 3, Board: 1}, "unknown version 3"},
-		{"inverse ok", InverseEdgePayload{V: 1, From: 1, EdgeType: 10, To: 2, Seq: "12345678901234567890123456789012345678"}, ""},
-		{"inverse bad seq", InverseEdgePayload{V: 1, From: 1, EdgeType: 10, To: 2, Seq: "12a"}, "not decimal"},
-		{"inverse long seq", InverseEdgePayload{V: 1, From: 1, EdgeType: 10, To: 2, Seq: strings.Repeat("1", 40)}, "40 digits"},
-		{"inverse zero type", InverseEdgePayload{V: 1, From: 1, To: 2}, "edge_type is zero"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,13 +128,11 @@ func TestDedupIDs(t *testing.T) {
 		{mustTask(NewFanout(FanoutPayload{Pin: 5, Author: 1, Board: 2, CreatedMs: 1})), "fanout:5:1:2"},
 		{mustTask(NewFanoutChunk(FanoutChunkPayload{Pin: 5, Author: 1, Board: 2, CreatedMs: 1, Source: 1, ListFrom: 1, EdgeType: 11, Cursor: "abc", Limit: 500})), "fanout-chunk:5:1:11:500:abc"},
 		{mustTask(NewRespace(RespacePayload{Board: 8})), "respace:8"},
-		{mustTask(NewReplicate(ReplicatePayload{User: 8, ChunkID: "k"})), "replicate:8:k"},
 		{mustTask(NewPinDelete(PinDeletePayload{Pin: 8, Author: 1})), "pin-delete:8"},
 		{mustTask(NewUserDelete(UserDeletePayload{User: 8})), "user-delete:8"},
 		{mustTask(NewUserDelete(UserDeletePayload{User: 8, Pass: UserDeleteLastPass})), "user-delete:8:2"},
 		{mustTask(NewFollowBackfill(FollowBackfillPayload{User: 1, Target: 2, TargetKind: KindUser})), ""},
 		{mustTask(NewUnfollowCleanup(UnfollowCleanupPayload{User: 1, Target: 2, TargetKind: KindUser})), ""},
-		{mustTask(NewInverseEdge(InverseEdgePayload{From: 1, EdgeType: 10, To: 2})), ""},
 	} {
 		if tc.task.ID() != tc.want {
 			t.Errorf("%s: ID %q, want %q", tc.task.Type(), tc.task.ID(), tc.want)
@@ -188,7 +180,6 @@ func TestBackoff(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	f.Add(TypeFanout, []byte(`{"v":1,"pin":1,"author":2,"board":3,"created_ms":1}`))
 	f.Add(TypeMaterialize, []byte(`{"v":1,"user":1,"chunk_id":"c","pins":[{"pin":1,"source":1,"score":0.5}]}`))
-	f.Add(TypeInverseEdge, []byte(`{"v":1,"from":1,"edge_type":10,"to":2,"seq":"99"}`))
 	f.Add(TypeRespace, []byte(`{"v":1,"board":-1}`))
 	f.Add(TypeFanoutChunk, []byte(`null`))
 	f.Fuzz(func(t *testing.T, typ string, body []byte) {
@@ -209,12 +200,8 @@ func FuzzDecode(f *testing.F) {
 			_, err = Decode[UserDeletePayload](task)
 		case TypeMaterialize:
 			_, err = Decode[MaterializePayload](task)
-		case TypeReplicate:
-			_, err = Decode[ReplicatePayload](task)
 		case TypeRespace:
 			_, err = Decode[RespacePayload](task)
-		case TypeInverseEdge:
-			_, err = Decode[InverseEdgePayload](task)
 		default:
 			_, err = Decode[RespacePayload](task)
 			if err == nil {

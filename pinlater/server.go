@@ -92,7 +92,8 @@ type Config struct {
 	// own asynq housekeeping: heartbeat, scheduled-task forwarder, lease recoverer); all but
 	// the first poll empty queues at 4×PollInterval. More than one helps where handlers wait
 	// on I/O with CPU to spare; on a loaded 2-core machine four made GetFeed beside the worker
-	// slower (docs/pools.md, session 44). Default 1, at most Concurrency.
+	// slower (docs/pools.md, "Worker concurrency and dequeuers"). Default 1, at most
+	// Concurrency.
 	Dequeuers int
 	// ShutdownTimeout is how long Shutdown waits for running tasks before handing them back to
 	// Redis for another worker. Default 10 s.
@@ -506,10 +507,8 @@ func Backoff(p Policy, n int) time.Duration {
 	return d + j
 }
 
-// Recover turns a handler panic into an error (the task is retried like any failure) and logs the
-// stack. The server always installs it; it is exported for handlers run outside a Server.
-func Recover(log *zap.Logger) Middleware { return recoverWith(log, nil) }
-
+// recoverWith turns a handler panic into an error (the task is retried like any failure), logs
+// the stack and counts it in m (when not nil). The server always installs it.
 func recoverWith(log *zap.Logger, m *metrics) Middleware {
 	return func(next Handler) Handler {
 		return HandlerFunc(func(ctx context.Context, t *Task) (err error) {

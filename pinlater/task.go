@@ -17,9 +17,7 @@ const (
 	TypePinDelete       = "pin-delete"
 	TypeUserDelete      = "user-delete"
 	TypeMaterialize     = "materialize"
-	TypeReplicate       = "replicate"
 	TypeRespace         = "respace"
-	TypeInverseEdge     = "inverse-edge"
 	// TypeFeedDelete removes a deleted user's materialized feed; it runs where the feed service
 	// runs (the critical queue), enqueued by a worker in another process.
 	TypeFeedDelete = "feed-delete"
@@ -31,8 +29,8 @@ const (
 // Types lists every task type.
 func Types() []string {
 	return []string{TypeFanout, TypeFanoutChunk, TypeFollowBackfill, TypeUnfollowCleanup,
-		TypePinDelete, TypeUserDelete, TypeMaterialize, TypeReplicate, TypeRespace, TypeInverseEdge,
-		TypeFeedDelete, TypeTouch}
+		TypePinDelete, TypeUserDelete, TypeMaterialize, TypeRespace, TypeFeedDelete,
+		TypeTouch}
 }
 
 // Queues, highest priority first. By default a server serves them weighted 6:3:2:1 (so
@@ -66,13 +64,13 @@ type Policy struct {
 func DefaultPolicy(typ string) (p Policy, ok bool) {
 	p = Policy{Queue: QueueDefault, MaxAttempts: 8, BackoffBase: time.Second, BackoffMax: 10 * time.Minute, Timeout: 5 * time.Minute}
 	switch typ {
-	case TypeMaterialize, TypeReplicate, TypeFeedDelete:
+	case TypeMaterialize, TypeFeedDelete:
 		p = Policy{Queue: QueueCritical, MaxAttempts: 10, BackoffBase: 200 * time.Millisecond, BackoffMax: 30 * time.Second, Timeout: 30 * time.Second}
 	case TypeFanout, TypeFanoutChunk:
 		p.Queue = QueueFanout
 		p.MaxAttempts = 6
 		p.Timeout = 10 * time.Minute
-	case TypeFollowBackfill, TypeUnfollowCleanup, TypePinDelete, TypeUserDelete, TypeRespace, TypeInverseEdge:
+	case TypeFollowBackfill, TypeUnfollowCleanup, TypePinDelete, TypeUserDelete, TypeRespace:
 	case TypeTouch:
 		// A touch is advisory and superseded by the next feed read: a few quick attempts.
 		p.MaxAttempts, p.BackoffMax, p.Timeout = 3, 10*time.Second, 10*time.Second
@@ -132,7 +130,7 @@ func NewTask(p Payload) (*Task, error) {
 }
 
 // dedupID is the deterministic task ID of the types where a duplicate would waste work. Types
-// whose order matters (follow/unfollow, inverse edge add/remove) get none: a dropped duplicate
+// whose order matters (follow/unfollow) get none: a dropped duplicate
 // there could drop a later, different intent.
 func dedupID(p Payload) string {
 	u := func(v uint64) string { return strconv.FormatUint(v, 10) }
@@ -145,8 +143,6 @@ func dedupID(p Payload) string {
 		return "fanout-chunk:" + u(p.Pin) + ":" + u(p.ListFrom) + ":" + strconv.Itoa(int(p.EdgeType)) + ":" + strconv.Itoa(p.Limit) + ":" + p.Cursor
 	case MaterializePayload:
 		return "materialize:" + u(p.User) + ":" + p.ChunkID
-	case ReplicatePayload:
-		return "replicate:" + u(p.User) + ":" + p.ChunkID
 	case RespacePayload:
 		return "respace:" + u(p.Board)
 	case PinDeletePayload:
@@ -206,14 +202,8 @@ const touchBucketMs = 60_000
 // NewMaterialize builds a materialize task, deduplicated by (user, chunk).
 func NewMaterialize(p MaterializePayload) (*Task, error) { withVersion(&p.V); return NewTask(p) }
 
-// NewReplicate builds a replicate task, deduplicated by (user, chunk).
-func NewReplicate(p ReplicatePayload) (*Task, error) { withVersion(&p.V); return NewTask(p) }
-
 // NewRespace builds a respace task, deduplicated by board.
 func NewRespace(p RespacePayload) (*Task, error) { withVersion(&p.V); return NewTask(p) }
-
-// NewInverseEdge builds an inverse-edge task.
-func NewInverseEdge(p InverseEdgePayload) (*Task, error) { withVersion(&p.V); return NewTask(p) }
 
 // Decode decodes and validates a task's payload into P. Its error wraps ErrInvalidPayload for a
 // malformed payload or one of another type; the server archives such tasks without retrying.
@@ -257,9 +247,6 @@ func Bulk() Option { return InQueue(QueueBulk) }
 func ProcessIn(d time.Duration) Option {
 	return func(o *enqueueOptions) { o.processAt = time.Now().Add(d) }
 }
-
-// ProcessAt delays the task until t.
-func ProcessAt(t time.Time) Option { return func(o *enqueueOptions) { o.processAt = t } }
 
 // MaxAttempts overrides the number of runs allowed (at least 1).
 func MaxAttempts(n int) Option { return func(o *enqueueOptions) { o.maxAttempts = n } }

@@ -542,7 +542,7 @@ func (sc *scenario) dump() string {
 	for _, p := range sc.pins {
 		pins = append(pins, sc.ids[p])
 	}
-	del, err := DeletedPins(sc.ctx, sc.e.g, pins)
+	del, err := deletedPins(sc.ctx, sc.e.g, pins)
 	if err != nil {
 		sc.t.Fatal(err)
 	}
@@ -567,4 +567,20 @@ func (sc *scenario) name(id zen.ID) string {
 		return n
 	}
 	return id.String()
+}
+
+// deletedPins returns which of pins are deleted (absent or soft-deleted objects), with one
+// batched object read (Graph.GetMany): the scenario's view of what a reader filters out.
+func deletedPins(ctx context.Context, g *zen.Graph, pins []zen.ID) (map[zen.ID]bool, error) {
+	live, err := g.GetMany(ctx, pins)
+	if err != nil {
+		return nil, fmt.Errorf("deleted pins: %w", err)
+	}
+	out := make(map[zen.ID]bool)
+	for _, p := range pins {
+		if _, ok := live[p]; !ok {
+			out[p] = true
+		}
+	}
+	return out, nil
 }

@@ -140,14 +140,6 @@ type LogisticScorer struct {
 	W Weights
 }
 
-// NewLogisticScorer returns the default model with weights w (validated).
-func NewLogisticScorer(w Weights) (*LogisticScorer, error) {
-	if err := w.Validate(); err != nil {
-		return nil, err
-	}
-	return &LogisticScorer{W: w}, nil
-}
-
 // Score implements Scorer.
 func (s *LogisticScorer) Score(f Features) float64 {
 	w := s.W

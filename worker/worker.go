@@ -310,23 +310,6 @@ func (w *Worker) getPin(ctx context.Context, typ string, pin zen.ID) (o zen.Obje
 	return o, false, nil
 }
 
-// DeletedPins returns which of pins are deleted (absent or soft-deleted objects). It is the
-// read-side filter for deleted pins: one batched object read (Graph.GetMany); a reader that
-// cannot import worker does the same with its own Graph.
-func DeletedPins(ctx context.Context, g *zen.Graph, pins []zen.ID) (map[zen.ID]bool, error) {
-	live, err := g.GetMany(ctx, pins)
-	if err != nil {
-		return nil, fmt.Errorf("deleted pins: %w", err)
-	}
-	out := make(map[zen.ID]bool)
-	for _, p := range pins {
-		if _, ok := live[p]; !ok {
-			out[p] = true
-		}
-	}
-	return out, nil
-}
-
 // receiverList is one edge list whose targets receive a pin.
 type receiverList struct {
 	from     zen.ID

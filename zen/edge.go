@@ -562,7 +562,7 @@ func (g *Graph) CountEdgesMany(ctx context.Context, keys []ListKey) ([]int64, er
 }
 
 // AddInverse writes the inverse of e (e.To → e.From, same seq and data); idempotent like AddEdge.
-// It is what the inverse-edge job runs after the forward AddEdge.
+// graphsvc calls it right after the forward AddEdge, so a retry of the pair finishes both.
 func (g *Graph) AddInverse(ctx context.Context, e Edge) error {
 	inv, ok := e.Type.Inverse()
 	if !ok {

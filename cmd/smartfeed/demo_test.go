@@ -200,8 +200,8 @@ func (c failingCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.NewInvalidMetric(c.desc, errors.New("redis: connection refused"))
 }
 
-// A failing collector does not zero the counters the demo's line reads (it printed "pool
-// inserts 0" while Redis was restarted, session 61).
+// A failing collector (one that asks a Redis that is down) does not zero the counters the
+// demo's line reads: the line keeps showing the pool inserts while Redis restarts.
 func TestGatherSumBesideFailingCollector(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_pool_inserts_total", Help: "h"})

@@ -208,7 +208,7 @@ func runE2E(t *testing.T, twice bool, opts ...func(*config.Config)) *e2e {
 	e.follow(C, A) // C gets A's pins, until C unfollows A
 	e.follow(C, I) // and pins tagged I
 	e.follow(D, bB)
-	e.drain() // no task expected yet, but the graph writes may enqueue inverse edges
+	e.drain() // no task expected yet, but run whatever the graph writes enqueued
 
 	// --- Pins: 8 by A, 4 by C, 3 by B tagged I.
 	var aPins []zen.ID
@@ -1311,7 +1311,7 @@ func (e *e2e) checkRerun(users ...zen.ID) {
 	for _, task := range tasks {
 		h, ok := hs[task.Type()]
 		if !ok {
-			continue // inverse edges, respace: not a feed handler
+			continue // respace: not a feed handler
 		}
 		byType[task.Type()]++
 		if err := h.ProcessTask(e.ctx, task); err != nil {

@@ -679,8 +679,8 @@ func (a *app) buildGRPC() error {
 		// Calls run on reused goroutines, whose stacks have already grown to what a GetFeed
 		// needs (a Pebble scan is deep), instead of a new goroutine per call that grows and
 		// copies its stack each time: runtime.newstack was 10.7% of the bench's CPU in its
-		// read-rate phase (session 51). A call that finds no idle worker gets its own
-		// goroutine, as before.
+		// read-rate phase with a goroutine per call. A call that finds no idle worker gets
+		// its own goroutine.
 		grpc.NumStreamWorkers(streamWorkers())}
 	if a.quiet != nil {
 		opts = append(opts, grpc.StatsHandler(a.quiet.StatsHandler()))

@@ -65,9 +65,8 @@ func TestServedChunkMachineCrash(t *testing.T) { servedChunkMachineCrash(t, fals
 // chunk a page showed still marked prepared (else that path went untested). A start from an
 // image is another incarnation: it shows those rows as feed items, never as fresh, with no
 // amends of its own before it serves. Everything TestServedChunkMachineCrash holds holds, no pin
-// shown as fresh twice included. (Until session 50 the mark was lazy with nothing to stop a
-// restart showing the chunk again; sessions 50-60 synced it, or demoted every prepared row
-// after an unclean start.)
+// shown as fresh twice included: only the incarnation that prepared a chunk may show it as
+// fresh, so a lost lazy mark cannot make a restart show it again.
 func TestPreparedChunkMachineCrash(t *testing.T) { servedChunkMachineCrash(t, true) }
 
 func servedChunkMachineCrash(t *testing.T, prepare bool) {

@@ -649,8 +649,8 @@ func (s *split) locate(user zen.ID) map[zen.ID][]string {
 	}
 	// A chunk whose GenerateChunk was killed stays unfinished, and out of Pending, until the
 	// generator's in-flight grace has passed (a minute): its claimed pins are in flight too, or
-	// still in the pools if the kill came before the take. Counting them only from Pending made
-	// a kill inside C's GenerateChunk look like lost pins (session 34's CI run).
+	// still in the pools if the kill came before the take. Counting them only from Pending would
+	// make a kill inside C's GenerateChunk look like lost pins.
 	unfinished, err := s.localGen.Unfinished(s.ctx, user)
 	s.must(err)
 	loc := map[zen.ID][]string{}

@@ -104,7 +104,7 @@ type Storage struct {
 	// pools) one by one until a flush, and under a light write load a full-size memtable keeps
 	// them for minutes. Each such flush is a small L0 file that compaction merges into the
 	// whole base level, and on two cores that compaction showed in the reads' tail
-	// (docs/read-path.md, session 48). Default 0: only full memtables are flushed.
+	// (docs/read-path.md, "Old memtables flushed"). Default 0: only full memtables are flushed.
 	PebbleFlushAfter Duration `json:"pebble_flush_after"`
 	// HBase holds the quorums of the three stores.
 	HBase HBase `json:"hbase"`

@@ -5,7 +5,8 @@
 // under load it collected 30–40 times a second. Each cycle takes a processor's worth of mark
 // work for a few milliseconds, and on two cores a request that arrives then waits for it: an
 // execution trace of the bench's slowest GetFeeds showed the server's transport reader not
-// scheduled for 6.8 ms while the mark worker ran (docs/read-path.md, session 56).
+// scheduled for 6.8 ms while the mark worker ran (docs/read-path.md, "The collector's heap
+// floor").
 //
 // A Tuner raises GOGC after each collection so that the next one starts no sooner than the
 // heap reaches the floor: GOGC = max(base, (floor/live − 1) × 100), where live is the heap the

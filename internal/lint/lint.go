@@ -15,6 +15,9 @@
 // CheckWiring (wiring.go) adds one rule on the code of the commands, not their imports: cmd/...
 // holds wiring, not business logic, which it reads as "no floating-point arithmetic between
 // two values outside tests" (TestCommandsAreWiring, fixture testdata/wiringmod).
+//
+// UnmappedPackages (architecture.go) holds ARCHITECTURE.md's directory table to the tree: every
+// package directory of the module has a row of its own (TestArchitectureMapsEveryPackage).
 package lint
 
 import (

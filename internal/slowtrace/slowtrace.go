@@ -3,7 +3,8 @@
 // longer than a bound: what every goroutine was doing while a slow request waited, for
 // `go tool trace` or scripts/tracewait. A CPU profile shows where time is spent on average; a
 // tail request is usually one that waited (for a processor, behind a compaction, on a lock),
-// and only a trace of that moment shows what it waited for (docs/read-path.md, session 49).
+// and only a trace of that moment shows what it waited for (docs/read-path.md, "What a slow
+// request waited for").
 //
 // At most one flight recorder runs in a process (a Go runtime limit), so a process starts at
 // most one Recorder.

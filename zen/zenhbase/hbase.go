@@ -701,8 +701,8 @@ var _ zen.MultiGetter = (*Table)(nil)
 // own goroutine: a GetMany of one is a Get, and the writes wait in the write client's queue
 // for FlushInterval, to share a multi request (and the region server's WAL sync) with other
 // callers' writes. From batchFrom calls, a goroutine, a blocking send and a region lookup per
-// call cost more than the wait saves: in make bench-hbase's fanout burst (session 51's profile,
-// docs/read-path.md) they were 31% of the process's CPU.
+// call cost more than the wait saves: in a CPU profile of make bench-hbase's fanout burst sent
+// call by call they were 31% of the process's CPU (docs/pools.md, "HBase").
 const batchFrom = 8
 
 // GetMany reads keys under one call deadline: from batchFrom keys with one SendBatch through

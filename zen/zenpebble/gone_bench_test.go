@@ -14,7 +14,7 @@ import (
 // rows of 2,000 other users around it, so that the memtable is the size of a busy one and a
 // seek in it costs what it does in the running system. Run with and without a flush.
 //
-// Session 48 (n=3, 2 cores, 256 MiB cache as the server's default): GetMany 37–68 µs whatever
+// Measured (n=3, 2 cores, 256 MiB cache as the server's default): GetMany 37–68 µs whatever
 // the number of gone rows; the scan 33–35 µs for 100 gone rows, 124–128 µs for 500 and
 // 2.9–3.1 ms for 10,000. A scan pays only for users with almost no history, so TopMany keeps
 // its GetMany. With Pebble's own 8 MiB cache the flushed GetMany took 1.1–1.4 ms: the filter
