@@ -2,6 +2,7 @@
 .DEFAULT_GOAL := help
 GO ?= go
 FUZZTIME ?= 10s
+TEST_PKGS ?= ./...
 SERVICES := scripts/with-services.sh
 # The test targets run on services of their own (run/redis-test, run/hbase-test...), wiped
 # before and after, never on the user's (scripts/with-services.sh, SMARTFEED_SERVICES=test).
@@ -15,7 +16,7 @@ build: ## build the smartfeed binary into bin/
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 
 test: ## all tests, -race, on a Redis and two HBases of the run's own (run/*-test, wiped before and after) and Chromium (installed if missing), then the chart's; every step runs, then a summary (scripts/test.sh)
-	@GO="$(GO)" MAKE="$(MAKE)" scripts/test.sh
+	@GO="$(GO)" MAKE="$(MAKE)" TEST_PKGS="$(TEST_PKGS)" scripts/test.sh
 
 test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout, Redis lost mid 100k-follower fanout, a 20 s Redis outage, 30 minutes of load with memory sampled (SMARTFEED_LONG=1)
 	SMARTFEED_LONG=1 SMARTFEED_FANOUT_1M=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 90m ./zen/... ./worker/

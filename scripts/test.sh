@@ -12,7 +12,8 @@
 # Steps 1–3 run under scripts/with-services.sh with SMARTFEED_SERVICES=test: a Redis and two
 # HBases of the run's own (run/redis-test, run/hbase-test, run/hbase-test-standby), wiped before
 # and after, never the ones of `scripts/redis.sh up`, `make services-up` or `make demo`.
-# Env: GO (default go), MAKE (default make); SMARTFEED_TEST_REDIS_ADDR etc. (with-services.sh).
+# Env: GO (default go), MAKE (default make), TEST_PKGS (the packages of step 1, default ./...);
+# SMARTFEED_TEST_REDIS_ADDR etc. (with-services.sh).
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 GO="${GO:-go}"
@@ -43,7 +44,7 @@ skip() { # skip NAME WHY
 }
 
 S_UP="services up (scripts/with-services.sh)"
-S_RACE="go test -race ./..."
+S_RACE="go test -race ${TEST_PKGS:-./...}"
 S_E2E="e2e on two replicated HBases, without -race"
 S_KEYS="no Redis keys left by the tests"
 S_USER="the user's run/redis untouched"
@@ -78,7 +79,7 @@ leftover_keys() {
 # inner: steps 1–3, run by scripts/with-services.sh with the test services up.
 inner() {
 	printf '%s\tPASS\t%s\t\n' "$S_UP" $(($(date +%s) - ${T_SERVICES:-$(date +%s)})) >>"$STATUS"
-	step "$S_RACE" "$GO" tool gotestsum --format pkgname-and-test-fails --jsonfile "$RUN_DIR/test.json" -- -race -count=1 -timeout 40m ./...
+	step "$S_RACE" "$GO" tool gotestsum --format pkgname-and-test-fails --jsonfile "$RUN_DIR/test.json" -- -race -count=1 -timeout 40m ${TEST_PKGS:-./...}
 	step "$S_E2E" "$GO" tool gotestsum --format pkgname-and-test-fails --jsonfile "$RUN_DIR/test-e2e.json" -- -count=1 -timeout 10m -run TestEndToEndOnReplicatedHBase ./cmd/smartfeed/
 	if [ -z "${SMARTFEED_REDIS_ADDR:-}" ]; then
 		skip "$S_KEYS" "no test Redis (SMARTFEED_NO_REDIS=1)"
@@ -150,8 +151,9 @@ if [ -n "$interrupted" ]; then
 	echo "make test: interrupted"
 	exit "$interrupted"
 fi
+nall=$(wc -l <"$STATUS")
 if [ "$nfail" -gt 0 ]; then
-	echo "make test: FAILED ($nfail steps failed, $nskip skipped)"
+	echo "make test: FAILED: $nfail of $nall steps failed, $nskip skipped"
 	exit 1
 fi
-echo "make test: passed ($nskip steps skipped)"
+echo "make test: passed: $((nall - nskip)) of $nall steps ran and passed, $nskip skipped"
