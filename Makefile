@@ -2,7 +2,11 @@
 .DEFAULT_GOAL := help
 GO ?= go
 FUZZTIME ?= 10s
+TEST_PKGS ?= ./...
 SERVICES := scripts/with-services.sh
+# The test targets run on services of their own (run/redis-test, run/hbase-test...), wiped
+# before and after, never on the user's (scripts/with-services.sh, SMARTFEED_SERVICES=test).
+TEST_SERVICES := SMARTFEED_SERVICES=test scripts/with-services.sh
 
 .PHONY: help build test test-long test-memory test-failover test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo helm-lint services-up services-down
 help: ## list the targets
@@ -11,24 +15,19 @@ help: ## list the targets
 build: ## build the smartfeed binary into bin/
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 
-test: ## all tests, -race, on a real Redis + HBase (started and stopped unless SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK are set) and Chromium (installed if missing), then the chart's
-	@mkdir -p run
-	SMARTFEED_WANT_CHROMIUM=1 $(SERVICES) sh -c '$(GO) tool gotestsum --format pkgname-and-test-fails --jsonfile run/test.json -- -race -count=1 -timeout 40m ./... && \
-		echo "== without -race (gohbase races on its own under it): the e2e scenario on two replicated HBases" && \
-		$(GO) test -count=1 -timeout 10m -run TestEndToEndOnReplicatedHBase ./cmd/smartfeed/'
-	@echo "== tests over 20 s:"; $(GO) tool gotestsum tool slowest --jsonfile run/test.json --threshold 20s
-	$(MAKE) --no-print-directory helm-lint
+test: ## all tests, -race, on a Redis and two HBases of the run's own (run/*-test, wiped before and after) and Chromium (installed if missing), then the chart's; every step runs, then a summary (scripts/test.sh)
+	@GO="$(GO)" MAKE="$(MAKE)" TEST_PKGS="$(TEST_PKGS)" scripts/test.sh
 
 test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout, Redis lost mid 100k-follower fanout, a 20 s Redis outage, 30 minutes of load with memory sampled (SMARTFEED_LONG=1)
-	SMARTFEED_LONG=1 SMARTFEED_FANOUT_1M=1 $(SERVICES) $(GO) test -count=1 -timeout 90m ./zen/... ./worker/
-	SMARTFEED_LONG=1 $(SERVICES) $(GO) test -count=1 -timeout 10m -run TestRedisOutageLosesNothing -v ./cmd/smartfeed/
-	SMARTFEED_LONG=1 SMARTFEED_NO_HBASE=1 $(SERVICES) $(GO) test -count=1 -timeout 45m -run TestMemoryPlateau -v ./cmd/smartfeed/
+	SMARTFEED_LONG=1 SMARTFEED_FANOUT_1M=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 90m ./zen/... ./worker/
+	SMARTFEED_LONG=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 10m -run TestRedisOutageLosesNothing -v ./cmd/smartfeed/
+	SMARTFEED_LONG=1 SMARTFEED_NO_HBASE=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 45m -run TestMemoryPlateau -v ./cmd/smartfeed/
 
 test-memory: ## the memory run shortened to 3 minutes (CreatePin 10/s x 50 followers, GetFeed 100/s; samples in run/memory-plateau/)
-	SMARTFEED_MEMORY_RUN=3m SMARTFEED_NO_HBASE=1 $(SERVICES) $(GO) test -count=1 -timeout 15m -run TestMemoryPlateau -v ./cmd/smartfeed/
+	SMARTFEED_MEMORY_RUN=3m SMARTFEED_NO_HBASE=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 15m -run TestMemoryPlateau -v ./cmd/smartfeed/
 
 test-failover: ## kill -9 the primary feed HBase under read and write load, restart it, compare with the standby (starts two HBases of its own)
-	SMARTFEED_HBASE_FAILOVER=1 SMARTFEED_NO_HBASE_STANDBY=1 $(SERVICES) $(GO) test -count=1 -timeout 20m -run TestHBasePrimaryKill -v ./cmd/smartfeed/
+	SMARTFEED_HBASE_FAILOVER=1 SMARTFEED_NO_HBASE_STANDBY=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 20m -run TestHBasePrimaryKill -v ./cmd/smartfeed/
 
 test-short: ## fast loop: unit tests only, no Redis or HBase
 	$(GO) test -short ./...

@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -21,10 +20,10 @@ import (
 // Redis) sees the same count; producers have their own limit; services and health are not
 // limited; a Redis that does not answer lets calls through.
 func TestRateLimit(t *testing.T) {
-	addr := testenv.Redis(t)
+	addr, prefix := testenv.RedisKeyPrefix(t, "rltest")
+	prefix += ":"
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
-	prefix := fmt.Sprintf("rltest:%d:", time.Now().UnixNano())
 	lim := Limits{User: Limit{PerSecond: 1, Burst: 5}, Producer: Limit{PerSecond: 1, Burst: 2}}
 	r1, err := NewRateLimiter(rdb, prefix, lim, nil, nil)
 	if err != nil {

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -17,11 +16,12 @@ import (
 // without reaching the store, the store alone is reached on every read, and the report
 // section lists all four rows.
 func TestGraphReadsCountsStoreCalls(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	addr, prefix := testenv.RedisKeyPrefix(t, "graphreads")
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rs, err := GraphReads(ctx, zenmem.New(), rdb, fmt.Sprintf("test%d", time.Now().UnixNano()))
+	rs, err := GraphReads(ctx, zenmem.New(), rdb, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}

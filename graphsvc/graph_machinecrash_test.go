@@ -71,8 +71,7 @@ func storeRows(t *testing.T, st zen.Store, names []string) map[string]string {
 // returned is there whole (object, edges both ways, its event's row); and retrying every call
 // with its request_id from any image gives each pin once, listed and counted right.
 func TestCreatePinMachineCrash(t *testing.T) {
-	redisAddr := testenv.Redis(t)
-	ns := fmt.Sprintf("pincrash%d", time.Now().UnixNano())
+	redisAddr, ns := testenv.RedisNamespace(t, "pincrash")
 	ctx := context.Background()
 	fs := vfs.NewCrashableMem()
 	s, err := zenpebble.Open("db", zenpebble.WithFS(fs))
@@ -220,8 +219,7 @@ func mustTable(t *testing.T, s zen.Store, name string) zen.Table {
 // the store as Follow left it (both edges there), and the last one has both edges gone and both
 // events recorded. Retrying the calls from any image ends with no edge, counted zero.
 func TestFollowMachineCrash(t *testing.T) {
-	redisAddr := testenv.Redis(t)
-	ns := fmt.Sprintf("followcrash%d", time.Now().UnixNano())
+	redisAddr, ns := testenv.RedisNamespace(t, "followcrash")
 	ctx := context.Background()
 	fs := vfs.NewCrashableMem()
 	s, err := zenpebble.Open("db", zenpebble.WithFS(fs))

@@ -95,6 +95,14 @@ func NewAdmin(r asynq.RedisConnOpt, opts ...ClientOption) (*Admin, error) {
 	return &Admin{insp: asynq.NewInspector(r), rdb: rdb, keys: keys{ns: o.namespace}}, nil
 }
 
+// Ping checks that the admin's Redis answers.
+func (a *Admin) Ping(ctx context.Context) error {
+	if err := a.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
+}
+
 // Close releases the admin's connections.
 func (a *Admin) Close() error {
 	err := a.insp.Close()

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# scripts/redis.sh up|down|status|wipe — the pinlater Redis on loopback, run as a real dependency.
-#   up:     installs Debian's redis-server if missing, starts it (data, pid, log under run/redis/),
-#           prints SMARTFEED_REDIS_ADDR=127.0.0.1:<port> and writes it to run/redis/env.
+# scripts/redis.sh up|down|status|wipe [NAME] — the pinlater Redis on loopback, run as a real dependency.
+# NAME (default "redis", must start with "redis") names the instance and its folder run/NAME:
+# `make test` runs its own, "redis-test", so the tests never write into the Redis a user gets
+# from `scripts/redis.sh up` or `make demo` (run/redis).
+#   up:     installs Debian's redis-server if missing, starts it (data, pid, log under run/NAME/),
+#           prints SMARTFEED_REDIS_ADDR=127.0.0.1:<port> and writes it to run/NAME/env.
 #           Durable: AOF on (appendfsync REDIS_APPENDFSYNC, default everysec; "always" fsyncs
 #           every write), and the data and the port are kept across down/up, so queued tasks
 #           survive a restart and clients reconnect to the same address. The first up picks a
@@ -14,7 +17,10 @@
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-DIR="$RUN_DIR/redis"
+NAME="${2:-redis}"
+case "$NAME" in redis*) ;; *) die "instance name must start with redis: $NAME" ;; esac
+case "$NAME" in */*|*..*) die "instance name must be a plain folder name: $NAME" ;; esac
+DIR="$RUN_DIR/$NAME"
 PIDFILE="$DIR/redis.pid"
 ENVFILE="$DIR/env"
 
@@ -53,7 +59,7 @@ up() {
 	[ -n "$port" ] || port=$(free_port)
 	local fsync="${REDIS_APPENDFSYNC:-everysec}"
 	case "$fsync" in everysec|always|no) ;; *) die "REDIS_APPENDFSYNC=$fsync: want everysec, always or no" ;; esac
-	log "starting redis-server on 127.0.0.1:$port ($(redis-server --version | awk '{print $3}'), AOF appendfsync $fsync, data in run/redis)"
+	log "starting redis-server on 127.0.0.1:$port ($(redis-server --version | awk '{print $3}'), AOF appendfsync $fsync, data in run/$NAME)"
 	redis-server --bind 127.0.0.1 --port "$port" --daemonize yes \
 		--pidfile "$PIDFILE" --dir "$DIR" --logfile "$DIR/redis.log" \
 		--save '' --appendonly yes --appendfsync "$fsync" --protected-mode yes >/dev/null
@@ -102,5 +108,5 @@ up) up ;;
 down) down ;;
 status) status ;;
 wipe) wipe ;;
-*) echo "usage: $0 up|down|status|wipe" >&2; exit 2 ;;
+*) echo "usage: $0 up|down|status|wipe [NAME]" >&2; exit 2 ;;
 esac

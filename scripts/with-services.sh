@@ -8,10 +8,36 @@
 # With HBase it also starts a second HBase, the standby (SMARTFEED_HBASE_STANDBY_ZK), fed by
 # HBase's own replication from the first (scripts/hbase.sh replicate), unless
 # SMARTFEED_NO_HBASE_STANDBY=1 or the primary came from the environment without a standby.
+#
+# SMARTFEED_SERVICES=test (what `make test` sets) keeps the tests away from the user's services:
+# it runs instances of its own, redis-test, hbase-test and hbase-test-standby (folders under
+# run/), which it wipes before starting and stops and wipes when it exits, so nothing a test
+# wrote reaches the Redis of `scripts/redis.sh up` or `make demo` (run/redis), and two runs in a
+# row start from empty services. In that mode SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK /
+# SMARTFEED_HBASE_STANDBY_ZK from the environment (a user's `export $(scripts/redis.sh up)`)
+# are ignored; SMARTFEED_TEST_REDIS_ADDR / SMARTFEED_TEST_HBASE_ZK /
+# SMARTFEED_TEST_HBASE_STANDBY_ZK name services to test against instead.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 [ $# -gt 0 ] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
+
+MODE="${SMARTFEED_SERVICES:-}"
+case "$MODE" in "" | test) ;; *) die "SMARTFEED_SERVICES=$MODE: want test or nothing" ;; esac
+# The instance names: the user's, or the test run's own (see SMARTFEED_SERVICES above).
+if [ "$MODE" = test ]; then
+	REDIS_NAME=redis-test HBASE_NAME=hbase-test STANDBY_NAME=hbase-test-standby
+	for v in REDIS_ADDR HBASE_ZK HBASE_STANDBY_ZK; do
+		user="SMARTFEED_$v" mine="SMARTFEED_TEST_$v"
+		if [ -n "${!user:-}" ] && [ -z "${!mine:-}" ]; then
+			log "SMARTFEED_SERVICES=test: ignoring $user=${!user} (the tests run on services of their own; $mine names one to use instead)"
+		fi
+		unset "$user"
+		if [ -n "${!mine:-}" ]; then export "$user=${!mine}"; fi
+	done
+else
+	REDIS_NAME=redis HBASE_NAME=hbase STANDBY_NAME=hbase-standby
+fi
 
 started=()
 cleanup() {
@@ -20,6 +46,12 @@ cleanup() {
 	for s in "${started[@]}"; do
 		# "hbase-standby" is an instance of scripts/hbase.sh
 		"$ROOT/scripts/${s%%-*}.sh" down "$s" || log "WARNING: $s down failed"
+		if [ "$MODE" = test ]; then
+			case "$s" in
+			redis*) "$ROOT/scripts/redis.sh" wipe "$s" >/dev/null 2>&1 || log "WARNING: $s wipe failed" ;;
+			hbase*) rm -rf "${RUN_DIR:?}/$s/data" "${RUN_DIR:?}/$s/zk" "${RUN_DIR:?}/$s/tmp" ;;
+			esac
+		fi
 	done
 	exit "$rc"
 }
@@ -27,20 +59,27 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# start NAME VAR: runs scripts/NAME.sh up (scripts/hbase.sh up NAME for an HBase instance) and
-# exports VAR from its env file. One that is already running (a `make services-up`) is used as is
-# and left running.
+# start NAME VAR: runs scripts/redis.sh up NAME or scripts/hbase.sh up NAME and exports VAR
+# with the address from its env file. One that is already running (a `make services-up`) is used
+# as is and left running; in the test mode it is wiped and started afresh instead (an instance
+# of the test run's own, left over by an interrupted run).
 start() {
-	local name="$1" var="$2" line script="${1%%-*}"
-	if "$ROOT/scripts/$script.sh" status "$name" >/dev/null 2>&1; then
+	local name="$1" var="$2" addr script="${1%%-*}"
+	if [ "$MODE" != test ] && "$ROOT/scripts/$script.sh" status "$name" >/dev/null 2>&1; then
 		log "$name is already up (make services-up?); using it and leaving it running"
 	else
 		started+=("$name")
+		if [ "$MODE" = test ]; then
+			"$ROOT/scripts/$script.sh" down "$name" >/dev/null 2>&1 || true
+			if [ "$script" = redis ]; then "$ROOT/scripts/redis.sh" wipe "$name" >/dev/null; fi
+		fi
 		"$ROOT/scripts/$script.sh" up "$name" >/dev/null
 	fi
-	line=$(grep "^$var=" "$RUN_DIR/$name/env") || die "$name up wrote no $var"
-	export "${line?}"
-	log "using $line"
+	# The env file's variable is named after the instance for HBase (SMARTFEED_HBASE_TEST_ZK).
+	addr=$(sed -n 's/^SMARTFEED_[A-Z_]*=//p' "$RUN_DIR/$name/env" | head -n 1)
+	[ -n "$addr" ] || die "$name up wrote no address into run/$name/env"
+	export "$var=$addr"
+	log "using $var=$addr ($name)"
 }
 
 if [ -n "${SMARTFEED_REDIS_ADDR:-}" ]; then
@@ -48,7 +87,7 @@ if [ -n "${SMARTFEED_REDIS_ADDR:-}" ]; then
 elif [ "${SMARTFEED_NO_REDIS:-}" = 1 ]; then
 	log "SMARTFEED_NO_REDIS=1: not starting Redis"
 else
-	start redis SMARTFEED_REDIS_ADDR
+	start "$REDIS_NAME" SMARTFEED_REDIS_ADDR
 fi
 
 if [ -n "${SMARTFEED_HBASE_ZK:-}" ]; then
@@ -56,14 +95,14 @@ if [ -n "${SMARTFEED_HBASE_ZK:-}" ]; then
 elif [ "${SMARTFEED_NO_HBASE:-}" = 1 ]; then
 	log "SMARTFEED_NO_HBASE=1: not starting HBase"
 else
-	start hbase SMARTFEED_HBASE_ZK
+	start "$HBASE_NAME" SMARTFEED_HBASE_ZK
 	if [ -n "${SMARTFEED_HBASE_STANDBY_ZK:-}" ]; then
 		log "using the standby HBase at SMARTFEED_HBASE_STANDBY_ZK=$SMARTFEED_HBASE_STANDBY_ZK"
 	elif [ "${SMARTFEED_NO_HBASE_STANDBY:-}" = 1 ]; then
 		log "SMARTFEED_NO_HBASE_STANDBY=1: no standby HBase"
 	else
-		start hbase-standby SMARTFEED_HBASE_STANDBY_ZK
-		"$ROOT/scripts/hbase.sh" replicate hbase hbase-standby
+		start "$STANDBY_NAME" SMARTFEED_HBASE_STANDBY_ZK
+		"$ROOT/scripts/hbase.sh" replicate "$HBASE_NAME" "$STANDBY_NAME"
 	fi
 fi
 

@@ -126,3 +126,35 @@ func deadAddr(t *testing.T) string {
 	_ = l.Close()
 	return addr
 }
+
+// TestJobsWithoutRedisNamesTheFix: jobs pointed at an address where no Redis listens, by flag or
+// by its SMARTFEED_* twin, fails naming the address and the ways to fix it (the flag, its twin,
+// scripts/redis.sh up), whatever the subcommand. It needs no Redis.
+func TestJobsWithoutRedisNamesTheFix(t *testing.T) {
+	dead := deadAddr(t)
+	cases := []struct {
+		name string
+		args []string
+		env  string
+	}{
+		{"queues, flag", []string{"jobs", "queues", "--redis-addr", dead}, ""},
+		{"queues, environment", []string{"jobs", "queues"}, dead},
+		{"pause, flag", []string{"jobs", "--redis-addr", dead, "pause", "critical"}, ""},
+		{"list, environment", []string{"jobs", "list", "fanout"}, dead},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("SMARTFEED_REDIS_ADDR", c.env)
+			var out bytes.Buffer
+			err := run(t.Context(), c.args, &out, &out)
+			if err == nil {
+				t.Fatalf("smartfeed %v with no Redis at %s: no error\n%s", c.args, dead, out.String())
+			}
+			for _, want := range []string{dead, "--redis-addr", "SMARTFEED_REDIS_ADDR", "scripts/redis.sh up"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("smartfeed %v: error does not name %q:\n%v", c.args, want, err)
+				}
+			}
+		})
+	}
+}

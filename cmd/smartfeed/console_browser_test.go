@@ -52,7 +52,7 @@ func (l *lockedBuffer) String() string {
 // With SMARTFEED_UPDATE_SCREENSHOTS=1 it rewrites docs/console/{feed,failover,queues}.png.
 func TestConsoleInBrowser(t *testing.T) {
 	chrome := testenv.Chromium(t)
-	redis := testenv.Redis(t)
+	redis, ns := testenv.RedisNamespace(t, "consoletest")
 	dir := t.TempDir()
 	const token = "console-browser-test-admin-token"
 	tokenFile := filepath.Join(dir, "admin-token")
@@ -64,7 +64,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- run(demoCtx, []string{"demo", "--data-dir", filepath.Join(dir, "data"), "--redis-addr", redis,
-			"--redis-namespace", fmt.Sprintf("consoletest_%d", time.Now().UnixNano()),
+			"--redis-namespace", ns,
 			"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--admin-grpc-addr", "127.0.0.1:0",
 			"--admin-token-file", tokenFile, "--demo-users", "80", "--demo-follows", "12",
 			"--demo-events-per-sec", "40", "--demo-reads-per-sec", "40"}, out, io.Discard)

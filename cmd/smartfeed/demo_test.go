@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"regexp"
 	"strconv"
@@ -28,11 +27,11 @@ func TestDemoBounded(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration: needs Redis; run make test")
 	}
-	redis := testenv.Redis(t)
+	redis, ns := testenv.RedisNamespace(t, "demotest")
 	dir := t.TempDir()
 	args := func(d string) []string {
 		return []string{"demo", "--duration", d, "--data-dir", dir, "--redis-addr", redis,
-			"--redis-namespace", fmt.Sprintf("demotest_%d", time.Now().UnixNano()),
+			"--redis-namespace", ns,
 			"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--admin-grpc-addr", "127.0.0.1:0", "--demo-users", "60",
 			"--demo-follows", "10", "--demo-events-per-sec", "40", "--demo-reads-per-sec", "40"}
 	}

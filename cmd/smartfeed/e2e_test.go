@@ -337,8 +337,7 @@ func (g *recGen) Settle(ctx context.Context, user zen.ID, chunkID string, delive
 
 func newE2E(t *testing.T, twice bool, opts ...func(*config.Config)) *e2e {
 	cfg := config.DefaultConfig()
-	cfg.Redis.Addr = testenv.Redis(t)
-	cfg.Redis.Namespace = fmt.Sprintf("e2e_%d", time.Now().UnixNano())
+	cfg.Redis.Addr, cfg.Redis.Namespace = testenv.RedisNamespace(t, "e2e")
 	cfg.Storage.DataDir = t.TempDir()
 	cfg.Storage.PebbleNoSync = true
 	cfg.GRPC.Addr = "127.0.0.1:0"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/quote"
 	"github.com/smartfeed/smartfeed/pinlater"
 )
 
@@ -78,6 +80,9 @@ func newJobsCmd(getenv func(string) string) *cobra.Command {
 				return fmt.Errorf("jobs: %w", err)
 			}
 			defer admin.Close()
+			if err := admin.Ping(cmd.Context()); err != nil {
+				return jobsRedisError(err, jc)
+			}
 			return fn(cmd.Context(), admin, cmd.OutOrStdout(), args)
 		}
 	}
@@ -399,4 +404,17 @@ func failedAt(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// jobsRedisError is the error of a jobs command whose Redis does not answer PING. When nothing
+// answers at the address it names the address and database tried and how to change them: the
+// commonest cause is jobs run with the default address (127.0.0.1:6379) while the deployment's
+// Redis is elsewhere. Any other answer (a password refused) is reported as Redis gave it.
+func jobsRedisError(err error, jc jobsConn) error {
+	var netErr net.Error
+	if errors.As(err, &netErr) {
+		return fmt.Errorf("jobs: no Redis answers at %s (db %d): %w; point jobs at the deployment's Redis with --redis-addr HOST:PORT "+
+			"or SMARTFEED_REDIS_ADDR, or start a local one with `export $(scripts/redis.sh up)`", quote.Q(jc.addr), jc.db, err)
+	}
+	return fmt.Errorf("jobs: the Redis at %s (db %d; its password from SMARTFEED_REDIS_PASSWORD): %w", quote.Q(jc.addr), jc.db, err)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -70,6 +71,14 @@ func TestTakeoverDefaultNamespace(t *testing.T) {
 	if err := rdb.FlushDB(t.Context()).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// The database is the test's own: it leaves it empty, after the apps below have stopped.
+	t.Cleanup(func() {
+		c := goredis.NewClient(&goredis.Options{Addr: first.Redis.Addr, DB: takeoverTestDB})
+		defer c.Close()
+		if err := c.FlushDB(context.Background()).Err(); err != nil {
+			t.Errorf("empty the test's database %d: %v", takeoverTestDB, err)
+		}
+	})
 	a, err := newApp(t.Context(), roleAll, first, zap.NewNop(), newRegistry())
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -31,8 +30,7 @@ import (
 // and a Redis namespace of the test's own.
 func testConfig(t *testing.T) config.Config {
 	c := config.DefaultConfig()
-	c.Redis.Addr = testenv.Redis(t)
-	c.Redis.Namespace = fmt.Sprintf("cmdtest_%d", time.Now().UnixNano())
+	c.Redis.Addr, c.Redis.Namespace = testenv.RedisNamespace(t, "cmdtest")
 	c.Storage.DataDir = t.TempDir()
 	c.Storage.PebbleNoSync = true
 	c.GRPC.Addr = "127.0.0.1:0"

@@ -277,7 +277,7 @@ func TestShardsMoveRecoversFromACrashWhileFenced(t *testing.T) {
 // logged no failed write and kept serving feeds, and the fence's duration is reported.
 func TestDemoWhileShardsMove(t *testing.T) {
 	zk := testenv.HBase(t)
-	redis := testenv.Redis(t)
+	redis, ns := testenv.RedisNamespace(t, "demomv")
 	dir := t.TempDir()
 	prefix := fmt.Sprintf("demomv%d_", time.Now().UnixNano())
 	mapFile := filepath.Join(t.TempDir(), "shards.json")
@@ -298,7 +298,7 @@ func TestDemoWhileShardsMove(t *testing.T) {
 	// The demo runs until the move is over and 5 s more (writes after the switch), as if
 	// stopped with Ctrl-C: a fixed duration ended it mid-move on a loaded CI machine.
 	args := []string{"demo", "--duration", "10m", "--data-dir", dir, "--redis-addr", redis,
-		"--redis-namespace", fmt.Sprintf("demomv_%d", time.Now().UnixNano()),
+		"--redis-namespace", ns,
 		"--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--admin-grpc-addr", "127.0.0.1:0",
 		"--demo-users", "120", "--demo-follows", "10", "--demo-events-per-sec", "40", "--demo-reads-per-sec", "40",
 		"--stores", "cold=hbase:" + zk, "--hbase-table-prefix", prefix, "--shard-map-file", mapFile}
@@ -501,7 +501,7 @@ func TestShardsMoveAcrossProcesses(t *testing.T) {
 			}
 		}
 	})
-	ns := fmt.Sprintf("cmdmvp_%d", time.Now().UnixNano())
+	_, ns := testenv.RedisNamespace(t, "cmdmvp")
 	start := func(role string) *app {
 		cfg := testConfig(t)
 		cfg.Redis.Namespace = ns

@@ -53,11 +53,10 @@ func TestShardMoveWithAStalledProcess(t *testing.T) {
 		t.Skip("stalled process: two processes on HBase and a ZooKeeper session expiry; skipped with -short")
 	}
 	zk := testenv.HBase(t)
-	redis := testenv.Redis(t)
+	redis, ns := testenv.RedisNamespace(t, "cmdstall")
 	stamp := time.Now().UnixNano()
 	prefix := fmt.Sprintf("cmdstall%d_", stamp)
 	zpath := fmt.Sprintf("/smartfeed-test/%d/shardmap", stamp)
-	ns := fmt.Sprintf("cmdstall_%d", stamp)
 	m0, err := zen.ParseShardMap([]byte(`{"ranges": [{"from": 0, "to": 7, "store": "default"},
 		{"from": 8, "to": 15, "store": "default", "open": true}, {"from": 16, "to": 4095, "store": "default"}]}`))
 	if err != nil {

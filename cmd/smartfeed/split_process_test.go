@@ -47,9 +47,9 @@ func TestSplitProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("split processes: builds the binary and runs three processes; skipped with -short")
 	}
-	redis := testenv.Redis(t)
+	redis, ns := testenv.RedisNamespace(t, "split")
 	zk := testenv.HBase(t)
-	s := newSplit(t, redis, zk)
+	s := newSplit(t, redis, ns, zk)
 
 	// --- Graph through the graph role's GraphService: A, B, C, D, E (E is the inactive one).
 	A, B, C, D, E := s.user("alice"), s.user("bob"), s.user("carol"), s.user("dave"), s.user("erin")
@@ -328,9 +328,9 @@ func buildBinary(t *testing.T, dir string) string {
 	return bin
 }
 
-// newSplit starts the four role processes; extraEnv is added to (and overrides) their common
-// environment.
-func newSplit(t *testing.T, redis, zk string, extraEnv ...string) *split {
+// newSplit starts the four role processes in the Redis namespace ns; extraEnv is added to (and
+// overrides) their common environment.
+func newSplit(t *testing.T, redis, ns, zk string, extraEnv ...string) *split {
 	dir := t.TempDir()
 	s := &split{e2eModel: &e2eModel{t: t, ctx: t.Context(), names: map[zen.ID]string{},
 		followers: map[zen.ID]map[zen.ID]bool{}, savedBy: map[zen.ID][]zen.ID{},
@@ -340,7 +340,6 @@ func newSplit(t *testing.T, redis, zk string, extraEnv ...string) *split {
 	s.bin = buildBinary(t, dir)
 	stamp := time.Now().UnixNano()
 	prefix := fmt.Sprintf("split%d_", stamp)
-	ns := fmt.Sprintf("split_%d", stamp)
 	base := append(os.Environ(),
 		"SMARTFEED_STORAGE=hbase", "SMARTFEED_HBASE_POOLS_ZK="+zk, "SMARTFEED_HBASE_PRIMARY_ZK="+zk,
 		"SMARTFEED_HBASE_STANDBY_ZK="+zk, "SMARTFEED_HBASE_TABLE_PREFIX="+prefix, "SMARTFEED_HBASE_REPLICATION=app",

@@ -27,12 +27,12 @@ func TestSplitRemovalsBeatPreparedChunks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("split processes: builds the binary and runs four processes; skipped with -short")
 	}
-	redis := testenv.Redis(t)
+	redis, ns := testenv.RedisNamespace(t, "splitrm")
 	zk := testenv.HBase(t)
 	// The chunk is prepared 2 s after the first page, time for P's fanout through the worker
 	// process to reach F's pools; the recovery pass leaves it alone for 6 s, time for the
 	// removal to come first.
-	s := newSplit(t, redis, zk, "SMARTFEED_FEED_PREPARE_AFTER=2s", "SMARTFEED_FEED_RECOVER_AFTER=6s")
+	s := newSplit(t, redis, ns, zk, "SMARTFEED_FEED_PREPARE_AFTER=2s", "SMARTFEED_FEED_RECOVER_AFTER=6s")
 	g := s.graph()
 
 	type world struct{ F, X, Y, bX, bY, I, P, Q zen.ID }

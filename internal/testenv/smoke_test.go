@@ -247,9 +247,9 @@ func TestHBaseSmoke(t *testing.T) {
 }
 
 func TestAsynqSmoke(t *testing.T) {
-	addr := testenv.Redis(t)
+	addr, ns := testenv.RedisNamespace(t, "smoke")
 	opt := asynq.RedisClientOpt{Addr: addr}
-	queue := "smoke_" + strconv.FormatInt(time.Now().UnixNano(), 36) // isolated from other tests
+	queue := ns + "-hello" // a queue of the namespace: purged when the test ends
 
 	client := asynq.NewClient(opt)
 	t.Cleanup(func() { _ = client.Close() })

@@ -1,12 +1,9 @@
 package queueadmin
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
@@ -22,16 +19,14 @@ import (
 // TestOnRedis runs the server over a real pinlater.Admin: a task is enqueued and archived (dead),
 // listed as dead, retried back to pending; its queue is paused and resumed.
 func TestOnRedis(t *testing.T) {
-	addr := testenv.Redis(t)
+	addr, ns := testenv.RedisNamespace(t, "queueadmintest")
 	ctx := t.Context()
-	ns := fmt.Sprintf("queueadmintest%d", time.Now().UnixNano())
 	r := pinlater.RedisAddr(addr)
 	admin, err := pinlater.NewAdmin(r, pinlater.WithNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	t.Cleanup(func() { _ = admin.Purge(context.Background()) })
 	client, err := pinlater.NewClient(r, zap.NewNop(), nil, pinlater.WithNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
@@ -87,15 +82,13 @@ func TestOnRedis(t *testing.T) {
 // NotFound (never Unavailable, which tells a client to retry), and leaves no setting behind for
 // the unknown queue. A standard queue that never held a task is still a queue.
 func TestBadQueueNamesOnRedis(t *testing.T) {
-	addr := testenv.Redis(t)
+	addr, ns := testenv.RedisNamespace(t, "queueadminbad")
 	ctx := t.Context()
-	ns := fmt.Sprintf("queueadminbad%d", time.Now().UnixNano())
 	admin, err := pinlater.NewAdmin(pinlater.RedisAddr(addr), pinlater.WithNamespace(ns))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	t.Cleanup(func() { _ = admin.Purge(context.Background()) })
 	s := New(admin)
 	methods := map[string]func(q string) error{
 		"ListTasks": func(q string) error {

@@ -13,10 +13,11 @@ import (
 )
 
 func TestPushTrimRead(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: testenv.Redis(t)})
+	addr, prefix := testenv.RedisKeyPrefix(t, "baseline")
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	defer rdb.Close()
 	ctx := context.Background()
-	z, err := New(rdb, fmt.Sprintf("test:baseline:%d:", time.Now().UnixNano()), 3, 2)
+	z, err := New(rdb, prefix+":", 3, 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func BenchmarkGraphReads(b *testing.B) {
 }
 
 func benchGraphReads(b *testing.B, p zen.Store) {
-	addr := testenv.Redis(b)
+	addr, prefix := testenv.RedisKeyPrefix(b, "zcbench")
 	ctx := context.Background()
 	seedGraph, err := zen.NewGraph(ctx, p, nil, nil)
 	if err != nil {
@@ -104,7 +104,7 @@ func benchGraphReads(b *testing.B, p zen.Store) {
 		name := "store"
 		if cached {
 			name = "cache"
-			c, err := Wrap(st, rdb, Options{Prefix: fmt.Sprintf("zcbench%d:", time.Now().UnixNano())})
+			c, err := Wrap(st, rdb, Options{Prefix: prefix + ":"})
 			if err != nil {
 				b.Fatal(err)
 			}

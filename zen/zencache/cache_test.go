@@ -35,7 +35,8 @@ func newRedis(t *testing.T) redis.UniversalClient {
 func twoProcesses(t *testing.T, rdb redis.UniversalClient, table string) (a, b, bare zen.Table) {
 	t.Helper()
 	st := zenmem.New()
-	prefix := fmt.Sprintf("zctest%d:", time.Now().UnixNano())
+	_, prefix := testenv.RedisKeyPrefix(t, "zctest")
+	prefix += ":"
 	ctx := context.Background()
 	for i, dst := range []*zen.Table{&a, &b} {
 		reg := prometheus.NewRegistry()
