@@ -12,6 +12,8 @@ import (
 func TestSetMaxProcs(t *testing.T) {
 	was := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() { runtime.GOMAXPROCS(was) })
+	runtime.SetDefaultGOMAXPROCS()
+	def := runtime.GOMAXPROCS(0)
 	for _, tc := range []struct {
 		name     string
 		env      string
@@ -21,7 +23,8 @@ func TestSetMaxProcs(t *testing.T) {
 	}{
 		{"set", "", 3, 2, 3},
 		{"set, over the environment", "5", 3, 5, 3},
-		{"default: twice", "", 0, 2, 4},
+		{"default: twice the runtime's", "", 0, 2, 2 * def},
+		{"default: twice the runtime's, not twice the value in force", "", 0, 4 * def, 2 * def},
 		{"default: the environment's", "5", 0, 5, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -130,12 +130,15 @@ func storesOf(role string, cfg config.Config) config.Uses {
 
 // setMaxProcs sets GOMAXPROCS from cfg.MaxProcs (config.Config.MaxProcs): that many, or with 0
 // twice the runtime's default unless the GOMAXPROCS environment variable chose it. It returns
-// the value in force.
+// the value in force. It is idempotent: twice the default is computed from the runtime's
+// default, not from the value in force, so a process that starts a server more than once (the
+// tests do) does not double it again.
 func setMaxProcs(cfg config.Config) int {
 	switch {
 	case cfg.MaxProcs > 0:
 		runtime.GOMAXPROCS(cfg.MaxProcs)
 	case os.Getenv("GOMAXPROCS") == "":
+		runtime.SetDefaultGOMAXPROCS()
 		runtime.GOMAXPROCS(2 * runtime.GOMAXPROCS(0))
 	}
 	return runtime.GOMAXPROCS(0)
