@@ -245,6 +245,10 @@ func TestRunRefusesBadConfig(t *testing.T) {
 // missing one of its own is refused as an invalid config naming the setting.
 func TestRunNeedsOnlyItsStores(t *testing.T) {
 	const dead = "127.0.0.1:1" // nothing listens on port 1
+	// The quorums come from the flags alone: make test exports the test HBases' addresses.
+	for _, v := range []string{"SMARTFEED_HBASE_POOLS_ZK", "SMARTFEED_HBASE_PRIMARY_ZK", "SMARTFEED_HBASE_STANDBY_ZK"} {
+		t.Setenv(v, "")
+	}
 	base := []string{"--storage", "hbase", "--redis-addr", dead}
 	pools := []string{"--hbase-pools-zk", dead}
 	feed := []string{"--hbase-primary-zk", dead, "--hbase-standby-zk", "127.0.0.2:1"}
