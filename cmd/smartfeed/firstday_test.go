@@ -12,6 +12,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 )
 
 // reflectedServices lists the services a gRPC server names through reflection, as grpcurl's
@@ -73,5 +77,69 @@ func TestHedgeSuggestOnFreshAll(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "nothing to replay yet") || !strings.Contains(out.String(), "Serve some feeds") {
 		t.Errorf("hedge suggest on a fresh all printed:\n%s", out.String())
+	}
+}
+
+// TestGetFeedIncludeObjects: a page asked with include_objects carries each item's pin and its
+// author, so a frontend renders it without a second call; without the option it carries IDs
+// only.
+func TestGetFeedIncludeObjects(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the binary's services")
+	}
+	_, conn := startAll(t)
+	g := graphv1.NewGraphServiceClient(conn)
+	ctx := t.Context()
+	mk := func(name string) *graphv1.User {
+		u, err := g.CreateUser(ctx, &graphv1.CreateUserRequest{Username: name, Email: name + "@example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	ada, bob := mk("ada"), mk("bob")
+	board, err := g.CreateBoard(ctx, &graphv1.CreateBoardRequest{OwnerId: ada.GetId(), Name: "Kitchens"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Follow(ctx, &graphv1.FollowRequest{UserId: bob.GetId(), TargetId: ada.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	pin, err := g.CreatePin(ctx, &graphv1.CreatePinRequest{AuthorId: ada.GetId(), BoardId: board.GetId(),
+		Details: "open shelves", ImageUrl: "https://img.example.com/shelves.jpg"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := feedv1.NewFeedServiceClient(conn)
+	// The fanout runs in the background: wait for the pin to reach bob's feed.
+	var page *feedv1.GetFeedResponse
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if page, err = f.GetFeed(ctx, &feedv1.GetFeedRequest{UserId: bob.GetId(), IncludeObjects: true}); err != nil {
+			t.Fatal(err)
+		}
+		if len(page.GetItems()) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // polling a condition, not waiting for time to pass
+	}
+	if len(page.GetItems()) != 1 {
+		t.Fatalf("bob's feed: %v", page.GetItems())
+	}
+	it := page.GetItems()[0]
+	if d := cmp.Diff(pin, it.GetPin(), protocmp.Transform()); d != "" {
+		t.Errorf("item's pin (-CreatePin's answer +GetFeed's):\n%s", d)
+	}
+	if d := cmp.Diff(ada, it.GetAuthor(), protocmp.Transform()); d != "" {
+		t.Errorf("item's author (-CreateUser's answer +GetFeed's):\n%s", d)
+	}
+	// Without the option: IDs only (a later page of the same feed, so no new chunk is taken).
+	plain, err := f.GetFeed(ctx, &feedv1.GetFeedRequest{UserId: bob.GetId()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, it := range plain.GetItems() {
+		if it.GetPin() != nil || it.GetAuthor() != nil {
+			t.Errorf("an item without include_objects carries objects: %v", it)
+		}
 	}
 }

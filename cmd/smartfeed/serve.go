@@ -696,8 +696,13 @@ func (a *app) buildGRPC() error {
 		generatorv1.RegisterGeneratorServiceServer(a.grpc, generator.NewServer(a.gen))
 	}
 	if a.feed != nil {
-		// FeedAdmin is on the admin port only (buildAdminGRPC).
-		feedsvc.Register(a.grpc, a.feed, false, nil, nil)
+		// FeedAdmin is on the admin port only (buildAdminGRPC). include_objects reads the
+		// graph of a process that opens it; a feed process without it refuses the option.
+		var objects feedsvc.ObjectLookup
+		if a.graph != nil {
+			objects = graphObjects{a.graph}
+		}
+		feedsvc.RegisterFeed(a.grpc, a.feed, objects)
 	}
 	if a.has(roleWorker, roleGraph) {
 		a.registerGraphService()
