@@ -3,17 +3,23 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/smartfeed/smartfeed/internal/config"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 )
@@ -140,6 +146,81 @@ func TestGetFeedIncludeObjects(t *testing.T) {
 	for _, it := range plain.GetItems() {
 		if it.GetPin() != nil || it.GetAuthor() != nil {
 			t.Errorf("an item without include_objects carries objects: %v", it)
+		}
+	}
+}
+
+// TestStartErrorsNameTheirFix: a server that cannot take its address or its data directory says
+// which flag and environment variable to change.
+func TestStartErrorsNameTheirFix(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Redis")
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		mod  func(*config.Config)
+		want []string
+	}{
+		{"grpc port taken", func(c *config.Config) { c.GRPC.Addr = taken.Addr().String() },
+			[]string{"grpc listener", "address already in use", "another process listens there", "--grpc-addr (or SMARTFEED_GRPC_ADDR)"}},
+		{"admin port taken", func(c *config.Config) { c.Admin.Addr = taken.Addr().String() },
+			[]string{"admin (metrics, console) listener", "address already in use", "--admin-addr (or SMARTFEED_ADMIN_ADDR)"}},
+		{"admin gRPC port taken", func(c *config.Config) { c.Admin.GRPCAddr = taken.Addr().String() },
+			[]string{"admin gRPC (FeedAdmin) listener", "address already in use", "--admin-grpc-addr (or SMARTFEED_ADMIN_GRPC_ADDR)"}},
+		{"data dir unwritable", func(c *config.Config) { c.Storage.DataDir = filepath.Join(file, "data") },
+			[]string{"data directory", "not a directory", "pass a writable directory with --data-dir (or SMARTFEED_DATA_DIR)"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			tt.mod(&cfg)
+			a, err := newApp(t.Context(), roleAll, cfg, zap.NewNop(), newRegistry())
+			if err == nil {
+				a.closeAll()
+				t.Fatal("newApp: no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestServingLineNamesURLs: `all` says at start where its console and its metrics are.
+func TestServingLineNamesURLs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs Redis")
+	}
+	cfg := testConfig(t)
+	var logs syncBuffer
+	lg := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(&logs), zap.InfoLevel))
+	a, err := newApp(t.Context(), roleAll, cfg, lg, newRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), `"msg":"serving"`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no serving line:\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond) // polling the log for a condition
+	}
+	for _, w := range []string{`"console":"http://` + a.adminAddr() + `/console/"`, `"metrics":"http://` + a.adminAddr() + `/metrics"`} {
+		if !strings.Contains(logs.String(), w) {
+			t.Errorf("serving line lacks %s:\n%s", w, logs.String())
 		}
 	}
 }

@@ -175,9 +175,9 @@ func (a *app) buildAdminGRPC() error {
 	// Reflection, as on the public port, so grpcurl reaches FeedAdmin, ShardAdmin and
 	// QueueAdmin without proto files; under the same credential as every other call here.
 	reflection.Register(a.adminGRPC)
-	lis, err := net.Listen("tcp", addr)
+	lis, err := listen(addr, "admin gRPC (FeedAdmin)", "admin-grpc-addr")
 	if err != nil {
-		return fmt.Errorf("admin grpc listen: %w", err)
+		return err
 	}
 	a.admGRPCLis = lis
 	a.conns = append(a.conns, lis)
