@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -277,8 +276,12 @@ func (s *docSession) runBlock(b docBlock) int {
 			}
 		}
 	case "js":
-		js := s.rewrite(strings.Join(b.body, "\n"))
-		steps = append(steps, step{cmd: "node --input-type=module -e " + strconv.Quote(js)})
+		// As a page's module script would: top-level await, fetch.
+		js := filepath.Join(s.t.TempDir(), "example.mjs")
+		if err := os.WriteFile(js, []byte(s.rewrite(strings.Join(b.body, "\n"))), 0o644); err != nil {
+			s.t.Fatal(err)
+		}
+		steps = append(steps, step{cmd: "node " + js})
 	}
 	for i, st := range steps {
 		cmd := s.rewrite(st.cmd)
@@ -383,9 +386,16 @@ func TestDocsCommandsRun(t *testing.T) {
 			env[k] = v
 		}
 		env["SMARTFEED_DATA_DIR"] = filepath.Join(work, "data-"+filepath.Base(doc))
+		if doc == "docs/operations.md" {
+			// The README's deployment, carried on: its data and the Redis namespace it owns.
+			env["SMARTFEED_DATA_DIR"] = filepath.Join(work, "data-README.md")
+		}
 		s := &docSession{t: t, env: env, dir: main, ports: ports, ph: map[string]string{}, sandbox: sandbox}
 		if doc == "docs/new-user.md" {
-			s.dir = work // it starts with the clone
+			s.dir = filepath.Join(work, "new-user") // it starts with the clone
+			if err := os.Mkdir(s.dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if doc == "docs/operations.md" {
 			// The page assumes a running process with fault injection (as the demo has): the
