@@ -16,13 +16,30 @@ import (
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
+	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
 // GRPCServer is the gRPC face of a Service: FeedService.
 type GRPCServer struct {
 	feedv1.UnimplementedFeedServiceServer
-	svc *Service
+	svc     *Service
+	objects ObjectLookup
+}
+
+// ObjectLookup reads the objects a page's items name, for GetFeed's include_objects. The
+// feed service declares it and the process wiring supplies it (the graph store of a process
+// that has one), since services never import each other.
+type ObjectLookup interface {
+	// Objects returns the live objects among ids, keyed by ID: a deleted or unknown ID is
+	// absent. ids are pins and users, at most a page's worth of each, without duplicates.
+	Objects(ctx context.Context, ids []zen.ID) (map[zen.ID]*graphv1.Object, error)
+}
+
+// RegisterFeed registers FeedService alone on s, with objects answering include_objects (nil:
+// such a request is refused with FailedPrecondition, naming GraphService.GetObjects instead).
+func RegisterFeed(s grpc.ServiceRegistrar, svc *Service, objects ObjectLookup) {
+	feedv1.RegisterFeedServiceServer(s, &GRPCServer{svc: svc, objects: objects})
 }
 
 // AdminServer is the gRPC FeedAdmin service: hedging policy, service knobs and fault
@@ -37,7 +54,7 @@ type AdminServer struct {
 // are the fault wrappers of the two stores; nil disables fault injection (SetFaults then
 // answers FailedPrecondition).
 func Register(s grpc.ServiceRegistrar, svc *Service, admin bool, primary, standby *faults.Table) {
-	feedv1.RegisterFeedServiceServer(s, &GRPCServer{svc: svc})
+	RegisterFeed(s, svc, nil)
 	if admin {
 		RegisterAdmin(s, svc, primary, standby)
 	}
@@ -104,6 +121,12 @@ func (g *GRPCServer) GetFeed(ctx context.Context, req *feedv1.GetFeedRequest) (*
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "user_id: %v", err)
 	}
+	if req.GetIncludeObjects() && g.objects == nil {
+		// Refused before the page is read: a page read and then refused would still have
+		// taken a chunk from the pools.
+		return nil, status.Error(codes.FailedPrecondition, "include_objects: this feed process has no graph store to read objects from; "+
+			"ask without it and read the pins with GraphService.GetObjects (pin_id_str of each item)")
+	}
 	p, err := g.svc.GetFeed(ctx, Request{User: user, Cursor: req.GetCursor(), PageSize: int(req.GetPageSize())})
 	if err != nil {
 		return nil, grpcError(err)
@@ -128,7 +151,39 @@ func (g *GRPCServer) GetFeed(ctx context.Context, req *feedv1.GetFeedRequest) (*
 		fi.Reason, fi.Fresh = it.Reason, it.Fresh
 		resp.Items = append(resp.Items, fi)
 	}
+	if req.GetIncludeObjects() && len(resp.Items) > 0 {
+		if err := g.attachObjects(ctx, resp.Items); err != nil {
+			return nil, grpcError(err)
+		}
+	}
 	return resp, nil
+}
+
+// attachObjects sets each item's pin and author from one lookup of the page's pins and
+// authors; an item whose pin is gone (deleted since it was fanned out) keeps neither.
+func (g *GRPCServer) attachObjects(ctx context.Context, items []*feedv1.FeedItem) error {
+	ids := make([]zen.ID, 0, 2*len(items))
+	seen := make(map[zen.ID]bool, 2*len(items))
+	for _, it := range items {
+		for _, id := range []zen.ID{zen.ID(it.GetPinId()), zen.ID(it.GetAuthorId())} {
+			if id != 0 && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	objs, err := g.objects.Objects(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("include_objects: %w", err)
+	}
+	for _, it := range items {
+		pin := objs[zen.ID(it.GetPinId())].GetPin()
+		if pin == nil {
+			continue
+		}
+		it.Pin, it.Author = pin, objs[zen.ID(it.GetAuthorId())].GetUser()
+	}
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

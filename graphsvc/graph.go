@@ -393,6 +393,10 @@ func graphPinMsg(o zen.Object) *graphv1.Pin {
 	return p
 }
 
+// ObjectMsg is the wire form of a zen object, as GetObjects answers it (nil for a type the API
+// does not carry).
+func ObjectMsg(o zen.Object) *graphv1.Object { return graphObjectMsg(o) }
+
 // graphObjectMsg converts any object of a known type; nil for another type.
 func graphObjectMsg(o zen.Object) *graphv1.Object {
 	switch o.ID.Type() {

@@ -593,7 +593,7 @@ func graphTestGetObjects(t *testing.T, e *graphEnv, ghost func(zen.Type) uint64)
 		{"type 0", func(ctx context.Context) error {
 			_, err := e.c.GetObjects(ctx, &graphv1.GetObjectsRequest{Ids: []uint64{5}})
 			return err
-		}, codes.InvalidArgument, "not a valid ID"},
+		}, codes.InvalidArgument, "ID 5 has type 0 (none)"},
 	})
 }
 

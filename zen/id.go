@@ -3,6 +3,7 @@ package zen
 import (
 	"crypto/md5"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/bits"
 	"strconv"
@@ -85,9 +86,27 @@ func ParseID(s string) (ID, error) {
 		return 0, fmt.Errorf("parse id %s: reserved top bits set", quote.Q(s))
 	}
 	if id.Type() == 0 {
-		return 0, fmt.Errorf("parse id %s: type 0", quote.Q(s))
+		return 0, fmt.Errorf("parse id %s: %s", quote.Q(s), typeZero(id))
 	}
 	return id, nil
+}
+
+// typeZero says what is wrong with an ID of type 0, in words: what its type is, and what a
+// valid ID's type is.
+func typeZero(id ID) string {
+	return fmt.Sprintf("ID %d has type 0 (none); an object's ID has type 1 (pin), 2 (board), 3 (user) or 4 (interest) "+
+		"in bits 36-45 (`smartfeed id decode ID` shows its parts)", uint64(id))
+}
+
+// typeName is t's number with its name: "1 (pin)", "0 (none)", "9" for a type without a name.
+func typeName(t Type) string {
+	switch {
+	case t == 0:
+		return "0 (none)"
+	case t >= TypePin && t <= TypeInterest:
+		return fmt.Sprintf("%d (%s)", t, t)
+	}
+	return strconv.Itoa(int(t))
 }
 
 // WireID reads an ID that a message carries twice: as a number (a fixed64 field) and as its
@@ -97,8 +116,10 @@ func ParseID(s string) (ID, error) {
 // bits zero, a non-zero type); checking its type is the caller's (Check).
 func WireID(n uint64, s string) (ID, error) {
 	if s == "" {
-		if id := ID(n); n != 0 && !id.Valid() {
-			return 0, fmt.Errorf("id %d is not a valid ID (reserved top bits set or type 0)", n)
+		if id := ID(n); n != 0 && id > MaxID {
+			return 0, fmt.Errorf("id %d is not a valid ID: its reserved top two bits are set", n)
+		} else if n != 0 && id.Type() == 0 {
+			return 0, errors.New(typeZero(id))
 		}
 		return ID(n), nil
 	}
@@ -118,7 +139,7 @@ func (id ID) Check(want Type) error {
 		return fmt.Errorf("id %d: reserved top bits set, want a %s id", uint64(id), want)
 	}
 	if got := id.Type(); got != want {
-		return fmt.Errorf("id %d is a %s id, want a %s id", uint64(id), got, want)
+		return fmt.Errorf("ID %d has type %s; want a %s ID (type %d)", uint64(id), typeName(got), want, want)
 	}
 	return nil
 }

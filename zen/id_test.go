@@ -226,3 +226,34 @@ func FuzzWireID(f *testing.F) {
 		}
 	})
 }
+
+// TestIDErrorsSayWhatIsWrong: an ID refused for its type says, in words, the type it has and
+// the one wanted, rather than a bare "type 0".
+func TestIDErrorsSayWhatIsWrong(t *testing.T) {
+	pin, _ := zen.NewID(3, zen.TypePin, 7)
+	user, _ := zen.NewID(3, zen.TypeUser, 7)
+	odd, _ := zen.NewID(3, 9, 7)
+	for _, tt := range []struct {
+		name string
+		err  func() error
+		want string
+	}{
+		{"parse type 0", func() error { _, err := zen.ParseID("5"); return err }, `parse id "5": ID 5 has type 0 (none); an object's ID has type 1 (pin), 2 (board), 3 (user) or 4 (interest) in bits 36-45 (` + "`smartfeed id decode ID`" + ` shows its parts)`},
+		{"wire number type 0", func() error { _, err := zen.WireID(5, ""); return err }, "ID 5 has type 0 (none); an object's ID has type 1 (pin), 2 (board), 3 (user) or 4 (interest) in bits 36-45 (`smartfeed id decode ID` shows its parts)"},
+		{"wire number reserved bits", func() error { _, err := zen.WireID(1<<63, ""); return err }, "id 9223372036854775808 is not a valid ID: its reserved top two bits are set"},
+		{"check type 0", func() error { return zen.ID(5).Check(zen.TypePin) }, "ID 5 has type 0 (none); want a pin ID (type 1)"},
+		{"check user for pin", func() error { return user.Check(zen.TypePin) }, "ID " + user.String() + " has type 3 (user); want a pin ID (type 1)"},
+		{"check unnamed type", func() error { return odd.Check(zen.TypeUser) }, "ID " + odd.String() + " has type 9; want a user ID (type 3)"},
+		{"check ok", func() error { return pin.Check(zen.TypePin) }, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ""
+			if err := tt.err(); err != nil {
+				got = err.Error()
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("error (-want +got):\n%s", d)
+			}
+		})
+	}
+}

@@ -9,7 +9,9 @@ import (
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/generator"
+	"github.com/smartfeed/smartfeed/graphsvc"
 	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
+	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/worker"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -339,3 +341,22 @@ func (r feedRemover) DeleteFeed(ctx context.Context, user zen.ID) error {
 
 // errNoFeedRole: this process does not serve feeds, so it cannot delete one.
 var errNoFeedRole = errors.New("no feed service in this process")
+
+// graphObjects adapts the process's graph to feedsvc.ObjectLookup (GetFeed's include_objects):
+// the objects in the form GraphService.GetObjects answers them.
+type graphObjects struct{ g *zen.Graph }
+
+// Objects implements feedsvc.ObjectLookup.
+func (o graphObjects) Objects(ctx context.Context, ids []zen.ID) (map[zen.ID]*graphv1.Object, error) {
+	live, err := o.g.GetMany(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[zen.ID]*graphv1.Object, len(live))
+	for id, obj := range live {
+		if m := graphsvc.ObjectMsg(obj); m != nil {
+			out[id] = m
+		}
+	}
+	return out, nil
+}

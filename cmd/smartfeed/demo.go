@@ -194,7 +194,7 @@ func demoLoops(ctx context.Context, a *app, df demoFlags, stdout io.Writer) erro
 	fmt.Fprintf(stdout, "events: %s at %.0f/s; reads: GetFeed at %.0f/s on loopback gRPC %s\n", pub.Name(), df.eventsPerSec, df.readsPerSec, a.grpcAddr())
 	fmt.Fprintf(stdout, "\nfetch a feed (reflection, no proto files):\n  go -C charts tool grpcurl -plaintext -d '{\"user_id_str\":\"%s\"}' %s smartfeed.feed.v1.FeedService/GetFeed\n", g.Showcase, a.grpcAddr())
 	if ad := a.adminAddr(); ad != "" {
-		fmt.Fprintf(stdout, "metrics: http://%s/metrics   hedging: go run ./cmd/smartfeed hedge --admin-grpc-addr %s --admin-addr %s\n", ad, a.adminGRPCAddr(), ad)
+		fmt.Fprintf(stdout, "metrics: http://%s/metrics   hedging: bin/smartfeed hedge --admin-grpc-addr %s --admin-addr %s\n", ad, a.adminGRPCAddr(), ad)
 		fmt.Fprintf(stdout, "console: http://%s/console/#feed?user=%s\n", ad, g.Showcase)
 	}
 	fmt.Fprintln(stdout, "Ctrl-C stops everything cleanly.")

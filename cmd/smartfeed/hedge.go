@@ -268,8 +268,18 @@ func hedgeSuggest(ctx context.Context, hf hedgeFlags, w io.Writer, cutoffs []tim
 		return fmt.Errorf("hedge suggest: cannot read the budget from %s", hf.grpcAddr)
 	}
 	primary, standby, err := fetchLatency(cctx, hf)
-	if err != nil {
+	if err != nil && !errors.Is(err, hedge.ErrNoReadLatency) {
+		// FeedAdmin answered, so this is a feed process: without the series it has read
+		// nothing yet, which the check below answers.
 		return err
+	}
+	if primary.Count() == 0 || standby.Count() == 0 {
+		// A process that has served no feed yet (a fresh start) has nothing to replay: that is
+		// an answer, not a failure, and it says how to get one.
+		fmt.Fprintf(w, "nothing to replay yet: %s has recorded %d primary and %d standby reads.\n", hf.adminAddr, primary.Count(), standby.Count())
+		fmt.Fprintln(w, "Each GetFeed page records a primary read; hedges and the warm-up fraction of pages record standby reads")
+		fmt.Fprintln(w, "(smartfeed hedge set --warmup 0.1 records more). Serve some feeds, then ask again.")
+		return nil
 	}
 	rows, err := hedge.Suggest(primary, standby, append([]time.Duration{0}, cutoffs...), budget, burst, samples, 1)
 	if err != nil {

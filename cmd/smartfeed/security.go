@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -171,9 +172,12 @@ func (a *app) buildAdminGRPC() error {
 		shardv1.RegisterShardAdminServer(a.adminGRPC, noShardAdmin{})
 	}
 	healthpb.RegisterHealthServer(a.adminGRPC, a.health)
-	lis, err := net.Listen("tcp", addr)
+	// Reflection, as on the public port, so grpcurl reaches FeedAdmin, ShardAdmin and
+	// QueueAdmin without proto files; under the same credential as every other call here.
+	reflection.Register(a.adminGRPC)
+	lis, err := listen(addr, "admin gRPC (FeedAdmin)", "admin-grpc-addr")
 	if err != nil {
-		return fmt.Errorf("admin grpc listen: %w", err)
+		return err
 	}
 	a.admGRPCLis = lis
 	a.conns = append(a.conns, lis)

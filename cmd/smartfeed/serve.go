@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hibiken/asynq"
@@ -383,14 +384,14 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		return nil, err
 	}
 	a.registerQueueAdmin() // console.go
-	if a.grpcLis, err = net.Listen("tcp", cfg.GRPC.Addr); err != nil {
-		return nil, fmt.Errorf("grpc listen: %w", err)
+	if a.grpcLis, err = listen(cfg.GRPC.Addr, "grpc", "grpc-addr"); err != nil {
+		return nil, err
 	}
 	a.conns = append(a.conns, a.grpcLis)
 	if cfg.Admin.Addr != "" {
 		a.buildAdmin()
-		if a.admLis, err = net.Listen("tcp", cfg.Admin.Addr); err != nil {
-			return nil, fmt.Errorf("admin listen: %w", err)
+		if a.admLis, err = listen(cfg.Admin.Addr, "admin (metrics, console)", "admin-addr"); err != nil {
+			return nil, err
 		}
 		a.conns = append(a.conns, a.admLis)
 	}
@@ -699,8 +700,13 @@ func (a *app) buildGRPC() error {
 		generatorv1.RegisterGeneratorServiceServer(a.grpc, generator.NewServer(a.gen))
 	}
 	if a.feed != nil {
-		// FeedAdmin is on the admin port only (buildAdminGRPC).
-		feedsvc.Register(a.grpc, a.feed, false, nil, nil)
+		// FeedAdmin is on the admin port only (buildAdminGRPC). include_objects reads the
+		// graph of a process that opens it; a feed process without it refuses the option.
+		var objects feedsvc.ObjectLookup
+		if a.graph != nil {
+			objects = graphObjects{a.graph}
+		}
+		feedsvc.RegisterFeed(a.grpc, a.feed, objects)
 	}
 	if a.has(roleWorker, roleGraph) {
 		a.registerGraphService()
@@ -750,6 +756,20 @@ func (a *app) buildAdmin() {
 	if tlsCfg, err := a.serverTLS(); err == nil && tlsCfg != nil {
 		a.admin.TLSConfig = tlsCfg
 	}
+}
+
+// listen binds addr for one of the process's listeners (what), and when it cannot, says which
+// flag and environment variable set the address, so the message names its fix.
+func listen(addr, what, flag string) (net.Listener, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err == nil {
+		return lis, nil
+	}
+	hint := "pass another address"
+	if errors.Is(err, syscall.EADDRINUSE) {
+		hint = "another process listens there: stop it, or pass another address"
+	}
+	return nil, fmt.Errorf("%s listener: %w; %s with --%s (or %s)", what, err, hint, flag, config.EnvName(flag))
 }
 
 // grpcAddr is the bound gRPC address (useful with port 0).
@@ -881,7 +901,16 @@ func (a *app) run(ctx context.Context) error {
 		g.Go(func() error { a.watchDeps(gctx, time.Second, deps); return nil })
 	}
 	a.setReady(true)
-	a.log.Info("serving", zap.String("role", a.role), zap.String("grpc", a.grpcAddr()), zap.String("admin", a.adminAddr()))
+	fields := []zap.Field{zap.String("role", a.role), zap.String("grpc", a.grpcAddr()), zap.String("admin", a.adminAddr())}
+	if ad := a.adminAddr(); ad != "" {
+		// Where a person goes next: the console and the metrics, as URLs to open.
+		scheme := "http"
+		if a.admin.TLSConfig != nil {
+			scheme = "https"
+		}
+		fields = append(fields, zap.String("console", scheme+"://"+ad+"/console/"), zap.String("metrics", scheme+"://"+ad+"/metrics"))
+	}
+	a.log.Info("serving", fields...)
 
 	var runErr error
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/quote"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenhbase"
 	"github.com/smartfeed/smartfeed/zen/zenpebble"
@@ -61,6 +63,10 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 	switch s.cfg.Backend {
 	case config.BackendPebble:
 		dir := filepath.Join(s.cfg.DataDir, name)
+		if err := writableDir(dir); err != nil {
+			return nil, fmt.Errorf("data directory %s cannot hold the %s store (%w): pass a writable directory with --data-dir (or %s)",
+				quote.Q(s.cfg.DataDir), name, err, config.EnvName("data-dir"))
+		}
 		p, err := zenpebble.Open(dir, s.pebbleOptions(name)...)
 		if pebbleLocked(err) {
 			// Pebble admits one process per directory. The worker and the generator (and a
@@ -254,4 +260,18 @@ func (s *stores) close() error {
 // EAGAIN from another process, its own message from this one.
 func pebbleLocked(err error) bool {
 	return err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held by current process"))
+}
+
+// writableDir makes dir if needed and checks that a file can be written in it, so an
+// unwritable data directory is named as such before Pebble reports it in its own terms.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".smartfeed-write-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	return errors.Join(f.Close(), os.Remove(name))
 }

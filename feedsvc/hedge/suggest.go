@@ -97,6 +97,10 @@ func (h Histogram) sampler(r *rand.Rand) func() float64 {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
+// ErrNoReadLatency is what ParseReadLatency returns (wrapped) for an exposition without
+// ReadLatencyMetric: a feed process that has made no read yet, or a process of another role.
+var ErrNoReadLatency = errors.New("no " + ReadLatencyMetric + " in the metrics")
+
 // ParseReadLatency reads the primary and standby histograms of the hedger from a Prometheus
 // text exposition (a feed process's /metrics).
 func ParseReadLatency(r io.Reader) (primary, standby Histogram, err error) {
@@ -107,7 +111,7 @@ func ParseReadLatency(r io.Reader) (primary, standby Histogram, err error) {
 	}
 	fam, ok := fams[ReadLatencyMetric]
 	if !ok {
-		return primary, standby, fmt.Errorf("no %s in the metrics: is this a feedsvc admin port?", ReadLatencyMetric)
+		return primary, standby, fmt.Errorf("%w: is this a feedsvc admin port?", ErrNoReadLatency)
 	}
 	primary, standby = ReadLatency(fam)
 	return primary, standby, nil

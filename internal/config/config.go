@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"sort"
 	"strings"
 	"time"
 
@@ -669,7 +670,13 @@ func Load(path string, base Config) (Config, error) {
 	if err != nil {
 		return base, fmt.Errorf("read config: %w", err)
 	}
-	return Parse(data, base)
+	c, err := Parse(data, base)
+	if err != nil {
+		// The path is whole: it names a file that exists (bounded by PATH_MAX), and a cut
+		// path would not say which file to fix.
+		return base, fmt.Errorf("config file %q: %w", path, err)
+	}
+	return c, nil
 }
 
 // Parse decodes a JSON config over base (see Load). The document must be one JSON object
@@ -679,6 +686,19 @@ func Load(path string, base Config) (Config, error) {
 func Parse(data []byte, base Config) (Config, error) {
 	if err := checkKeys(data); err != nil {
 		return base, fmt.Errorf("parse config: %w", err)
+	}
+	if unknown := unknownKeys(data, reflect.TypeFor[Config]()); len(unknown) > 0 {
+		// All of them at once: fixing one typo only to be told of the next wastes starts.
+		qs := make([]string, len(unknown))
+		for i, k := range unknown {
+			qs[i] = quote.Q(k)
+		}
+		noun := "key"
+		if len(unknown) > 1 {
+			noun = "keys"
+		}
+		return base, fmt.Errorf("parse config: unknown %s %s: no such setting (the keys are the \"config file key\" column of docs/operations.md)",
+			noun, strings.Join(qs, ", "))
 	}
 	c := base
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -845,4 +865,101 @@ func jsonKind(tok json.Token) string {
 		return "a number"
 	}
 	return "not an object"
+}
+
+// maxUnknownKeys bounds the unknown keys an error lists.
+const maxUnknownKeys = 20
+
+// unknownKeys lists, sorted, the paths ("storage.bogus") of the keys in the JSON object data
+// that name no field of t, matching names as encoding/json does (the json tag, without regard
+// to case). It looks into objects whose field is a struct (or a map of structs) without its own
+// JSON decoding; malformed JSON yields nothing (the decoder reports it).
+func unknownKeys(data []byte, t reflect.Type) []string {
+	var doc any
+	if json.Unmarshal(data, &doc) != nil {
+		return nil
+	}
+	var out []string
+	walkUnknown(doc, t, "", &out)
+	sort.Strings(out)
+	if len(out) > maxUnknownKeys {
+		out = append(out[:maxUnknownKeys], fmt.Sprintf("(and %d more)", len(out)-maxUnknownKeys))
+	}
+	return out
+}
+
+var jsonUnmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+func walkUnknown(v any, t reflect.Type, path string, out *[]string) {
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Implements(jsonUnmarshaler) || reflect.PointerTo(t).Implements(jsonUnmarshaler) {
+		return
+	}
+	join := func(k string) string {
+		if path == "" {
+			return k
+		}
+		return path + "." + k
+	}
+	switch t.Kind() {
+	case reflect.Map:
+		for k, sub := range obj {
+			walkUnknown(sub, t.Elem(), join(k), out)
+		}
+		return
+	case reflect.Struct:
+	default:
+		return
+	}
+	for k, sub := range obj {
+		f, ok := jsonField(t, k)
+		if !ok {
+			*out = append(*out, join(k))
+			continue
+		}
+		walkUnknown(sub, f.Type, join(k), out)
+	}
+}
+
+// jsonField is the field of struct type t that encoding/json decodes key into.
+func jsonField(t reflect.Type, key string) (reflect.StructField, bool) {
+	var fold *reflect.StructField
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" || !f.IsExported() {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			if ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				if sf, ok := jsonField(ft, key); ok {
+					return sf, true
+				}
+				continue
+			}
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if name == key {
+			return f, true
+		}
+		if fold == nil && strings.EqualFold(name, key) {
+			fold = &f
+		}
+	}
+	if fold != nil {
+		return *fold, true
+	}
+	return reflect.StructField{}, false
 }

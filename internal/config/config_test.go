@@ -111,7 +111,7 @@ func TestFromArgsErrors(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{"unknown file field", []string{"--config", unknown}, nil, "unknown field"},
+		{"unknown file field", []string{"--config", unknown}, nil, `unknown key "redis.adr"`},
 		{"missing file", []string{"--config=" + filepath.Join(dir, "nope.json")}, nil, "read config"},
 		{"bad env value", nil, map[string]string{"SMARTFEED_REDIS_DB": "seven"}, "SMARTFEED_REDIS_DB"},
 		{"bad duration flag", []string{"--hedge-min=fast"}, nil, "hedge-min"},
@@ -327,5 +327,37 @@ func TestValidateForUses(t *testing.T) {
 	hb.Storage.HBase.PrimaryZK, hb.Storage.HBase.StandbyZK = "zk-b:2181", "zk-c:2181"
 	if err := hb.ValidateFor(Uses{Feed: true}); err != nil {
 		t.Errorf("feed stores only, their quorums set: %v", err)
+	}
+}
+
+// TestConfigFileErrorsNameFileAndKeys: a config file with unknown keys is refused naming the
+// file and every unknown key, with its path, at once; one with a value of the wrong type names
+// the file and the field.
+func TestConfigFileErrorsNameFileAndKeys(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		name, doc, want string
+	}{
+		{"unknown keys", `{"storage": {"backend": "pebble", "bogus": 1, "hbase": {"pools_zkk": "x"}}, "nope": 2, "redis": {"adr": "x", "addr": "y"}, "feed": {"hedge": {"mode": "off"}}}`,
+			`config file "DIR/unknown keys.json": parse config: unknown keys "nope", "redis.adr", "storage.bogus", "storage.hbase.pools_zkk": no such setting (the keys are the "config file key" column of docs/operations.md)`},
+		{"one unknown key", `{"redis": {"Addr": "x", "dbb": 1}}`,
+			`config file "DIR/one unknown key.json": parse config: unknown key "redis.dbb": no such setting (the keys are the "config file key" column of docs/operations.md)`},
+		{"wrong type", `{"redis": {"db": "one"}}`,
+			`config file "DIR/wrong type.json": parse config: json: cannot unmarshal string into Go struct field Redis.redis.db of type int`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, tt.name+".json")
+			if err := os.WriteFile(path, []byte(tt.doc), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path, DefaultConfig())
+			got := ""
+			if err != nil {
+				got = strings.ReplaceAll(err.Error(), dir, "DIR")
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("Load (-want +got):\n%s", d)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@
 package feedv1
 
 import (
+	v1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -201,9 +202,13 @@ type GetFeedRequest struct {
 	// Opaque cursor from a previous response; empty for the first page.
 	Cursor string `protobuf:"bytes,3,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	// 0 means the server default (25); at most the server maximum (200).
-	PageSize      int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// Return each item's pin and its author with the page (FeedItem.pin, FeedItem.author), so a
+	// page renders in one round trip. The objects are those GraphService.GetObjects returns, read
+	// in the same call; an item whose pin was deleted meanwhile comes without one (skip it).
+	IncludeObjects bool `protobuf:"varint,5,opt,name=include_objects,json=includeObjects,proto3" json:"include_objects,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetFeedRequest) Reset() {
@@ -264,6 +269,13 @@ func (x *GetFeedRequest) GetPageSize() int32 {
 	return 0
 }
 
+func (x *GetFeedRequest) GetIncludeObjects() bool {
+	if x != nil {
+		return x.IncludeObjects
+	}
+	return false
+}
+
 type FeedItem struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	PinId    uint64                 `protobuf:"fixed64,1,opt,name=pin_id,json=pinId,proto3" json:"pin_id,omitempty"`
@@ -274,7 +286,10 @@ type FeedItem struct {
 	BoardId  uint64                 `protobuf:"fixed64,6,opt,name=board_id,json=boardId,proto3" json:"board_id,omitempty"`
 	Reason   string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Set for the items of the chunk generated for this request.
-	Fresh         bool `protobuf:"varint,8,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	Fresh bool `protobuf:"varint,8,opt,name=fresh,proto3" json:"fresh,omitempty"`
+	// The pin and its author, with include_objects.
+	Pin           *v1.Pin  `protobuf:"bytes,9,opt,name=pin,proto3" json:"pin,omitempty"`
+	Author        *v1.User `protobuf:"bytes,10,opt,name=author,proto3" json:"author,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -363,6 +378,20 @@ func (x *FeedItem) GetFresh() bool {
 		return x.Fresh
 	}
 	return false
+}
+
+func (x *FeedItem) GetPin() *v1.Pin {
+	if x != nil {
+		return x.Pin
+	}
+	return nil
+}
+
+func (x *FeedItem) GetAuthor() *v1.User {
+	if x != nil {
+		return x.Author
+	}
+	return nil
 }
 
 type GetFeedResponse struct {
@@ -1067,12 +1096,13 @@ var File_feed_v1_feed_proto protoreflect.FileDescriptor
 
 const file_feed_v1_feed_proto_rawDesc = "" +
 	"\n" +
-	"\x12feed/v1/feed.proto\x12\x11smartfeed.feed.v1\"~\n" +
+	"\x12feed/v1/feed.proto\x12\x11smartfeed.feed.v1\x1a\x14graph/v1/graph.proto\"\xa7\x01\n" +
 	"\x0eGetFeedRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x06R\x06userId\x12\x1e\n" +
 	"\vuser_id_str\x18\x02 \x01(\tR\tuserIdStr\x12\x16\n" +
 	"\x06cursor\x18\x03 \x01(\tR\x06cursor\x12\x1b\n" +
-	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\"\xee\x01\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12'\n" +
+	"\x0finclude_objects\x18\x05 \x01(\bR\x0eincludeObjects\"\xcb\x02\n" +
 	"\bFeedItem\x12\x15\n" +
 	"\x06pin_id\x18\x01 \x01(\x06R\x05pinId\x12\x1c\n" +
 	"\n" +
@@ -1082,7 +1112,10 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\tauthor_id\x18\x05 \x01(\x06R\bauthorId\x12\x19\n" +
 	"\bboard_id\x18\x06 \x01(\x06R\aboardId\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x14\n" +
-	"\x05fresh\x18\b \x01(\bR\x05fresh\"\xe5\x02\n" +
+	"\x05fresh\x18\b \x01(\bR\x05fresh\x12)\n" +
+	"\x03pin\x18\t \x01(\v2\x17.smartfeed.graph.v1.PinR\x03pin\x120\n" +
+	"\x06author\x18\n" +
+	" \x01(\v2\x18.smartfeed.graph.v1.UserR\x06author\"\xe5\x02\n" +
 	"\x0fGetFeedResponse\x121\n" +
 	"\x05items\x18\x01 \x03(\v2\x1b.smartfeed.feed.v1.FeedItemR\x05items\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
@@ -1206,35 +1239,39 @@ var file_feed_v1_feed_proto_goTypes = []any{
 	(*ServiceConfig)(nil),           // 11: smartfeed.feed.v1.ServiceConfig
 	(*GetReplicationRequest)(nil),   // 12: smartfeed.feed.v1.GetReplicationRequest
 	(*Replication)(nil),             // 13: smartfeed.feed.v1.Replication
+	(*v1.Pin)(nil),                  // 14: smartfeed.graph.v1.Pin
+	(*v1.User)(nil),                 // 15: smartfeed.graph.v1.User
 }
 var file_feed_v1_feed_proto_depIdxs = []int32{
 	0,  // 0: smartfeed.feed.v1.FeedItem.source:type_name -> smartfeed.feed.v1.Source
-	4,  // 1: smartfeed.feed.v1.GetFeedResponse.items:type_name -> smartfeed.feed.v1.FeedItem
-	1,  // 2: smartfeed.feed.v1.GetFeedResponse.fresh_status:type_name -> smartfeed.feed.v1.FreshStatus
-	2,  // 3: smartfeed.feed.v1.GetFeedResponse.served_from:type_name -> smartfeed.feed.v1.Store
-	2,  // 4: smartfeed.feed.v1.GetFaultsRequest.store:type_name -> smartfeed.feed.v1.Store
-	2,  // 5: smartfeed.feed.v1.Faults.store:type_name -> smartfeed.feed.v1.Store
-	3,  // 6: smartfeed.feed.v1.FeedService.GetFeed:input_type -> smartfeed.feed.v1.GetFeedRequest
-	6,  // 7: smartfeed.feed.v1.FeedAdmin.GetHedgePolicy:input_type -> smartfeed.feed.v1.GetHedgePolicyRequest
-	7,  // 8: smartfeed.feed.v1.FeedAdmin.SetHedgePolicy:input_type -> smartfeed.feed.v1.HedgePolicy
-	8,  // 9: smartfeed.feed.v1.FeedAdmin.GetFaults:input_type -> smartfeed.feed.v1.GetFaultsRequest
-	9,  // 10: smartfeed.feed.v1.FeedAdmin.SetFaults:input_type -> smartfeed.feed.v1.Faults
-	10, // 11: smartfeed.feed.v1.FeedAdmin.GetServiceConfig:input_type -> smartfeed.feed.v1.GetServiceConfigRequest
-	11, // 12: smartfeed.feed.v1.FeedAdmin.SetServiceConfig:input_type -> smartfeed.feed.v1.ServiceConfig
-	12, // 13: smartfeed.feed.v1.FeedAdmin.GetReplication:input_type -> smartfeed.feed.v1.GetReplicationRequest
-	5,  // 14: smartfeed.feed.v1.FeedService.GetFeed:output_type -> smartfeed.feed.v1.GetFeedResponse
-	7,  // 15: smartfeed.feed.v1.FeedAdmin.GetHedgePolicy:output_type -> smartfeed.feed.v1.HedgePolicy
-	7,  // 16: smartfeed.feed.v1.FeedAdmin.SetHedgePolicy:output_type -> smartfeed.feed.v1.HedgePolicy
-	9,  // 17: smartfeed.feed.v1.FeedAdmin.GetFaults:output_type -> smartfeed.feed.v1.Faults
-	9,  // 18: smartfeed.feed.v1.FeedAdmin.SetFaults:output_type -> smartfeed.feed.v1.Faults
-	11, // 19: smartfeed.feed.v1.FeedAdmin.GetServiceConfig:output_type -> smartfeed.feed.v1.ServiceConfig
-	11, // 20: smartfeed.feed.v1.FeedAdmin.SetServiceConfig:output_type -> smartfeed.feed.v1.ServiceConfig
-	13, // 21: smartfeed.feed.v1.FeedAdmin.GetReplication:output_type -> smartfeed.feed.v1.Replication
-	14, // [14:22] is the sub-list for method output_type
-	6,  // [6:14] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	14, // 1: smartfeed.feed.v1.FeedItem.pin:type_name -> smartfeed.graph.v1.Pin
+	15, // 2: smartfeed.feed.v1.FeedItem.author:type_name -> smartfeed.graph.v1.User
+	4,  // 3: smartfeed.feed.v1.GetFeedResponse.items:type_name -> smartfeed.feed.v1.FeedItem
+	1,  // 4: smartfeed.feed.v1.GetFeedResponse.fresh_status:type_name -> smartfeed.feed.v1.FreshStatus
+	2,  // 5: smartfeed.feed.v1.GetFeedResponse.served_from:type_name -> smartfeed.feed.v1.Store
+	2,  // 6: smartfeed.feed.v1.GetFaultsRequest.store:type_name -> smartfeed.feed.v1.Store
+	2,  // 7: smartfeed.feed.v1.Faults.store:type_name -> smartfeed.feed.v1.Store
+	3,  // 8: smartfeed.feed.v1.FeedService.GetFeed:input_type -> smartfeed.feed.v1.GetFeedRequest
+	6,  // 9: smartfeed.feed.v1.FeedAdmin.GetHedgePolicy:input_type -> smartfeed.feed.v1.GetHedgePolicyRequest
+	7,  // 10: smartfeed.feed.v1.FeedAdmin.SetHedgePolicy:input_type -> smartfeed.feed.v1.HedgePolicy
+	8,  // 11: smartfeed.feed.v1.FeedAdmin.GetFaults:input_type -> smartfeed.feed.v1.GetFaultsRequest
+	9,  // 12: smartfeed.feed.v1.FeedAdmin.SetFaults:input_type -> smartfeed.feed.v1.Faults
+	10, // 13: smartfeed.feed.v1.FeedAdmin.GetServiceConfig:input_type -> smartfeed.feed.v1.GetServiceConfigRequest
+	11, // 14: smartfeed.feed.v1.FeedAdmin.SetServiceConfig:input_type -> smartfeed.feed.v1.ServiceConfig
+	12, // 15: smartfeed.feed.v1.FeedAdmin.GetReplication:input_type -> smartfeed.feed.v1.GetReplicationRequest
+	5,  // 16: smartfeed.feed.v1.FeedService.GetFeed:output_type -> smartfeed.feed.v1.GetFeedResponse
+	7,  // 17: smartfeed.feed.v1.FeedAdmin.GetHedgePolicy:output_type -> smartfeed.feed.v1.HedgePolicy
+	7,  // 18: smartfeed.feed.v1.FeedAdmin.SetHedgePolicy:output_type -> smartfeed.feed.v1.HedgePolicy
+	9,  // 19: smartfeed.feed.v1.FeedAdmin.GetFaults:output_type -> smartfeed.feed.v1.Faults
+	9,  // 20: smartfeed.feed.v1.FeedAdmin.SetFaults:output_type -> smartfeed.feed.v1.Faults
+	11, // 21: smartfeed.feed.v1.FeedAdmin.GetServiceConfig:output_type -> smartfeed.feed.v1.ServiceConfig
+	11, // 22: smartfeed.feed.v1.FeedAdmin.SetServiceConfig:output_type -> smartfeed.feed.v1.ServiceConfig
+	13, // 23: smartfeed.feed.v1.FeedAdmin.GetReplication:output_type -> smartfeed.feed.v1.Replication
+	16, // [16:24] is the sub-list for method output_type
+	8,  // [8:16] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_feed_v1_feed_proto_init() }
