@@ -39,6 +39,8 @@ type metrics struct {
 	// inline counts served chunks by where their materialization went (see
 	// Config.InlineMaterialize).
 	inline *prometheus.CounterVec
+	// shed counts the GetFeed calls admission control refused, by reason.
+	shed *prometheus.CounterVec
 }
 
 // Stages of GetFeed, the label values of smartfeed_feed_stage_seconds.
@@ -99,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_requests_total",
-			Help: "GetFeed calls by outcome (ok, invalid, unavailable) and fresh status."},
+			Help: "GetFeed calls by outcome (ok, invalid, overloaded, unavailable) and fresh status."},
 			[]string{"outcome", "fresh"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "smartfeed_feed_request_seconds", Help: "GetFeed latency.",
@@ -151,6 +153,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smartfeed_feed_prepared_total",
 			Help: "Chunks prepared ahead of a visit, by outcome (recorded, empty, failed, busy; then served, stale or lost)."},
 			[]string{"outcome"}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_feed_shed_total",
+			Help: "GetFeed calls shed by admission control (RESOURCE_EXHAUSTED, nothing done), by reason: queue_full (the line of calls waiting for a slot was full), queue_timeout (no slot within feed.admission_wait)."},
+			[]string{"reason"}),
 		inline: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_materialize_inline_total",
 			Help: "Served chunks by where their materialization went: done in process, or enqueued as a job (failed, busy, off)."},
@@ -159,7 +165,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
-			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.preparedRemoved, m.preparedCheckErrors, m.activityErrors, m.activityLate, m.activitySkipped, m.unsureRecordings, m.stage, m.prepared, m.inline} {
+			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.preparedRemoved, m.preparedCheckErrors, m.activityErrors, m.activityLate, m.activitySkipped, m.unsureRecordings, m.stage, m.prepared, m.inline, m.shed} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register feed metrics: %w", err)
 			}
@@ -173,6 +179,8 @@ func (m *metrics) observe(p Page, err error, took time.Duration) {
 	switch {
 	case errors.Is(err, ErrInvalid):
 		outcome = "invalid"
+	case errors.Is(err, ErrOverloaded):
+		outcome = "overloaded"
 	case err != nil:
 		outcome = "unavailable"
 	}

@@ -83,6 +83,14 @@ type Config struct {
 	// dies before it is materialized leaves it to a later read or the recovery pass, as a lost
 	// job would. Default 4; 0 enqueues every chunk.
 	InlineMaterialize int `json:"inline_materialize"`
+	// MaxInflight is how many GetFeed calls this process runs at once; a call past it waits in
+	// line (at most MaxInflight of them) up to AdmissionWait for a slot, and is then shed:
+	// RESOURCE_EXHAUSTED with a retry delay, nothing done (docs/reliability.md, "Overload").
+	// 0 (the default) means DefaultMaxInflight(), 64 per GOMAXPROCS.
+	MaxInflight int `json:"max_inflight"`
+	// AdmissionWait is how long a GetFeed call past MaxInflight waits for a slot before it is
+	// shed; 0 sheds it at once. Default 50ms.
+	AdmissionWait time.Duration `json:"admission_wait"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -96,8 +104,15 @@ func DefaultConfig() Config {
 		StalePending:      30 * time.Second,
 		PreparedMaxAge:    30 * time.Second,
 		InlineMaterialize: 4,
+		AdmissionWait:     DefaultAdmissionWait,
 	}
 }
+
+// DefaultAdmissionWait is Config.AdmissionWait's default.
+const DefaultAdmissionWait = 50 * time.Millisecond
+
+// MaxMaxInflight is the largest Config.MaxInflight.
+const MaxMaxInflight = 1 << 20
 
 // Validate reports the first knob out of range.
 func (c Config) Validate() error {
@@ -122,6 +137,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: min chunk interval %v is not in [0, 1h]", c.MinChunkInterval)
 	case c.InlineMaterialize < 0 || c.InlineMaterialize > 1024:
 		return fmt.Errorf("config: inline materialize %d is not in [0, 1024]", c.InlineMaterialize)
+	case c.MaxInflight < 0 || c.MaxInflight > MaxMaxInflight:
+		return fmt.Errorf("config: max inflight %d is not in [0, %d]", c.MaxInflight, MaxMaxInflight)
+	case c.AdmissionWait < 0 || c.AdmissionWait > time.Minute:
+		return fmt.Errorf("config: admission wait %v is not in [0, 1m]", c.AdmissionWait)
 	}
 	return nil
 }
@@ -276,6 +295,8 @@ type Service struct {
 	quietBound time.Duration
 	closingCtx context.Context
 	stopAll    context.CancelFunc
+	// adm bounds the GetFeed calls running and waiting (Config.MaxInflight).
+	adm admission
 }
 
 // New returns a Service.
@@ -473,6 +494,12 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 		}
 		after = &p
 	}
+	done, err := s.admit(ctx, cfg)
+	if err != nil {
+		s.m.observe(Page{}, err, time.Since(start))
+		return Page{}, err
+	}
+	defer done()
 	// A deleted or never-existing user has no feed (checked where the graph is at hand).
 	if s.live != nil {
 		lstart := time.Now()
@@ -484,7 +511,6 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 	}
 	rebuilding := s.touch(req.User)
 	var page Page
-	var err error
 	if after == nil {
 		page, err = s.firstPage(ctx, cfg, req.User, size)
 	} else {
