@@ -270,13 +270,17 @@ type Service struct {
 	// lastSeq is the last chunk sequence handed out by this process (see nextSeq).
 	lastSeq   atomic.Uint64
 	closeOnce sync.Once
-	// preparing holds the users with a preparation scheduled or running in this process
-	// (zen.ID -> struct{}); prepared those for which this process recorded a prepared chunk not
-	// yet served, a hint that the next first page should read before it calls the generator.
-	// prepSlots bounds the preparations running at once.
-	preparing sync.Map
-	prepared  userMarks
-	prepSlots chan struct{}
+	// preparing holds the users with a preparation scheduled, queued or running in this
+	// process (zen.ID -> struct{}); prepared those for which this process recorded a prepared
+	// chunk not yet served, a hint that the next first page should read before it calls the
+	// generator. prepQueue holds the due preparations, taken by at most maxPreparing workers
+	// (prepWorkers counts them). emptyPools holds the users whose last generator call found
+	// nothing (no preparation is scheduled for them; see prepare.go).
+	preparing   sync.Map
+	prepared    userMarks
+	prepQueue   chan zen.ID
+	prepWorkers atomic.Int64
+	emptyPools  userMarks
 	// asked holds when this process last asked the generator for each user's chunk (by
 	// Deps.Now; see Config.MinChunkInterval).
 	asked userMarks
@@ -362,11 +366,12 @@ func New(d Deps, c Config) (*Service, error) {
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, elig: d.Eligibility, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace,
-		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing),
+		trimEvery: uint32(d.TrimEvery), prepQueue: make(chan zen.ID, maxPrepQueue),
 		lanes: make(chan struct{}, d.BackgroundLanes), quiet: d.Quiet, quietBound: d.QuietBound}
 	s.closingCtx, s.stopAll = context.WithCancel(context.Background())
 	s.closing = s.closingCtx.Done()
 	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers
+	s.emptyPools.max = maxPreparedHints
 	s.own.max = maxPreparedHints
 	s.cfg.Store(&c)
 	return s, nil
@@ -607,10 +612,9 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 				page.FreshStatus, page.FreshDetail = FreshIncluded, ""
 			}
 		}
-		// The next chunk is prepared once the interval allows (a no-op when one is scheduled),
-		// also when nothing was served: otherwise a user whose preparations found the pools
-		// empty prepareTries times, and who keeps visiting, has none scheduled, and the first
-		// visit after the interval calls the generator on the request.
+		// The next chunk is prepared once the interval allows (a no-op when one is scheduled, or
+		// when the pools were found empty: then the first visit after the interval asks the
+		// generator itself), also when nothing was served.
 		s.prepareLater(user, cfg, 0)
 		s.fill(&page, user, nil, rd.res, size, served)
 		s.m.observeStage(stagePageRecent, time.Since(pageStart))
@@ -660,13 +664,16 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		s.settleLater(user, gen.c.ID, false)
 	case len(gen.c.Items) == 0:
 		page.FreshStatus = FreshEmpty
+		s.noteEmptyPools(user, true)
 		if gen.c.ID != "" {
 			s.settleLater(user, gen.c.ID, true)
 		}
 	case rd.err != nil:
 		// Neither store answered: the chunk cannot be recorded either; give it back.
+		s.noteEmptyPools(user, false)
 		s.settleLater(user, gen.c.ID, false)
 	default:
+		s.noteEmptyPools(user, false)
 		pstart := time.Now()
 		var err error
 		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res, rd.out.From == hedge.Primary, false)
