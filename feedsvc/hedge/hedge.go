@@ -404,10 +404,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 						// nothing and cost the pages their fresh chunks; a primary that hangs
 						// meanwhile still opens it through its PrimaryTimeout failures. A probe's
 						// loss counts whatever the standby took: it is the probe's verdict.
-						// Nor does it when this process's scheduling latency explains the
-						// primary's wait: the process is short of processors, the store is not
-						// slow (see excused).
-						if rt == routeProbe || r.took <= d && !h.excused(d) {
+						if rt == routeProbe || r.took <= d {
 							record(slow)
 						}
 					}

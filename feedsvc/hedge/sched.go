@@ -11,9 +11,12 @@ import (
 
 // The breaker judges the primary by how long its reads take, timed from this process. Those
 // times include the time each goroutine of the read waited for a processor: when the process
-// itself is short of processors, every read is slow, the primary's and the standby's alike,
-// and the store is not to blame. So a slow verdict is not counted when the process's own
-// scheduling latency explains it (see excused); errors and primary timeouts always count.
+// itself is short of processors, every read is slow, and the store is not to blame. So a read
+// answered after Policy.Max is not counted as slow when the process's own scheduling latency
+// explains it (see excused). Errors and primary timeouts always count, and so does a read
+// beaten by a standby that answered within the cutoff: those are bounded by the hedging budget
+// (they cannot make half of a busy interval's reads), and they are how the breaker sees the
+// onset of a hang, which must not wait for the primary's timeout because the process is busy.
 
 // schedWindow: the latency is computed over the scheduling events of the last one to two
 // schedWindows (the runtime times a sample of the goroutines' transitions, so a shorter span
@@ -31,11 +34,10 @@ const schedMinEvents = 16
 // schedQuantile is the quantile of the scheduling latencies reported.
 const schedQuantile = 0.99
 
-// schedShare: a slow verdict is excused when the process's scheduling latency is at least
-// 1/schedShare of the limit the read was judged against (the cutoff for a read beaten by the
-// standby, Policy.Max for one answered late). A read waits for a processor several times (its
-// goroutine starts, wakes after I/O or a lock, and the caller wakes on its answer), so a
-// quarter of the limit per wait is enough to make it late with a healthy store.
+// schedShare: a late read is excused when the process's scheduling latency is at least
+// 1/schedShare of Policy.Max. A read waits for a processor several times (its goroutine
+// starts, wakes after I/O or a lock, and the caller wakes on its answer), so a quarter of the
+// limit per wait is enough to make it late with a healthy store.
 const schedShare = 4
 
 const schedMetric = "/sched/latencies:seconds"
@@ -114,8 +116,8 @@ func (w *schedWatch) refresh(now int64) {
 	}
 }
 
-// excused reports whether a read judged slow against limit is explained by the process's own
-// scheduling latency rather than the store.
+// excused reports whether a read answered after limit (Policy.Max) is explained by the
+// process's own scheduling latency rather than the store.
 func (h *Hedger) excused(limit time.Duration) bool {
 	if h.sched == nil {
 		return false

@@ -33,7 +33,6 @@ func TestSaturatedProcessKeepsBreakerClosed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := DefaultPolicy()
 			p.Mode, p.Delay, p.Max, p.Warmup = ModeFixed, 2*time.Millisecond, 5*time.Millisecond, 0
-			p.Budget, p.BudgetBurst = 1, 100
 			reg := prometheus.NewRegistry()
 			h, err := New(p, Options{Registerer: reg, WindowSize: 64, SchedLatency: tc.sched})
 			if err != nil {
@@ -98,9 +97,10 @@ func spin(n int) {
 	runtime.KeepAlive(b)
 }
 
-// TestSlowVerdictExcusedBySchedLatency: a primary beaten by a standby answering within the
-// cutoff, or answering after Max, counts against it only when the process's scheduling latency
-// does not explain the wait (at least a quarter of the limit the read was judged against).
+// TestSlowVerdictExcusedBySchedLatency: a primary answering after Max counts against it only
+// when the process's scheduling latency does not explain the wait (at least a quarter of Max);
+// a primary beaten by a standby answering within the cutoff counts whatever the latency (the
+// onset of a hang is seen that way).
 func TestSlowVerdictExcusedBySchedLatency(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -108,18 +108,17 @@ func TestSlowVerdictExcusedBySchedLatency(t *testing.T) {
 		sched    time.Duration
 		wantOpen bool
 	}{
-		{"beaten, no scheduling latency", 80 * time.Millisecond, 0, true},
-		{"beaten, scheduling latency under a quarter of the cutoff", 80 * time.Millisecond, time.Millisecond, true},
-		{"beaten, scheduling latency a quarter of the cutoff", 80 * time.Millisecond, 2 * time.Millisecond, false},
 		{"late, no scheduling latency", 150 * time.Millisecond, 0, true},
+		{"late, scheduling latency under a quarter of max", 150 * time.Millisecond, 20 * time.Millisecond, true},
 		{"late, scheduling latency a quarter of max", 150 * time.Millisecond, 25 * time.Millisecond, false},
+		{"beaten, no scheduling latency", 80 * time.Millisecond, 0, true},
+		{"beaten, scheduling latency high", 80 * time.Millisecond, 50 * time.Millisecond, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				p := DefaultPolicy()
 				p.Mode, p.Delay, p.Budget, p.BudgetBurst, p.Warmup = ModeFixed, 8*time.Millisecond, 1, 100, 0
 				p.BreakerFailures = 3
-				standby := time.Millisecond
 				if tc.primary > p.Max {
 					p.Mode = ModeOff // no hedge: the primary's own answer is judged
 				}
@@ -128,7 +127,7 @@ func TestSlowVerdictExcusedBySchedLatency(t *testing.T) {
 					t.Fatal(err)
 				}
 				for range 10 {
-					if _, _, err := Do(t.Context(), h, answer("p", tc.primary, nil), answer("s", standby, nil)); err != nil {
+					if _, _, err := Do(t.Context(), h, answer("p", tc.primary, nil), answer("s", time.Millisecond, nil)); err != nil {
 						t.Fatal(err)
 					}
 				}
