@@ -36,14 +36,15 @@ import (
 // takes one to come free. Only a full queue drops a preparation, which costs its user a
 // generator call on the next visit, as without preparation.
 //
-// A user whose pools are empty is remembered (emptyPools) when a generator call finds nothing,
-// and no preparation is scheduled for that user until a generator call finds pins again: the
-// next first page calls the generator itself, as every first page with nothing prepared does,
-// and that answer is what clears the mark. It is learnt from the pools' own answer, in
-// whichever process the generator and the fanout run, so nothing needs to be invalidated across
-// processes and the fanout writes nothing more; a page is never less fresh for the mark (only a
-// background preparation is skipped). Without it, each first page of a user with empty pools
-// left several empty preparations behind it.
+// A preparation that finds the pools empty tries again PrepareAfter later, prepareTries times
+// in all (a fanout under way fills them). When the last try finds them empty too, the user is
+// remembered (emptyPools) and no preparation is scheduled for that user until a generator call
+// finds pins again: the next first page calls the generator itself, as every first page with
+// nothing prepared does, and that answer is what clears the mark. It is learnt from the pools'
+// own answer, in whichever process the generator and the fanout run, so nothing needs to be
+// invalidated across processes and the fanout writes nothing more; a page is never less fresh
+// for the mark (only background preparations are skipped). Without it, every first page of a
+// user whose pools stay empty left prepareTries empty preparations behind it.
 const (
 	// maxPreparing bounds the preparations running at once in a process.
 	maxPreparing = 4
@@ -154,8 +155,8 @@ func (s *Service) askWait(user zen.ID, interval time.Duration) time.Duration {
 }
 
 // prepareLater schedules the preparation of user's next chunk after delay, unless one is
-// scheduled, queued or running in this process already, or user's pools were found empty by the
-// last generator call (see emptyPools). A page served from the generator drained the pools: it
+// scheduled, queued or running in this process already, or the last try of one found user's
+// pools empty and no generator call has found pins since (see emptyPools). A page served from the generator drained the pools: it
 // prepares after cfg.PrepareAfter, to let them fill. A page served from a prepared chunk left
 // in the pools what came since that chunk was prepared: it prepares at once. When due, the
 // preparation joins the queue the workers take from (enqueuePrep).
@@ -186,7 +187,17 @@ func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 // maxPreparing run. The preparation is this user's generator call from now on: a visit while
 // it waits is served the feed as it stands (feed.min_chunk_interval), not sent to the generator
 // beside it.
-func (s *Service) enqueuePrep(user zen.ID) {
+func (s *Service) enqueuePrep(user zen.ID) { s.enqueuePrepTry(prepTask{user: user}) }
+
+// prepTask is a queued preparation: its user and how many tries found the pools empty before.
+type prepTask struct {
+	user zen.ID
+	try  int
+}
+
+// enqueuePrepTry queues task (see enqueuePrep).
+func (s *Service) enqueuePrepTry(task prepTask) {
+	user := task.user
 	select {
 	case <-s.closing:
 		s.prepEnded(user)
@@ -195,7 +206,7 @@ func (s *Service) enqueuePrep(user zen.ID) {
 	}
 	s.noteAsked(user)
 	select {
-	case s.prepQueue <- user:
+	case s.prepQueue <- task:
 		s.m.prepSchedule.WithLabelValues(prepQueued).Inc()
 		s.m.prepQueued.Inc()
 	default:
@@ -216,8 +227,8 @@ func (s *Service) prepWorker() {
 	defer s.bg.Done()
 	for {
 		select {
-		case user := <-s.prepQueue:
-			s.runPrep(user)
+		case task := <-s.prepQueue:
+			s.runPrep(task)
 			continue
 		default:
 		}
@@ -236,8 +247,13 @@ func (s *Service) prepWorker() {
 
 // runPrep runs one queued preparation in a background lane. It counts as queued until it has
 // the lane.
-func (s *Service) runPrep(user zen.ID) {
-	defer s.prepEnded(user)
+func (s *Service) runPrep(task prepTask) {
+	user, again := task.user, false
+	defer func() {
+		if !again {
+			s.prepEnded(user)
+		}
+	}()
 	// Background work that costs a generator call: let whatever is runnable first (the page's
 	// response writer, which a page's handler has just woken) go before it.
 	runtime.Gosched()
@@ -247,10 +263,23 @@ func (s *Service) runPrep(user zen.ID) {
 		return // closing
 	}
 	s.m.prepRunning.Inc()
-	s.prepare(user)
+	empty := s.prepare(user)
 	s.m.prepRunning.Dec()
 	s.releaseLane()
+	if !empty {
+		return
+	}
+	if task.try+1 >= prepareTries {
+		s.noteEmptyPools(user, true)
+		return
+	}
+	again = true
+	task.try++
+	time.AfterFunc(s.Config().PrepareAfter, func() { s.enqueuePrepTry(task) })
 }
+
+// prepareTries bounds the preparations one page schedules while the pools stay empty.
+const prepareTries = 3
 
 // prepEnded ends a scheduled preparation: user may be prepared again.
 func (s *Service) prepEnded(user zen.ID) {
@@ -258,8 +287,8 @@ func (s *Service) prepEnded(user zen.ID) {
 	s.bg.Done()
 }
 
-// noteEmptyPools records whether a generator call for user found its pools empty (see
-// emptyPools).
+// noteEmptyPools marks user's pools as found empty by the last try of a preparation, or clears
+// the mark when a generator call found pins (see emptyPools).
 func (s *Service) noteEmptyPools(user zen.ID, empty bool) {
 	if empty {
 		s.emptyPools.set(user, s.now().UnixMilli())
@@ -289,7 +318,6 @@ func (s *Service) prepare(user zen.ID) (empty bool) {
 		return false
 	case len(c.Items) == 0:
 		s.m.prepared.WithLabelValues(prepEmpty).Inc()
-		s.noteEmptyPools(user, true)
 		if c.ID != "" {
 			s.settle(user, c.ID, true)
 		}

@@ -274,11 +274,12 @@ type Service struct {
 	// process (zen.ID -> struct{}); prepared those for which this process recorded a prepared
 	// chunk not yet served, a hint that the next first page should read before it calls the
 	// generator. prepQueue holds the due preparations, taken by at most maxPreparing workers
-	// (prepWorkers counts them). emptyPools holds the users whose last generator call found
-	// nothing (no preparation is scheduled for them; see prepare.go).
+	// (prepWorkers counts them). emptyPools holds the users whose pools every try of a
+	// preparation found empty, and no generator call found filled since (no preparation is
+	// scheduled for them; see prepare.go).
 	preparing   sync.Map
 	prepared    userMarks
-	prepQueue   chan zen.ID
+	prepQueue   chan prepTask
 	prepWorkers atomic.Int64
 	emptyPools  userMarks
 	// asked holds when this process last asked the generator for each user's chunk (by
@@ -366,7 +367,7 @@ func New(d Deps, c Config) (*Service, error) {
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, elig: d.Eligibility, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace,
-		trimEvery: uint32(d.TrimEvery), prepQueue: make(chan zen.ID, maxPrepQueue),
+		trimEvery: uint32(d.TrimEvery), prepQueue: make(chan prepTask, maxPrepQueue),
 		lanes: make(chan struct{}, d.BackgroundLanes), quiet: d.Quiet, quietBound: d.QuietBound}
 	s.closingCtx, s.stopAll = context.WithCancel(context.Background())
 	s.closing = s.closingCtx.Done()
@@ -613,8 +614,8 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 			}
 		}
 		// The next chunk is prepared once the interval allows (a no-op when one is scheduled, or
-		// when the pools were found empty: then the first visit after the interval asks the
-		// generator itself), also when nothing was served.
+		// when the preparations found the pools empty: then the first visit after the interval
+		// asks the generator itself), also when nothing was served.
 		s.prepareLater(user, cfg, 0)
 		s.fill(&page, user, nil, rd.res, size, served)
 		s.m.observeStage(stagePageRecent, time.Since(pageStart))
@@ -664,7 +665,6 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		s.settleLater(user, gen.c.ID, false)
 	case len(gen.c.Items) == 0:
 		page.FreshStatus = FreshEmpty
-		s.noteEmptyPools(user, true)
 		if gen.c.ID != "" {
 			s.settleLater(user, gen.c.ID, true)
 		}
