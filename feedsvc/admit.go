@@ -114,22 +114,23 @@ func (a *admission) inflight() (running, waiting int) {
 	return a.running, len(a.line)
 }
 
-// admit takes a slot for a GetFeed call under cfg's limits; release it with done. A call that
-// gets none is shed: an *OverloadError, counted in smartfeed_feed_shed_total.
-func (s *Service) admit(ctx context.Context, cfg Config) (done func(), err error) {
-	limit := cfg.MaxInflight
+// admit takes a slot for a GetFeed call under cfg's limits and returns the limit to give it
+// back under (s.adm.release). A call that gets none is shed: an *OverloadError, counted in
+// smartfeed_feed_shed_total.
+func (s *Service) admit(ctx context.Context, cfg Config) (limit int, err error) {
+	limit = cfg.MaxInflight
 	if limit == 0 {
 		limit = DefaultMaxInflight()
 	}
 	reason, err := s.adm.acquire(ctx, limit, cfg.AdmissionWait)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
 	if reason != "" {
 		s.m.shed.WithLabelValues(reason).Inc()
-		return nil, &OverloadError{Reason: reason, RetryAfter: retryAfter(cfg)}
+		return 0, &OverloadError{Reason: reason, RetryAfter: retryAfter(cfg)}
 	}
-	return func() { s.adm.release(limit) }, nil
+	return limit, nil
 }
 
 // retryAfter is the delay a shed call is told to wait: the line's wait, at least 10ms, so that

@@ -500,12 +500,12 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 		}
 		after = &p
 	}
-	done, err := s.admit(ctx, cfg)
+	limit, err := s.admit(ctx, cfg)
 	if err != nil {
 		s.m.observe(Page{}, err, time.Since(start))
 		return Page{}, err
 	}
-	defer done()
+	defer s.adm.release(limit)
 	// A deleted or never-existing user has no feed (checked where the graph is at hand).
 	if s.live != nil {
 		lstart := time.Now()
