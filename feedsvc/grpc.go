@@ -8,10 +8,12 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
@@ -87,6 +89,8 @@ func grpcError(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrOverloaded):
+		return overloadStatus(err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled):
@@ -95,6 +99,18 @@ func grpcError(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// overloadStatus is RESOURCE_EXHAUSTED with a google.rpc.RetryInfo saying when to try again.
+func overloadStatus(err error) error {
+	st := status.New(codes.ResourceExhausted, err.Error())
+	var oe *OverloadError
+	if errors.As(err, &oe) {
+		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(oe.RetryAfter)}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }
 
 var freshStatuses = map[FreshStatus]feedv1.FreshStatus{

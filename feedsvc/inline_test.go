@@ -128,8 +128,9 @@ func TestInlineMaterializeFallsBack(t *testing.T) {
 
 // TestBackgroundLanes: the read path's background work runs only in a free lane
 // (Deps.BackgroundLanes). With the one lane held, a served chunk's inline materialization waits
-// laneWait and becomes a job, and a preparation is skipped as busy; the pages are answered all
-// the same. Once the lane is free both run in process again.
+// laneWait and becomes a job, and a preparation waits in the queue for the lane, however long;
+// the pages are answered all the same. Once the lane is free the preparation runs, and both run
+// in process again.
 func TestBackgroundLanes(t *testing.T) {
 	e := newEnv(t, func(c *Config, _ *hedge.Policy) {
 		c.InlineMaterialize, c.PrepareAfter = 4, time.Millisecond
@@ -138,17 +139,15 @@ func TestBackgroundLanes(t *testing.T) {
 	if got := cap(e.svc.lanes); got != 1 {
 		t.Fatalf("lanes = %d, want 1", got)
 	}
-	busyPrep := func() float64 { return testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepBusy)) }
 
 	e.svc.lanes <- struct{}{} // something else holds the only lane
 	start := time.Now()
-	p := e.get(t, "", 10)
+	p := e.get(t, "", 10) // waits for the inline materialization's fate
 	if p.FreshStatus != FreshIncluded || len(freshPins(p)) != 5 {
 		t.Fatalf("page with the lane held: status %q, %d fresh; want included, 5", p.FreshStatus, len(freshPins(p)))
 	}
-	e.svc.Wait()
 	if waited := time.Since(start); waited < laneWait {
-		t.Errorf("background work gave up after %v, want at least laneWait (%v)", waited, laneWait)
+		t.Errorf("the inline materialization gave up after %v, want at least laneWait (%v)", waited, laneWait)
 	}
 	if diff := cmp.Diff(map[string]float64{inlineBusy: 1}, inlineCounts(e)); diff != "" {
 		t.Errorf("materialize paths with the lane held (-want +got):\n%s", diff)
@@ -156,85 +155,91 @@ func TestBackgroundLanes(t *testing.T) {
 	if jobs := e.queue.take(); len(jobs) != 1 {
 		t.Errorf("%d jobs enqueued with the lane held, want 1", len(jobs))
 	}
-	if got := busyPrep(); got != 1 {
-		t.Errorf("preparations skipped as busy = %v, want 1", got)
-	}
+	waitFor(t, "the preparation queued", func() bool { return testutil.ToFloat64(e.svc.m.prepQueued) == 1 })
 	if got := e.gen.calls(); got != 1 {
-		t.Errorf("generator calls = %d, want 1 (no preparation ran)", got)
+		t.Errorf("generator calls = %d, want 1 (the preparation waits for the lane)", got)
 	}
 
-	<-e.svc.lanes // the lane is free again
-	e.get(t, "", 10)
+	<-e.svc.lanes // the lane is free again: the preparation runs
+	e.svc.Wait()
+	if got := e.gen.calls(); got != 2 {
+		t.Errorf("generator calls = %d, want 2 (the page's and its preparation's)", got)
+	}
+	e.get(t, "", 10) // served from the prepared chunk, materialized in process
 	e.svc.Wait()
 	if diff := cmp.Diff(map[string]float64{inlineBusy: 1, inlineDone: 1}, inlineCounts(e)); diff != "" {
 		t.Errorf("materialize paths with the lane free (-want +got):\n%s", diff)
 	}
 	if got := e.gen.calls(); got != 3 {
-		t.Errorf("generator calls = %d, want 3 (the page's and its preparation's)", got)
+		t.Errorf("generator calls = %d, want 3 (and the next preparation)", got)
+	}
+	if got := testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepRecorded)); got != 2 {
+		t.Errorf("preparations recorded = %v, want 2", got)
 	}
 	if got := len(e.svc.lanes); got != 0 {
 		t.Errorf("%d lanes still held after the work ended, want 0", got)
 	}
 }
 
-// TestPreparationWaitsForASlot: with maxPreparing preparations running, the next one waits
-// for a slot (up to laneWait) rather than being skipped: it runs once a slot frees, and is
-// skipped as busy only when none does in time.
-func TestPreparationWaitsForASlot(t *testing.T) {
+// TestPreparationQueue: while the background lane is held, the preparations of many users'
+// pages wait in the queue (none dropped, none run); once it is free every one of them runs, at
+// most maxPreparing at once, and the gauges come back to 0.
+func TestPreparationQueue(t *testing.T) {
 	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, 0 })
-	busyPrep := func() float64 { return testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepBusy)) }
-	recorded := func() float64 { return testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepRecorded)) }
-	for range maxPreparing {
-		e.svc.prepSlots <- struct{}{} // every slot held by another user's preparation
+	e.rebuild(t, func(d *Deps) { d.BackgroundLanes = 1 })
+	const users = 3 * maxPreparing
+	e.svc.lanes <- struct{}{} // something else holds the only lane
+	for i := range users {
+		if _, err := e.svc.GetFeed(t.Context(), Request{User: userID(t, uint64(100+i)), PageSize: 10}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	go func() {
-		time.Sleep(laneWait / 5)
-		<-e.svc.prepSlots // one of them ends
-	}()
-	e.get(t, "", 10)
+	waitFor(t, "every preparation queued", func() bool { return testutil.ToFloat64(e.svc.m.prepQueued) == users })
+	if got := e.gen.calls(); got != users {
+		t.Errorf("generator calls with the lane held = %d, want %d (the pages' only)", got, users)
+	}
+	<-e.svc.lanes
 	e.svc.Wait()
-	if got := busyPrep(); got != 0 {
-		t.Errorf("preparations skipped as busy = %v, want 0 (a slot came free within laneWait)", got)
+	sched := func(r string) float64 { return testutil.ToFloat64(e.svc.m.prepSchedule.WithLabelValues(r)) }
+	got := map[string]float64{
+		"queued": sched(prepQueued), "dropped": sched(prepDropped),
+		"recorded":      testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepRecorded)),
+		"queued gauge":  testutil.ToFloat64(e.svc.m.prepQueued),
+		"running gauge": testutil.ToFloat64(e.svc.m.prepRunning),
 	}
-	if got := recorded(); got != 1 {
-		t.Errorf("preparations recorded = %v, want 1", got)
+	want := map[string]float64{"queued": users, "dropped": 0, "recorded": users, "queued gauge": 0, "running gauge": 0}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("preparations (-want +got):\n%s", diff)
 	}
-
-	e.svc.prepSlots <- struct{}{} // every slot held again, for good
-	start := time.Now()
-	if p := e.get(t, "", 10); p.FreshStatus != FreshIncluded {
-		t.Errorf("page after the preparation: status %q, want included (the prepared chunk)", p.FreshStatus)
+	if got := e.gen.calls(); got != 2*users {
+		t.Errorf("generator calls = %d, want %d (each page's and its preparation's)", got, 2*users)
 	}
-	e.svc.Wait()
-	if got := busyPrep(); got != 1 {
-		t.Errorf("preparations skipped as busy = %v, want 1 (no slot came free)", got)
-	}
-	if waited := time.Since(start); waited < laneWait {
-		t.Errorf("the preparation gave up after %v, want at least laneWait (%v)", waited, laneWait)
+	if n := e.svc.prepWorkers.Load(); n != 0 {
+		t.Errorf("%d preparation workers left, want 0", n)
 	}
 }
 
 // TestVisitWhilePreparationWaits: a preparation that is due counts as the user's generator
-// call from then on, so a visit while it waits for a slot is served the feed as it stands
+// call from then on, so a visit while it waits for a lane is served the feed as it stands
 // (feed.min_chunk_interval) instead of calling the generator beside it.
 func TestVisitWhilePreparationWaits(t *testing.T) {
 	const interval = 300 * time.Millisecond
 	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, interval })
-	for range maxPreparing {
-		e.svc.prepSlots <- struct{}{} // every slot held: the preparation waits laneWait
-	}
+	e.rebuild(t, func(d *Deps) { d.BackgroundLanes = 1 })
+	e.svc.lanes <- struct{}{} // the lane held: the preparation waits
 	if p := e.get(t, "", 10); p.FreshStatus != FreshIncluded {
 		t.Fatalf("first page: status %q, want included", p.FreshStatus)
 	}
 	// The preparation is due interval after that generator call; visit while it waits.
-	time.Sleep(interval + laneWait/2) // halfway through its wait: 125 ms of slack either side
+	waitFor(t, "the preparation due", func() bool { return testutil.ToFloat64(e.svc.m.prepQueued) == 1 })
 	p := e.get(t, "", 10)
 	if p.FreshStatus != FreshRecent {
-		t.Errorf("visit while the preparation waits for a slot: status %q, want recent", p.FreshStatus)
+		t.Errorf("visit while the preparation waits for a lane: status %q, want recent", p.FreshStatus)
 	}
 	if got := e.gen.calls(); got != 1 {
 		t.Errorf("generator calls = %d, want 1 (the first page's)", got)
 	}
+	<-e.svc.lanes
 	e.svc.Wait()
 }
 
@@ -252,46 +257,50 @@ func TestBackgroundLanesDefault(t *testing.T) {
 	}
 }
 
-// TestRecentVisitPreparesNext: a visit within the interval that finds nothing prepared
-// schedules the next preparation, so that a user whose preparations found the pools empty and
-// who keeps visiting is not sent through the generator on the first visit after the interval.
-func TestRecentVisitPreparesNext(t *testing.T) {
-	const interval = 500 * time.Millisecond
-	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, interval })
+// TestEmptyPoolsNotPreparedAgain: once a first page's preparations found the pools empty on
+// every try, the user gets no preparation, however often the user visits, until a generator
+// call finds pins: each later first page calls the generator once (it is what learns that a
+// fanout filled the pools), and nothing more runs in the background. Once pins arrive, the page
+// gets them fresh and the next chunk is prepared again.
+func TestEmptyPoolsNotPreparedAgain(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, 0 })
 	e.gen.mu.Lock()
 	e.gen.size = 0 // the pools are empty
 	e.gen.mu.Unlock()
-	if p := e.get(t, "", 10); p.FreshStatus != FreshEmpty {
-		t.Fatalf("first page: status %q, want empty", p.FreshStatus)
+	const visits = 4
+	for i := range visits {
+		if p := e.get(t, "", 10); p.FreshStatus != FreshEmpty {
+			t.Fatalf("visit %d: status %q, want empty", i, p.FreshStatus)
+		}
+		e.svc.Wait()
 	}
-	e.svc.Wait() // its preparations: prepareTries, all empty
-	attempts := func() int {
-		e.gen.mu.Lock()
-		defer e.gen.mu.Unlock()
-		return e.gen.attempts
+	// The first page's preparation tried prepareTries times; no later page prepared.
+	if got, want := e.gen.tries(), visits+prepareTries; got != want {
+		t.Errorf("generator calls after %d visits with the pools empty = %d, want %d", visits, got, want)
 	}
-	if got, want := attempts(), 1+prepareTries; got != want {
-		t.Fatalf("generator calls after the empty preparations = %d, want %d", got, want)
+	if got := testutil.ToFloat64(e.svc.m.prepSchedule.WithLabelValues(prepEmptyPool)); got != visits-1 {
+		t.Errorf("preparations skipped for empty pools = %v, want %d", got, visits-1)
 	}
+
 	e.gen.mu.Lock()
-	e.gen.size = 5 // pins arrive
+	e.gen.size = 5 // a fanout fills the pools
 	e.gen.mu.Unlock()
-	if p := e.get(t, "", 10); p.FreshStatus != FreshRecent {
-		t.Fatalf("visit within the interval: status %q, want recent", p.FreshStatus)
-	}
-	time.Sleep(interval)
-	e.svc.Wait()
-	if got, want := attempts(), 2+prepareTries; got != want {
-		t.Errorf("generator calls once the interval passed = %d, want %d (a preparation after the recent visit)", got, want)
-	}
 	p := e.get(t, "", 10)
-	if p.FreshStatus != FreshIncluded || len(p.Items) == 0 {
-		t.Errorf("visit after the interval: status %q, %d items; want the prepared chunk", p.FreshStatus, len(p.Items))
-	}
-	if got, want := attempts(), 2+prepareTries; got != want {
-		t.Errorf("generator calls after the visit = %d, want %d (served the prepared chunk, no call)", got, want)
+	if p.FreshStatus != FreshIncluded || len(freshPins(p)) != 5 {
+		t.Fatalf("visit after the fanout: status %q, %d fresh; want included, 5", p.FreshStatus, len(freshPins(p)))
 	}
 	e.svc.Wait()
+	if got, want := e.gen.tries(), visits+prepareTries+2; got != want {
+		t.Errorf("generator calls after the fanout = %d, want %d (the page's and a preparation)", got, want)
+	}
+	p = e.get(t, "", 10)
+	if p.FreshStatus != FreshIncluded || len(freshPins(p)) != 5 {
+		t.Errorf("next visit: status %q, %d fresh; want the prepared chunk", p.FreshStatus, len(freshPins(p)))
+	}
+	e.svc.Wait()
+	if got, want := e.gen.tries(), visits+prepareTries+3; got != want {
+		t.Errorf("generator calls after the prepared chunk was served = %d, want %d (the next preparation only)", got, want)
+	}
 }
 
 // gapGate is a Quiet whose gaps the test opens: Wait blocks until release is closed or ctx

@@ -22,7 +22,7 @@ import (
 //	  "service": {"generator_deadline": "150ms", "persist_timeout": "200ms", "max_items": 1000,
 //	              "default_page_size": 25, "max_page_size": 200, "stale_pending": "30s",
 //	              "prepare_after": "0s", "prepared_max_age": "30s", "min_chunk_interval": "0s",
-//	              "inline_materialize": 4},
+//	              "inline_materialize": 4, "max_inflight": 0, "admission_wait": "50ms"},
 //	  "standby": {"max_staleness": "5s"}
 //	}
 //
@@ -50,6 +50,8 @@ type serviceKnobs struct {
 	PreparedMaxAge    *duration `json:"prepared_max_age"`
 	MinChunkInterval  *duration `json:"min_chunk_interval"`
 	InlineMaterialize *int      `json:"inline_materialize"`
+	MaxInflight       *int      `json:"max_inflight"`
+	AdmissionWait     *duration `json:"admission_wait"`
 }
 
 type duration time.Duration
@@ -105,6 +107,8 @@ func (s *Service) ApplyKnobs(doc []byte) error {
 		setDur(&c.PreparedMaxAge, v.PreparedMaxAge)
 		setDur(&c.MinChunkInterval, v.MinChunkInterval)
 		set(&c.InlineMaterialize, v.InlineMaterialize)
+		set(&c.MaxInflight, v.MaxInflight)
+		setDur(&c.AdmissionWait, v.AdmissionWait)
 	}
 	var maxStale *time.Duration
 	if v := k.Standby; v != nil && v.MaxStaleness != nil {

@@ -39,6 +39,14 @@ type metrics struct {
 	// inline counts served chunks by where their materialization went (see
 	// Config.InlineMaterialize).
 	inline *prometheus.CounterVec
+	// prepSchedule counts what became of the preparations pages asked for (queued, coalesced,
+	// empty_pool, dropped); prepQueued and prepRunning are the preparations waiting for a worker
+	// and running now.
+	prepSchedule *prometheus.CounterVec
+	prepQueued   prometheus.Gauge
+	prepRunning  prometheus.Gauge
+	// shed counts the GetFeed calls admission control refused, by reason.
+	shed *prometheus.CounterVec
 }
 
 // Stages of GetFeed, the label values of smartfeed_feed_stage_seconds.
@@ -74,11 +82,19 @@ const (
 	prepRecorded = "recorded" // a prepared row was written
 	prepEmpty    = "empty"    // the pools had nothing new
 	prepFailed   = "failed"   // the generator or the recording failed
-	prepBusy     = "busy"     // skipped: too many preparations running
 	prepServed   = "served"   // served fresh by a visit that called no generator
 	prepStale    = "stale"    // served fresh beside a new chunk (older than PreparedMaxAge)
 	prepLost     = "lost"     // this process's, but shown already by another request (or forgotten): feed items
 	prepForeign  = "foreign"  // another incarnation's (a peer, or this process before a restart): feed items
+)
+
+// What became of a preparation a page asked for, the label values of
+// smartfeed_feed_prepare_scheduled_total.
+const (
+	prepQueued    = "queued"     // due and queued for a worker
+	prepCoalesced = "coalesced"  // one was scheduled, queued or running for the user already
+	prepEmptyPool = "empty_pool" // the user's last generator call found the pools empty
+	prepDropped   = "dropped"    // the queue was full
 )
 
 // Where a served chunk's materialization went, the label values of
@@ -99,7 +115,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_requests_total",
-			Help: "GetFeed calls by outcome (ok, invalid, unavailable) and fresh status."},
+			Help: "GetFeed calls by outcome (ok, invalid, overloaded, unavailable) and fresh status."},
 			[]string{"outcome", "fresh"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "smartfeed_feed_request_seconds", Help: "GetFeed latency.",
@@ -149,8 +165,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
 		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_prepared_total",
-			Help: "Chunks prepared ahead of a visit, by outcome (recorded, empty, failed, busy; then served, stale or lost)."},
+			Help: "Chunks prepared ahead of a visit, by outcome (recorded, empty, failed; then served, stale, lost or foreign)."},
 			[]string{"outcome"}),
+		prepSchedule: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_feed_prepare_scheduled_total",
+			Help: "Preparations asked for by pages, by what became of them: queued (then run: smartfeed_feed_prepared_total), coalesced (one was scheduled for the user already), empty_pool (the user's last generator call found the pools empty), dropped (the queue was full; 0 below saturation)."},
+			[]string{"result"}),
+		prepQueued: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "smartfeed_feed_prepare_queued", Help: "Preparations due and waiting for a worker."}),
+		prepRunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "smartfeed_feed_prepare_running", Help: "Preparations running (in a background lane)."}),
+		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "smartfeed_feed_shed_total",
+			Help: "GetFeed calls shed by admission control (RESOURCE_EXHAUSTED, nothing done), by reason: queue_full (the line of calls waiting for a slot was full), queue_timeout (no slot within feed.admission_wait)."},
+			[]string{"reason"}),
 		inline: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_materialize_inline_total",
 			Help: "Served chunks by where their materialization went: done in process, or enqueued as a job (failed, busy, off)."},
@@ -159,7 +187,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
-			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.preparedRemoved, m.preparedCheckErrors, m.activityErrors, m.activityLate, m.activitySkipped, m.unsureRecordings, m.stage, m.prepared, m.inline} {
+			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.preparedRemoved, m.preparedCheckErrors, m.activityErrors, m.activityLate, m.activitySkipped, m.unsureRecordings, m.stage, m.prepared, m.inline, m.shed, m.prepSchedule, m.prepQueued, m.prepRunning} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register feed metrics: %w", err)
 			}
@@ -173,6 +201,8 @@ func (m *metrics) observe(p Page, err error, took time.Duration) {
 	switch {
 	case errors.Is(err, ErrInvalid):
 		outcome = "invalid"
+	case errors.Is(err, ErrOverloaded):
+		outcome = "overloaded"
 	case err != nil:
 		outcome = "unavailable"
 	}

@@ -29,14 +29,31 @@ import (
 // once (at most once, not exactly once: a restart, or a visit through another process, costs
 // a prepared chunk its fresh label, not its pins).
 
+// Preparations are background work, scheduled and bounded, never dropped below saturation: a
+// due preparation joins a FIFO of at most maxPrepQueue users (one entry per user: a user with a
+// preparation scheduled, queued or running gets no second one), and at most maxPreparing
+// workers take them in turn, each in a background lane (Deps.BackgroundLanes) for as long as it
+// takes one to come free. Only a full queue drops a preparation, which costs its user a
+// generator call on the next visit, as without preparation.
+//
+// A preparation that finds the pools empty tries again PrepareAfter later, prepareTries times
+// in all (a fanout under way fills them). When the last try finds them empty too, the user is
+// remembered (emptyPools) and no preparation is scheduled for that user until a generator call
+// finds pins again: the next first page calls the generator itself, as every first page with
+// nothing prepared does, and that answer is what clears the mark. It is learnt from the pools'
+// own answer, in whichever process the generator and the fanout run, so nothing needs to be
+// invalidated across processes and the fanout writes nothing more; a page is never less fresh
+// for the mark (only background preparations are skipped). Without it, every first page of a
+// user whose pools stay empty left prepareTries empty preparations behind it.
 const (
-	// maxPreparing bounds the preparations running at once in a process; past it a
-	// preparation waits up to laneWait for one to end, then is skipped (the next visit calls
-	// the generator, as without preparation).
+	// maxPreparing bounds the preparations running at once in a process.
 	maxPreparing = 4
-	// maxPreparedHints bounds the users this process remembers as prepared (see maybePrepared);
-	// past it the hints are dropped, which only sends those users' next visits through the
-	// generator, which then serves their prepared chunks too.
+	// maxPrepQueue bounds the preparations waiting for a worker.
+	maxPrepQueue = 16384
+	// maxPreparedHints bounds the users this process remembers as prepared (see maybePrepared),
+	// and those it remembers with empty pools; past it the marks are dropped, which only sends
+	// those users' next visits through the generator, which then serves their prepared chunks
+	// too, or lets them be prepared once more.
 	maxPreparedHints = 100_000
 )
 
@@ -138,78 +155,147 @@ func (s *Service) askWait(user zen.ID, interval time.Duration) time.Duration {
 }
 
 // prepareLater schedules the preparation of user's next chunk after delay, unless one is
-// scheduled or running in this process already. A page served from the generator drained the
-// pools: it prepares after cfg.PrepareAfter, to let them fill. A page served from a prepared
-// chunk left in the pools what came since that chunk was prepared: it prepares at once. A
-// preparation that finds the pools empty tries again after cfg.PrepareAfter, up to
-// prepareTries times in all.
+// scheduled, queued or running in this process already, or the last try of one found user's
+// pools empty and no generator call has found pins since (see emptyPools). A page served from the generator drained the pools: it
+// prepares after cfg.PrepareAfter, to let them fill. A page served from a prepared chunk left
+// in the pools what came since that chunk was prepared: it prepares at once. When due, the
+// preparation joins the queue the workers take from (enqueuePrep).
 func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 	if cfg.PrepareAfter <= 0 {
 		return
 	}
+	if _, empty := s.emptyPools.get(user); empty {
+		s.m.prepSchedule.WithLabelValues(prepEmptyPool).Inc()
+		return
+	}
 	if _, busy := s.preparing.LoadOrStore(user, struct{}{}); busy {
+		s.m.prepSchedule.WithLabelValues(prepCoalesced).Inc()
 		return
 	}
 	if wait := s.askWait(user, cfg.MinChunkInterval); wait > delay {
 		delay = wait // not before the user's generator calls are MinChunkInterval apart
 	}
 	s.bg.Add(1)
-	var try func(n int)
-	try = func(n int) {
-		// A preparation is background work that costs a generator call: let whatever is
-		// runnable first (the page's response writer, which this page's handler has just woken)
-		// go before it, or it waits for a processor behind it (docs/read-path.md, "Background
-		// work waits its turn").
-		runtime.Gosched()
-		again := false
-		defer func() {
-			if !again {
-				s.preparing.Delete(user)
-				s.bg.Done()
-			}
-		}()
-		select {
-		case <-s.closing:
-			return
-		default:
-		}
-		// The preparation is this user's generator call from now on: a visit while it waits for
-		// a slot or a lane is served the feed as it stands (feed.min_chunk_interval), not sent
-		// to the generator beside it.
-		s.noteAsked(user)
-		// A preparation waits for a slot as for a lane, rather than being skipped as soon as
-		// maxPreparing run: a skipped one sends the user's next visit through the generator,
-		// and on HBase, where a preparation is mostly round trips (29 ms mean in make
-		// bench-hbase), four are often all busy: skipping dropped 38 of 518 in one run.
-		if !s.acquire(s.prepSlots) {
-			s.m.prepared.WithLabelValues(prepBusy).Inc()
-			return
-		}
-		if !s.acquireLane() {
-			<-s.prepSlots
-			s.m.prepared.WithLabelValues(prepBusy).Inc()
-			return
-		}
-		empty := s.prepare(user)
-		s.releaseLane()
-		<-s.prepSlots
-		if empty && n+1 < prepareTries {
-			again = true
-			time.AfterFunc(s.Config().PrepareAfter, func() { try(n + 1) })
-		}
-	}
 	if delay <= 0 {
-		// Not a timer of 0: a goroutine a timer starts takes the processor's next slot from
-		// the response writer the handler wakes as it returns, and runs first. Started here,
-		// before the handler returns, it is the one that waits.
-		go try(0)
+		s.enqueuePrep(user)
 		return
 	}
-	time.AfterFunc(delay, func() { try(0) })
+	time.AfterFunc(delay, func() { s.enqueuePrep(user) })
+}
+
+// enqueuePrep puts a due preparation in the queue and starts a worker if fewer than
+// maxPreparing run. The preparation is this user's generator call from now on: a visit while
+// it waits is served the feed as it stands (feed.min_chunk_interval), not sent to the generator
+// beside it.
+func (s *Service) enqueuePrep(user zen.ID) { s.enqueuePrepTry(prepTask{user: user}) }
+
+// prepTask is a queued preparation: its user and how many tries found the pools empty before.
+type prepTask struct {
+	user zen.ID
+	try  int
+}
+
+// enqueuePrepTry queues task (see enqueuePrep).
+func (s *Service) enqueuePrepTry(task prepTask) {
+	user := task.user
+	select {
+	case <-s.closing:
+		s.prepEnded(user)
+		return
+	default:
+	}
+	s.noteAsked(user)
+	select {
+	case s.prepQueue <- task:
+		s.m.prepSchedule.WithLabelValues(prepQueued).Inc()
+		s.m.prepQueued.Inc()
+	default:
+		s.m.prepSchedule.WithLabelValues(prepDropped).Inc()
+		s.prepEnded(user)
+		return
+	}
+	if s.prepWorkers.Add(1) > maxPreparing {
+		s.prepWorkers.Add(-1)
+		return
+	}
+	s.bg.Add(1)
+	go s.prepWorker()
+}
+
+// prepWorker runs queued preparations until the queue is empty.
+func (s *Service) prepWorker() {
+	defer s.bg.Done()
+	for {
+		select {
+		case task := <-s.prepQueue:
+			s.runPrep(task)
+			continue
+		default:
+		}
+		s.prepWorkers.Add(-1)
+		// A preparation queued as this worker found the queue empty, while maxPreparing were
+		// still counted, started no worker: take it.
+		if len(s.prepQueue) == 0 {
+			return
+		}
+		if s.prepWorkers.Add(1) > maxPreparing {
+			s.prepWorkers.Add(-1)
+			return
+		}
+	}
+}
+
+// runPrep runs one queued preparation in a background lane. It counts as queued until it has
+// the lane.
+func (s *Service) runPrep(task prepTask) {
+	user, again := task.user, false
+	defer func() {
+		if !again {
+			s.prepEnded(user)
+		}
+	}()
+	// Background work that costs a generator call: let whatever is runnable first (the page's
+	// response writer, which a page's handler has just woken) go before it.
+	runtime.Gosched()
+	ok := s.waitLane()
+	s.m.prepQueued.Dec()
+	if !ok {
+		return // closing
+	}
+	s.m.prepRunning.Inc()
+	empty := s.prepare(user)
+	s.m.prepRunning.Dec()
+	s.releaseLane()
+	if !empty {
+		return
+	}
+	if task.try+1 >= prepareTries {
+		s.noteEmptyPools(user, true)
+		return
+	}
+	again = true
+	task.try++
+	time.AfterFunc(s.Config().PrepareAfter, func() { s.enqueuePrepTry(task) })
 }
 
 // prepareTries bounds the preparations one page schedules while the pools stay empty.
 const prepareTries = 3
+
+// prepEnded ends a scheduled preparation: user may be prepared again.
+func (s *Service) prepEnded(user zen.ID) {
+	s.preparing.Delete(user)
+	s.bg.Done()
+}
+
+// noteEmptyPools marks user's pools as found empty by the last try of a preparation, or clears
+// the mark when a generator call found pins (see emptyPools).
+func (s *Service) noteEmptyPools(user zen.ID, empty bool) {
+	if empty {
+		s.emptyPools.set(user, s.now().UnixMilli())
+		return
+	}
+	s.emptyPools.forget(user)
+}
 
 // prepare takes user's next chunk from the generator and records it as a prepared row (synced).
 // A chunk it cannot record goes back to the pools, as a first page's would. It reports whether
@@ -237,6 +323,7 @@ func (s *Service) prepare(user zen.ID) (empty bool) {
 		}
 		return true
 	}
+	s.noteEmptyPools(user, false)
 	// Remembered as this incarnation's to show before the row is written: a visit that reads
 	// the row finds it. No page was read: persist finds the user's pending chunks through their
 	// index.
@@ -255,8 +342,8 @@ func (s *Service) prepare(user zen.ID) (empty bool) {
 	return false
 }
 
-// laneWait bounds how long background work waits for a lane before it gives up (a preparation
-// is skipped, a materialization goes to the queue).
+// laneWait bounds how long an inline materialization waits for a lane before it gives up and
+// goes to the queue as a job.
 const laneWait = 250 * time.Millisecond
 
 // defaultBackgroundLanes is Deps.BackgroundLanes's default: half the processors, at least one.
@@ -279,6 +366,18 @@ func (s *Service) acquireLane() bool {
 	default:
 	}
 	return s.acquire(s.lanes)
+}
+
+// waitLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
+// for a background lane, however long that takes; false when the service is closing.
+func (s *Service) waitLane() bool {
+	s.waitQuiet()
+	select {
+	case s.lanes <- struct{}{}:
+		return true
+	case <-s.closing:
+		return false
+	}
 }
 
 // waitQuiet holds background work until no request is in flight, for at most quietBound (see

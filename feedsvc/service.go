@@ -83,6 +83,14 @@ type Config struct {
 	// dies before it is materialized leaves it to a later read or the recovery pass, as a lost
 	// job would. Default 4; 0 enqueues every chunk.
 	InlineMaterialize int `json:"inline_materialize"`
+	// MaxInflight is how many GetFeed calls this process runs at once; a call past it waits in
+	// line (at most MaxInflight of them) up to AdmissionWait for a slot, and is then shed:
+	// RESOURCE_EXHAUSTED with a retry delay, nothing done (docs/reliability.md, "Overload").
+	// 0 (the default) means DefaultMaxInflight(), 64 per GOMAXPROCS.
+	MaxInflight int `json:"max_inflight"`
+	// AdmissionWait is how long a GetFeed call past MaxInflight waits for a slot before it is
+	// shed; 0 sheds it at once. Default 50ms.
+	AdmissionWait time.Duration `json:"admission_wait"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -96,8 +104,15 @@ func DefaultConfig() Config {
 		StalePending:      30 * time.Second,
 		PreparedMaxAge:    30 * time.Second,
 		InlineMaterialize: 4,
+		AdmissionWait:     DefaultAdmissionWait,
 	}
 }
+
+// DefaultAdmissionWait is Config.AdmissionWait's default.
+const DefaultAdmissionWait = 50 * time.Millisecond
+
+// MaxMaxInflight is the largest Config.MaxInflight.
+const MaxMaxInflight = 1 << 20
 
 // Validate reports the first knob out of range.
 func (c Config) Validate() error {
@@ -122,6 +137,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: min chunk interval %v is not in [0, 1h]", c.MinChunkInterval)
 	case c.InlineMaterialize < 0 || c.InlineMaterialize > 1024:
 		return fmt.Errorf("config: inline materialize %d is not in [0, 1024]", c.InlineMaterialize)
+	case c.MaxInflight < 0 || c.MaxInflight > MaxMaxInflight:
+		return fmt.Errorf("config: max inflight %d is not in [0, %d]", c.MaxInflight, MaxMaxInflight)
+	case c.AdmissionWait < 0 || c.AdmissionWait > time.Minute:
+		return fmt.Errorf("config: admission wait %v is not in [0, 1m]", c.AdmissionWait)
 	}
 	return nil
 }
@@ -251,13 +270,18 @@ type Service struct {
 	// lastSeq is the last chunk sequence handed out by this process (see nextSeq).
 	lastSeq   atomic.Uint64
 	closeOnce sync.Once
-	// preparing holds the users with a preparation scheduled or running in this process
-	// (zen.ID -> struct{}); prepared those for which this process recorded a prepared chunk not
-	// yet served, a hint that the next first page should read before it calls the generator.
-	// prepSlots bounds the preparations running at once.
-	preparing sync.Map
-	prepared  userMarks
-	prepSlots chan struct{}
+	// preparing holds the users with a preparation scheduled, queued or running in this
+	// process (zen.ID -> struct{}); prepared those for which this process recorded a prepared
+	// chunk not yet served, a hint that the next first page should read before it calls the
+	// generator. prepQueue holds the due preparations, taken by at most maxPreparing workers
+	// (prepWorkers counts them). emptyPools holds the users whose pools every try of a
+	// preparation found empty, and no generator call found filled since (no preparation is
+	// scheduled for them; see prepare.go).
+	preparing   sync.Map
+	prepared    userMarks
+	prepQueue   chan prepTask
+	prepWorkers atomic.Int64
+	emptyPools  userMarks
 	// asked holds when this process last asked the generator for each user's chunk (by
 	// Deps.Now; see Config.MinChunkInterval).
 	asked userMarks
@@ -276,6 +300,8 @@ type Service struct {
 	quietBound time.Duration
 	closingCtx context.Context
 	stopAll    context.CancelFunc
+	// adm bounds the GetFeed calls running and waiting (Config.MaxInflight).
+	adm admission
 }
 
 // New returns a Service.
@@ -341,11 +367,12 @@ func New(d Deps, c Config) (*Service, error) {
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, elig: d.Eligibility, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace,
-		trimEvery: uint32(d.TrimEvery), prepSlots: make(chan struct{}, maxPreparing),
+		trimEvery: uint32(d.TrimEvery), prepQueue: make(chan prepTask, maxPrepQueue),
 		lanes: make(chan struct{}, d.BackgroundLanes), quiet: d.Quiet, quietBound: d.QuietBound}
 	s.closingCtx, s.stopAll = context.WithCancel(context.Background())
 	s.closing = s.closingCtx.Done()
 	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers
+	s.emptyPools.max = maxPreparedHints
 	s.own.max = maxPreparedHints
 	s.cfg.Store(&c)
 	return s, nil
@@ -473,6 +500,12 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 		}
 		after = &p
 	}
+	limit, err := s.admit(ctx, cfg)
+	if err != nil {
+		s.m.observe(Page{}, err, time.Since(start))
+		return Page{}, err
+	}
+	defer s.adm.release(limit)
 	// A deleted or never-existing user has no feed (checked where the graph is at hand).
 	if s.live != nil {
 		lstart := time.Now()
@@ -484,7 +517,6 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 	}
 	rebuilding := s.touch(req.User)
 	var page Page
-	var err error
 	if after == nil {
 		page, err = s.firstPage(ctx, cfg, req.User, size)
 	} else {
@@ -581,10 +613,9 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 				page.FreshStatus, page.FreshDetail = FreshIncluded, ""
 			}
 		}
-		// The next chunk is prepared once the interval allows (a no-op when one is scheduled),
-		// also when nothing was served: otherwise a user whose preparations found the pools
-		// empty prepareTries times, and who keeps visiting, has none scheduled, and the first
-		// visit after the interval calls the generator on the request.
+		// The next chunk is prepared once the interval allows (a no-op when one is scheduled, or
+		// when the preparations found the pools empty: then the first visit after the interval
+		// asks the generator itself), also when nothing was served.
 		s.prepareLater(user, cfg, 0)
 		s.fill(&page, user, nil, rd.res, size, served)
 		s.m.observeStage(stagePageRecent, time.Since(pageStart))
@@ -639,8 +670,10 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		}
 	case rd.err != nil:
 		// Neither store answered: the chunk cannot be recorded either; give it back.
+		s.noteEmptyPools(user, false)
 		s.settleLater(user, gen.c.ID, false)
 	default:
+		s.noteEmptyPools(user, false)
 		pstart := time.Now()
 		var err error
 		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res, rd.out.From == hedge.Primary, false)

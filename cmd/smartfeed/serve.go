@@ -1124,5 +1124,6 @@ func feedConfig(cfg config.Config) feedsvc.Config {
 	fc.GeneratorDeadline, fc.MaxItems = cfg.Feed.GeneratorDeadline.D(), cfg.Feed.MaxItems
 	fc.PrepareAfter, fc.PreparedMaxAge = cfg.Feed.PrepareAfter.D(), cfg.Feed.PreparedMaxAge.D()
 	fc.InlineMaterialize, fc.MinChunkInterval = cfg.Feed.InlineMaterialize, cfg.Feed.MinChunkInterval.D()
+	fc.MaxInflight, fc.AdmissionWait = cfg.Feed.MaxInflight, cfg.Feed.AdmissionWait.D()
 	return fc
 }

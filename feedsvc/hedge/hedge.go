@@ -60,7 +60,16 @@ type Options struct {
 	Logger *zap.Logger
 	// Now is the clock of the breaker (tests); nil means time.Now.
 	Now func() time.Time
+	// SchedLatency reports how long this process's runnable goroutines wait for a processor
+	// now: a read judged slow is not held against the primary when that wait explains it (the
+	// process is short of processors, not the store slow). nil means RuntimeSchedLatency();
+	// NoSchedLatency judges every read by its time alone.
+	SchedLatency func() time.Duration
 }
+
+// NoSchedLatency is an Options.SchedLatency that reports no scheduling latency: every slow read
+// counts against the primary.
+func NoSchedLatency() time.Duration { return 0 }
 
 // Hedger runs hedged reads under a live-updatable Policy. It is safe for concurrent use.
 type Hedger struct {
@@ -75,6 +84,7 @@ type Hedger struct {
 	warmups sync.WaitGroup
 	br      *breaker
 	now     func() time.Time
+	sched   func() time.Duration
 }
 
 // New returns a Hedger with the policy p.
@@ -101,7 +111,11 @@ func New(p Policy, o Options) (*Hedger, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	h := &Hedger{win: newWindow(o.WindowSize, max(16, o.WindowSize/16)), warmTO: o.WarmupTimeout, m: m, now: o.Now}
+	if o.SchedLatency == nil {
+		o.SchedLatency = RuntimeSchedLatency()
+	}
+	h := &Hedger{win: newWindow(o.WindowSize, max(16, o.WindowSize/16)), warmTO: o.WarmupTimeout, m: m, now: o.Now,
+		sched: o.SchedLatency}
 	h.br = newBreaker(func(from, to, why string) {
 		h.m.brState.Set(map[string]float64{BreakerClosed: 0, BreakerOpen: 1, BreakerHalfOpen: 2}[to])
 		h.m.brChanges.WithLabelValues(to).Inc()
@@ -243,6 +257,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 	}
 	began := h.now() // on the breaker's clock
 	rt := h.br.route(p, began)
+	h.sched() // keeps the scheduling latency current (a clock read between its samples)
 	h.m.routed.WithLabelValues([...]string{"primary", "probe", "standby"}[rt]).Inc()
 	if rt == routeStandby {
 		return failover(ctx, h, p, primary, standby)
@@ -368,7 +383,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 					switch {
 					case r.err != nil:
 						v = failed
-					case r.took > p.Max:
+					case r.took > p.Max && !h.excused(p.Max):
 						v = slow
 					}
 					record(v)

@@ -60,7 +60,7 @@ func newHedger(t *testing.T, mod func(*Policy)) (*Hedger, *prometheus.Registry) 
 	p.Warmup = 0
 	mod(&p)
 	reg := prometheus.NewRegistry()
-	h, err := New(p, Options{Registerer: reg, WindowSize: 64})
+	h, err := New(p, Options{Registerer: reg, WindowSize: 64, SchedLatency: NoSchedLatency})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,10 +19,16 @@ type metrics struct {
 	brState      prometheus.Gauge
 	brChanges    *prometheus.CounterVec
 	routed       *prometheus.CounterVec
+	// excused counts the primary reads judged slow that the breaker did not count, because
+	// the process's own scheduling latency explained them.
+	excused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
+		excused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "smartfeed_hedge_breaker_excused_total",
+			Help: "Primary reads that were slow but not counted by the circuit breaker: this process's goroutine scheduling latency explained them (the process was short of processors, not the store slow)."}),
 		calls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_hedge_calls_total", Help: "Hedged reads started."}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -58,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.calls, m.latency, m.issued, m.won, m.exhausted,
-			m.warmups, m.warmupErrors, m.cutoff, m.policy, m.brState, m.brChanges, m.routed} {
+			m.warmups, m.warmupErrors, m.cutoff, m.policy, m.brState, m.brChanges, m.routed, m.excused} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register hedge metrics: %w", err)
 			}

@@ -439,6 +439,14 @@ type Feed struct {
 	// takes the gaps rather than the processors a request and its answer wait for
 	// (feedsvc.Deps.Quiet). Default 10ms; 0: it starts as soon as it has a lane.
 	BackgroundGapWait Duration `json:"background_gap_wait"`
+	// MaxInflight is how many GetFeed calls the feed process runs at once; past it a call waits
+	// in line (at most as many) up to AdmissionWait, then is shed with RESOURCE_EXHAUSTED and a
+	// retry delay (feedsvc.Config.MaxInflight; live-tunable in the knobs file). 0, the default:
+	// 64 per GOMAXPROCS.
+	MaxInflight int `json:"max_inflight"`
+	// AdmissionWait is how long a GetFeed call past MaxInflight waits for a slot before it is
+	// shed (feedsvc.Config.AdmissionWait; live-tunable). Default 50ms; 0: shed at once.
+	AdmissionWait Duration `json:"admission_wait"`
 }
 
 // MaxFeedItems is the largest Feed.MaxItems, the feed service's own bound (feedsvc.Config).
@@ -478,6 +486,7 @@ func DefaultConfig() Config {
 			MinChunkInterval:    Duration(time.Second),
 			InlineMaterialize:   4,
 			BackgroundGapWait:   Duration(10 * time.Millisecond),
+			AdmissionWait:       Duration(50 * time.Millisecond),
 			Hedge:               hedge.DefaultPolicy(),
 		},
 		ShutdownTimeout: Duration(30 * time.Second),
@@ -638,6 +647,12 @@ func (c Config) ValidateFor(u Uses) error {
 	}
 	if c.Feed.InlineMaterialize < 0 || c.Feed.InlineMaterialize > 1024 {
 		bad("feed.inline_materialize: %d not in [0, 1024]", c.Feed.InlineMaterialize)
+	}
+	if c.Feed.MaxInflight < 0 || c.Feed.MaxInflight > 1<<20 {
+		bad("feed.max_inflight: %d not in [0, 1048576]", c.Feed.MaxInflight)
+	}
+	if c.Feed.AdmissionWait < 0 || c.Feed.AdmissionWait > Duration(time.Minute) {
+		bad("feed.admission_wait: %v not in [0, 1m]", c.Feed.AdmissionWait.D())
 	}
 	if c.Feed.BackgroundLanes < 0 || c.Feed.BackgroundLanes > 1024 {
 		bad("feed.background_lanes: %d not in [0, 1024]", c.Feed.BackgroundLanes)

@@ -110,6 +110,8 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	i(&c.Feed.InlineMaterialize, "feed-inline-materialize", c.Feed.InlineMaterialize, "served chunks materialized at once in process instead of as Redis jobs (0: all as jobs)")
 	d(&c.Feed.BackgroundGapWait, "feed-background-gap-wait", c.Feed.BackgroundGapWait, "how long the read path's background tasks wait for a gap between requests before they start anyway (0: they do not wait)")
 	i(&c.Feed.BackgroundLanes, "feed-background-lanes", c.Feed.BackgroundLanes, "background tasks of the read path (preparations, inline materializations) run at once (0: half of GOMAXPROCS, at least 1, on pebble; no bound on hbase)")
+	i(&c.Feed.MaxInflight, "feed-max-inflight", c.Feed.MaxInflight, "GetFeed calls run at once; past it a call waits in line up to --feed-admission-wait, then is shed with RESOURCE_EXHAUSTED (0: 64 per GOMAXPROCS)")
+	d(&c.Feed.AdmissionWait, "feed-admission-wait", c.Feed.AdmissionWait, "how long a GetFeed call past --feed-max-inflight waits for a slot before it is shed (0: shed at once)")
 	b(&c.Feed.Faults, "feed-faults", c.Feed.Faults, "enable FeedAdmin fault injection on the feed stores")
 	h := &c.Feed.Hedge
 	s((*string)(&h.Mode), "hedge-mode", string(h.Mode), "hedging mode: off, fixed or percentile")
