@@ -135,7 +135,7 @@ func TestConsoleRoutes(t *testing.T) {
 			body: `{"userIdStr":"1","cursor":"x"}`,
 			want: reply{Status: 200, JSON: map[string]any{"items": []any{map[string]any{"pinId": "0", "pinIdStr": "7",
 				"source": "SOURCE_FOLLOWING", "score": 0.5, "authorId": "0", "boardId": "0", "fresh": true,
-				"reason": "Bearer user-jwt"}}, "nextCursor": "cx", "freshIncluded": false,
+				"reason": "Bearer user-jwt", "pin": nil, "author": nil}}, "nextCursor": "cx", "freshIncluded": false,
 				"freshStatus": "FRESH_STATUS_UNSPECIFIED", "freshDetail": "", "servedFrom": "STORE_STANDBY",
 				"hedged": false, "rebuilding": false}}},
 		{name: "the server's error code", h: noAdmin, method: "POST",

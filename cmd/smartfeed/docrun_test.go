@@ -70,8 +70,9 @@ func TestDocsCommandsMarked(t *testing.T) {
 				if b.noRun != "" {
 					t.Errorf("%s:%d: a %s block with a no-run marker: it runs nothing anyway", b.doc, b.line, b.lang)
 				}
+				// "make test: FAILED: …" is output (make test's summary), "make test" a command.
 				for _, l := range b.body {
-					if regexp.MustCompile(`^\s*(\$ |bin/smartfeed |smartfeed |go -C charts tool grpcurl|make )`).MatchString(l) {
+					if regexp.MustCompile(`^\s*(\$ |bin/smartfeed |smartfeed |go -C charts tool grpcurl|make [A-Za-z_-]+(\s|$))`).MatchString(l) {
 						t.Errorf("%s:%d: a %s block holds a command (%q): mark it sh, or no-run with a reason", b.doc, b.line, b.lang, l)
 					}
 				}

@@ -885,6 +885,12 @@ func (a *app) run(ctx context.Context) error {
 			return nil
 		})
 	}
+	// The admin port's scheme, read before Serve: serving configures the server's TLSConfig
+	// (HTTP/2) on its own goroutine.
+	adminScheme := "http"
+	if a.admin != nil && a.admin.TLSConfig != nil {
+		adminScheme = "https"
+	}
 	if a.admin != nil {
 		g.Go(func() error {
 			serve := func() error { return a.admin.Serve(a.admLis) }
@@ -904,11 +910,7 @@ func (a *app) run(ctx context.Context) error {
 	fields := []zap.Field{zap.String("role", a.role), zap.String("grpc", a.grpcAddr()), zap.String("admin", a.adminAddr())}
 	if ad := a.adminAddr(); ad != "" {
 		// Where a person goes next: the console and the metrics, as URLs to open.
-		scheme := "http"
-		if a.admin.TLSConfig != nil {
-			scheme = "https"
-		}
-		fields = append(fields, zap.String("console", scheme+"://"+ad+"/console/"), zap.String("metrics", scheme+"://"+ad+"/metrics"))
+		fields = append(fields, zap.String("console", adminScheme+"://"+ad+"/console/"), zap.String("metrics", adminScheme+"://"+ad+"/metrics"))
 	}
 	a.log.Info("serving", fields...)
 
