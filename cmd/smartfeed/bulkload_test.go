@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"slices"
 	"testing"
@@ -18,8 +17,7 @@ import (
 // followers list, reaches every follower the model gives.
 func TestLoadedGraphFansOut(t *testing.T) {
 	cfg := config.DefaultConfig()
-	cfg.Redis.Addr = testenv.Redis(t)
-	cfg.Redis.Namespace = fmt.Sprintf("bulkload_%d", time.Now().UnixNano())
+	cfg.Redis.Addr, cfg.Redis.Namespace = testenv.RedisNamespace(t, "bulkload")
 	cfg.Storage.DataDir = t.TempDir()
 	cfg.Storage.PebbleNoSync = true
 	cfg.GRPC.Addr, cfg.Admin.Addr, cfg.Admin.GRPCAddr = "127.0.0.1:0", "", ""
