@@ -228,14 +228,14 @@ func decodeEntry(v []byte) (state byte, keys [][]byte, err error) {
 		return 0, nil, errCorrupt
 	}
 	state, v = v[0], v[1:]
-	n, w := binary.Uvarint(v)
+	n, w := minimalUvarint(v)
 	if w <= 0 || n > uint64(len(v)) {
 		return 0, nil, errCorrupt
 	}
 	v = v[w:]
 	keys = make([][]byte, 0, n)
 	for range n {
-		l, w := binary.Uvarint(v)
+		l, w := minimalUvarint(v)
 		if w <= 0 || l > uint64(len(v)-w) {
 			return 0, nil, errCorrupt
 		}
@@ -246,6 +246,16 @@ func decodeEntry(v []byte) (state byte, keys [][]byte, err error) {
 		return 0, nil, errCorrupt
 	}
 	return state, keys, nil
+}
+
+// minimalUvarint is binary.Uvarint refusing a value not in its shortest form (w < 0 then), so
+// that one entry has one encoding.
+func minimalUvarint(v []byte) (uint64, int) {
+	n, w := binary.Uvarint(v)
+	if w > 0 && w != len(binary.AppendUvarint(nil, n)) {
+		return 0, -1
+	}
+	return n, w
 }
 
 func (r *Replicator) poke() {
