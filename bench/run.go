@@ -161,7 +161,7 @@ type Options struct {
 }
 
 // Phases are the names Options.Phase is called with, in the order a run goes through them.
-var Phases = []string{"fanout", "peers", "burst", "steps", "serving", "read-rates", "hedging", "scale"}
+var Phases = []string{"load", "fanout", "peers", "burst", "steps", "serving", "read-rates", "hedging", "scale"}
 
 // phase starts the named phase for Options.Phase and returns its end.
 func (o Options) phase(name string) func() {
@@ -748,7 +748,9 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	m := NewModelSpec(opts.Users[0], opts.Seed, opts.MaxFollowers)
 	res.Model = map[string]int{"users": m.Users, "follows": m.Edges(), "cpus": runtime.NumCPU()}
 	say("graph: %d users, %d follows (social model, seed %d)", m.Users, m.Edges(), opts.Seed)
+	end := opts.phase("load")
 	w, err := Build(ctx, sys, m, progress)
+	end()
 	if err != nil {
 		return nil, err
 	}
@@ -762,7 +764,7 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	repl.begin()
 	say("fanout: %.0f events/s for %v", opts.EventRate, opts.FanoutFor)
 	ins0, cpu0, start := sys.PoolInserts(), cpuTime(), time.Now()
-	end := opts.phase("fanout")
+	end = opts.phase("fanout")
 	events, lags, err := fanout(ctx, sys, w, opts.EventRate, opts.FanoutFor, 1, &res.lagSeries, t0)
 	if err != nil {
 		res.Notes = append(res.Notes, "fanout: "+err.Error())

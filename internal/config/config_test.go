@@ -361,3 +361,37 @@ func TestConfigFileErrorsNameFileAndKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestResolveKeepsSliceFlags: a slice flag of the command beside the config's flags keeps the
+// items given, once each, also when its environment twin is set.
+func TestResolveKeepsSliceFlags(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		env  map[string]string
+	}{
+		{"flag only", nil},
+		{"flag over its environment twin", map[string]string{"SMARTFEED_SIZES": "7,8,9"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			var sizes []int
+			var rates []float64
+			fs.IntSliceVar(&sizes, "sizes", nil, "sizes")
+			fs.Float64SliceVar(&rates, "rates", []float64{1}, "rates")
+			var c Config
+			Bind(fs, &c)
+			if err := fs.Parse([]string{"--sizes", "30000,2000", "--rates", "200,1000"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := Resolve(fs, &c, DefaultConfig(), func(k string) string { return tt.env[k] }); err != nil {
+				t.Fatalf("Resolve: %v", err)
+			}
+			if diff := cmp.Diff([]int{30000, 2000}, sizes); diff != "" {
+				t.Errorf("--sizes (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff([]float64{200, 1000}, rates); diff != "" {
+				t.Errorf("--rates (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -188,12 +188,23 @@ func Resolve(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) stri
 // configuration (ValidateFor); a nil uses means every store (Validate).
 func ResolveFor(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) string, uses func(Config) Uses) error {
 	// What the command line (or an earlier ApplyEnv) set, to apply again over the file.
-	type set struct{ name, value string }
+	// A slice flag is kept as its items: its String form ("[a,b]") does not parse back, and
+	// Set on a slice flag already given appends instead of replacing.
+	type set struct {
+		name, value string
+		items       []string
+		slice       pflag.SliceValue
+	}
 	var given []set
 	fs.VisitAll(func(f *pflag.Flag) {
-		if f.Changed {
-			given = append(given, set{f.Name, f.Value.String()})
+		if !f.Changed {
+			return
 		}
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			given = append(given, set{name: f.Name, items: sv.GetSlice(), slice: sv})
+			return
+		}
+		given = append(given, set{name: f.Name, value: f.Value.String()})
 	})
 	path := getenv(EnvName(ConfigFlag))
 	if f := fs.Lookup(ConfigFlag); f != nil && f.Changed {
@@ -211,6 +222,12 @@ func ResolveFor(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) s
 		return err
 	}
 	for _, g := range given {
+		if g.slice != nil {
+			if err := g.slice.Replace(g.items); err != nil {
+				return fmt.Errorf("--%s: %w", g.name, err)
+			}
+			continue
+		}
 		if err := fs.Set(g.name, g.value); err != nil {
 			return fmt.Errorf("--%s: %w", g.name, err)
 		}
