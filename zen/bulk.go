@@ -263,7 +263,7 @@ func (b *Bulk) flush(ctx context.Context, all bool) error {
 			if len(muts) == 0 {
 				continue
 			}
-			slices.SortStableFunc(muts, func(x, y Mutation) int { return bytes.Compare(x.Key, y.Key) })
+			sortMutations(muts)
 			if err = tables[i].Apply(wctx, muts); err != nil {
 				err = fmt.Errorf("bulk write of %d rows: %w", len(muts), err)
 				break
@@ -272,4 +272,27 @@ func (b *Bulk) flush(ctx context.Context, all bool) error {
 		b.werr <- err
 	}()
 	return nil
+}
+
+// sortMutations sorts muts by key, mutations of one key kept in their order (the last one
+// wins when applied). It is a stable sort done as an unstable one on (key, position), which
+// is several times faster than slices.SortStableFunc on a batch of tens of thousands.
+func sortMutations(muts []Mutation) {
+	type at struct {
+		m Mutation
+		i int
+	}
+	s := make([]at, len(muts))
+	for i, m := range muts {
+		s[i] = at{m, i}
+	}
+	slices.SortFunc(s, func(x, y at) int {
+		if c := bytes.Compare(x.m.Key, y.m.Key); c != 0 {
+			return c
+		}
+		return x.i - y.i
+	})
+	for i := range s {
+		muts[i] = s[i].m
+	}
 }
