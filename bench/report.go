@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,18 +17,25 @@ import (
 )
 
 // RatioKeys are the keys results.json's "ratios" always carries.
+// A key the run could not measure (scale_cost_growth_1m in the quick profile, a rate a kind of
+// call never reached) is written as 0 and listed in results.json's "ratios_not_measured".
 var RatioKeys = []string{"fanout_vs_redis_equal", "fanout_vs_raw_store_equal", "fanout_lag_p99_s_at_read_load",
-	"getfeed_p99_vs_redis", "getfeed_p99_vs_redis_200", "getfeed_p99_vs_redis_1000", "getfeed_p99_vs_redis_5000",
-	"getfeed_p99_vs_grpc_floor_1000", "getfeed_max_rate_vs_redis", "hedged_p999_vs_unhedged", "hedge_extra_load", "scale_cost_growth"}
+	"getfeed_p99_vs_redis_200", "getfeed_p99_vs_redis_1000", "getfeed_p99_vs_redis_5000",
+	"getfeed_p99_vs_grpc_floor_1000", "getfeed_max_rate_vs_redis", "getfeed_max_rate_vs_grpc_floor",
+	"hedged_p999_vs_unhedged", "hedge_extra_load", "scale_cost_growth_1m"}
 
 // Write writes results.json, report.md and the plots into dir.
 func Write(dir string, r *Results) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("bench out: %w", err)
 	}
+	r.NotMeasured = nil
 	for _, k := range RatioKeys {
-		if _, ok := r.Ratios[k]; !ok {
+		// 0 is a measured value only for a rate ratio (GetFeed held no rate); elsewhere it
+		// stands for a figure the run has not got.
+		if v, ok := r.Ratios[k]; !ok || v == 0 && !strings.Contains(k, "max_rate") {
 			r.Ratios[k] = 0
+			r.NotMeasured = append(r.NotMeasured, k)
 		}
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
@@ -64,8 +72,6 @@ func Markdown(r *Results, plotDir string) string {
 	p("| ratio | value | meaning |")
 	p("|---|---|---|")
 	meaning := map[string]string{
-		"getfeed_p99_vs_redis":             "GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
-		"getfeed_last_vs_first_minute_p99": "GetFeed p99 over the serving phase's last minute over its first minute, the fanout running throughout",
 		"getfeed_max_rate_vs_redis": "highest offered GetFeed rate held with p99 under the bound over the same for Redis ZREVRANGE, same steps " +
 			"(when Redis held every step this is an upper bound)",
 		"getfeed_max_rate_vs_grpc_floor": "highest offered GetFeed rate held with p99 under the bound over the same for an empty call on GetFeed's gRPC connection, same steps " +
@@ -74,7 +80,11 @@ func Markdown(r *Results, plotDir string) string {
 		"getfeed_p99_vs_redis_1000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 1,000/s",
 		"getfeed_p99_vs_redis_5000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 5,000/s",
 		"getfeed_p99_vs_grpc_floor_1000": "load generator in its own process: GetFeed p99 counted from each call's scheduled start over an empty call's on GetFeed's connection, both offered 1,000/s",
-		"scale_cost_growth":              "CPU per event at the largest size over the smallest",
+		"scale_cost_growth_100k":         "CPU per event (the bench process's, server and in-process publisher) at 100,000 users over 10,000",
+		"scale_cost_growth_1m":           "CPU per event (the bench process's, server and in-process publisher) at 1,000,000 users over 10,000 (the full profile)",
+		"scale_read_cost_growth_100k":    "CPU per GetFeed page (the bench process's, server and in-process client) at 100,000 users over 10,000",
+		"scale_read_cost_growth_1m":      "CPU per GetFeed page (the bench process's, server and in-process client) at 1,000,000 users over 10,000",
+		"getfeed_p99_vs_redis":           "in process (no load generator): GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
 		"hbase_get_p99_vs_java":          "zen Get p99 (the worse of before and after PE) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, one at a time",
 		"hbase_top50_p99_vs_java":        "zen Top(50) p99 over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
 		"getfeed_p99_vs_hbase_java":      "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, the Java client alone",
@@ -93,6 +103,10 @@ func Markdown(r *Results, plotDir string) string {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
+		if slices.Contains(r.NotMeasured, k) {
+			p("| `%s` | not measured | %s |", k, meaning[k])
+			continue
+		}
 		p("| `%s` | %.3f | %s |", k, r.Ratios[k], meaning[k])
 	}
 	p("")
