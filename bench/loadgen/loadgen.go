@@ -392,12 +392,17 @@ send:
 	if cut.After(stopAt) {
 		cut = stopAt
 	}
+	// Calls due after the cut (a window cancelled early) were never scheduled: they count
+	// neither as scheduled nor as unsent.
+	scheduled := i
 	for j := i; j < n; j++ {
 		due := start.Add(time.Duration(float64(j) * interval))
-		if due.Before(cut) {
-			record(unsent, cut.Sub(due))
+		if !due.Before(cut) {
+			break
 		}
+		record(unsent, cut.Sub(due))
 		w.Unsent++
+		scheduled++
 	}
 	close(jobs)
 	wg.Wait()
@@ -419,7 +424,7 @@ send:
 	if len(w.Fresh) == 0 {
 		w.Fresh = nil
 	}
-	w.Scheduled, w.Seconds, w.DistinctUsers = n, el.Seconds(), len(users)
+	w.Scheduled, w.Seconds, w.DistinctUsers = scheduled, el.Seconds(), len(users)
 	if el > 0 {
 		w.Achieved = float64(w.Errors[CodeOK]) / el.Seconds()
 	}

@@ -299,3 +299,23 @@ func TestReportRatesAfterEveryKindFailed(t *testing.T) {
 		}
 	})
 }
+
+// TestCancelledWindowCountsOnlyDueCalls: a window cancelled before its end (the lag-under-reads
+// phase stops a window of an hour when its steps are done) counts as scheduled, and as unsent,
+// only the calls due before the cancellation, not the rest of the hour.
+func TestCancelledWindowCountsOnlyDueCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFixedServer(func(int) time.Duration { return time.Millisecond })
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(2*time.Second, cancel)
+		ws, _, _ := Run(ctx, Config{Kinds: []Kind{{Name: "fixed", Call: srv.call}}, Rates: []float64{100},
+			Window: time.Hour, Overrun: time.Second, InFlight: 4, Bound: 10 * time.Millisecond, LoadAvg: func() (float64, error) { return 0, nil }})
+		if len(ws) != 1 {
+			t.Fatalf("%d windows, want 1", len(ws))
+		}
+		w := ws[0]
+		if w.Scheduled < 195 || w.Scheduled > 205 || w.Unsent > 5 {
+			t.Errorf("scheduled %d, unsent %d: want about 200 (2 s at 100/s) and a few at most", w.Scheduled, w.Unsent)
+		}
+	})
+}
