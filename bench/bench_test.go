@@ -137,3 +137,35 @@ func TestModelSpecStreamsTheSameGraph(t *testing.T) {
 		}
 	}
 }
+
+// TestScaleRatiosAndPlots: the scale ratio is largest over smallest whatever the order of the
+// sizes, named by the largest; an unmeasured ratio key is listed as such; every plot is drawn,
+// the read rates' with points on its logarithmic axes.
+func TestScaleRatiosAndPlots(t *testing.T) {
+	dir := t.TempDir()
+	r := &Results{Profile: "quick", Ratios: map[string]float64{},
+		Scale:            []ScaleResult{{Users: 100000, CPUSecPerEvent: 3, CPUMsPerRead: 0.5}, {Users: 10000, CPUSecPerEvent: 2, CPUMsPerRead: 0.25}},
+		GetFeedRateSteps: []ReadStep{{Offered: 200, SchedP99Ms: 2}, {Offered: 1000, SchedP99Ms: 40}},
+		RedisRateSteps:   []ReadStep{{Offered: 200, SchedP99Ms: 0.5}, {Offered: 1000, SchedP99Ms: 0.7}}, RateStepBoundMs: 10}
+	r.setScaleRatios()
+	if err := Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Ratios["scale_cost_growth_100k"]; got != 1.5 {
+		t.Errorf("scale_cost_growth_100k = %v, want 1.5 (3 ms at 100k over 2 ms at 10k)", got)
+	}
+	if got := r.Ratios["scale_read_cost_growth_100k"]; got != 2 {
+		t.Errorf("scale_read_cost_growth_100k = %v, want 2", got)
+	}
+	if !slices.Contains(r.NotMeasured, "scale_cost_growth_1m") {
+		t.Errorf("ratios_not_measured = %v, want scale_cost_growth_1m in it", r.NotMeasured)
+	}
+	for _, f := range PlotFiles() {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", f, err)
+		}
+	}
+	if rep, _ := os.ReadFile(filepath.Join(dir, "report.md")); !strings.Contains(string(rep), "| `scale_cost_growth_1m` | not measured |") {
+		t.Errorf("report.md does not say scale_cost_growth_1m was not measured")
+	}
+}

@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +24,22 @@ var RatioKeys = []string{"fanout_vs_redis_equal", "fanout_vs_raw_store_equal", "
 	"getfeed_p99_vs_redis_200", "getfeed_p99_vs_redis_1000", "getfeed_p99_vs_redis_5000",
 	"getfeed_p99_vs_grpc_floor_1000", "getfeed_max_rate_vs_redis", "getfeed_max_rate_vs_grpc_floor",
 	"hedged_p999_vs_unhedged", "hedge_extra_load", "scale_cost_growth_1m"}
+
+// plots are the plots Write draws, by file name.
+var plots = []struct {
+	file string
+	fn   func(string, *Results) error
+}{{"getfeed_cdf.png", plotCDF}, {"fanout_lag.png", plotLag}, {"fanout_lag_read_load.png", plotLagUnderReads},
+	{"hedging.png", plotHedging}, {"scale.png", plotScale}, {"read_rates.png", plotReadRates}}
+
+// PlotFiles returns the file names of the plots Write draws beside report.md.
+func PlotFiles() []string {
+	out := make([]string, len(plots))
+	for i, p := range plots {
+		out[i] = p.file
+	}
+	return out
+}
 
 // Write writes results.json, report.md and the plots into dir.
 func Write(dir string, r *Results) error {
@@ -45,10 +62,6 @@ func Write(dir string, r *Results) error {
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("results.json: %w", err)
 	}
-	plots := []struct {
-		file string
-		fn   func(string, *Results) error
-	}{{"getfeed_cdf.png", plotCDF}, {"fanout_lag.png", plotLag}, {"fanout_lag_read_load.png", plotLagUnderReads}, {"hedging.png", plotHedging}, {"scale.png", plotScale}}
 	for _, p := range plots {
 		if err := p.fn(filepath.Join(dir, p.file), r); err != nil {
 			return fmt.Errorf("plot %s: %w", p.file, err)
@@ -216,7 +229,7 @@ func Markdown(r *Results, plotDir string) string {
 	}
 	p("![GetFeed CDF](%s)", img("getfeed_cdf.png"))
 	p("")
-	b.WriteString(rateStepsMarkdown(r))
+	b.WriteString(rateStepsMarkdown(r, img))
 	p("## Tail under trouble")
 	p("")
 	p("| hedging | GetFeed p50 | p99 | p99.9 | extra load | cutoff | standby p99.9 |")
@@ -232,10 +245,11 @@ func Markdown(r *Results, plotDir string) string {
 	b.WriteString(hbaseJavaMarkdown(r.HBaseJava, r.Reads.BesidePeer))
 	p("## Growth")
 	p("")
-	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed p99 |")
-	p("|---|---|---|---|---|---|---|")
+	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed pages | CPU ms per page | GetFeed p99 |")
+	p("|---|---|---|---|---|---|---|---|---|")
 	for _, s := range r.Scale {
-		p("| %d | %d | %d | %.0f | %.2f | %.1f | %.1f ms |", s.Users, s.Follows, s.Events, s.Inserts, s.CPUSecPerEvent, s.WallPerInsert, s.GetFeedP99Ms)
+		p("| %d | %d | %d | %.0f | %.2f | %.1f | %d | %.2f | %.1f ms |", s.Users, s.Follows, s.Events, s.Inserts, s.CPUSecPerEvent, s.WallPerInsert,
+			s.Reads, s.CPUMsPerRead, s.GetFeedP99Ms)
 	}
 	p("")
 	p("![scale](%s)", img("scale.png"))
@@ -268,7 +282,6 @@ func plotCDF(path string, r *Results) error {
 	p := plot.New()
 	p.Title.Text = "GetFeed vs Redis ZREVRANGE, same offered load"
 	p.X.Label.Text, p.Y.Label.Text = "latency (ms, log)", "fraction of calls"
-	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{}
 	var args []any
 	if len(r.getfeed) > 0 {
 		args = append(args, "GetFeed", cdf(r.getfeed))
@@ -277,6 +290,8 @@ func plotCDF(path string, r *Results) error {
 		args = append(args, "Redis ZREVRANGE", cdf(r.redis))
 	}
 	if len(args) > 0 {
+		// Logarithmic only with points to draw: an empty log axis does not draw.
+		p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{}
 		if err := plotutil.AddLines(p, args...); err != nil {
 			return err
 		}
@@ -346,7 +361,7 @@ func plotScale(path string, r *Results) error {
 }
 
 // rateStepsMarkdown is the read-throughput section: both searches, step by step.
-func rateStepsMarkdown(r *Results) string {
+func rateStepsMarkdown(r *Results, img func(string) string) string {
 	if len(r.GetFeedRateSteps) == 0 && len(r.RedisRateSteps) == 0 {
 		return ""
 	}
@@ -395,6 +410,8 @@ func rateStepsMarkdown(r *Results) string {
 	p("GetFeed held **%s** with p99 under %.0f ms; Redis ZREVRANGE held **%s**%s.", rateStepsLabel(r.GetFeedRateSteps, r.GetFeedMaxRate),
 		r.RateStepBoundMs, rateStepsLabel(r.RedisRateSteps, r.RedisMaxRate), floor)
 	p("")
+	p("![p99 from schedule vs offered rate](%s)", img("read_rates.png"))
+	p("")
 	return b.String()
 }
 
@@ -442,3 +459,45 @@ The model is drawn one user at a time from the seed (each user's followers alone
 The quick profile loads 100,000 users (31M follows, 124M edge rows), the full profile 1,000,000 with every user's followers capped at 1,000 (130M follows):
 uncapped, the model's top 2% would have 100,000 followers each, 2 billion follows. The load's rows/s and peak RSS are reported below the model; the store is empty when it starts
 and the load's flushes and compactions run on into the phases that follow.`
+
+// plotReadRates draws each kind of call's p99, counted from the scheduled start, against the
+// offered rate (both axes logarithmic), with the bound a rate is held under.
+func plotReadRates(path string, r *Results) error {
+	p := plot.New()
+	p.Title.Text = "p99 from schedule vs offered rate (load generator in its own process)"
+	p.X.Label.Text, p.Y.Label.Text = "offered calls/s", "p99 from schedule, ms"
+	var lines []any
+	for _, k := range []struct {
+		name  string
+		steps []ReadStep
+	}{{"GetFeed", r.GetFeedRateSteps}, {"Redis ZREVRANGE", r.RedisRateSteps}, {"empty gRPC call", r.FloorRateSteps}} {
+		var xy plotter.XYs
+		for _, st := range k.steps {
+			if v := st.SchedP99Ms; st.Offered > 0 && v > 0 {
+				xy = append(xy, plotter.XY{X: st.Offered, Y: v})
+			}
+		}
+		if len(xy) > 0 {
+			lines = append(lines, k.name, xy)
+		}
+	}
+	if len(lines) == 0 {
+		return save(p, path)
+	}
+	// Logarithmic axes only with points to draw: an empty log axis does not draw.
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	if b := r.RateStepBoundMs; b > 0 {
+		lo, hi := math.Inf(1), 0.0
+		for i := 1; i < len(lines); i += 2 {
+			for _, pt := range lines[i].(plotter.XYs) {
+				lo, hi = min(lo, pt.X), max(hi, pt.X)
+			}
+		}
+		lines = append(lines, fmt.Sprintf("bound %.0f ms", b), plotter.XYs{{X: lo, Y: b}, {X: hi, Y: b}})
+	}
+	if err := plotutil.AddLinePoints(p, lines...); err != nil {
+		return err
+	}
+	return save(p, path)
+}

@@ -540,7 +540,7 @@ func writeBenchDocs(dir, out string, res *bench.Results) error {
 	if err := os.MkdirAll(pd, 0o755); err != nil {
 		return err
 	}
-	for _, f := range []string{"getfeed_cdf.png", "fanout_lag.png", "hedging.png", "scale.png"} {
+	for _, f := range bench.PlotFiles() {
 		b, err := os.ReadFile(filepath.Join(out, f))
 		if err != nil {
 			return err
