@@ -170,65 +170,7 @@ func Markdown(r *Results, plotDir string) string {
 		p("")
 	}
 	b.WriteString(lagUnderReadsMarkdown(r, img))
-	rd := r.Reads
-	p("## Serving (fanout running)")
-	p("")
-	p("| at %.0f/s offered, %d concurrent | p50 | p99 | p99.9 | achieved/s | errors |", rd.Offered, rd.Concurrency)
-	p("|---|---|---|---|---|---|")
-	p("| GetFeed (gRPC, loopback) | %.2f ms | %.2f ms | %.2f ms | %.0f | %d |", rd.GetFeed.P50, rd.GetFeed.P99, rd.GetFeed.P999, rd.GetFeedRate, rd.Errors)
-	p("| Redis ZREVRANGE 0..%d | %.2f ms | %.2f ms | %.2f ms | %.0f | |", 49, rd.Redis.P50, rd.Redis.P99, rd.Redis.P999, rd.RedisRate)
-	if f := rd.Floor; f != nil {
-		p("| empty gRPC call (health check, GetFeed's connection) | %.2f ms | %.2f ms | %.2f ms | | |", f.P50, f.P99, f.P999)
-	}
-	p("")
-	if rd.Turns != "" {
-		p("The kinds of call shared the phase %s, each at the offered rate in its own turns, the fanout running throughout.", rd.Turns)
-		p("")
-	}
-	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
-		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
-	if len(rd.P99ByMinuteMs) > 0 {
-		p("")
-		p("p99 by minute of the phase (the calls that started in it): GetFeed %s ms, the last minute over the first %.3f; "+
-			"Redis ZREVRANGE %s ms; the empty gRPC call %s ms (a minute slow for all three is the machine's).",
-			minuteList(rd.P99ByMinuteMs), ratio(rd.LastMinuteP99Ms, rd.FirstMinuteP99Ms), minuteList(rd.RedisP99ByMinuteMs), minuteList(rd.FloorP99ByMinuteMs))
-	}
-	if fv := rd.FirstVisits; fv.N > 0 {
-		p("")
-		p("Before the phase each of the %d distinct readers made its first visit, one after the other with no fanout running (a user never seen has no prepared chunk, so the generator runs): p50 %.2f ms, p99 %.2f ms, max %.2f ms.",
-			fv.N, fv.P50, fv.P99, fv.Max)
-	}
-	if len(rd.Fresh) > 0 {
-		p("")
-		p("The calls by fresh status (the service's counter): %s. A `generator_timeout` is a first page whose generator call missed its deadline.", freshLine(rd.Fresh))
-	}
-	if len(rd.Prepared) > 0 {
-		p("")
-		p("Prepared chunks by outcome over the phase (`smartfeed_feed_prepared_total`): %s. A first page with no prepared chunk to serve runs the generator.", freshLine(rd.Prepared))
-	}
-	if rd.Readers > 0 && rd.Offered > 0 {
-		p("")
-		p("The calls read %d distinct users, each back every %.2f s on average: a page sooner than `feed.min_chunk_interval` after the user's last generator call is a plain read of the feed.",
-			rd.Readers, float64(rd.Readers)/rd.Offered)
-	}
-	p("")
-	if g, red := rd.Sched, rd.RedisSched; g != nil && red != nil {
-		p("Goroutines of this process waited, runnable, for a CPU (Go's /sched/latencies): p50 %.3f ms, p99 %.2f ms, p99.9 %.2f ms during the GetFeed calls; p50 %.3f ms, p99 %.2f ms, p99.9 %.2f ms during the Redis calls. A GetFeed crosses several goroutines (client, transport, handler), each a wait.",
-			g.P50Ms, g.P99Ms, g.P999Ms, red.P50Ms, red.P99Ms, red.P999Ms)
-		p("")
-	}
-	if len(rd.Stages) > 0 {
-		p("Where the time went, from the service's own stage histograms over the same calls (p99: the upper bound of its bucket; -1: beyond the last):")
-		p("")
-		p("| histogram | stage | calls | mean | p99 ≤ |")
-		p("|---|---|---|---|---|")
-		for _, st := range rd.Stages {
-			p("| %s | %s | %d | %.3f ms | %.3g ms |", st.Metric, st.Stage, st.Calls, st.MeanMs, st.P99Ms)
-		}
-		p("")
-	}
-	p("![GetFeed CDF](%s)", img("getfeed_cdf.png"))
-	p("")
+	b.WriteString(servingMarkdown(r, img))
 	b.WriteString(rateStepsMarkdown(r, img))
 	p("## Tail under trouble")
 	p("")
@@ -500,4 +442,77 @@ func plotReadRates(path string, r *Results) error {
 		return err
 	}
 	return save(p, path)
+}
+
+// servingMarkdown is the in-process serving phase's section, or a line saying why it did not run.
+func servingMarkdown(r *Results, img func(string) string) string {
+	var b strings.Builder
+	p := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
+	if rd := r.Reads; rd.GetFeed.N == 0 && rd.GeneratorCalls == 0 && len(rd.Fresh) == 0 {
+		p("## Serving")
+		p("")
+		p("No in-process serving phase: the load generator, in a process of its own, measured the reads (below); a client sharing the server's process measures a friendlier world.")
+		p("")
+		return b.String()
+	}
+	rd := r.Reads
+	p("## Serving (fanout running)")
+	p("")
+	p("| at %.0f/s offered, %d concurrent | p50 | p99 | p99.9 | achieved/s | errors |", rd.Offered, rd.Concurrency)
+	p("|---|---|---|---|---|---|")
+	p("| GetFeed (gRPC, loopback) | %.2f ms | %.2f ms | %.2f ms | %.0f | %d |", rd.GetFeed.P50, rd.GetFeed.P99, rd.GetFeed.P999, rd.GetFeedRate, rd.Errors)
+	p("| Redis ZREVRANGE 0..%d | %.2f ms | %.2f ms | %.2f ms | %.0f | |", 49, rd.Redis.P50, rd.Redis.P99, rd.Redis.P999, rd.RedisRate)
+	if f := rd.Floor; f != nil {
+		p("| empty gRPC call (health check, GetFeed's connection) | %.2f ms | %.2f ms | %.2f ms | | |", f.P50, f.P99, f.P999)
+	}
+	p("")
+	if rd.Turns != "" {
+		p("The kinds of call shared the phase %s, each at the offered rate in its own turns, the fanout running throughout.", rd.Turns)
+		p("")
+	}
+	p("GetFeed p99 in the first third of the phase %.2f ms, in the last third %.2f ms. The generator (first pages) took %.2f ms on average over %.0f calls.",
+		rd.FirstP99Ms, rd.LastP99Ms, rd.GeneratorMeanMs, rd.GeneratorCalls)
+	if len(rd.P99ByMinuteMs) > 0 {
+		p("")
+		p("p99 by minute of the phase (the calls that started in it): GetFeed %s ms, the last minute over the first %.3f; "+
+			"Redis ZREVRANGE %s ms; the empty gRPC call %s ms (a minute slow for all three is the machine's).",
+			minuteList(rd.P99ByMinuteMs), ratio(rd.LastMinuteP99Ms, rd.FirstMinuteP99Ms), minuteList(rd.RedisP99ByMinuteMs), minuteList(rd.FloorP99ByMinuteMs))
+	}
+	if fv := rd.FirstVisits; fv.N > 0 {
+		p("")
+		p("Before the phase each of the %d distinct readers made its first visit, one after the other with no fanout running (a user never seen has no prepared chunk, so the generator runs): p50 %.2f ms, p99 %.2f ms, max %.2f ms.",
+			fv.N, fv.P50, fv.P99, fv.Max)
+	}
+	if len(rd.Fresh) > 0 {
+		p("")
+		p("The calls by fresh status (the service's counter): %s. A `generator_timeout` is a first page whose generator call missed its deadline.", freshLine(rd.Fresh))
+	}
+	if len(rd.Prepared) > 0 {
+		p("")
+		p("Prepared chunks by outcome over the phase (`smartfeed_feed_prepared_total`): %s. A first page with no prepared chunk to serve runs the generator.", freshLine(rd.Prepared))
+	}
+	if rd.Readers > 0 && rd.Offered > 0 {
+		p("")
+		p("The calls read %d distinct users, each back every %.2f s on average: a page sooner than `feed.min_chunk_interval` after the user's last generator call is a plain read of the feed.",
+			rd.Readers, float64(rd.Readers)/rd.Offered)
+	}
+	p("")
+	if g, red := rd.Sched, rd.RedisSched; g != nil && red != nil {
+		p("Goroutines of this process waited, runnable, for a CPU (Go's /sched/latencies): p50 %.3f ms, p99 %.2f ms, p99.9 %.2f ms during the GetFeed calls; p50 %.3f ms, p99 %.2f ms, p99.9 %.2f ms during the Redis calls. A GetFeed crosses several goroutines (client, transport, handler), each a wait.",
+			g.P50Ms, g.P99Ms, g.P999Ms, red.P50Ms, red.P99Ms, red.P999Ms)
+		p("")
+	}
+	if len(rd.Stages) > 0 {
+		p("Where the time went, from the service's own stage histograms over the same calls (p99: the upper bound of its bucket; -1: beyond the last):")
+		p("")
+		p("| histogram | stage | calls | mean | p99 ≤ |")
+		p("|---|---|---|---|---|")
+		for _, st := range rd.Stages {
+			p("| %s | %s | %d | %.3f ms | %.3g ms |", st.Metric, st.Stage, st.Calls, st.MeanMs, st.P99Ms)
+		}
+		p("")
+	}
+	p("![GetFeed CDF](%s)", img("getfeed_cdf.png"))
+	p("")
+	return b.String()
 }

@@ -117,6 +117,12 @@ type Options struct {
 	ReadStepConcurrency int
 	ReadP99Bound        time.Duration
 
+	// LoadGenRates are the rates the load generator steps each kind of call through (with
+	// LoadGen; the rates every kind is measured at, LoadGenRatioRates, among them), and
+	// LoadGenIdleMax bounds its wait for an idle server before each window.
+	LoadGenRates   []float64
+	LoadGenIdleMax time.Duration
+
 	// Scale builds a fresh system of the given number of users for the scale curve; nil
 	// measures the main size only.
 	Scale func(ctx context.Context, users int) (System, func(), error)
@@ -172,15 +178,17 @@ func (o Options) phase(name string) func() {
 }
 
 // Quick is the profile `make bench` runs: 100,000 users written by the bulk loader (31M
-// follows), the scale curve's second point 10,000. Its serving phase lasts three minutes of wall time (each kind of call 60 s, in turns), so
-// GetFeed's p99 is reported minute by minute under the fanout.
+// follows), the scale curve's second point 10,000. The reads are measured by the load
+// generator in its own process at 200, 1,000, 5,000 and 10,000 calls/s, 20 s windows; the
+// in-process serving phase (20 s for each kind of call) runs only for the HBase peers.
 func Quick() Options {
 	return Options{Profile: "quick", Seed: 8, Users: []int{100000, 10000}, EventRate: 10, FanoutFor: 20 * time.Second,
-		StepRates: []float64{5, 20, 80, 320, 640, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: time.Minute, ReadSlice: time.Second,
+		StepRates: []float64{5, 20, 80, 320, 640, 1280}, StepFor: 8 * time.Second, ReadRate: 200, ReadFor: 20 * time.Second, ReadSlice: time.Second,
 		Concurrency: 32, PageSize: 50, SlowFraction: 0.01, SlowBy: 500 * time.Millisecond, HedgeFor: 10 * time.Second,
 		LagBound: 2 * time.Second, RawRows: 200000, ScaleEvents: 60, BurstEvents: 2000,
 		ReadStepRates: []float64{50, 100, 200, 500, 1000, 2000, 5000, 10000}, ReadStepFor: 3 * time.Second,
-		ReadStepMinCalls: 500, ReadStepConcurrency: 128, ReadP99Bound: 10 * time.Millisecond}
+		ReadStepMinCalls: 500, ReadStepConcurrency: 128, ReadP99Bound: 10 * time.Millisecond,
+		LoadGenRates: []float64{200, 1000, 5000, 10000}, LoadGenIdleMax: 30 * time.Second}
 }
 
 // Full is the scale profile: 1,000,000 users (the scale curve 10,000 and 100,000 besides), longer
@@ -195,6 +203,8 @@ func Full() Options {
 	o.ReadStepFor = 10 * time.Second
 	o.StepRates = []float64{10, 40, 160, 640, 1280, 2560}
 	o.ScaleEvents = 200
+	o.ReadFor = time.Minute
+	o.LoadGenRates, o.LoadGenIdleMax = []float64{200, 1000, 2000, 5000, 10000}, time.Minute
 	o.BurstEvents = 8000
 	return o
 }
@@ -888,141 +898,10 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	// 3. Reads while fanout runs: GetFeed against Redis ZREVRANGE (and an empty gRPC call),
 	// same offered load, in turns.
 	readers := m.Readers(int(opts.ReadRate*opts.ReadFor.Seconds())+1, 3)
-	// Every reader visits once before the phase, as the returning users they stand for did;
-	// those visits are reported on their own (firstVisits).
-	firstVisits, distinct := visitOnce(ctx, sys, w, readers, opts.PageSize)
-	if firstVisits.N > 0 {
-		say("reads: %d readers' first visits, one after the other, before the phase: p50 %.2f ms, p99 %.2f ms, max %.2f ms",
-			firstVisits.N, firstVisits.P50, firstVisits.P99, firstVisits.Max)
-	}
-	kinds := []func(i int) error{
-		func(i int) error { return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize) },
-		func(i int) error {
-			_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
-			return err
-		},
-	}
-	pinger, _ := sys.(Pinger)
-	if pinger != nil {
-		kinds = append(kinds, func(int) error { return pinger.Ping(ctx) })
-	}
-	bg, stopBG := context.WithCancel(ctx)
-	var bgw sync.WaitGroup
-	bgw.Add(1)
-	go func() {
-		defer bgw.Done()
-		// The fanout runs until the last of the calls below is made, and through the peers
-		// measured under it (Options.UnderFanout; stopBG ends it).
-		_, _, _ = fanout(bg, sys, w, opts.EventRate, time.Duration(len(kinds)+1)*opts.ReadFor+10*time.Minute, 4, nil, t0)
-	}()
-	turns := "one after the other"
-	if opts.ReadSlice > 0 && opts.ReadSlice < opts.ReadFor {
-		turns = fmt.Sprintf("in turns of %v", opts.ReadSlice)
-	}
-	say("reads: GetFeed, Redis ZREVRANGE%s at %.0f/s each, %d concurrent, for %v each, %s, fanout running; %d distinct readers (each back every %.2f s on average)",
-		map[bool]string{true: " and an empty gRPC call", false: ""}[pinger != nil], opts.ReadRate, opts.Concurrency, opts.ReadFor, turns,
-		len(distinct), float64(len(distinct))/opts.ReadRate)
-	repl.begin()
-	genCalls0, genTime0 := sys.GeneratorTime()
-	st0, fresh0, prep0 := stages(sys), freshCounts(sys), preparedCounts(sys)
-	end = opts.phase("serving")
-	servingStart := time.Now()
-	tr := rotate(ctx, opts.ReadRate, opts.ReadFor, opts.ReadSlice, opts.Concurrency, kinds...)
-	servingEnd := time.Now()
-	end()
-	// The Redis and empty calls touch none of the service's histograms: the stages are the
-	// GetFeeds' (and the background work they left).
-	genCalls1, genTime1 := sys.GeneratorTime()
-	stagesServing, freshServing := stageDiff(st0, stages(sys)), freshDiff(fresh0, freshCounts(sys))
-	prepServing := freshDiff(prep0, preparedCounts(sys))
-	repl.end("serving")
-	// 3a. Peers under the serving phase's write load, right after it, the same fanout running:
-	// first one beside GetFeed, both measured, then the others.
-	ids := make([]uint64, len(readers))
-	for i, r := range readers {
-		ids[i] = w.IDs[r]
-	}
-	var besidePeer *Summary
-	if opts.Beside != nil {
-		say("beside: a peer making GetFeed's reads while GetFeed goes on at %.0f/s, %d concurrent, the fanout at %.0f events/s",
-			opts.ReadRate, opts.Concurrency, opts.EventRate)
-		s, err := beside(ctx, opts.ReadRate, opts.Concurrency, func(ctx context.Context, i int) error {
-			return sys.GetFeed(ctx, ids[i%len(ids)], opts.PageSize)
-		}, func(ctx context.Context) error { return opts.Beside(ctx, ids) })
-		if err != nil {
-			res.Notes = append(res.Notes, "beside: "+err.Error())
-			say("beside: %v", err)
-		} else {
-			besidePeer = &s
-			say("beside: GetFeed p50 %.2f p99 %.2f ms over %d calls beside the peer", s.P50, s.P99, s.N)
+	if servesInProcess(opts) {
+		if err := serving(ctx, sys, base, w, readers, opts, res, repl, t0, say); err != nil {
+			return nil, err
 		}
-	}
-	if opts.UnderFanout != nil {
-		say("under fanout: peers' reads right after the serving phase, its fanout at %.0f events/s still running", opts.EventRate)
-		if err := opts.UnderFanout(ctx, ids); err != nil {
-			res.Notes = append(res.Notes, "under fanout: "+err.Error())
-			say("under fanout: %v", err)
-		}
-	}
-	stopBG()
-	bgw.Wait()
-	if opts.Beside != nil || opts.UnderFanout != nil {
-		// The peers ran the fanout on past the phase: what it queued is not the next phase's.
-		drain(ctx, sys, time.Minute)
-	}
-	g, r := tr[0], tr[1]
-	var floor *Summary
-	if pinger != nil {
-		if f := tr[2]; f.errs == 0 {
-			fs := f.summary()
-			floor = &fs
-		} else {
-			res.Notes = append(res.Notes, fmt.Sprintf("grpc floor: %d of the empty calls failed", f.errs))
-		}
-	}
-	order := g.inOrder
-	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: g.summary(), GetFeedRate: g.rate(),
-		Errors: g.errs, Redis: r.summary(), RedisRate: r.rate(), Stages: stagesServing, Fresh: freshServing, Prepared: prepServing,
-		Sched: g.sched.result(), RedisSched: r.sched.result(), Floor: floor, Readers: len(distinct),
-		Turns: turns, FirstVisits: firstVisits}
-	res.Reads.BesidePeer = besidePeer
-	if n := genCalls1 - genCalls0; n > 0 {
-		res.Reads.GeneratorCalls = n
-		res.Reads.GeneratorMeanMs = float64((genTime1 - genTime0).Microseconds()) / 1000 / n
-	}
-	if third := len(order) / 3; third > 0 {
-		res.Reads.FirstP99Ms = Summarize(order[:third]).P99
-		res.Reads.LastP99Ms = Summarize(order[len(order)-third:]).P99
-	}
-	if byMin := g.p99ByWindow(servingStart, servingEnd, time.Minute); len(byMin) >= 2 {
-		res.Reads.P99ByMinuteMs = byMin
-		res.Reads.FirstMinuteP99Ms, res.Reads.LastMinuteP99Ms = byMin[0], byMin[len(byMin)-1]
-		// The peers' minutes beside GetFeed's: a minute slow for all of them is the machine's.
-		res.Reads.RedisP99ByMinuteMs = r.p99ByWindow(servingStart, servingEnd, time.Minute)
-		if pinger != nil {
-			res.Reads.FloorP99ByMinuteMs = tr[2].p99ByWindow(servingStart, servingEnd, time.Minute)
-		}
-	}
-	res.getfeed, res.redis = g.sorted(), r.sorted()
-	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms; generator %.2f ms mean over %.0f calls",
-		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, res.Reads.GetFeedRate, g.errs, res.Reads.Redis.P50, res.Reads.Redis.P99,
-		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
-	if len(res.Reads.P99ByMinuteMs) > 0 {
-		say("reads: p99 by minute of the phase: GetFeed %s ms (last over first %.3f); Redis %s ms; empty gRPC call %s ms",
-			minuteList(res.Reads.P99ByMinuteMs), ratio(res.Reads.LastMinuteP99Ms, res.Reads.FirstMinuteP99Ms),
-			minuteList(res.Reads.RedisP99ByMinuteMs), minuteList(res.Reads.FloorP99ByMinuteMs))
-	}
-	if len(res.Reads.Fresh) > 0 {
-		say("reads: GetFeed by fresh status: %s", freshLine(res.Reads.Fresh))
-	}
-	if len(res.Reads.Prepared) > 0 {
-		say("reads: prepared chunks by outcome: %s", freshLine(res.Reads.Prepared))
-	}
-	if f := res.Reads.Floor; f != nil {
-		say("reads: an empty gRPC call (health check) on GetFeed's connection p50 %.2f p99 %.2f ms, same load", f.P50, f.P99)
-	}
-	if g, r := res.Reads.Sched, res.Reads.RedisSched; g != nil && r != nil {
-		say("reads: goroutines waited for a CPU p50 %.3f p99 %.2f ms during GetFeed, p50 %.3f p99 %.2f ms during Redis", g.P50Ms, g.P99Ms, r.P50Ms, r.P99Ms)
 	}
 
 	// 3b. Read throughput: the highest offered GetFeed rate held with p99 under the bound,
@@ -1178,4 +1057,156 @@ func sizeLabel(n int) string {
 		return fmt.Sprintf("%dk", n/1000)
 	}
 	return fmt.Sprint(n)
+}
+
+// servesInProcess reports whether the run has the in-process serving phase: without the load
+// generator it is the only read measurement, and the HBase peers beside it (Beside,
+// UnderFanout) need it; with the load generator and no such peer it would measure the read
+// path again from a client sharing the server's process, a friendlier world, and is skipped.
+func servesInProcess(opts Options) bool {
+	return opts.LoadGen == nil || opts.Beside != nil || opts.UnderFanout != nil
+}
+
+// serving is the in-process serving phase: GetFeed, Redis ZREVRANGE and an empty gRPC call
+// at opts.ReadRate each, in turns, the fanout running, after every reader's first visit; then
+// the peers beside GetFeed and under the fanout.
+func serving(ctx context.Context, sys System, base Baseline, w *World, readers []int, opts Options, res *Results, repl *replRecorder, t0 time.Time, say func(string, ...any)) error {
+	// Every reader visits once before the phase, as the returning users they stand for did;
+	// those visits are reported on their own (firstVisits).
+	firstVisits, distinct := visitOnce(ctx, sys, w, readers, opts.PageSize)
+	if firstVisits.N > 0 {
+		say("reads: %d readers' first visits, one after the other, before the phase: p50 %.2f ms, p99 %.2f ms, max %.2f ms",
+			firstVisits.N, firstVisits.P50, firstVisits.P99, firstVisits.Max)
+	}
+	kinds := []func(i int) error{
+		func(i int) error { return sys.GetFeed(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize) },
+		func(i int) error {
+			_, err := base.Read(ctx, w.IDs[readers[i%len(readers)]], opts.PageSize)
+			return err
+		},
+	}
+	pinger, _ := sys.(Pinger)
+	if pinger != nil {
+		kinds = append(kinds, func(int) error { return pinger.Ping(ctx) })
+	}
+	bg, stopBG := context.WithCancel(ctx)
+	var bgw sync.WaitGroup
+	bgw.Add(1)
+	go func() {
+		defer bgw.Done()
+		// The fanout runs until the last of the calls below is made, and through the peers
+		// measured under it (Options.UnderFanout; stopBG ends it).
+		_, _, _ = fanout(bg, sys, w, opts.EventRate, time.Duration(len(kinds)+1)*opts.ReadFor+10*time.Minute, 4, nil, t0)
+	}()
+	turns := "one after the other"
+	if opts.ReadSlice > 0 && opts.ReadSlice < opts.ReadFor {
+		turns = fmt.Sprintf("in turns of %v", opts.ReadSlice)
+	}
+	say("reads: GetFeed, Redis ZREVRANGE%s at %.0f/s each, %d concurrent, for %v each, %s, fanout running; %d distinct readers (each back every %.2f s on average)",
+		map[bool]string{true: " and an empty gRPC call", false: ""}[pinger != nil], opts.ReadRate, opts.Concurrency, opts.ReadFor, turns,
+		len(distinct), float64(len(distinct))/opts.ReadRate)
+	repl.begin()
+	genCalls0, genTime0 := sys.GeneratorTime()
+	st0, fresh0, prep0 := stages(sys), freshCounts(sys), preparedCounts(sys)
+	end := opts.phase("serving")
+	servingStart := time.Now()
+	tr := rotate(ctx, opts.ReadRate, opts.ReadFor, opts.ReadSlice, opts.Concurrency, kinds...)
+	servingEnd := time.Now()
+	end()
+	// The Redis and empty calls touch none of the service's histograms: the stages are the
+	// GetFeeds' (and the background work they left).
+	genCalls1, genTime1 := sys.GeneratorTime()
+	stagesServing, freshServing := stageDiff(st0, stages(sys)), freshDiff(fresh0, freshCounts(sys))
+	prepServing := freshDiff(prep0, preparedCounts(sys))
+	repl.end("serving")
+	// 3a. Peers under the serving phase's write load, right after it, the same fanout running:
+	// first one beside GetFeed, both measured, then the others.
+	ids := make([]uint64, len(readers))
+	for i, r := range readers {
+		ids[i] = w.IDs[r]
+	}
+	var besidePeer *Summary
+	if opts.Beside != nil {
+		say("beside: a peer making GetFeed's reads while GetFeed goes on at %.0f/s, %d concurrent, the fanout at %.0f events/s",
+			opts.ReadRate, opts.Concurrency, opts.EventRate)
+		s, err := beside(ctx, opts.ReadRate, opts.Concurrency, func(ctx context.Context, i int) error {
+			return sys.GetFeed(ctx, ids[i%len(ids)], opts.PageSize)
+		}, func(ctx context.Context) error { return opts.Beside(ctx, ids) })
+		if err != nil {
+			res.Notes = append(res.Notes, "beside: "+err.Error())
+			say("beside: %v", err)
+		} else {
+			besidePeer = &s
+			say("beside: GetFeed p50 %.2f p99 %.2f ms over %d calls beside the peer", s.P50, s.P99, s.N)
+		}
+	}
+	if opts.UnderFanout != nil {
+		say("under fanout: peers' reads right after the serving phase, its fanout at %.0f events/s still running", opts.EventRate)
+		if err := opts.UnderFanout(ctx, ids); err != nil {
+			res.Notes = append(res.Notes, "under fanout: "+err.Error())
+			say("under fanout: %v", err)
+		}
+	}
+	stopBG()
+	bgw.Wait()
+	if opts.Beside != nil || opts.UnderFanout != nil {
+		// The peers ran the fanout on past the phase: what it queued is not the next phase's.
+		drain(ctx, sys, time.Minute)
+	}
+	g, r := tr[0], tr[1]
+	var floor *Summary
+	if pinger != nil {
+		if f := tr[2]; f.errs == 0 {
+			fs := f.summary()
+			floor = &fs
+		} else {
+			res.Notes = append(res.Notes, fmt.Sprintf("grpc floor: %d of the empty calls failed", f.errs))
+		}
+	}
+	order := g.inOrder
+	res.Reads = ReadResult{Offered: opts.ReadRate, Concurrency: opts.Concurrency, GetFeed: g.summary(), GetFeedRate: g.rate(),
+		Errors: g.errs, Redis: r.summary(), RedisRate: r.rate(), Stages: stagesServing, Fresh: freshServing, Prepared: prepServing,
+		Sched: g.sched.result(), RedisSched: r.sched.result(), Floor: floor, Readers: len(distinct),
+		Turns: turns, FirstVisits: firstVisits}
+	res.Reads.BesidePeer = besidePeer
+	if n := genCalls1 - genCalls0; n > 0 {
+		res.Reads.GeneratorCalls = n
+		res.Reads.GeneratorMeanMs = float64((genTime1 - genTime0).Microseconds()) / 1000 / n
+	}
+	if third := len(order) / 3; third > 0 {
+		res.Reads.FirstP99Ms = Summarize(order[:third]).P99
+		res.Reads.LastP99Ms = Summarize(order[len(order)-third:]).P99
+	}
+	if byMin := g.p99ByWindow(servingStart, servingEnd, time.Minute); len(byMin) >= 2 {
+		res.Reads.P99ByMinuteMs = byMin
+		res.Reads.FirstMinuteP99Ms, res.Reads.LastMinuteP99Ms = byMin[0], byMin[len(byMin)-1]
+		// The peers' minutes beside GetFeed's: a minute slow for all of them is the machine's.
+		res.Reads.RedisP99ByMinuteMs = r.p99ByWindow(servingStart, servingEnd, time.Minute)
+		if pinger != nil {
+			res.Reads.FloorP99ByMinuteMs = tr[2].p99ByWindow(servingStart, servingEnd, time.Minute)
+		}
+	}
+	res.getfeed, res.redis = g.sorted(), r.sorted()
+	say("reads: GetFeed p50 %.2f p99 %.2f p99.9 %.2f ms (%.0f/s, %d errors); Redis p50 %.2f p99 %.2f ms; generator %.2f ms mean over %.0f calls",
+		res.Reads.GetFeed.P50, res.Reads.GetFeed.P99, res.Reads.GetFeed.P999, res.Reads.GetFeedRate, g.errs, res.Reads.Redis.P50, res.Reads.Redis.P99,
+		res.Reads.GeneratorMeanMs, res.Reads.GeneratorCalls)
+	if len(res.Reads.P99ByMinuteMs) > 0 {
+		say("reads: p99 by minute of the phase: GetFeed %s ms (last over first %.3f); Redis %s ms; empty gRPC call %s ms",
+			minuteList(res.Reads.P99ByMinuteMs), ratio(res.Reads.LastMinuteP99Ms, res.Reads.FirstMinuteP99Ms),
+			minuteList(res.Reads.RedisP99ByMinuteMs), minuteList(res.Reads.FloorP99ByMinuteMs))
+	}
+	if len(res.Reads.Fresh) > 0 {
+		say("reads: GetFeed by fresh status: %s", freshLine(res.Reads.Fresh))
+	}
+	if len(res.Reads.Prepared) > 0 {
+		say("reads: prepared chunks by outcome: %s", freshLine(res.Reads.Prepared))
+	}
+	if f := res.Reads.Floor; f != nil {
+		say("reads: an empty gRPC call (health check) on GetFeed's connection p50 %.2f p99 %.2f ms, same load", f.P50, f.P99)
+	}
+	if g, r := res.Reads.Sched, res.Reads.RedisSched; g != nil && r != nil {
+		say("reads: goroutines waited for a CPU p50 %.3f p99 %.2f ms during GetFeed, p50 %.3f p99 %.2f ms during Redis", g.P50Ms, g.P99Ms, r.P50Ms, r.P99Ms)
+	}
+
+	return nil
 }

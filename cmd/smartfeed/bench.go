@@ -232,6 +232,12 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		o := loadgen.DefaultOptions()
 		o.GRPCAddr, o.RedisAddr, o.RedisPass, o.RedisDB, o.RedisPrefix = sys.a.grpcAddr(), cfg.Redis.Addr, cfg.Redis.Password, cfg.Redis.DB, zsPrefix
 		o.MetricsURL, o.Window, o.PageSize = "http://"+sys.a.adminAddr()+"/metrics", bf.loadgenWindow, opts.PageSize
+		if len(opts.LoadGenRates) > 0 {
+			o.Rates = opts.LoadGenRates
+		}
+		if opts.LoadGenIdleMax > 0 {
+			o.IdleMax = opts.LoadGenIdleMax
+		}
 		opts.LoadGen = func(ctx context.Context, users []uint64) (*loadgen.Report, error) {
 			return loadgen.Exec(ctx, exe, o, users, bf.out, stdout)
 		}
