@@ -16,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 	"github.com/smartfeed/smartfeed/internal/testenv"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 )
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(runCrashChild())
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m) // fails the tests when a goroutine they started outlives them
 }
 
 // redisAddr returns the test Redis (internal/testenv: skipped under -short or

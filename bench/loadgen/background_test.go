@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"sync"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // TestMain makes the test binary stand in for `smartfeed loadgen` when called as
@@ -23,7 +25,7 @@ func TestMain(m *testing.M) {
 		_ = enc.Encode(Record{Summary: &Summary{Kinds: []string{KindGetFeed}}})
 		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m) // fails the tests when a goroutine they started outlives them
 }
 
 // Start runs the generator in the background and Stop interrupts it: the window it was in is
