@@ -181,10 +181,12 @@ func TestBeside(t *testing.T) {
 		mu.Lock()
 		n := len(made)
 		mu.Unlock()
-		// The bubble's clock: calls due at 0, 5, ... 295 ms, and the one due at 300 ms when the
-		// peer's sleep ends at the same instant may or may not have started.
-		if n < 60 || n > 61 {
-			t.Errorf("%d calls beside a 300 ms peer at 200/s, want 60 or 61", n)
+		// The bubble's clock: calls due at 0, 5, ... 295 ms (60), and at the peer's last
+		// instant two more may start: the one due at 300 ms, when its timer runs before the
+		// peer's sleep ends, and the next, when pacedAt's wait for a slot meets the cancelled
+		// context and a free slot at once and picks the slot (run.go's select).
+		if n < 60 || n > 62 {
+			t.Errorf("%d calls beside a 300 ms peer at 200/s, want 60 to 62", n)
 		}
 		if s.N != n-1 {
 			t.Errorf("%d calls counted of %d made; want all but the one cut short", s.N, n)
