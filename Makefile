@@ -2,13 +2,14 @@
 .DEFAULT_GOAL := help
 GO ?= go
 FUZZTIME ?= 10s
+K8S_VERSION ?= 1.33.0
 TEST_PKGS ?= ./...
 SERVICES := scripts/with-services.sh
 # The test targets run on services of their own (run/redis-test, run/hbase-test...), wiped
 # before and after, never on the user's (scripts/with-services.sh, SMARTFEED_SERVICES=test).
 TEST_SERVICES := SMARTFEED_SERVICES=test scripts/with-services.sh
 
-.PHONY: help build test test-long test-memory test-failover test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo helm-lint services-up services-down
+.PHONY: help build test test-long test-memory test-failover test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo helm-lint kubeconform image services-up services-down
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
@@ -75,8 +76,16 @@ demo: ## start Redis and run the smartfeed demo (Pebble under run/demo; DEMO_ARG
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed demo $(DEMO_ARGS)
 
-helm-lint: ## helm lint + helm template of charts/smartfeed, decoded strictly into Kubernetes types (helm pinned in charts/go.mod)
+helm-lint: ## helm lint + helm template of charts/smartfeed, decoded strictly into Kubernetes types (helm pinned in charts/go.mod), then kubeconform
 	cd charts && $(GO) tool helm lint --strict smartfeed && $(GO) tool helm lint --strict smartfeed -f smartfeed/ci/hbase-values.yaml && $(GO) test -count=1 ./...
+	GO="$(GO)" scripts/kubeconform.sh
+
+kubeconform: ## every manifest the chart renders (defaults, ci/*.yaml, insecure, mTLS) validated offline against the Kubernetes JSON schemas (K8S_VERSION, default 1.33.0), kubeconform -strict (scripts/kubeconform.sh)
+	GO="$(GO)" K8S_VERSION="$(K8S_VERSION)" scripts/kubeconform.sh
+
+IMAGE_TAG ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+image: ## the container image without a Docker engine: an OCI layout + archive in run/image/ (IMAGE_TAG, default git describe), checked by running the binary from its layers (scripts/image.sh)
+	GO="$(GO)" scripts/image.sh $(IMAGE_TAG)
 
 services-up: ## start Redis, HBase and its standby (HBase replication) in the background (env lines in run/*/env)
 	scripts/redis.sh up

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -52,15 +53,17 @@ func TestPacedAt(t *testing.T) {
 // TestPacedStopsWithContext: a cancelled context ends the pacing and every started call is
 // waited for.
 func TestPacedStopsWithContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var done atomic.Int64
-	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
-	start := time.Now()
-	paced(ctx, 100, time.Hour, 0, 4, func(int) { time.Sleep(time.Millisecond); done.Add(1) })
-	if took := time.Since(start); took > 5*time.Second {
-		t.Fatalf("paced ran %v after its context was cancelled", took)
-	}
-	if done.Load() == 0 {
-		t.Error("no call ran before the cancel")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		var done atomic.Int64
+		go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+		start := time.Now()
+		paced(ctx, 100, time.Hour, 0, 4, func(int) { time.Sleep(time.Millisecond); done.Add(1) })
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("paced ran %v after its context was cancelled", took)
+		}
+		if done.Load() == 0 {
+			t.Error("no call ran before the cancel")
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -80,7 +81,8 @@ func (b *instantBaseline) Read(context.Context, uint64, int) ([]uint64, error) {
 	return nil, nil
 }
 
-// Wide margins: the steps run on a real clock on a shared machine.
+// The steps run inside a synctest bubble: its clock moves only when every goroutine waits, so a
+// call's latency is exactly the time its fake GetFeed sleeps, whatever the machine's load.
 const (
 	testBound   = 50 * time.Millisecond
 	testStepFor = 400 * time.Millisecond
@@ -118,30 +120,32 @@ func TestRateStepsStopRule(t *testing.T) {
 		rates: four, conc: 64, wantSteps: 1, wantBest: 0, label: "none (not even 50/s)",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var lines []string
-			say := func(f string, a ...any) { lines = append(lines, f) }
-			steps, best := rateSteps(context.Background(), "GetFeed", tc.rates, testStepFor, 0, tc.conc, testBound,
-				func(int) error { return tc.sys.GetFeed(context.Background(), 0, 50) }, nil, say)
-			if len(steps) != tc.wantSteps || best != tc.wantBest {
-				t.Fatalf("%d steps, best %.0f/s; want %d steps, best %.0f/s: %+v", len(steps), best, tc.wantSteps, tc.wantBest, steps)
-			}
-			for i, s := range steps {
-				if s.Offered != tc.rates[i] {
-					t.Errorf("step %d offered %.0f/s, want %.0f/s", i, s.Offered, tc.rates[i])
+			synctest.Test(t, func(t *testing.T) {
+				var lines []string
+				say := func(f string, a ...any) { lines = append(lines, f) }
+				steps, best := rateSteps(context.Background(), "GetFeed", tc.rates, testStepFor, 0, tc.conc, testBound,
+					func(int) error { return tc.sys.GetFeed(context.Background(), 0, 50) }, nil, say)
+				if len(steps) != tc.wantSteps || best != tc.wantBest {
+					t.Fatalf("%d steps, best %.0f/s; want %d steps, best %.0f/s: %+v", len(steps), best, tc.wantSteps, tc.wantBest, steps)
 				}
-				if want := i < len(steps)-1 || tc.wantBest == tc.rates[len(tc.rates)-1]; s.Held != want {
-					t.Errorf("step %d (%.0f/s) held = %v, want %v: %+v", i, s.Offered, s.Held, want, s)
+				for i, s := range steps {
+					if s.Offered != tc.rates[i] {
+						t.Errorf("step %d offered %.0f/s, want %.0f/s", i, s.Offered, tc.rates[i])
+					}
+					if want := i < len(steps)-1 || tc.wantBest == tc.rates[len(tc.rates)-1]; s.Held != want {
+						t.Errorf("step %d (%.0f/s) held = %v, want %v: %+v", i, s.Offered, s.Held, want, s)
+					}
+					if s.SchedP99Ms < s.P99Ms {
+						t.Errorf("step %d: p99 from schedule %.2f ms under the p99 %.2f ms", i, s.SchedP99Ms, s.P99Ms)
+					}
 				}
-				if s.SchedP99Ms < s.P99Ms {
-					t.Errorf("step %d: p99 from schedule %.2f ms under the p99 %.2f ms", i, s.SchedP99Ms, s.P99Ms)
+				if len(lines) != len(steps) {
+					t.Errorf("%d lines said for %d steps", len(lines), len(steps))
 				}
-			}
-			if len(lines) != len(steps) {
-				t.Errorf("%d lines said for %d steps", len(lines), len(steps))
-			}
-			if got := rateStepsLabel(steps, best); got != tc.label {
-				t.Errorf("label %q, want %q", got, tc.label)
-			}
+				if got := rateStepsLabel(steps, best); got != tc.label {
+					t.Errorf("label %q, want %q", got, tc.label)
+				}
+			})
 		})
 	}
 }
@@ -149,42 +153,44 @@ func TestRateStepsStopRule(t *testing.T) {
 // readRates drives the System's GetFeed and then the peer over the same steps, with fanout
 // publishing beside them.
 func TestReadRatesOnFakeSystem(t *testing.T) {
-	// 41 + 41 calls in the first two steps; from the third step's ninth call on, 120 ms.
-	sys := &stepSystem{fastCalls: 90, slow: 120 * time.Millisecond}
-	base := &instantBaseline{}
-	m := NewModel(50, 1)
-	w := &World{M: m, IDs: make([]uint64, m.Users)}
-	for i := range w.IDs {
-		w.IDs[i] = uint64(i + 1)
-	}
-	opts := Quick()
-	opts.EventRate, opts.ReadStepRates, opts.ReadStepFor, opts.ReadP99Bound = 20, []float64{50, 100, 200, 400}, testStepFor, testBound
-	opts.ReadStepMinCalls = 40 // the 50/s step runs 800 ms (41 calls), the others testStepFor
-	var said strings.Builder
-	say := func(f string, a ...any) { fmt.Fprintf(&said, f+"\n", a...) }
-	r := readRates(context.Background(), sys, base, w, m.Readers(100, 3), opts, time.Now(), say)
-	gs, gbest, rs, rbest := r.getfeed, r.getfeedBest, r.redis, r.redisBest
-	if len(gs) != 3 || gbest != 100 {
-		t.Errorf("GetFeed: %d steps, best %.0f/s; want 3 steps, best 100/s: %+v", len(gs), gbest, gs)
-	}
-	if len(gs) > 0 && (gs[0].Calls != 41 || gs[0].Seconds < 0.8) {
-		t.Errorf("the 50/s step made %d calls in %.2f s; want 41 in at least 0.8 s (ReadStepMinCalls 40)", gs[0].Calls, gs[0].Seconds)
-	}
-	if len(rs) != 4 || rbest != 400 {
-		t.Errorf("Redis: %d steps, best %.0f/s; want 4 steps, best 400/s: %+v", len(rs), rbest, rs)
-	}
-	if n := base.reads.Load(); n < 280 {
-		t.Errorf("the peer was read %d times, want about 324 (41 + 41 + 81 + 161)", n)
-	}
-	if sys.pins.Load() == 0 {
-		t.Error("no fanout ran beside the searches")
-	}
-	if !strings.Contains(said.String(), "GetFeed held 100/s with p99 under 50ms; Redis ZREVRANGE ≥ 400/s (held every step tried)\n") {
-		t.Errorf("summary line missing:\n%s", said.String())
-	}
-	if len(r.floor) != 0 {
-		t.Errorf("a System that is no Pinger: %d empty-call steps, want none", len(r.floor))
-	}
+	synctest.Test(t, func(t *testing.T) {
+		// 41 + 41 calls in the first two steps; from the third step's ninth call on, 120 ms.
+		sys := &stepSystem{fastCalls: 90, slow: 120 * time.Millisecond}
+		base := &instantBaseline{}
+		m := NewModel(50, 1)
+		w := &World{M: m, IDs: make([]uint64, m.Users)}
+		for i := range w.IDs {
+			w.IDs[i] = uint64(i + 1)
+		}
+		opts := Quick()
+		opts.EventRate, opts.ReadStepRates, opts.ReadStepFor, opts.ReadP99Bound = 20, []float64{50, 100, 200, 400}, testStepFor, testBound
+		opts.ReadStepMinCalls = 40 // the 50/s step runs 800 ms (41 calls), the others testStepFor
+		var said strings.Builder
+		say := func(f string, a ...any) { fmt.Fprintf(&said, f+"\n", a...) }
+		r := readRates(context.Background(), sys, base, w, m.Readers(100, 3), opts, time.Now(), say)
+		gs, gbest, rs, rbest := r.getfeed, r.getfeedBest, r.redis, r.redisBest
+		if len(gs) != 3 || gbest != 100 {
+			t.Errorf("GetFeed: %d steps, best %.0f/s; want 3 steps, best 100/s: %+v", len(gs), gbest, gs)
+		}
+		if len(gs) > 0 && (gs[0].Calls != 41 || gs[0].Seconds < 0.8) {
+			t.Errorf("the 50/s step made %d calls in %.2f s; want 41 in at least 0.8 s (ReadStepMinCalls 40)", gs[0].Calls, gs[0].Seconds)
+		}
+		if len(rs) != 4 || rbest != 400 {
+			t.Errorf("Redis: %d steps, best %.0f/s; want 4 steps, best 400/s: %+v", len(rs), rbest, rs)
+		}
+		if n := base.reads.Load(); n < 280 {
+			t.Errorf("the peer was read %d times, want about 324 (41 + 41 + 81 + 161)", n)
+		}
+		if sys.pins.Load() == 0 {
+			t.Error("no fanout ran beside the searches")
+		}
+		if !strings.Contains(said.String(), "GetFeed held 100/s with p99 under 50ms; Redis ZREVRANGE ≥ 400/s (held every step tried)\n") {
+			t.Errorf("summary line missing:\n%s", said.String())
+		}
+		if len(r.floor) != 0 {
+			t.Errorf("a System that is no Pinger: %d empty-call steps, want none", len(r.floor))
+		}
+	})
 }
 
 // pingStepSystem is a stepSystem whose empty call (Pinger) takes ping after its first fastPings.
@@ -205,42 +211,44 @@ func (p *pingStepSystem) Ping(context.Context) error {
 // With a Pinger, the same steps run on the empty call after the peer's: the transport's own
 // ceiling, searched like the others.
 func TestReadRatesFloorSearch(t *testing.T) {
-	// The empty call is instant for the first two steps (41 + 41 calls), then takes 120 ms.
-	sys := &pingStepSystem{stepSystem: &stepSystem{fastCalls: 1 << 40}, fastPings: 90, ping: 120 * time.Millisecond}
-	m := NewModel(50, 1)
-	w := &World{M: m, IDs: make([]uint64, m.Users)}
-	for i := range w.IDs {
-		w.IDs[i] = uint64(i + 1)
-	}
-	opts := Quick()
-	opts.EventRate, opts.ReadStepRates, opts.ReadStepFor, opts.ReadP99Bound = 20, []float64{50, 100, 200}, testStepFor, testBound
-	opts.ReadStepMinCalls = 40
-	var said strings.Builder
-	say := func(f string, a ...any) { fmt.Fprintf(&said, f+"\n", a...) }
-	r := readRates(context.Background(), sys, &instantBaseline{}, w, m.Readers(100, 3), opts, time.Now(), say)
-	if len(r.getfeed) != 3 || r.getfeedBest != 200 || len(r.redis) != 3 {
-		t.Errorf("GetFeed %d steps best %.0f, Redis %d steps; want 3, 200, 3", len(r.getfeed), r.getfeedBest, len(r.redis))
-	}
-	if len(r.floor) != 3 || r.floorBest != 100 || r.floor[2].Held {
-		t.Errorf("empty call: %d steps, best %.0f/s; want 3 steps, best 100/s, the last not held: %+v", len(r.floor), r.floorBest, r.floor)
-	}
-	if n := sys.pings.Load(); n < 120 {
-		t.Errorf("%d empty calls, want about 142 (41 + 41 + 61)", n)
-	}
-	if want := "; an empty gRPC call 100/s\n"; !strings.Contains(said.String(), want) {
-		t.Errorf("summary line without %q:\n%s", want, said.String())
-	}
-	res := &Results{Ratios: map[string]float64{}, RateStepBoundMs: 10, GetFeedRateSteps: r.getfeed, GetFeedMaxRate: r.getfeedBest,
-		RedisRateSteps: r.redis, RedisMaxRate: r.redisBest, FloorRateSteps: r.floor, FloorMaxRate: r.floorBest}
-	if got, want := res.RateStepsSummary(), "; an empty gRPC call held 100/s"; !strings.HasSuffix(got, want) {
-		t.Errorf("summary %q, want it to end with %q", got, want)
-	}
-	md := Markdown(res, "")
-	for _, want := range []string{"| empty gRPC call | 200 |", "an empty call on GetFeed's gRPC connection held **100/s**"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report without %q", want)
+	synctest.Test(t, func(t *testing.T) {
+		// The empty call is instant for the first two steps (41 + 41 calls), then takes 120 ms.
+		sys := &pingStepSystem{stepSystem: &stepSystem{fastCalls: 1 << 40}, fastPings: 90, ping: 120 * time.Millisecond}
+		m := NewModel(50, 1)
+		w := &World{M: m, IDs: make([]uint64, m.Users)}
+		for i := range w.IDs {
+			w.IDs[i] = uint64(i + 1)
 		}
-	}
+		opts := Quick()
+		opts.EventRate, opts.ReadStepRates, opts.ReadStepFor, opts.ReadP99Bound = 20, []float64{50, 100, 200}, testStepFor, testBound
+		opts.ReadStepMinCalls = 40
+		var said strings.Builder
+		say := func(f string, a ...any) { fmt.Fprintf(&said, f+"\n", a...) }
+		r := readRates(context.Background(), sys, &instantBaseline{}, w, m.Readers(100, 3), opts, time.Now(), say)
+		if len(r.getfeed) != 3 || r.getfeedBest != 200 || len(r.redis) != 3 {
+			t.Errorf("GetFeed %d steps best %.0f, Redis %d steps; want 3, 200, 3", len(r.getfeed), r.getfeedBest, len(r.redis))
+		}
+		if len(r.floor) != 3 || r.floorBest != 100 || r.floor[2].Held {
+			t.Errorf("empty call: %d steps, best %.0f/s; want 3 steps, best 100/s, the last not held: %+v", len(r.floor), r.floorBest, r.floor)
+		}
+		if n := sys.pings.Load(); n < 120 {
+			t.Errorf("%d empty calls, want about 142 (41 + 41 + 61)", n)
+		}
+		if want := "; an empty gRPC call 100/s\n"; !strings.Contains(said.String(), want) {
+			t.Errorf("summary line without %q:\n%s", want, said.String())
+		}
+		res := &Results{Ratios: map[string]float64{}, RateStepBoundMs: 10, GetFeedRateSteps: r.getfeed, GetFeedMaxRate: r.getfeedBest,
+			RedisRateSteps: r.redis, RedisMaxRate: r.redisBest, FloorRateSteps: r.floor, FloorMaxRate: r.floorBest}
+		if got, want := res.RateStepsSummary(), "; an empty gRPC call held 100/s"; !strings.HasSuffix(got, want) {
+			t.Errorf("summary %q, want it to end with %q", got, want)
+		}
+		md := Markdown(res, "")
+		for _, want := range []string{"| empty gRPC call | 200 |", "an empty call on GetFeed's gRPC connection held **100/s**"} {
+			if !strings.Contains(md, want) {
+				t.Errorf("report without %q", want)
+			}
+		}
+	})
 }
 
 // The report shows both searches and the highest rates held.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -119,17 +120,19 @@ func (s slowEnqueuer) Enqueue(_ context.Context, t *pinlater.Task, _ ...pinlater
 // TestPinlaterActivityDoesNotHoldPages: a touch over the queue cannot report a rebuild, so a
 // page never waits for its enqueue.
 func TestPinlaterActivityDoesNotHoldPages(t *testing.T) {
-	e := newEnv(t, nil)
-	e.svc.activity = PinlaterActivity{Client: slowEnqueuer{d: 300 * time.Millisecond}}
-	e.svc.activityWait = time.Second
-	start := time.Now()
-	p := e.get(t, "", 10)
-	if took := time.Since(start); took > 200*time.Millisecond {
-		t.Errorf("GetFeed took %s with a slow touch enqueue: the page waited for it", took)
-	}
-	if p.Rebuilding {
-		t.Error("page says rebuilding: a queued touch cannot know")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, nil)
+		e.svc.activity = PinlaterActivity{Client: slowEnqueuer{d: 300 * time.Millisecond}}
+		e.svc.activityWait = time.Second
+		start := time.Now()
+		p := e.get(t, "", 10)
+		if took := time.Since(start); took > 200*time.Millisecond {
+			t.Errorf("GetFeed took %s with a slow touch enqueue: the page waited for it", took)
+		}
+		if p.Rebuilding {
+			t.Error("page says rebuilding: a queued touch cannot know")
+		}
+	})
 }
 
 // TestRecentActivityDoesNotHoldPages: once the hook said "not rebuilding" for a user, the user's
@@ -138,48 +141,50 @@ func TestPinlaterActivityDoesNotHoldPages(t *testing.T) {
 // they call it without waiting; a "rebuilding" answer is not remembered, so the pages after it
 // wait and say so.
 func TestRecentActivityDoesNotHoldPages(t *testing.T) {
-	e := newEnv(t, nil)
-	act := &fakeActivity{}
-	clk := &settableClock{t: time.Unix(1_800_000_000, 0)}
-	e.rebuild(t, func(d *Deps) { d.Activity = act; d.ActivityWait = time.Second; d.Now = clk.now })
-	if p := e.get(t, "", 10); p.Rebuilding {
-		t.Fatal("first page says rebuilding")
-	}
-	e.svc.Wait()
-	if n := act.touched(); n != 1 {
-		t.Fatalf("first page called the hook %d times, want 1", n)
-	}
-	block := make(chan struct{})
-	act.mu.Lock()
-	act.block, act.rebuilding = block, true
-	act.mu.Unlock()
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, nil)
+		act := &fakeActivity{}
+		clk := &settableClock{t: time.Unix(1_800_000_000, 0)}
+		e.rebuild(t, func(d *Deps) { d.Activity = act; d.ActivityWait = time.Second; d.Now = clk.now })
+		if p := e.get(t, "", 10); p.Rebuilding {
+			t.Fatal("first page says rebuilding")
+		}
+		e.svc.Wait()
+		if n := act.touched(); n != 1 {
+			t.Fatalf("first page called the hook %d times, want 1", n)
+		}
+		block := make(chan struct{})
+		act.mu.Lock()
+		act.block, act.rebuilding = block, true
+		act.mu.Unlock()
 
-	clk.advance(activityFresh/2 - time.Second)
-	if p := e.get(t, "", 10); p.Rebuilding {
-		t.Error("page right after a not-rebuilding answer says rebuilding")
-	}
-	if n := act.touched(); n != 1 {
-		t.Errorf("page %v after a not-rebuilding answer called the hook (%d calls, want 1)", activityFresh/2-time.Second, n)
-	}
+		clk.advance(activityFresh/2 - time.Second)
+		if p := e.get(t, "", 10); p.Rebuilding {
+			t.Error("page right after a not-rebuilding answer says rebuilding")
+		}
+		if n := act.touched(); n != 1 {
+			t.Errorf("page %v after a not-rebuilding answer called the hook (%d calls, want 1)", activityFresh/2-time.Second, n)
+		}
 
-	clk.advance(2 * time.Second) // past the first half: the hook is called, not waited for
-	start := time.Now()
-	p := e.get(t, "", 10)
-	if took := time.Since(start); took > 500*time.Millisecond {
-		t.Errorf("page took %s: it waited for the hook that answered moments ago", took)
-	}
-	if p.Rebuilding {
-		t.Error("page says rebuilding before the hook answered")
-	}
-	act.mu.Lock()
-	act.block = nil
-	act.mu.Unlock()
-	close(block)
-	e.svc.Wait() // the blocked touch answers "rebuilding": forgotten
-	if n := act.touched(); n != 2 {
-		t.Errorf("hook called %d times, want 2 (the page in the second half renews the answer)", n)
-	}
-	if p := e.get(t, "", 10); !p.Rebuilding {
-		t.Error("page after a rebuilding answer does not wait for the hook and say so")
-	}
+		clk.advance(2 * time.Second) // past the first half: the hook is called, not waited for
+		start := time.Now()
+		p := e.get(t, "", 10)
+		if took := time.Since(start); took > 500*time.Millisecond {
+			t.Errorf("page took %s: it waited for the hook that answered moments ago", took)
+		}
+		if p.Rebuilding {
+			t.Error("page says rebuilding before the hook answered")
+		}
+		act.mu.Lock()
+		act.block = nil
+		act.mu.Unlock()
+		close(block)
+		e.svc.Wait() // the blocked touch answers "rebuilding": forgotten
+		if n := act.touched(); n != 2 {
+			t.Errorf("hook called %d times, want 2 (the page in the second half renews the answer)", n)
+		}
+		if p := e.get(t, "", 10); !p.Rebuilding {
+			t.Error("page after a rebuilding answer does not wait for the hook and say so")
+		}
+	})
 }

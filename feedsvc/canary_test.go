@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,52 +28,54 @@ func delayedCopy(ctx context.Context, primary, standby zen.Table, delay time.Dur
 }
 
 func TestCanaryMeasuresLagAndGateRefusesStaleStandby(t *testing.T) {
-	p, _ := zenmem.New().Table(t.Context(), "feed")
-	s, _ := zenmem.New().Table(t.Context(), "feed")
-	st := faults.Wrap(s, 1)
-	c, err := NewCanary(p, st, CanaryOptions{Interval: 50 * time.Millisecond, Poll: 2 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	copyCtx, stopCopy := context.WithCancel(ctx)
-	copied := make(chan struct{})
-	go func() { delayedCopy(copyCtx, p, s, 20*time.Millisecond); close(copied) }()
-	ran := make(chan struct{})
-	go func() { _ = c.Run(ctx); close(ran) }()
-	defer func() { cancel(); <-ran }()
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := zenmem.New().Table(t.Context(), "feed")
+		s, _ := zenmem.New().Table(t.Context(), "feed")
+		st := faults.Wrap(s, 1)
+		c, err := NewCanary(p, st, CanaryOptions{Interval: 50 * time.Millisecond, Poll: 2 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		copyCtx, stopCopy := context.WithCancel(ctx)
+		copied := make(chan struct{})
+		go func() { delayedCopy(copyCtx, p, s, 20*time.Millisecond); close(copied) }()
+		ran := make(chan struct{})
+		go func() { _ = c.Run(ctx); close(ran) }()
+		defer func() { cancel(); <-ran }()
 
-	gate, err := NewStalenessGate(st, c, 200*time.Millisecond, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Replication running with a 20 ms delay: the lag settles near it and the gate reads.
-	waitUntil(t, func() bool { l := c.Staleness(); return l >= 15*time.Millisecond && l < 150*time.Millisecond })
-	waitUntil(t, func() bool { _, next, _ := c.Lags().Since(0); return next > 0 })
-	if lags, next, _ := c.Lags().Since(0); uint64(len(lags)) != next || lags[0] < 20*time.Millisecond {
-		t.Errorf("canary lag log = %v (next %d), want the measurements, each at least the 20 ms delay", lags, next)
-	}
-	if _, err := gate.Get(t.Context(), []byte("k")); !errors.Is(err, zen.ErrNotFound) {
-		t.Errorf("gate read with replication healthy: %v, want the standby's own not-found", err)
-	}
-	// Replication stops: the outstanding canary ages, the gate refuses.
-	stopCopy()
-	<-copied
-	waitUntil(t, func() bool { return c.Staleness() > 200*time.Millisecond })
-	if _, err := gate.Scan(t.Context(), zen.ScanOptions{}); !errors.Is(err, ErrStandbyStale) {
-		t.Errorf("gate scan with replication stopped: %v, want ErrStandbyStale", err)
-	}
-	// Unbounded: reads pass again.
-	if err := gate.SetMaxStaleness(0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := gate.Scan(t.Context(), zen.ScanOptions{}); err != nil {
-		t.Errorf("unbounded gate: %v", err)
-	}
-	if err := gate.SetMaxStaleness(-time.Second); err == nil {
-		t.Error("a negative bound was accepted")
-	}
+		gate, err := NewStalenessGate(st, c, 200*time.Millisecond, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Replication running with a 20 ms delay: the lag settles near it and the gate reads.
+		waitUntil(t, func() bool { l := c.Staleness(); return l >= 15*time.Millisecond && l < 150*time.Millisecond })
+		waitUntil(t, func() bool { _, next, _ := c.Lags().Since(0); return next > 0 })
+		if lags, next, _ := c.Lags().Since(0); uint64(len(lags)) != next || lags[0] < 20*time.Millisecond {
+			t.Errorf("canary lag log = %v (next %d), want the measurements, each at least the 20 ms delay", lags, next)
+		}
+		if _, err := gate.Get(t.Context(), []byte("k")); !errors.Is(err, zen.ErrNotFound) {
+			t.Errorf("gate read with replication healthy: %v, want the standby's own not-found", err)
+		}
+		// Replication stops: the outstanding canary ages, the gate refuses.
+		stopCopy()
+		<-copied
+		waitUntil(t, func() bool { return c.Staleness() > 200*time.Millisecond })
+		if _, err := gate.Scan(t.Context(), zen.ScanOptions{}); !errors.Is(err, ErrStandbyStale) {
+			t.Errorf("gate scan with replication stopped: %v, want ErrStandbyStale", err)
+		}
+		// Unbounded: reads pass again.
+		if err := gate.SetMaxStaleness(0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := gate.Scan(t.Context(), zen.ScanOptions{}); err != nil {
+			t.Errorf("unbounded gate: %v", err)
+		}
+		if err := gate.SetMaxStaleness(-time.Second); err == nil {
+			t.Error("a negative bound was accepted")
+		}
+	})
 }
 
 func TestKnobsSetStandbyStaleness(t *testing.T) {
@@ -111,52 +114,54 @@ func TestKnobsSetStandbyStaleness(t *testing.T) {
 // that takes no writes makes the standby no staler, and the standby must keep serving). A
 // round trip after the outage brings the gauge back to the measured lag.
 func TestCanaryLagGaugeGrowsWhilePrimaryDown(t *testing.T) {
-	p, _ := zenmem.New().Table(t.Context(), "feed")
-	s, _ := zenmem.New().Table(t.Context(), "feed")
-	pt := faults.Wrap(p, 1)
-	reg := prometheus.NewRegistry()
-	c, err := NewCanary(pt, s, CanaryOptions{Interval: 20 * time.Millisecond, Poll: 2 * time.Millisecond, Registerer: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	copied := make(chan struct{})
-	go func() { delayedCopy(ctx, p, s, 5*time.Millisecond); close(copied) }()
-	ran := make(chan struct{})
-	go func() { _ = c.Run(ctx); close(ran) }()
-	defer func() { cancel(); <-ran; <-copied }()
-	gauge := func() time.Duration {
-		t.Helper()
-		mfs, err := reg.Gather()
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := zenmem.New().Table(t.Context(), "feed")
+		s, _ := zenmem.New().Table(t.Context(), "feed")
+		pt := faults.Wrap(p, 1)
+		reg := prometheus.NewRegistry()
+		c, err := NewCanary(pt, s, CanaryOptions{Interval: 20 * time.Millisecond, Poll: 2 * time.Millisecond, Registerer: reg})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, mf := range mfs {
-			if mf.GetName() == "smartfeed_replication_lag_seconds" {
-				return time.Duration(mf.GetMetric()[0].GetGauge().GetValue() * float64(time.Second))
+		ctx, cancel := context.WithCancel(t.Context())
+		copied := make(chan struct{})
+		go func() { delayedCopy(ctx, p, s, 5*time.Millisecond); close(copied) }()
+		ran := make(chan struct{})
+		go func() { _ = c.Run(ctx); close(ran) }()
+		defer func() { cancel(); <-ran; <-copied }()
+		gauge := func() time.Duration {
+			t.Helper()
+			mfs, err := reg.Gather()
+			if err != nil {
+				t.Fatal(err)
 			}
+			for _, mf := range mfs {
+				if mf.GetName() == "smartfeed_replication_lag_seconds" {
+					return time.Duration(mf.GetMetric()[0].GetGauge().GetValue() * float64(time.Second))
+				}
+			}
+			t.Fatal("smartfeed_replication_lag_seconds not exported")
+			return 0
 		}
-		t.Fatal("smartfeed_replication_lag_seconds not exported")
-		return 0
-	}
-	waitUntil(t, func() bool { _, next, _ := c.Lags().Since(0); return next >= 2 })
-	if g := gauge(); g <= 0 || g > 500*time.Millisecond {
-		t.Fatalf("lag gauge with replication healthy = %v, want the measured lag", g)
-	}
-	if err := pt.Set(faults.Config{Outage: true}); err != nil {
-		t.Fatal(err)
-	}
-	// Ten intervals without a round trip: the gauge says so.
-	waitUntil(t, func() bool { return gauge() > 10*c.interval })
-	if st := c.Staleness(); st > 10*c.interval {
-		t.Errorf("staleness for the gate = %v during a primary outage, want the last measured lag", st)
-	}
-	g1 := gauge()
-	waitUntil(t, func() bool { return gauge() > g1+5*c.interval })
-	if err := pt.Set(faults.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, func() bool { return gauge() < 10*c.interval })
+		waitUntil(t, func() bool { _, next, _ := c.Lags().Since(0); return next >= 2 })
+		if g := gauge(); g <= 0 || g > 500*time.Millisecond {
+			t.Fatalf("lag gauge with replication healthy = %v, want the measured lag", g)
+		}
+		if err := pt.Set(faults.Config{Outage: true}); err != nil {
+			t.Fatal(err)
+		}
+		// Ten intervals without a round trip: the gauge says so.
+		waitUntil(t, func() bool { return gauge() > 10*c.interval })
+		if st := c.Staleness(); st > 10*c.interval {
+			t.Errorf("staleness for the gate = %v during a primary outage, want the last measured lag", st)
+		}
+		g1 := gauge()
+		waitUntil(t, func() bool { return gauge() > g1+5*c.interval })
+		if err := pt.Set(faults.Config{}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool { return gauge() < 10*c.interval })
+	})
 }
 
 // TestCanaryStalenessStopsWithPrimaryWrites: a canary written just before the primary stops

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -100,36 +101,38 @@ func TestMinChunkInterval(t *testing.T) {
 // than MinChunkInterval after the last generator call, and a page inside the interval still
 // serves a prepared chunk it finds.
 func TestMinChunkIntervalPreparation(t *testing.T) {
-	const interval = time.Second
-	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, interval })
-	start := time.Now()
-	e.get(t, "", 100) // pins 1-5; the preparation waits for the interval
-	time.Sleep(interval / 4)
-	if got := e.gen.calls(); got != 1 {
-		t.Fatalf("generator calls %v after the first page = %d, want 1 (the preparation waits)", interval/4, got)
-	}
-	e.svc.Wait()
-	// (The clock the interval is kept by counts whole milliseconds.)
-	if got, took := e.gen.calls(), time.Since(start); got != 2 || took < interval-5*time.Millisecond {
-		t.Fatalf("generator calls = %d after %v, want 2 after at least %v", got, took, interval)
-	}
-	// Inside the interval of the preparation's call: the prepared chunk is served.
-	p := e.get(t, "", 100)
-	if diff := cmp.Diff(pins(6, 10), freshPins(p)); diff != "" || p.FreshStatus != FreshIncluded {
-		t.Fatalf("second visit: status %q, fresh (-want +got):\n%s", p.FreshStatus, diff)
-	}
-	time.Sleep(interval / 4)
-	if got := e.gen.calls(); got != 2 {
-		t.Errorf("generator calls soon after the second visit = %d, want 2 (the next preparation waits)", got)
-	}
-	// A page with no prepared chunk, inside the interval, is the feed as it stands.
-	if p := e.get(t, "", 100); p.FreshStatus != FreshRecent {
-		t.Errorf("third visit: status %q, want recent", p.FreshStatus)
-	}
-	e.svc.Wait()
-	if got := e.gen.calls(); got != 3 {
-		t.Errorf("generator calls after the interval = %d, want 3", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		const interval = time.Second
+		e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, interval })
+		start := time.Now()
+		e.get(t, "", 100) // pins 1-5; the preparation waits for the interval
+		time.Sleep(interval / 4)
+		if got := e.gen.calls(); got != 1 {
+			t.Fatalf("generator calls %v after the first page = %d, want 1 (the preparation waits)", interval/4, got)
+		}
+		e.svc.Wait()
+		// (The clock the interval is kept by counts whole milliseconds.)
+		if got, took := e.gen.calls(), time.Since(start); got != 2 || took < interval-5*time.Millisecond {
+			t.Fatalf("generator calls = %d after %v, want 2 after at least %v", got, took, interval)
+		}
+		// Inside the interval of the preparation's call: the prepared chunk is served.
+		p := e.get(t, "", 100)
+		if diff := cmp.Diff(pins(6, 10), freshPins(p)); diff != "" || p.FreshStatus != FreshIncluded {
+			t.Fatalf("second visit: status %q, fresh (-want +got):\n%s", p.FreshStatus, diff)
+		}
+		time.Sleep(interval / 4)
+		if got := e.gen.calls(); got != 2 {
+			t.Errorf("generator calls soon after the second visit = %d, want 2 (the next preparation waits)", got)
+		}
+		// A page with no prepared chunk, inside the interval, is the feed as it stands.
+		if p := e.get(t, "", 100); p.FreshStatus != FreshRecent {
+			t.Errorf("third visit: status %q, want recent", p.FreshStatus)
+		}
+		e.svc.Wait()
+		if got := e.gen.calls(); got != 3 {
+			t.Errorf("generator calls after the interval = %d, want 3", got)
+		}
+	})
 }
 
 // The interval is live: the knobs file and the admin API set it. An admin client that does not

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -199,21 +200,23 @@ func TestActivity(t *testing.T) {
 }
 
 func TestActivityOffCriticalPath(t *testing.T) {
-	e := newEnv(t, nil)
-	act := &fakeActivity{rebuilding: true, block: make(chan struct{})}
-	e.rebuild(t, func(d *Deps) { d.Activity = act; d.ActivityWait = 10 * time.Millisecond })
-	start := time.Now()
-	p := e.get(t, "", 10)
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("GetFeed took %v behind a stuck Touch", took)
-	}
-	if p.Rebuilding || len(p.Items) != 5 {
-		t.Errorf("page: rebuilding %v, %d items", p.Rebuilding, len(p.Items))
-	}
-	if counterValue(e.svc.m.activityLate) != 1 {
-		t.Error("late Touch not counted")
-	}
-	close(act.block) // the background Touch finishes (svc.Wait at cleanup waits for it)
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, nil)
+		act := &fakeActivity{rebuilding: true, block: make(chan struct{})}
+		e.rebuild(t, func(d *Deps) { d.Activity = act; d.ActivityWait = 10 * time.Millisecond })
+		start := time.Now()
+		p := e.get(t, "", 10)
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("GetFeed took %v behind a stuck Touch", took)
+		}
+		if p.Rebuilding || len(p.Items) != 5 {
+			t.Errorf("page: rebuilding %v, %d items", p.Rebuilding, len(p.Items))
+		}
+		if counterValue(e.svc.m.activityLate) != 1 {
+			t.Error("late Touch not counted")
+		}
+		close(act.block) // the background Touch finishes (svc.Wait at cleanup waits for it)
+	})
 }
 
 // TestRecoverAllAfterRestart: a chunk served while its materialize job was lost (a crash of

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -268,46 +269,48 @@ func TestConcurrentGetFeedNoPinTwice(t *testing.T) {
 // Invariant 4, degrade: the generator failing or stuck still gives the materialized feed, and
 // a stuck generator never holds the request past its deadline.
 func TestGeneratorFailureFallsBack(t *testing.T) {
-	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.GeneratorDeadline = 30 * time.Millisecond })
-	e.get(t, "", 100)
-	e.materialize(t)
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.GeneratorDeadline = 30 * time.Millisecond })
+		e.get(t, "", 100)
+		e.materialize(t)
 
-	e.gen.err = errGen
-	p := e.get(t, "", 100)
-	if p.FreshStatus != FreshGeneratorError || p.FreshDetail == "" {
-		t.Errorf("status %q detail %q, want generator_error with a reason", p.FreshStatus, p.FreshDetail)
-	}
-	if diff := cmp.Diff(pins(1, 5), pagePins(p)); diff != "" {
-		t.Errorf("fallback pins (-want +got):\n%s", diff)
-	}
+		e.gen.err = errGen
+		p := e.get(t, "", 100)
+		if p.FreshStatus != FreshGeneratorError || p.FreshDetail == "" {
+			t.Errorf("status %q detail %q, want generator_error with a reason", p.FreshStatus, p.FreshDetail)
+		}
+		if diff := cmp.Diff(pins(1, 5), pagePins(p)); diff != "" {
+			t.Errorf("fallback pins (-want +got):\n%s", diff)
+		}
 
-	e.gen.mu.Lock()
-	e.gen.err, e.gen.block = nil, make(chan struct{})
-	e.gen.mu.Unlock()
-	start := time.Now()
-	p = e.get(t, "", 100)
-	if took := time.Since(start); took > 500*time.Millisecond {
-		t.Errorf("a stuck generator held the request for %v (deadline 30ms)", took)
-	}
-	if p.FreshStatus != FreshTimeout {
-		t.Errorf("status %q, want generator_timeout", p.FreshStatus)
-	}
-	if diff := cmp.Diff(pins(1, 5), pagePins(p)); diff != "" {
-		t.Errorf("timeout pins (-want +got):\n%s", diff)
-	}
-	// The late chunk is given back to the pools, not lost.
-	close(e.gen.block)
-	select {
-	case id := <-e.gen.settleCh:
-		for id == "c1" {
-			id = <-e.gen.settleCh
+		e.gen.mu.Lock()
+		e.gen.err, e.gen.block = nil, make(chan struct{})
+		e.gen.mu.Unlock()
+		start := time.Now()
+		p = e.get(t, "", 100)
+		if took := time.Since(start); took > 500*time.Millisecond {
+			t.Errorf("a stuck generator held the request for %v (deadline 30ms)", took)
 		}
-		if d, _ := e.gen.settledAs(id); d {
-			t.Errorf("late chunk %s settled as delivered, want returned", id)
+		if p.FreshStatus != FreshTimeout {
+			t.Errorf("status %q, want generator_timeout", p.FreshStatus)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the late chunk was never settled")
-	}
+		if diff := cmp.Diff(pins(1, 5), pagePins(p)); diff != "" {
+			t.Errorf("timeout pins (-want +got):\n%s", diff)
+		}
+		// The late chunk is given back to the pools, not lost.
+		close(e.gen.block)
+		select {
+		case id := <-e.gen.settleCh:
+			for id == "c1" {
+				id = <-e.gen.settleCh
+			}
+			if d, _ := e.gen.settledAs(id); d {
+				t.Errorf("late chunk %s settled as delivered, want returned", id)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the late chunk was never settled")
+		}
+	})
 }
 
 // TestBreakerOpenSkipsGenerator: once the primary's breaker is open, a first page is the
@@ -381,66 +384,68 @@ func TestBreakerOpenSkipsGenerator(t *testing.T) {
 // Invariant 4, degrade: the primary down or slow gives the page from the standby; both down
 // fails with ErrUnavailable.
 func TestPrimaryFailureFallsBack(t *testing.T) {
-	e := newEnv(t, func(_ *Config, p *hedge.Policy) { p.Mode = hedge.ModeFixed; p.Delay = 5 * time.Millisecond })
-	for range 2 {
-		e.get(t, "", 100)
-		e.materialize(t)
-	}
-	e.flush(t)
-	want := cat(pins(6, 10), pins(1, 5))
-	e.gen.err = errGen
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, func(_ *Config, p *hedge.Policy) { p.Mode = hedge.ModeFixed; p.Delay = 5 * time.Millisecond })
+		for range 2 {
+			e.get(t, "", 100)
+			e.materialize(t)
+		}
+		e.flush(t)
+		want := cat(pins(6, 10), pins(1, 5))
+		e.gen.err = errGen
 
-	if err := e.primary.Set(faults.Config{Outage: true}); err != nil {
-		t.Fatal(err)
-	}
-	p := e.get(t, "", 100)
-	if p.From != hedge.Standby || !p.Hedged {
-		t.Errorf("primary down: from %v hedged %v, want the standby", p.From, p.Hedged)
-	}
-	if diff := cmp.Diff(want, pagePins(p)); diff != "" {
-		t.Errorf("standby pins (-want +got):\n%s", diff)
-	}
-	// Later pages too.
-	p = e.get(t, "", 4)
-	if diff := cmp.Diff(want[4:], pagePins(e.get(t, p.NextCursor, 100))); diff != "" {
-		t.Errorf("standby page 2 (-want +got):\n%s", diff)
-	}
+		if err := e.primary.Set(faults.Config{Outage: true}); err != nil {
+			t.Fatal(err)
+		}
+		p := e.get(t, "", 100)
+		if p.From != hedge.Standby || !p.Hedged {
+			t.Errorf("primary down: from %v hedged %v, want the standby", p.From, p.Hedged)
+		}
+		if diff := cmp.Diff(want, pagePins(p)); diff != "" {
+			t.Errorf("standby pins (-want +got):\n%s", diff)
+		}
+		// Later pages too.
+		p = e.get(t, "", 4)
+		if diff := cmp.Diff(want[4:], pagePins(e.get(t, p.NextCursor, 100))); diff != "" {
+			t.Errorf("standby page 2 (-want +got):\n%s", diff)
+		}
 
-	// With the generator up, the fresh chunk cannot be recorded: served without it, returned.
-	e.gen.err = nil
-	p = e.get(t, "", 100)
-	if p.FreshStatus != FreshPersistFailed {
-		t.Errorf("status %q, want persist_failed", p.FreshStatus)
-	}
-	if diff := cmp.Diff(want, pagePins(p)); diff != "" {
-		t.Errorf("pins (-want +got):\n%s", diff)
-	}
-	e.svc.Wait()
-	if d, ok := e.gen.settledAs("c3"); !ok || d {
-		t.Errorf("unrecorded chunk settled = %v, %v; want returned to the pools", d, ok)
-	}
-	e.gen.err = errGen
+		// With the generator up, the fresh chunk cannot be recorded: served without it, returned.
+		e.gen.err = nil
+		p = e.get(t, "", 100)
+		if p.FreshStatus != FreshPersistFailed {
+			t.Errorf("status %q, want persist_failed", p.FreshStatus)
+		}
+		if diff := cmp.Diff(want, pagePins(p)); diff != "" {
+			t.Errorf("pins (-want +got):\n%s", diff)
+		}
+		e.svc.Wait()
+		if d, ok := e.gen.settledAs("c3"); !ok || d {
+			t.Errorf("unrecorded chunk settled = %v, %v; want returned to the pools", d, ok)
+		}
+		e.gen.err = errGen
 
-	// Slow primary: the standby answers after the cutoff.
-	if err := e.primary.Set(faults.Config{SlowFraction: 1, Slow: 5 * time.Second}); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	p = e.get(t, "", 100)
-	if took := time.Since(start); took > time.Second || p.From != hedge.Standby {
-		t.Errorf("slow primary: took %v from %v, want the standby soon after the 5ms cutoff", took, p.From)
-	}
+		// Slow primary: the standby answers after the cutoff.
+		if err := e.primary.Set(faults.Config{SlowFraction: 1, Slow: 5 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		p = e.get(t, "", 100)
+		if took := time.Since(start); took > time.Second || p.From != hedge.Standby {
+			t.Errorf("slow primary: took %v from %v, want the standby soon after the 5ms cutoff", took, p.From)
+		}
 
-	// Both down.
-	if err := e.primary.Set(faults.Config{Outage: true}); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.standby.Set(faults.Config{Outage: true}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.svc.GetFeed(t.Context(), Request{User: e.user}); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("both down: err = %v, want ErrUnavailable", err)
-	}
+		// Both down.
+		if err := e.primary.Set(faults.Config{Outage: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.standby.Set(faults.Config{Outage: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.GetFeed(t.Context(), Request{User: e.user}); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("both down: err = %v, want ErrUnavailable", err)
+		}
+	})
 }
 
 // Invariant 6: bad input gets InvalidArgument-class errors and changes nothing.
@@ -764,32 +769,34 @@ func TestMaterializeRefusesBadTasks(t *testing.T) {
 // A hung Redis (the materialize enqueue never answers) does not hold a first page (the enqueue
 // runs after the answer), and the chunk is still served and re-enqueued by a later read.
 func TestHungQueueDoesNotHoldReads(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	var mu sync.Mutex
-	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	e := newEnv(t, nil)
-	e.svc.now = clock
-	e.queue.hang.Store(true)
-	t0 := time.Now()
-	p, err := e.svc.GetFeed(context.Background(), Request{User: e.user, PageSize: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(t0); took > 100*time.Millisecond {
-		t.Errorf("first page took %v with the queue hung; want it not to wait for the enqueue", took)
-	}
-	e.svc.Wait() // the hung enqueue gives up at its bound
-	if p.FreshStatus != FreshIncluded || len(p.Items) != 5 {
-		t.Fatalf("status %q, %d items: a hung enqueue must not hide the recorded chunk", p.FreshStatus, len(p.Items))
-	}
-	e.queue.hang.Store(false)
-	mu.Lock()
-	now = now.Add(time.Minute)
-	mu.Unlock()
-	e.gen.err = errGen
-	e.get(t, "", 100)
-	e.svc.Wait()
-	if tasks := e.queue.take(); len(tasks) != 1 || tasks[0].ChunkID != "c1" {
-		t.Fatalf("re-enqueued %+v, want c1", tasks)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Unix(1_800_000_000, 0)
+		var mu sync.Mutex
+		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		e := newEnv(t, nil)
+		e.svc.now = clock
+		e.queue.hang.Store(true)
+		t0 := time.Now()
+		p, err := e.svc.GetFeed(context.Background(), Request{User: e.user, PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(t0); took > 100*time.Millisecond {
+			t.Errorf("first page took %v with the queue hung; want it not to wait for the enqueue", took)
+		}
+		e.svc.Wait() // the hung enqueue gives up at its bound
+		if p.FreshStatus != FreshIncluded || len(p.Items) != 5 {
+			t.Fatalf("status %q, %d items: a hung enqueue must not hide the recorded chunk", p.FreshStatus, len(p.Items))
+		}
+		e.queue.hang.Store(false)
+		mu.Lock()
+		now = now.Add(time.Minute)
+		mu.Unlock()
+		e.gen.err = errGen
+		e.get(t, "", 100)
+		e.svc.Wait()
+		if tasks := e.queue.take(); len(tasks) != 1 || tasks[0].ChunkID != "c1" {
+			t.Fatalf("re-enqueued %+v, want c1", tasks)
+		}
+	})
 }

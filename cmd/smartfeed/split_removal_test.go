@@ -163,7 +163,7 @@ func TestSplitRemovalsBeatPreparedChunks(t *testing.T) {
 					}
 				}
 				// Settled: the materialize jobs ran; P is in no row of F's feed.
-				s.settle()
+				s.settle(w.F)
 				inFeed := 0
 				for _, r := range s.feedRows(w.F) {
 					for _, p := range r.Pins {

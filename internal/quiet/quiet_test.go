@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,17 +28,19 @@ func newGate(t *testing.T) *Gate {
 // TestWaitNothingInFlight: with no request in flight Wait returns at once (after the grace),
 // and says it found a gap.
 func TestWaitNothingInFlight(t *testing.T) {
-	g := newGate(t)
-	start := time.Now()
-	if !g.Wait(context.Background(), time.Second) {
-		t.Fatal("Wait with nothing in flight = false, want true")
-	}
-	if took := time.Since(start); took > 500*time.Millisecond {
-		t.Errorf("Wait with nothing in flight took %v", took)
-	}
-	if got := testutil.ToFloat64(g.waits.WithLabelValues("quiet")); got != 1 {
-		t.Errorf("quiet waits = %v, want 1", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		g := newGate(t)
+		start := time.Now()
+		if !g.Wait(context.Background(), time.Second) {
+			t.Fatal("Wait with nothing in flight = false, want true")
+		}
+		if took := time.Since(start); took > 500*time.Millisecond {
+			t.Errorf("Wait with nothing in flight took %v", took)
+		}
+		if got := testutil.ToFloat64(g.waits.WithLabelValues("quiet")); got != 1 {
+			t.Errorf("quiet waits = %v, want 1", got)
+		}
+	})
 }
 
 // TestWaitForTheLastExit: Wait holds while requests are in flight and returns once the last one

@@ -106,7 +106,13 @@ func TestWatchFileSwapsOnChange(t *testing.T) {
 	if err := os.WriteFile(p, []byte(`{"ranges": [{"from": 5, "to": 4095, "store": "default", "open": true}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// The watcher counts the bad file refused once it has read it: then nothing was applied.
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(w.updates.WithLabelValues("file", "refused")) < 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the bad file was not counted refused within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if rec.count() != 1 {
 		t.Fatalf("a bad file was applied (%d maps)", rec.count())
 	}

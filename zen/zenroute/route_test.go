@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -188,59 +189,61 @@ func TestRouting(t *testing.T) {
 // or fail with ErrFenced after FenceWait; reads of fenced shards and writes to other shards go on;
 // Swap waits for the writes in flight under the previous map.
 func TestFence(t *testing.T) {
-	ctx := t.Context()
-	base := splitMap(t)
-	s, backs := newRouted(t, base, zenroute.Options{FenceWait: 300 * time.Millisecond})
-	tb, _ := s.Table(ctx, zen.TableObjects)
-	if err := tb.Apply(ctx, []zen.Mutation{{Key: idKey(5, 1), Value: []byte("old")}}); err != nil {
-		t.Fatal(err)
-	}
-	fenced, err := base.With(5, 6, func(r *zen.ShardRange) { r.Fenced = true })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Swap(ctx, fenced); err != nil {
-		t.Fatal(err)
-	}
-	// Reads of the fenced shard, and writes to another shard, do not wait.
-	start := time.Now()
-	if v, err := tb.Get(ctx, idKey(5, 1)); err != nil || string(v) != "old" {
-		t.Errorf("read of a fenced shard = %q, %v", v, err)
-	}
-	if err := tb.Apply(ctx, []zen.Mutation{{Key: idKey(7, 1), Value: []byte("x")}}); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Errorf("unfenced operations took %v", d)
-	}
-	// A write to the fenced shard fails after FenceWait when the fence stays.
-	start = time.Now()
-	_, err = tb.Increment(ctx, idKey(6, 1), 1)
-	if !errors.Is(err, zenroute.ErrFenced) {
-		t.Fatalf("write under a fence that stays: err %v, want ErrFenced", err)
-	}
-	if d := time.Since(start); d < 250*time.Millisecond {
-		t.Errorf("fenced write failed after %v, before FenceWait", d)
-	}
-	// A write that waits goes to the new store once the switch lifts the fence.
-	moved, _ := base.With(5, 6, func(r *zen.ShardRange) { r.Store = "other" })
-	done := make(chan error, 1)
-	go func() { done <- tb.Apply(ctx, []zen.Mutation{{Key: idKey(5, 1), Value: []byte("new")}}) }()
-	time.Sleep(50 * time.Millisecond)
-	if err := s.Swap(ctx, moved); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-done; err != nil {
-		t.Fatalf("write waiting on the fence: %v", err)
-	}
-	other, _ := backs["other"].Table(ctx, zen.TableObjects)
-	if v, err := other.Get(ctx, idKey(5, 1)); err != nil || string(v) != "new" {
-		t.Errorf("write after the switch on the target = %q, %v", v, err)
-	}
-	def, _ := backs["default"].Table(ctx, zen.TableObjects)
-	if v, _ := def.Get(ctx, idKey(5, 1)); string(v) != "old" {
-		t.Errorf("write after the switch reached the source: %q", v)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ctx := t.Context()
+		base := splitMap(t)
+		s, backs := newRouted(t, base, zenroute.Options{FenceWait: 300 * time.Millisecond})
+		tb, _ := s.Table(ctx, zen.TableObjects)
+		if err := tb.Apply(ctx, []zen.Mutation{{Key: idKey(5, 1), Value: []byte("old")}}); err != nil {
+			t.Fatal(err)
+		}
+		fenced, err := base.With(5, 6, func(r *zen.ShardRange) { r.Fenced = true })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Swap(ctx, fenced); err != nil {
+			t.Fatal(err)
+		}
+		// Reads of the fenced shard, and writes to another shard, do not wait.
+		start := time.Now()
+		if v, err := tb.Get(ctx, idKey(5, 1)); err != nil || string(v) != "old" {
+			t.Errorf("read of a fenced shard = %q, %v", v, err)
+		}
+		if err := tb.Apply(ctx, []zen.Mutation{{Key: idKey(7, 1), Value: []byte("x")}}); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 100*time.Millisecond {
+			t.Errorf("unfenced operations took %v", d)
+		}
+		// A write to the fenced shard fails after FenceWait when the fence stays.
+		start = time.Now()
+		_, err = tb.Increment(ctx, idKey(6, 1), 1)
+		if !errors.Is(err, zenroute.ErrFenced) {
+			t.Fatalf("write under a fence that stays: err %v, want ErrFenced", err)
+		}
+		if d := time.Since(start); d < 250*time.Millisecond {
+			t.Errorf("fenced write failed after %v, before FenceWait", d)
+		}
+		// A write that waits goes to the new store once the switch lifts the fence.
+		moved, _ := base.With(5, 6, func(r *zen.ShardRange) { r.Store = "other" })
+		done := make(chan error, 1)
+		go func() { done <- tb.Apply(ctx, []zen.Mutation{{Key: idKey(5, 1), Value: []byte("new")}}) }()
+		synctest.Wait() // the write waits at the fence
+		if err := s.Swap(ctx, moved); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("write waiting on the fence: %v", err)
+		}
+		other, _ := backs["other"].Table(ctx, zen.TableObjects)
+		if v, err := other.Get(ctx, idKey(5, 1)); err != nil || string(v) != "new" {
+			t.Errorf("write after the switch on the target = %q, %v", v, err)
+		}
+		def, _ := backs["default"].Table(ctx, zen.TableObjects)
+		if v, _ := def.Get(ctx, idKey(5, 1)); string(v) != "old" {
+			t.Errorf("write after the switch reached the source: %q", v)
+		}
+	})
 }
 
 // slowTable delays Apply until release is closed, to hold a write in flight.
