@@ -299,10 +299,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 			a.closeAll()
 		}
 	}()
-	redis := pinlater.RedisAddr(cfg.Redis.Addr)
-	if cfg.Redis.Password != "" || cfg.Redis.DB != 0 {
-		redis = redisOpt(cfg.Redis)
-	}
+	redis := redisOpt(cfg.Redis)
 	var nsOpt []pinlater.ClientOption
 	if cfg.Redis.Namespace != "" {
 		nsOpt = append(nsOpt, pinlater.WithNamespace(cfg.Redis.Namespace))
