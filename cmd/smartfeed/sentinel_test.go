@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -337,6 +338,33 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 	}
 	bigPin := bp.GetId()
 	node := sn.node(t, before)
+	// Readiness through the failover: when /readyz first refused after the kill, and when it
+	// answered 200 again.
+	var notReady, readyAgain time.Time
+	writer.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			resp, err := http.Get("http://" + a.adminAddr() + "/readyz")
+			code := 0
+			if err == nil {
+				code = resp.StatusCode
+				resp.Body.Close()
+			}
+			mu.Lock()
+			switch {
+			case killAt.IsZero():
+			case code != http.StatusOK && notReady.IsZero():
+				notReady = time.Now()
+			case code == http.StatusOK && !notReady.IsZero() && readyAgain.IsZero():
+				readyAgain = time.Now()
+			}
+			mu.Unlock()
+		}
+	})
 	mu.Lock()
 	killAt = time.Now()
 	mu.Unlock()
@@ -377,6 +405,16 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 	}
 	// While no primary answered, the write path left its tasks to the outbox: proof that the
 	// process was on the Sentinel setup and lived through the failover.
+	mu.Lock()
+	switch {
+	case notReady.IsZero():
+		t.Logf("/readyz answered 200 throughout")
+	case readyAgain.IsZero():
+		t.Errorf("/readyz refused from %v after the kill and never answered 200 again", notReady.Sub(killAt).Round(10*time.Millisecond))
+	default:
+		t.Logf("/readyz refused from %v to %v after the kill", notReady.Sub(killAt).Round(10*time.Millisecond), readyAgain.Sub(killAt).Round(10*time.Millisecond))
+	}
+	mu.Unlock()
 	if d := gatherSum(a.reg, "pinlater_outbox_deferred_total"); d == 0 {
 		t.Errorf("no task was deferred to the outbox while the primary was dead: the process never lost its Redis (is it on the Sentinel setup?)")
 	} else {
@@ -452,10 +490,6 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 			resumed = at
 		}
 		worst = max(worst, d.Sub(c))
-		if c.Before(killAt.Add(promoted)) {
-			t.Logf("pin %d created %v after the kill (no primary yet), at its followers %v later", p,
-				c.Sub(killAt).Round(time.Millisecond), d.Sub(c).Round(time.Millisecond))
-		}
 	}
 	mu.Unlock()
 	t.Logf("failover: replica promoted %v after the kill; fanout of new pins resumed %v after the kill; "+
