@@ -106,8 +106,9 @@ func (c RedisConfig) String() string {
 }
 
 // ConnOpt returns asynq's connection option for c: RedisClientOpt, RedisFailoverClientOpt or
-// RedisClusterClientOpt. Its MakeRedisClient builds go-redis's Client, failover Client
-// (NewFailoverClient) or ClusterClient. c should be valid (Validate); an unknown mode gets the
+// RedisClusterClientOpt (the last with a shorter topology refresh, see clusterConnOpt). Its
+// MakeRedisClient builds go-redis's Client, failover Client (NewFailoverClient) or
+// ClusterClient (NewClusterClient). c should be valid (Validate); an unknown mode gets the
 // single-server option.
 func (c RedisConfig) ConnOpt() asynq.RedisConnOpt {
 	switch c.mode() {
@@ -118,11 +119,30 @@ func (c RedisConfig) ConnOpt() asynq.RedisConnOpt {
 			Username: c.Username, Password: c.Password, DB: c.DB, DialTimeout: c.DialTimeout,
 		}
 	case RedisCluster:
-		return asynq.RedisClusterClientOpt{
+		return clusterConnOpt{asynq.RedisClusterClientOpt{
 			Addrs: c.ClusterAddrs, Username: c.Username, Password: c.Password, DialTimeout: c.DialTimeout,
-		}
+		}}
 	}
 	return asynq.RedisClientOpt{Addr: c.Addr, Username: c.Username, Password: c.Password, DB: c.DB, DialTimeout: c.DialTimeout}
+}
+
+// clusterReload is how often a cluster client reloads the cluster's layout (which primary
+// serves which slots) while it is in use.
+const clusterReload = time.Second
+
+// clusterConnOpt is asynq's RedisClusterClientOpt whose client reloads the cluster's layout every
+// clusterReload. go-redis reloads it on a MOVED reply, or every 60 s by default, but not when
+// a primary stops answering: a dead primary's slots would then fail every command for up to a
+// minute after its replica took over, since nothing answers MOVED from a dead node.
+type clusterConnOpt struct{ asynq.RedisClusterClientOpt }
+
+// MakeRedisClient returns a go-redis ClusterClient (asynq.RedisConnOpt).
+func (o clusterConnOpt) MakeRedisClient() any {
+	return redis.NewClusterClient(&redis.ClusterOptions{
+		Addrs: o.Addrs, MaxRedirects: o.MaxRedirects, Username: o.Username, Password: o.Password,
+		DialTimeout: o.DialTimeout, ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout,
+		TLSConfig: o.TLSConfig, ClusterStateReloadInterval: clusterReload,
+	})
 }
 
 // NewRedisClient returns a go-redis client of c (the one ConnOpt's MakeRedisClient makes), for

@@ -24,7 +24,7 @@ func TestRedisConfigConnOpt(t *testing.T) {
 			asynq.RedisFailoverClientOpt{MasterName: "m", SentinelAddrs: []string{"s1:26379", "s2:26379"},
 				Username: "u", Password: "p", SentinelPassword: "sp", DB: 1}},
 		{"cluster", RedisConfig{Mode: RedisCluster, ClusterAddrs: []string{"n1:7000"}, Password: "p"},
-			asynq.RedisClusterClientOpt{Addrs: []string{"n1:7000"}, Password: "p"}},
+			clusterConnOpt{asynq.RedisClusterClientOpt{Addrs: []string{"n1:7000"}, Password: "p"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
