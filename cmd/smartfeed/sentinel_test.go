@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/pinlater"
+	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -213,13 +215,19 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 	if err := <-errs; err != nil {
 		t.Fatal(err)
 	}
-	var streamFollowers []uint64
-	for i := range 3 {
+	// The streamer's followers: three whose pools are checked, three who read their feeds
+	// (a page served takes its pins out of the pools, so they are not counted).
+	var streamFollowers, readers []uint64
+	for i := range 6 {
 		u := mk(fmt.Sprintf("reader%d", i))
 		if _, err := g.Follow(ctx, &graphv1.FollowRequest{UserId: u, TargetId: small}); err != nil {
 			t.Fatal(err)
 		}
-		streamFollowers = append(streamFollowers, u)
+		if i < 3 {
+			streamFollowers = append(streamFollowers, u)
+		} else {
+			readers = append(readers, u)
+		}
 	}
 
 	poolsT, err := a.shardTable(ctx, tablePools)
@@ -338,6 +346,34 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 	}
 	bigPin := bp.GetId()
 	node := sn.node(t, before)
+	// Readers: each reads its first page every 50 ms.
+	type read struct {
+		at, took time.Duration // since the kill (negative before it), and the call's time
+		failed   bool
+	}
+	var reads []read
+	f := feedv1.NewFeedServiceClient(conn)
+	for _, u := range readers {
+		writer.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				t0 := time.Now()
+				_, err := f.GetFeed(rctx, &feedv1.GetFeedRequest{UserId: u, PageSize: 10})
+				took := time.Since(t0)
+				cancel()
+				mu.Lock()
+				if !killAt.IsZero() {
+					reads = append(reads, read{at: t0.Sub(killAt), took: took, failed: err != nil})
+				}
+				mu.Unlock()
+			}
+		})
+	}
 	// Readiness through the failover: when /readyz first refused after the kill, and when it
 	// answered 200 again.
 	var notReady, readyAgain time.Time
@@ -405,6 +441,36 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 	}
 	// While no primary answered, the write path left its tasks to the outbox: proof that the
 	// process was on the Sentinel setup and lived through the failover.
+	// GetFeed while no primary answered: every call answered, p99 reported and bounded.
+	mu.Lock()
+	var during []time.Duration
+	readErrs := 0
+	for _, r := range reads {
+		if r.at < 0 || r.at > promoted {
+			continue
+		}
+		during = append(during, r.took)
+		if r.failed {
+			readErrs++
+		}
+	}
+	mu.Unlock()
+	if len(during) == 0 {
+		t.Error("no GetFeed while no primary answered")
+	} else {
+		slices.Sort(during)
+		p99 := during[len(during)*99/100]
+		t.Logf("GetFeed while no primary answered: %d calls, %d errors, p50 %v, p99 %v", len(during), readErrs,
+			during[len(during)/2].Round(10*time.Microsecond), p99.Round(10*time.Microsecond))
+		if readErrs > 0 {
+			t.Errorf("%d of %d GetFeed calls failed during the failover", readErrs, len(during))
+		}
+		// The bound of TestRedisOutageLosesNothing, for its reason: a GetFeed that waited on
+		// the dead primary would take the enqueue timeout (500 ms).
+		if p99 > 400*time.Millisecond {
+			t.Errorf("GetFeed p99 during the failover %v: reads wait on Redis", p99)
+		}
+	}
 	mu.Lock()
 	switch {
 	case notReady.IsZero():
