@@ -569,3 +569,105 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterWholeProcess runs the whole process on the Redis Cluster of
+// scripts/redis-cluster.sh (SMARTFEED_REDIS_CLUSTER names its run folder; skipped without
+// it): pins created through the graph API reach every follower, with the rate limit of the
+// fanout queue set (the limiter's script on the cluster), and Purge empties the namespace.
+func TestClusterWholeProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a Redis Cluster, and -short is set")
+	}
+	dir := os.Getenv("SMARTFEED_REDIS_CLUSTER")
+	if dir == "" {
+		t.Skip("needs a Redis Cluster: run `scripts/redis-cluster.sh up` and export the SMARTFEED_REDIS_CLUSTER=... line it prints")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		t.Fatalf("SMARTFEED_REDIS_CLUSTER=%s: %v (is scripts/redis-cluster.sh up?)", dir, err)
+	}
+	var addrs string
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SMARTFEED_REDIS_CLUSTER_ADDRS="); ok {
+			addrs = v
+		}
+	}
+	a, conn := startAllWith(t, func(c *config.Config) {
+		c.Redis.Mode, c.Redis.ClusterAddrs = config.RedisCluster, addrs
+		rc := c.Redis
+		t.Cleanup(func() {
+			admin, err := pinlater.NewAdmin(redisOpt(rc), pinlater.WithNamespace(rc.Namespace))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer admin.Close()
+			if err := admin.Purge(context.Background()); err != nil {
+				t.Errorf("purge namespace %s: %v", rc.Namespace, err)
+			}
+		})
+	})
+	ctx := t.Context()
+	if err := a.pinAdmin.SetRate(ctx, pinlater.QueueFanout, 1000); err != nil {
+		t.Fatal(err)
+	}
+	g := graphv1.NewGraphServiceClient(conn)
+	mk := func(name string) uint64 {
+		u, err := g.CreateUser(ctx, &graphv1.CreateUserRequest{Username: name, Email: name + "@example.com"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.GetId()
+	}
+	author := mk("author")
+	board, err := g.CreateBoard(ctx, &graphv1.CreateBoardRequest{OwnerId: author, Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var followers []uint64
+	for i := range 3 {
+		u := mk(fmt.Sprintf("f%d", i))
+		if _, err := g.Follow(ctx, &graphv1.FollowRequest{UserId: u, TargetId: author}); err != nil {
+			t.Fatal(err)
+		}
+		followers = append(followers, u)
+	}
+	var pins []uint64
+	for i := range 5 {
+		p, err := g.CreatePin(ctx, &graphv1.CreatePinRequest{AuthorId: author, BoardId: board.GetId(),
+			ImageUrl: fmt.Sprintf("https://i.example.com/%d.jpg", i), RequestId: fmt.Sprintf("cluster-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pins = append(pins, p.GetId())
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var missing []uint64
+		for _, u := range followers {
+			top, err := a.pools.Top(ctx, zen.ID(u), zen.SourceFollowing, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := map[uint64]bool{}
+			for _, e := range top {
+				in[uint64(e.Pin)] = true
+			}
+			for _, p := range pins {
+				if !in[p] {
+					missing = append(missing, p)
+				}
+			}
+		}
+		if len(missing) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("on the Redis Cluster, %d (follower, pin) pairs never delivered: %v", len(missing), missing)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if d := gatherSum(a.reg, "pinlater_outbox_deferred_total"); d != 0 {
+		t.Errorf("%d tasks deferred to the outbox: the cluster refused enqueues", d)
+	}
+}
