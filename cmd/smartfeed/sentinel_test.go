@@ -84,18 +84,88 @@ func (s *sentinelSetup) primary(ctx context.Context) (string, error) {
 	return "", fmt.Errorf("no sentinel names the primary of %s: %v", s.master, last)
 }
 
-// node is the data node (n1, n2) listening on addr's port.
+// node is the data node (its folder: n1, n2; c1..c6 in a cluster) listening on addr's port.
 func (s *sentinelSetup) node(t *testing.T, addr string) string {
 	t.Helper()
 	_, port, _ := strings.Cut(addr, ":")
-	for _, n := range []string{"n1", "n2"} {
-		b, err := os.ReadFile(filepath.Join(s.dir, n, "port"))
+	ents, _ := os.ReadDir(s.dir)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(s.dir, e.Name(), "port"))
 		if err == nil && strings.TrimSpace(string(b)) == port {
-			return n
+			return e.Name()
 		}
 	}
 	t.Fatalf("no data node of %s listens on %s", s.dir, addr)
 	return ""
+}
+
+// failoverTarget is a Redis deployment with automatic failover whose primary a test kills.
+type failoverTarget interface {
+	// configure points the process's config at the deployment.
+	configure(c *config.Config)
+	// primaryOf is the address of the primary serving namespace ns's fanout queue.
+	primaryOf(ctx context.Context, ns string) (string, error)
+	node(t *testing.T, addr string) string
+	kill(t *testing.T, node string)
+	restart(t *testing.T, node string)
+}
+
+func (s *sentinelSetup) configure(c *config.Config) {
+	c.Redis.Mode, c.Redis.SentinelMaster, c.Redis.SentinelAddrs = config.RedisSentinel, s.master, strings.Join(s.sentinels, ",")
+}
+
+func (s *sentinelSetup) primaryOf(ctx context.Context, _ string) (string, error) {
+	return s.primary(ctx)
+}
+
+// clusterSetup is the Redis Cluster of scripts/redis-cluster.sh: its folder holds c1..c6 (port,
+// redis.pid, redis.conf) and env (the nodes' addresses). It kills and restarts nodes as the
+// Sentinel setup does.
+type clusterSetup struct {
+	sentinelSetup
+	addrs string
+}
+
+// clusterFromEnv returns the cluster SMARTFEED_REDIS_CLUSTER names, or skips t.
+func clusterFromEnv(t *testing.T) *clusterSetup {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs a Redis Cluster, and -short is set")
+	}
+	dir := os.Getenv("SMARTFEED_REDIS_CLUSTER")
+	if dir == "" {
+		t.Skip("needs a Redis Cluster: run `scripts/redis-cluster.sh up` and export the SMARTFEED_REDIS_CLUSTER=... line it prints")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		t.Fatalf("SMARTFEED_REDIS_CLUSTER=%s: %v (is scripts/redis-cluster.sh up?)", dir, err)
+	}
+	c := &clusterSetup{sentinelSetup: sentinelSetup{dir: dir}}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "SMARTFEED_REDIS_CLUSTER_ADDRS="); ok {
+			c.addrs = v
+		}
+	}
+	if c.addrs == "" {
+		t.Fatalf("%s/env names no nodes", dir)
+	}
+	return c
+}
+
+func (c *clusterSetup) configure(cfg *config.Config) {
+	cfg.Redis.Mode, cfg.Redis.ClusterAddrs = config.RedisCluster, c.addrs
+}
+
+// primaryOf asks the cluster (a client of its own, with a fresh layout) which primary serves
+// the slot of ns's fanout queue.
+func (c *clusterSetup) primaryOf(ctx context.Context, ns string) (string, error) {
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: config.SplitAddrs(c.addrs), MaxRetries: -1})
+	defer cc.Close()
+	m, err := cc.MasterForKey(ctx, "asynq:{"+ns+"-"+pinlater.QueueFanout+"}:pending")
+	if err != nil {
+		return "", err
+	}
+	return m.Options().Addr, nil
 }
 
 // kill sends SIGKILL to the redis-server of node n.
@@ -146,18 +216,24 @@ func (s *sentinelSetup) restart(t *testing.T, n string) {
 // follower of its author: what the dead primary had acknowledged but not yet sent to the
 // replica comes back through the outbox relay. It logs the promotion and recovery times.
 func TestSentinelFailoverLosesNothing(t *testing.T) {
-	sn := sentinelFromEnv(t)
+	testFailoverLosesNothing(t, sentinelFromEnv(t))
+}
+
+// TestClusterFailoverLosesNothing is TestSentinelFailoverLosesNothing on the Redis Cluster of
+// scripts/redis-cluster.sh (SMARTFEED_REDIS_CLUSTER), the primary killed being the one serving
+// the fanout queue's slot: its replica takes over, and the same checks hold.
+func TestClusterFailoverLosesNothing(t *testing.T) {
+	testFailoverLosesNothing(t, clusterFromEnv(t))
+}
+
+func testFailoverLosesNothing(t *testing.T, sn failoverTarget) {
 	n := 2_000
 	if os.Getenv("SMARTFEED_LONG") == "1" {
 		n = 10_000
 	}
 	ctx := t.Context()
-	before, err := sn.primary(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	a, conn := startAllWith(t, func(c *config.Config) {
-		c.Redis.Mode, c.Redis.SentinelMaster, c.Redis.SentinelAddrs = config.RedisSentinel, sn.master, strings.Join(sn.sentinels, ",")
+		sn.configure(c)
 		c.Worker.OutboxGrace = config.Duration(2 * time.Second)
 		c.Worker.OutboxRelayInterval = config.Duration(500 * time.Millisecond)
 		// Runs after the app stopped (cleanups run last first): the namespace's keys go.
@@ -347,6 +423,10 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	bigPin := bp.GetId()
+	before, err := sn.primaryOf(ctx, a.cfg.Redis.Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
 	node := sn.node(t, before)
 	// Readers: each reads its first page every 50 ms.
 	type read struct {
@@ -417,9 +497,9 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 	// Sentinel promotes the replica.
 	var promoted time.Duration
 	for {
-		if p, err := sn.primary(ctx); err == nil && p != before {
+		if p, err := sn.primaryOf(ctx, a.cfg.Redis.Namespace); err == nil && p != before {
 			promoted = time.Since(killAt)
-			t.Logf("sentinels name %s the primary %v after the kill", p, promoted.Round(10*time.Millisecond))
+			t.Logf("%s is the primary %v after the kill", p, promoted.Round(10*time.Millisecond))
 			break
 		}
 		if time.Since(killAt) > time.Minute {
@@ -575,25 +655,9 @@ func TestSentinelFailoverLosesNothing(t *testing.T) {
 // it): pins created through the graph API reach every follower, with the rate limit of the
 // fanout queue set (the limiter's script on the cluster), and Purge empties the namespace.
 func TestClusterWholeProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("needs a Redis Cluster, and -short is set")
-	}
-	dir := os.Getenv("SMARTFEED_REDIS_CLUSTER")
-	if dir == "" {
-		t.Skip("needs a Redis Cluster: run `scripts/redis-cluster.sh up` and export the SMARTFEED_REDIS_CLUSTER=... line it prints")
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "env"))
-	if err != nil {
-		t.Fatalf("SMARTFEED_REDIS_CLUSTER=%s: %v (is scripts/redis-cluster.sh up?)", dir, err)
-	}
-	var addrs string
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "SMARTFEED_REDIS_CLUSTER_ADDRS="); ok {
-			addrs = v
-		}
-	}
+	cl := clusterFromEnv(t)
 	a, conn := startAllWith(t, func(c *config.Config) {
-		c.Redis.Mode, c.Redis.ClusterAddrs = config.RedisCluster, addrs
+		cl.configure(c)
 		rc := c.Redis
 		t.Cleanup(func() {
 			admin, err := pinlater.NewAdmin(redisOpt(rc), pinlater.WithNamespace(rc.Namespace))
