@@ -426,3 +426,46 @@ func TestSecurity(t *testing.T) {
 		t.Errorf("tls.mutual: no client CA in the config:\n%s", raw)
 	}
 }
+
+// TestSentinelValues renders for an existing Redis Sentinel service: config.json names the mode,
+// the master and the sentinels (and the binary accepts it), and every Deployment takes both
+// passwords from their Secrets.
+func TestSentinelValues(t *testing.T) {
+	m := render(t, "-f", "smartfeed/ci/sentinel-values.yaml")
+	cm, ok := m.configMaps["rel-smartfeed"]
+	if !ok {
+		t.Fatalf("no ConfigMap rel-smartfeed")
+	}
+	var cfg struct {
+		Redis struct {
+			Mode           string `json:"mode"`
+			SentinelMaster string `json:"sentinel_master"`
+			SentinelAddrs  string `json:"sentinel_addrs"`
+		} `json:"redis"`
+	}
+	raw := cm.Data["config.json"]
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		t.Fatalf("config.json: %v\n%s", err, raw)
+	}
+	if r := cfg.Redis; r.Mode != "sentinel" || r.SentinelMaster != "mymaster" ||
+		r.SentinelAddrs != "redis-sentinel-0.queues:26379,redis-sentinel-1.queues:26379,redis-sentinel-2.queues:26379" {
+		t.Errorf("redis in config.json = %+v", r)
+	}
+	checkAcceptedByBinary(t, raw)
+	for _, c := range components {
+		name := "rel-smartfeed-" + c
+		d, ok := m.deployments[name]
+		if !ok {
+			t.Fatalf("no Deployment %s", name)
+		}
+		env := map[string]corev1.EnvVar{}
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e
+		}
+		for v, secret := range map[string]string{"SMARTFEED_REDIS_PASSWORD": "redis-auth", "SMARTFEED_REDIS_SENTINEL_PASSWORD": "redis-sentinel-auth"} {
+			if s := env[v].ValueFrom; s == nil || s.SecretKeyRef == nil || s.SecretKeyRef.Name != secret {
+				t.Errorf("%s: %s not from Secret %s: %+v", name, v, secret, env[v])
+			}
+		}
+	}
+}

@@ -88,11 +88,11 @@ func NewAdmin(r asynq.RedisConnOpt, opts ...ClientOption) (*Admin, error) {
 	if err := checkNamespace(o.namespace); err != nil {
 		return nil, fmt.Errorf("pinlater admin: %w", err)
 	}
-	rdb, ok := r.MakeRedisClient().(redis.UniversalClient)
-	if !ok {
+	rdb := universal(r)
+	if rdb == nil {
 		return nil, errors.New("pinlater admin: unsupported redis connection option")
 	}
-	return &Admin{insp: asynq.NewInspector(r), rdb: rdb, keys: keys{ns: o.namespace}}, nil
+	return &Admin{insp: asynq.NewInspector(r), rdb: rdb, keys: keysFor(rdb, o.namespace)}, nil
 }
 
 // Ping checks that the admin's Redis answers.
@@ -609,14 +609,38 @@ func (a *Admin) owns(phys string) bool {
 }
 
 // delMatching deletes the keys matching the glob pattern, scanning (not KEYS, which blocks a
-// large Redis).
+// large Redis). On a Redis Cluster it scans every primary, and deletes key by key (in a
+// pipeline): one DEL of keys in several hash slots is refused there.
 func (a *Admin) delMatching(ctx context.Context, pattern string) error {
-	it := a.rdb.Scan(ctx, 0, pattern, 500).Iterator()
+	if cc, ok := a.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return delMatchingOn(ctx, node, pattern, true)
+		})
+	}
+	return delMatchingOn(ctx, a.rdb, pattern, false)
+}
+
+// delMatchingOn deletes the keys of one server matching pattern, 500 at a time: in one DEL, or
+// one DEL per key when oneByOne.
+func delMatchingOn(ctx context.Context, rdb redis.UniversalClient, pattern string, oneByOne bool) error {
+	del := func(batch []string) error {
+		if !oneByOne {
+			return rdb.Del(ctx, batch...).Err()
+		}
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range batch {
+				p.Del(ctx, k)
+			}
+			return nil
+		})
+		return err
+	}
+	it := rdb.Scan(ctx, 0, pattern, 500).Iterator()
 	var batch []string
 	for it.Next(ctx) {
 		batch = append(batch, it.Val())
 		if len(batch) == 500 {
-			if err := a.rdb.Del(ctx, batch...).Err(); err != nil {
+			if err := del(batch); err != nil {
 				return err
 			}
 			batch = batch[:0]
@@ -626,7 +650,7 @@ func (a *Admin) delMatching(ctx context.Context, pattern string) error {
 		return err
 	}
 	if len(batch) > 0 {
-		return a.rdb.Del(ctx, batch...).Err()
+		return del(batch)
 	}
 	return nil
 }

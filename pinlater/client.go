@@ -32,8 +32,9 @@ const (
 // limit above ours also means a rate-limit deferral on the last attempt never archives a task.
 const crashMargin = 3
 
-// RedisAddr is the connection option for a Redis at addr (host:port), database 0.
-func RedisAddr(addr string) asynq.RedisConnOpt { return asynq.RedisClientOpt{Addr: addr} }
+// RedisAddr is the connection option for a Redis at addr (host:port), database 0. For Sentinel
+// or Redis Cluster, see RedisConfig.ConnOpt.
+func RedisAddr(addr string) asynq.RedisConnOpt { return RedisConfig{Addr: addr}.ConnOpt() }
 
 // ClientOption configures a Client or an Admin.
 type ClientOption func(*clientOptions)
@@ -91,11 +92,11 @@ func NewClient(r asynq.RedisConnOpt, logger *zap.Logger, reg prometheus.Register
 	if err != nil {
 		return nil, fmt.Errorf("pinlater client metrics: %w", err)
 	}
-	rdb, ok := r.MakeRedisClient().(redis.UniversalClient)
-	if !ok {
+	rdb := universal(r)
+	if rdb == nil {
 		return nil, errors.New("pinlater client: unsupported redis connection option")
 	}
-	return &Client{c: asynq.NewClient(r), rdb: rdb, keys: keys{ns: o.namespace}, log: logger, m: m, ttl: o.drainTTL}, nil
+	return &Client{c: asynq.NewClient(r), rdb: rdb, keys: keysFor(rdb, o.namespace), log: logger, m: m, ttl: o.drainTTL}, nil
 }
 
 // Close releases the client's connections.
@@ -231,10 +232,20 @@ func checkNamespace(ns string) error {
 	return nil
 }
 
-// keys names the Redis keys and physical queue names of a namespace.
-type keys struct{ ns string }
+// keys names the Redis keys and physical queue names of a namespace. tagged (on a Redis Cluster)
+// puts the namespace's own pinlater keys in one hash slot: "{pinlater}:" or "{pinlater:<ns>}:".
+type keys struct {
+	ns     string
+	tagged bool
+}
 
 func (k keys) prefix() string {
+	if k.tagged {
+		if k.ns == "" {
+			return "{pinlater}:"
+		}
+		return "{pinlater:" + k.ns + "}:"
+	}
 	if k.ns == "" {
 		return "pinlater:"
 	}

@@ -189,11 +189,11 @@ func NewServer(cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Serv
 	if err != nil {
 		return nil, fmt.Errorf("pinlater server metrics: %w", err)
 	}
-	rdb, ok := cfg.Redis.MakeRedisClient().(redis.UniversalClient)
-	if !ok {
+	rdb := universal(cfg.Redis)
+	if rdb == nil {
 		return nil, errors.New("pinlater server: unsupported redis connection option")
 	}
-	k := keys{ns: cfg.Namespace}
+	k := keysFor(rdb, cfg.Namespace)
 	return &Server{
 		cfg: cfg, log: logger, m: m, keys: k, rdb: rdb,
 		lim:      &limiter{rdb: rdb, keys: k, horizon: cfg.RateHorizon, now: cfg.Clock, ttl: cfg.RateCheckInterval},

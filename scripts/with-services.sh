@@ -4,7 +4,9 @@
 # unless its address is already in the environment (SMARTFEED_REDIS_ADDR / SMARTFEED_HBASE_ZK),
 # or it is opted out (SMARTFEED_NO_REDIS=1 / SMARTFEED_NO_HBASE=1). With SMARTFEED_WANT_CHROMIUM=1
 # (make test) it also finds or installs Chromium for the browser tests (scripts/chromium.sh,
-# exported as SMARTFEED_CHROMIUM). Whatever this script started is stopped when it exits, whether CMD passed, failed or was interrupted. Exits with CMD's status.
+# exported as SMARTFEED_CHROMIUM), and in the test mode a Redis Sentinel setup of its own
+# (scripts/redis-sentinel.sh, exported as SMARTFEED_REDIS_SENTINEL) and a Redis Cluster
+# (scripts/redis-cluster.sh, SMARTFEED_REDIS_CLUSTER). Whatever this script started is stopped when it exits, whether CMD passed, failed or was interrupted. Exits with CMD's status.
 # With HBase it also starts a second HBase, the standby (SMARTFEED_HBASE_STANDBY_ZK), fed by
 # HBase's own replication from the first (scripts/hbase.sh replicate), unless
 # SMARTFEED_NO_HBASE_STANDBY=1 or the primary came from the environment without a standby.
@@ -53,6 +55,12 @@ cleanup() {
 			esac
 		fi
 	done
+	if [ -n "${sentinel_started:-}" ]; then
+		"$ROOT/scripts/redis-sentinel.sh" wipe redis-sentinel-test >/dev/null 2>&1 || log "WARNING: redis-sentinel-test wipe failed"
+	fi
+	if [ -n "${cluster_started:-}" ]; then
+		"$ROOT/scripts/redis-cluster.sh" wipe redis-cluster-test >/dev/null 2>&1 || log "WARNING: redis-cluster-test wipe failed"
+	fi
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -103,6 +111,31 @@ else
 	else
 		start "$STANDBY_NAME" SMARTFEED_HBASE_STANDBY_ZK
 		"$ROOT/scripts/hbase.sh" replicate "$HBASE_NAME" "$STANDBY_NAME"
+	fi
+fi
+
+# In the test mode, the Redis Sentinel setup of the failover test (scripts/redis-sentinel.sh,
+# a primary, a replica and three sentinels), fresh, named to the test by SMARTFEED_REDIS_SENTINEL;
+# when it does not come up the test skips and says why.
+if [ "$MODE" = test ] && [ "${SMARTFEED_NO_REDIS:-}" != 1 ] && [ -z "${SMARTFEED_REDIS_SENTINEL:-}" ]; then
+	"$ROOT/scripts/redis-sentinel.sh" wipe redis-sentinel-test >/dev/null 2>&1 || true
+	sentinel_started=1
+	if "$ROOT/scripts/redis-sentinel.sh" up redis-sentinel-test >/dev/null; then
+		export SMARTFEED_REDIS_SENTINEL="$RUN_DIR/redis-sentinel-test"
+		log "using SMARTFEED_REDIS_SENTINEL=$SMARTFEED_REDIS_SENTINEL"
+	else
+		log "WARNING: the Redis Sentinel setup did not come up; the Sentinel failover test skips"
+	fi
+fi
+# Likewise a Redis Cluster of its own (scripts/redis-cluster.sh), as SMARTFEED_REDIS_CLUSTER.
+if [ "$MODE" = test ] && [ "${SMARTFEED_NO_REDIS:-}" != 1 ] && [ -z "${SMARTFEED_REDIS_CLUSTER:-}" ]; then
+	"$ROOT/scripts/redis-cluster.sh" wipe redis-cluster-test >/dev/null 2>&1 || true
+	cluster_started=1
+	if "$ROOT/scripts/redis-cluster.sh" up redis-cluster-test >/dev/null; then
+		export SMARTFEED_REDIS_CLUSTER="$RUN_DIR/redis-cluster-test"
+		log "using SMARTFEED_REDIS_CLUSTER=$SMARTFEED_REDIS_CLUSTER"
+	else
+		log "WARNING: the Redis Cluster did not come up; the Cluster failover test skips"
 	fi
 fi
 

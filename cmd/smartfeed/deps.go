@@ -7,10 +7,10 @@ import (
 	"strings"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/pinlater"
 )
 
 // startDep is a dependency a server needs at start, and the address it is reached at.
@@ -29,14 +29,22 @@ const depCheckTimeout = 2 * time.Second
 func startDeps(role string, cfg config.Config) []startDep {
 	var out []startDep
 	if role != roleGenerator || cfg.Cache.Enabled {
-		r := cfg.Redis
-		out = append(out, startDep{name: "redis", addr: r.Addr, check: func(ctx context.Context) error {
+		rc := redisConf(cfg.Redis)
+		rc.DialTimeout = depCheckTimeout
+		// What a connection is tried to first: the server, a sentinel, a node of the cluster.
+		first, defPort := rc.Addr, "6379"
+		switch rc.Mode {
+		case config.RedisSentinel:
+			first, defPort = strings.Join(rc.SentinelAddrs, ","), "26379"
+		case config.RedisCluster:
+			first = strings.Join(rc.ClusterAddrs, ",")
+		}
+		out = append(out, startDep{name: "redis", addr: rc.String(), check: func(ctx context.Context) error {
 			// A connection first: go-redis would log its own failed dial besides our error.
-			if err := dialAny(ctx, r.Addr, "6379"); err != nil {
+			if err := dialAny(ctx, first, defPort); err != nil {
 				return err
 			}
-			c := goredis.NewClient(&goredis.Options{Addr: r.Addr, Password: r.Password, DB: r.DB,
-				DialTimeout: depCheckTimeout, DialerRetries: 1, MaxRetries: -1})
+			c := pinlater.NewRedisClient(rc)
 			defer c.Close()
 			return c.Ping(ctx).Err()
 		}})

@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/hibiken/asynq"
 	"github.com/spf13/cobra"
 
 	"github.com/smartfeed/smartfeed/internal/config"
@@ -21,9 +20,10 @@ import (
 
 const jobsLong = `Operates the pinlater queues (Asynq on Redis) of a deployment.
 
-The connection flags are the servers' (--redis-addr, --redis-db, --redis-namespace, with their
-SMARTFEED_* twins; SMARTFEED_REDIS_PASSWORD when Redis wants one) and may come anywhere after
-"jobs"; --redis, --db and --namespace are kept as their old spellings. Queue names are the
+The connection flags are the servers' (--redis-addr, --redis-db, --redis-namespace; for Sentinel
+--redis-mode sentinel, --redis-sentinel-master, --redis-sentinel-addrs; for a Redis Cluster
+--redis-mode cluster, --redis-cluster-addrs; with their SMARTFEED_* twins; SMARTFEED_REDIS_PASSWORD
+and SMARTFEED_REDIS_SENTINEL_PASSWORD when they want one) and may come anywhere after "jobs"; --redis, --db and --namespace are kept as their old spellings. Queue names are the
 logical ones (critical, fanout, default, bulk, ...): jobs adds the namespace prefix ("<ns>-").
 
   queues                        list queues: sizes, latency, paused, draining, rate, done/failed today
@@ -44,8 +44,16 @@ logical ones (critical, fanout, default, bulk, ...): jobs adds the namespace pre
 
 // jobsConn are the connection flags of every jobs subcommand.
 type jobsConn struct {
-	addr, ns string
-	db       int
+	addr, ns                               string
+	db                                     int
+	mode, master, sentinels, cluster, user string
+}
+
+// redis is the Redis jobs connects to, its passwords from the environment.
+func (jc jobsConn) redis(getenv func(string) string) pinlater.RedisConfig {
+	return redisConf(config.Redis{Mode: jc.mode, Addr: jc.addr, DB: jc.db, SentinelMaster: jc.master,
+		SentinelAddrs: jc.sentinels, ClusterAddrs: jc.cluster, Username: jc.user,
+		Password: getenv(config.EnvPrefix + "REDIS_PASSWORD"), SentinelPassword: getenv(config.EnvPrefix + "REDIS_SENTINEL_PASSWORD")})
 }
 
 // newJobsCmd is "smartfeed jobs ...": operations on pinlater queues.
@@ -63,6 +71,11 @@ func newJobsCmd(getenv func(string) string) *cobra.Command {
 	pf.StringVar(&jc.addr, "redis-addr", def.Addr, "pinlater Redis host:port")
 	pf.IntVar(&jc.db, "redis-db", def.DB, "pinlater Redis database")
 	pf.StringVar(&jc.ns, "redis-namespace", def.Namespace, "prefix of pinlater keys and queues")
+	pf.StringVar(&jc.mode, "redis-mode", def.Mode, "shape of the pinlater Redis: single, sentinel or cluster")
+	pf.StringVar(&jc.master, "redis-sentinel-master", def.SentinelMaster, "name the sentinels monitor the Redis primary under (--redis-mode sentinel)")
+	pf.StringVar(&jc.sentinels, "redis-sentinel-addrs", def.SentinelAddrs, "the sentinels, host:port,... (--redis-mode sentinel)")
+	pf.StringVar(&jc.cluster, "redis-cluster-addrs", def.ClusterAddrs, "some nodes of the Redis Cluster, host:port,... (--redis-mode cluster)")
+	pf.StringVar(&jc.user, "redis-username", def.Username, "Redis ACL user (empty: the default user)")
 	for old, name := range map[string]string{"redis": "redis-addr", "db": "redis-db", "namespace": "redis-namespace"} {
 		f := *pf.Lookup(name)
 		f.Name, f.Usage, f.Hidden, f.Shorthand = old, "old spelling of --"+name, true, ""
@@ -74,8 +87,11 @@ func newJobsCmd(getenv func(string) string) *cobra.Command {
 			if jc.db < 0 || jc.db > 1024 {
 				return fmt.Errorf("jobs: --redis-db %d out of range", jc.db)
 			}
-			opt := asynq.RedisClientOpt{Addr: jc.addr, DB: jc.db, Password: getenv(config.EnvPrefix + "REDIS_PASSWORD")}
-			admin, err := pinlater.NewAdmin(opt, pinlater.WithNamespace(jc.ns))
+			rc := jc.redis(getenv)
+			if err := rc.Validate(); err != nil {
+				return fmt.Errorf("jobs: redis: %w", err)
+			}
+			admin, err := pinlater.NewAdmin(rc.ConnOpt(), pinlater.WithNamespace(jc.ns))
 			if err != nil {
 				return fmt.Errorf("jobs: %w", err)
 			}
@@ -411,6 +427,9 @@ func failedAt(t time.Time) string {
 // commonest cause is jobs run with the default address (127.0.0.1:6379) while the deployment's
 // Redis is elsewhere. Any other answer (a password refused) is reported as Redis gave it.
 func jobsRedisError(err error, jc jobsConn) error {
+	if jc.mode != "" && jc.mode != config.RedisSingle {
+		return fmt.Errorf("jobs: the Redis (%s, mode %s): %w", quote.Q(jc.redis(func(string) string { return "" }).String()), quote.Q(jc.mode), err)
+	}
 	var netErr net.Error
 	if errors.As(err, &netErr) {
 		return fmt.Errorf("jobs: no Redis answers at %s (db %d): %w; point jobs at the deployment's Redis with --redis-addr HOST:PORT "+

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -82,7 +81,7 @@ func (a *app) publicInterceptors() ([]grpc.UnaryServerInterceptor, []grpc.Stream
 	}
 	units := []grpc.UnaryServerInterceptor{authz.Unary()}
 	if ac.UserRate > 0 || ac.ProducerRate > 0 {
-		rdb := goredis.NewClient(&goredis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB})
+		rdb := redisClient(a.cfg.Redis)
 		a.conns = append(a.conns, rdb)
 		rl, err := auth.NewRateLimiter(rdb, "smartfeed:rl:"+a.cfg.Redis.Namespace+":", auth.Limits{
 			User:     auth.Limit{PerSecond: ac.UserRate, Burst: ac.UserBurst},

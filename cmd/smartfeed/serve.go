@@ -70,9 +70,22 @@ const livenessService = "smartfeed.liveness"
 // pinlaterRedis is the Redis connection option of pinlater (an Asynq one).
 type pinlaterRedis = asynq.RedisConnOpt
 
-// redisOpt is the connection option of a Redis with a password or a database number.
-func redisOpt(r config.Redis) pinlaterRedis {
-	return asynq.RedisClientOpt{Addr: r.Addr, Password: r.Password, DB: r.DB}
+// redisConf is where the configured Redis is and how to log in to it, in pinlater's terms. Every
+// Redis client of the process is made from it (redisOpt for the queues, redisClient for the
+// join cache and the rate limits), so all of them follow a Sentinel failover alike.
+func redisConf(r config.Redis) pinlater.RedisConfig {
+	return pinlater.RedisConfig{Mode: r.Mode, Addr: r.Addr, MasterName: r.SentinelMaster,
+		SentinelAddrs: config.SplitAddrs(r.SentinelAddrs), ClusterAddrs: config.SplitAddrs(r.ClusterAddrs),
+		Username: r.Username, Password: r.Password, SentinelUsername: r.SentinelUsername,
+		SentinelPassword: r.SentinelPassword, DB: r.DB}
+}
+
+// redisOpt is the connection option of pinlater's queues on the configured Redis.
+func redisOpt(r config.Redis) pinlaterRedis { return redisConf(r).ConnOpt() }
+
+// redisClient is a go-redis client of the configured Redis (the join cache, the rate limits).
+func redisClient(r config.Redis) goredis.UniversalClient {
+	return pinlater.NewRedisClient(redisConf(r))
 }
 
 // newServeCmd is the command of a role: it resolves the configuration and serves until the
@@ -286,10 +299,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 			a.closeAll()
 		}
 	}()
-	redis := pinlater.RedisAddr(cfg.Redis.Addr)
-	if cfg.Redis.Password != "" || cfg.Redis.DB != 0 {
-		redis = redisOpt(cfg.Redis)
-	}
+	redis := redisOpt(cfg.Redis)
 	var nsOpt []pinlater.ClientOption
 	if cfg.Redis.Namespace != "" {
 		nsOpt = append(nsOpt, pinlater.WithNamespace(cfg.Redis.Namespace))
@@ -327,7 +337,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		// The graph: the worker's, and the deleted-pin filter of the generator and the feed.
 		graphStore := zstore
 		if a.cfg.Cache.Enabled {
-			rdb := goredis.NewClient(&goredis.Options{Addr: a.cfg.Redis.Addr, Password: a.cfg.Redis.Password, DB: a.cfg.Redis.DB})
+			rdb := redisClient(a.cfg.Redis)
 			a.conns = append(a.conns, rdb)
 			cached, err := zencache.Wrap(zstore, rdb, zencache.Options{Prefix: "zc:" + a.cfg.Redis.Namespace + ":",
 				TTL: a.cfg.Cache.TTL.D(), NegativeTTL: a.cfg.Cache.NegativeTTL.D(), Registerer: a.reg})

@@ -41,6 +41,15 @@ func TestValidateRefuses(t *testing.T) {
 		{"hedge budget", func(c *Config) { c.Feed.Hedge.Budget = 1.5 }, "feed.hedge: hedge policy: budget"},
 		{"hedge min max", func(c *Config) { c.Feed.Hedge.Max = time.Millisecond }, "min <= max"},
 		{"namespace", func(c *Config) { c.Redis.Namespace = "a-b" }, "redis.namespace"},
+		{"redis mode", func(c *Config) { c.Redis.Mode = "ring" }, `redis.mode: "ring" is not single, sentinel or cluster`},
+		{"sentinel without master", func(c *Config) { c.Redis.Mode = RedisSentinel; c.Redis.SentinelAddrs = "s:26379" }, "redis.sentinel_master: empty"},
+		{"sentinel without sentinels", func(c *Config) { c.Redis.Mode = RedisSentinel; c.Redis.SentinelMaster = "m" }, "redis.sentinel_addrs: empty"},
+		{"sentinel address without port", func(c *Config) {
+			c.Redis.Mode, c.Redis.SentinelMaster, c.Redis.SentinelAddrs = RedisSentinel, "m", "s:26379,s2"
+		}, `redis.sentinel_addrs: "s2" is not host:port`},
+		{"cluster without nodes", func(c *Config) { c.Redis.Mode = RedisCluster; c.Redis.ClusterAddrs = " , " }, "redis.cluster_addrs: empty"},
+		{"cluster database", func(c *Config) { c.Redis.Mode, c.Redis.ClusterAddrs, c.Redis.DB = RedisCluster, "n:7000", 2 }, "redis.db: 2, but a Redis Cluster has only database 0"},
+		{"cluster with the join cache", func(c *Config) { c.Redis.Mode, c.Redis.ClusterAddrs, c.Cache.Enabled = RedisCluster, "n:7000", true }, "cache.enabled: the join cache's lookup script"},
 		{"concurrency", func(c *Config) { c.Worker.Concurrency = 0 }, "worker.concurrency"},
 		{"dequeuers", func(c *Config) { c.Worker.Dequeuers = 0 }, "worker.dequeuers"},
 		{"dequeuers over slots", func(c *Config) { c.Worker.Dequeuers = c.Worker.Concurrency + 1 }, "worker.dequeuers"},
@@ -152,9 +161,13 @@ func TestEveryFlagHasEnvTwin(t *testing.T) {
 func TestMasked(t *testing.T) {
 	c := DefaultConfig()
 	c.Redis.Password = "hunter2"
+	c.Redis.SentinelPassword = "sentinel-secret"
 	out := c.Masked()
 	if strings.Contains(out, "hunter2") || !strings.Contains(out, `"password": "****"`) {
 		t.Fatalf("Masked() leaks or drops the password:\n%s", out)
+	}
+	if strings.Contains(out, "sentinel-secret") || !strings.Contains(out, `"sentinel_password": "****"`) {
+		t.Fatalf("Masked() leaks or drops the sentinel password:\n%s", out)
 	}
 	if c.Redis.Password != "hunter2" {
 		t.Fatal("Masked changed the config it printed")
@@ -393,5 +406,40 @@ func TestResolveKeepsSliceFlags(t *testing.T) {
 				t.Errorf("--rates (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestRedisModesAccepted: each Redis mode with what it needs validates, from flags and from the
+// environment (the sentinels' password from SMARTFEED_REDIS_SENTINEL_PASSWORD, never a flag).
+func TestRedisModesAccepted(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want Redis
+	}{
+		{"single by default", nil, nil, DefaultConfig().Redis},
+		{"sentinel from flags", []string{"--redis-mode", "sentinel", "--redis-sentinel-master", "pinlater",
+			"--redis-sentinel-addrs", "127.0.0.1:26379,127.0.0.1:26380", "--redis-username", "app"},
+			map[string]string{"SMARTFEED_REDIS_SENTINEL_PASSWORD": "s3cret"},
+			Redis{Mode: RedisSentinel, Addr: "127.0.0.1:6379", SentinelMaster: "pinlater",
+				SentinelAddrs: "127.0.0.1:26379,127.0.0.1:26380", Username: "app", SentinelPassword: "s3cret"}},
+		{"cluster from the environment", nil,
+			map[string]string{"SMARTFEED_REDIS_MODE": "cluster", "SMARTFEED_REDIS_CLUSTER_ADDRS": "n1:7000,n2:7000"},
+			Redis{Mode: RedisCluster, Addr: "127.0.0.1:6379", ClusterAddrs: "n1:7000,n2:7000"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := FromArgs(pflag.NewFlagSet("t", pflag.ContinueOnError), tt.args, func(k string) string { return tt.env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, c.Redis); diff != "" {
+				t.Errorf("redis config (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if got := SplitAddrs(" a:1, ,b:2 "); !cmp.Equal(got, []string{"a:1", "b:2"}) {
+		t.Errorf("SplitAddrs = %q", got)
 	}
 }

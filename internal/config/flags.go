@@ -54,7 +54,14 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.Storage.ShardMap.ZK, "shard-map-zk", c.Storage.ShardMap.ZK, "ZooKeeper quorum holding the live shard map (empty: none)")
 	s(&c.Storage.ShardMap.ZKPath, "shard-map-zk-path", c.Storage.ShardMap.ZKPath, "znode of the live shard map")
 	s(&c.Storage.Stores, "stores", c.Storage.Stores, "extra stores shard ranges may live on: NAME=hbase:QUORUM or NAME=pebble:DIR, separated by ';'")
-	s(&c.Redis.Addr, "redis-addr", c.Redis.Addr, "pinlater Redis host:port")
+	s(&c.Redis.Mode, "redis-mode", c.Redis.Mode, "shape of the pinlater Redis: single (--redis-addr), sentinel (--redis-sentinel-master, --redis-sentinel-addrs) or cluster (--redis-cluster-addrs)")
+	s(&c.Redis.Addr, "redis-addr", c.Redis.Addr, "pinlater Redis host:port (--redis-mode single)")
+	s(&c.Redis.SentinelMaster, "redis-sentinel-master", c.Redis.SentinelMaster, "name the sentinels monitor the Redis primary under (--redis-mode sentinel)")
+	s(&c.Redis.SentinelAddrs, "redis-sentinel-addrs", c.Redis.SentinelAddrs, "the sentinels, host:port,host:port,... (--redis-mode sentinel)")
+	s(&c.Redis.ClusterAddrs, "redis-cluster-addrs", c.Redis.ClusterAddrs, "some nodes of the Redis Cluster, host:port,... (--redis-mode cluster)")
+	s(&c.Redis.Username, "redis-username", c.Redis.Username, "Redis ACL user (empty: the default user)")
+	s(&c.Redis.SentinelUsername, "redis-sentinel-username", c.Redis.SentinelUsername, "ACL user of the sentinels (empty: none)")
+	s(&c.Redis.SentinelPasswordFile, "redis-sentinel-password-file", c.Redis.SentinelPasswordFile, "file holding the sentinels' password (or set SMARTFEED_REDIS_SENTINEL_PASSWORD; never a flag)")
 	s(&c.Redis.PasswordFile, "redis-password-file", c.Redis.PasswordFile, "file holding the pinlater Redis password (or set SMARTFEED_REDIS_PASSWORD; never a flag)")
 	i(&c.Redis.DB, "redis-db", c.Redis.DB, "pinlater Redis database")
 	s(&c.Redis.Namespace, "redis-namespace", c.Redis.Namespace, "prefix of pinlater keys and queues")
@@ -244,6 +251,16 @@ func ResolveFor(fs *pflag.FlagSet, c *Config, base Config, getenv func(string) s
 		}
 		c.Redis.Password = strings.TrimRight(string(b), "\r\n")
 	}
+	if v := getenv(EnvPrefix + "REDIS_SENTINEL_PASSWORD"); v != "" {
+		c.Redis.SentinelPassword = v
+	}
+	if c.Redis.SentinelPasswordFile != "" {
+		b, err := os.ReadFile(c.Redis.SentinelPasswordFile)
+		if err != nil {
+			return fmt.Errorf("redis sentinel password file: %w", err)
+		}
+		c.Redis.SentinelPassword = strings.TrimRight(string(b), "\r\n")
+	}
 	u := UsesAll
 	if uses != nil {
 		u = uses(*c)
@@ -324,8 +341,8 @@ func FromArgsOver(base Config, fs *pflag.FlagSet, args []string, getenv func(str
 }
 
 // ExtraEnv are the SMARTFEED_* variables read that are no flag's twin: the config file's path
-// (the twin of --config, defined by Bind) and the Redis password, which has no flag.
-var ExtraEnv = []string{EnvName(ConfigFlag), EnvPrefix + "REDIS_PASSWORD"}
+// (the twin of --config, defined by Bind) and the Redis and Sentinel passwords, which have no flag.
+var ExtraEnv = []string{EnvName(ConfigFlag), EnvPrefix + "REDIS_PASSWORD", EnvPrefix + "REDIS_SENTINEL_PASSWORD"}
 
 // UnknownEnv returns a warning for each SMARTFEED_* variable of environ ("NAME=value" entries,
 // as os.Environ gives them) that known does not hold, sorted: a misspelled variable would

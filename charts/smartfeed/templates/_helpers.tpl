@@ -48,7 +48,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- $cfg := dict
   "storage" (dict "backend" "hbase" "hbase" (dict "pools_zk" $h.poolsZK "primary_zk" $h.primaryZK "standby_zk" $h.standbyZK "table_prefix" $h.tablePrefix "zookeeper_root" $h.zookeeperRoot))
-  "redis" (dict "addr" .Values.redis.addr "db" (int .Values.redis.db) "namespace" .Values.redis.namespace)
+  "redis" (dict "mode" (.Values.redis.mode | default "single") "addr" .Values.redis.addr "sentinel_master" .Values.redis.sentinelMaster "sentinel_addrs" .Values.redis.sentinelAddrs "cluster_addrs" .Values.redis.clusterAddrs "username" .Values.redis.username "db" (int .Values.redis.db) "namespace" .Values.redis.namespace)
   "grpc" (dict "addr" (printf ":%d" (int .Values.ports.grpc)))
   "admin" (include "smartfeed.adminConfig" . | fromJson)
   "auth" (include "smartfeed.authConfig" . | fromJson)
