@@ -109,6 +109,14 @@ type Config struct {
 	UserDeleteRecheck time.Duration
 }
 
+// Defaults of Config's fields that the binary's configuration (internal/config) takes as its own.
+const (
+	// DefaultFeatureTTL is Config.FeatureTTL's default.
+	DefaultFeatureTTL = time.Minute
+	// DefaultActiveTTL is Config.ActiveTTL's default.
+	DefaultActiveTTL = time.Second
+)
+
 func (c Config) withDefaults() Config {
 	def := func(v *int, d int) {
 		if *v <= 0 {
@@ -141,8 +149,8 @@ func (c Config) withDefaults() Config {
 	def(&c.RelatedMax, 50)
 	def(&c.MatchInterests, 4)
 	def(&c.PurgeMaxReceivers, 100_000)
-	defDur(&c.FeatureTTL, time.Minute)
-	defDur(&c.ActiveTTL, time.Second)
+	defDur(&c.FeatureTTL, DefaultFeatureTTL)
+	defDur(&c.ActiveTTL, DefaultActiveTTL)
 	def(&c.FeatureCacheSize, 1<<18)
 	c.BackfillLimit = min(c.BackfillLimit, zen.MaxEdgePage)
 	c.RebuildFollowees = min(c.RebuildFollowees, zen.MaxEdgePage)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -297,5 +298,16 @@ func TestBackgroundLanes(t *testing.T) {
 		if got := backgroundLanes(c); got != tc.want {
 			t.Errorf("backgroundLanes(%s, %d) = %d, want %d", tc.backend, tc.set, got, tc.want)
 		}
+	}
+}
+
+// TestFeedConfigDefaultsAreTheService: the binary's default configuration, mapped to the feed
+// service's, is the service's own default except the binary's documented opt-ins; a feedsvc
+// knob whose default the binary drops or changes shows here.
+func TestFeedConfigDefaultsAreTheService(t *testing.T) {
+	want := feedsvc.DefaultConfig()
+	want.PrepareAfter, want.MinChunkInterval = config.DefaultPrepareAfter, config.DefaultMinChunkInterval
+	if diff := cmp.Diff(want, feedConfig(config.DefaultConfig())); diff != "" {
+		t.Errorf("feedConfig(config.DefaultConfig()) (-feedsvc default +binary):\n%s", diff)
 	}
 }

@@ -14,8 +14,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/smartfeed/smartfeed/auth"
+	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/internal/quote"
+	"github.com/smartfeed/smartfeed/pinlater"
+	"github.com/smartfeed/smartfeed/worker"
+	"github.com/smartfeed/smartfeed/zen/zencache"
+	"github.com/smartfeed/smartfeed/zen/zenhbase"
 )
 
 // Backends of Storage.Backend.
@@ -452,8 +458,22 @@ type Feed struct {
 // MaxFeedItems is the largest Feed.MaxItems, the feed service's own bound (feedsvc.Config).
 const MaxFeedItems = 1 << 20
 
-// DefaultConfig returns the documented defaults.
+// Binary defaults the services leave off: the library's zero means "off" so that a test or an
+// embedding program opts in, and the binary opts in for every deployment.
+const (
+	// DefaultPrepareAfter is Feed.PrepareAfter's default (feedsvc.Config.PrepareAfter: 0).
+	DefaultPrepareAfter = 500 * time.Millisecond
+	// DefaultMinChunkInterval is Feed.MinChunkInterval's default
+	// (feedsvc.Config.MinChunkInterval: 0).
+	DefaultMinChunkInterval = time.Second
+)
+
+// DefaultConfig returns the documented defaults. A setting that configures a service takes the
+// service's own default (feedsvc.DefaultConfig, worker, pinlater, zencache, zenhbase, auth,
+// hedge), so that the binary and the library never disagree; TestDefaultsAreTheServices holds
+// them together.
 func DefaultConfig() Config {
+	fd := feedsvc.DefaultConfig()
 	return Config{
 		Storage: Storage{
 			Backend:                     BackendPebble,
@@ -462,31 +482,41 @@ func DefaultConfig() Config {
 			PebbleMemTableMB:            64,
 			PebbleFeedMemTableMB:        8,
 			PebbleL0CompactionThreshold: 8,
-			HBase:                       HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond)},
-			ShardMap:                    ShardMap{ZKPath: "/smartfeed/shardmap"},
+			HBase: HBase{TablePrefix: zenhbase.DefaultTablePrefix, ZookeeperRoot: "/hbase", Replication: ReplicationAuto,
+				WriteFlush: Duration(time.Millisecond)},
+			ShardMap: ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
 		Redis: Redis{Addr: "127.0.0.1:6379"},
-		Cache: Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
+		Cache: Cache{TTL: Duration(zencache.DefaultTTL), NegativeTTL: Duration(zencache.DefaultNegativeTTL)},
 		GRPC:  GRPC{Addr: "127.0.0.1:9090"},
 		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092", SlowTraceOver: Duration(100 * time.Millisecond)},
-		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000, MaxTokenLifetime: Duration(24 * time.Hour)},
-		Log:   Log{Level: "info", Format: "auto"},
-		Worker: Worker{Concurrency: 10, Dequeuers: 1, ShutdownTimeout: Duration(10 * time.Second), ReclaimAfter: Duration(5 * time.Second),
-			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second),
-			FeatureTTL: Duration(time.Minute), ActiveTTL: Duration(time.Second)},
+		Auth: Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000,
+			MaxTokenLifetime: Duration(auth.DefaultMaxLifetime)},
+		Log: Log{Level: "info", Format: "auto"},
+		Worker: Worker{
+			Concurrency:         pinlater.DefaultConcurrency,
+			Dequeuers:           pinlater.DefaultDequeuers,
+			ShutdownTimeout:     Duration(pinlater.DefaultShutdownTimeout),
+			ReclaimAfter:        Duration(pinlater.DefaultReclaimAfter),
+			OutboxGrace:         Duration(pinlater.DefaultOutboxGrace),
+			OutboxRelayInterval: Duration(pinlater.DefaultRelayInterval),
+			FeatureTTL:          Duration(worker.DefaultFeatureTTL),
+			ActiveTTL:           Duration(worker.DefaultActiveTTL),
+		},
 		Generator: Generator{},
 		Feed: Feed{
-			GeneratorDeadline:   Duration(150 * time.Millisecond),
-			MaxItems:            1000,
+			GeneratorDeadline:   Duration(fd.GeneratorDeadline),
+			MaxItems:            fd.MaxItems,
 			StandbyMaxStaleness: Duration(30 * time.Second),
 			RecoverAfter:        Duration(time.Minute),
 			RecoverEvery:        Duration(time.Minute),
-			PrepareAfter:        Duration(500 * time.Millisecond),
-			PreparedMaxAge:      Duration(30 * time.Second),
-			MinChunkInterval:    Duration(time.Second),
-			InlineMaterialize:   4,
-			BackgroundGapWait:   Duration(10 * time.Millisecond),
-			AdmissionWait:       Duration(50 * time.Millisecond),
+			PrepareAfter:        Duration(DefaultPrepareAfter),
+			PreparedMaxAge:      Duration(fd.PreparedMaxAge),
+			MinChunkInterval:    Duration(DefaultMinChunkInterval),
+			InlineMaterialize:   fd.InlineMaterialize,
+			MaxInflight:         fd.MaxInflight,
+			BackgroundGapWait:   Duration(feedsvc.DefaultQuietBound),
+			AdmissionWait:       Duration(fd.AdmissionWait),
 			Hedge:               hedge.DefaultPolicy(),
 		},
 		ShutdownTimeout: Duration(30 * time.Second),

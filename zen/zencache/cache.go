@@ -77,15 +77,23 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// Defaults of Options' fields that the binary's configuration (internal/config) takes as its own.
+const (
+	// DefaultTTL is Options.TTL's default.
+	DefaultTTL = 10 * time.Minute
+	// DefaultNegativeTTL is Options.NegativeTTL's default.
+	DefaultNegativeTTL = 5 * time.Second
+)
+
 func (o *Options) defaults() error {
 	if o.Prefix == "" {
 		o.Prefix = "zc:"
 	}
 	if o.TTL == 0 {
-		o.TTL = 10 * time.Minute
+		o.TTL = DefaultTTL
 	}
 	if o.NegativeTTL == 0 {
-		o.NegativeTTL = 5 * time.Second
+		o.NegativeTTL = DefaultNegativeTTL
 	}
 	if o.VersionTTL == 0 {
 		o.VersionTTL = 24 * time.Hour
