@@ -24,6 +24,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/pinlater"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	"github.com/smartfeed/smartfeed/worker"
@@ -47,7 +48,7 @@ func demoDefaults() config.Config {
 	c.Log.Format = "console"
 	c.Feed.Faults = true
 	c.Redis.Namespace = "demo"
-	c.ShutdownTimeout = config.Duration(15 * time.Second)
+	c.ShutdownTimeout = jsontime.Duration(15 * time.Second)
 	return c
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
@@ -39,7 +40,7 @@ func testConfig(t *testing.T) config.Config {
 	c.Admin.GRPCAddr = "127.0.0.1:0"
 	// The lifecycle test leaves a reflection stream open: shutdown must cut it after a third
 	// of this bound and still finish its other steps.
-	c.ShutdownTimeout = config.Duration(6 * time.Second)
+	c.ShutdownTimeout = jsontime.Duration(6 * time.Second)
 	return c
 }
 
