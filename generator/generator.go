@@ -591,7 +591,7 @@ func (r *chunkRun) claim(ctx context.Context) ([]pick, error) {
 		r.excluded[p.e.Pin] = true
 		conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Value: []byte(rec.ID)}
 	}
-	oks, err := casMany(r.stepCtx(ctx), g.state, conds)
+	oks, err := zen.CheckAndSetMany(r.stepCtx(ctx), g.state, conds)
 	if err != nil {
 		return nil, g.abandon(ctx, user, r.no, rec, fmt.Errorf("claim %d pins: %w", len(conds), err))
 	}
@@ -641,7 +641,7 @@ func (r *chunkRun) takeClaimed(ctx context.Context, claimed []pick) error {
 		releases = append(releases, zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Expected: []byte(rec.ID)})
 	}
 	if len(releases) > 0 {
-		if _, err := casMany(r.stepCtx(ctx), g.state, releases); err != nil {
+		if _, err := zen.CheckAndSetMany(r.stepCtx(ctx), g.state, releases); err != nil {
 			return g.abandon(ctx, user, r.no, rec, fmt.Errorf("release %d pins: %w", len(releases), err))
 		}
 	}
@@ -853,7 +853,7 @@ func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *re
 		for i, re := range own {
 			conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(re.Entry.Pin)), Expected: []byte(rec.ID)}
 		}
-		if _, err := casMany(ctx, g.state, conds); err != nil {
+		if _, err := zen.CheckAndSetMany(ctx, g.state, conds); err != nil {
 			return fmt.Errorf("release %d pins of chunk %s: %w", len(own), rec.ID, err)
 		}
 	}

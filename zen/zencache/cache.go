@@ -444,18 +444,7 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 
 // CheckAndSetMany runs on the store (one call where it supports it), then invalidates.
 func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
-	var res []bool
-	var err error
-	if cb, ok := t.inner.(zen.CondBatcher); ok {
-		res, err = cb.CheckAndSetMany(ctx, conds)
-	} else {
-		res = make([]bool, len(conds))
-		for i, c := range conds {
-			if res[i], err = t.inner.CheckAndSet(ctx, c.Key, c.Expected, c.Value); err != nil {
-				break
-			}
-		}
-	}
+	res, err := zen.CheckAndSetMany(ctx, t.inner, conds)
 	keys := make([][]byte, 0, len(conds))
 	for i, c := range conds {
 		if err != nil || res[i] {
