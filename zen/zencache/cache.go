@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/smartfeed/smartfeed/zen"
@@ -120,15 +121,11 @@ func Wrap(s zen.Store, rdb redis.UniversalClient, o Options) (*Store, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	c := &Store{Store: s, rdb: rdb, opts: o, reqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(o.Registerer)
+	c := &Store{Store: s, rdb: rdb, opts: o, reqs: f.NewCounterVec(prometheus.CounterOpts{
 		Name: "smartfeed_cache_requests_total",
 		Help: "Join-cache lookups and invalidations by table, op (get, scan, invalidate) and result (hit, miss, negative, error, bypass)."},
 		[]string{"table", "op", "result"})}
-	if o.Registerer != nil {
-		if err := o.Registerer.Register(c.reqs); err != nil {
-			return nil, fmt.Errorf("zencache: register metrics: %w", err)
-		}
-	}
 	return c, nil
 }
 
