@@ -153,8 +153,11 @@ type Table struct {
 func (t *Table) group(key []byte) []byte { return t.grouping.of(key) }
 
 var (
-	_ zen.Table       = (*Table)(nil)
-	_ zen.MultiGetter = (*Table)(nil)
+	_ zen.Table        = (*Table)(nil)
+	_ zen.MultiGetter  = (*Table)(nil)
+	_ zen.MultiScanner = (*Table)(nil)
+	_ zen.Carrier      = (*Table)(nil)
+	_ zen.CondBatcher  = (*Table)(nil)
 )
 
 // Entry encoding: 'V' | value, or 'N' for a cached miss, or 'S' | (uvarint len | key | uvarint
@@ -354,6 +357,35 @@ func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 	return kvs, nil
 }
 
+// ScanMany reads the scans that lie within one group through the cache, as Scan does, and sends
+// the others to the store together (one call where it answers several scans at once).
+func (t *Table) ScanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.KV, error) {
+	out := make([][]zen.KV, len(opts))
+	var rest []zen.ScanOptions
+	var restAt []int
+	for i, o := range opts {
+		if t.scanGroup(o) == nil {
+			rest, restAt = append(rest, o), append(restAt, i)
+			continue
+		}
+		kvs, err := t.Scan(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = kvs
+	}
+	if len(rest) > 0 {
+		res, err := zen.ScanMany(ctx, t.inner, rest)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range restAt {
+			out[i] = res[j]
+		}
+	}
+	return out, nil
+}
+
 func encodePage(kvs []zen.KV) []byte {
 	b := []byte{'S'}
 	for _, kv := range kvs {
@@ -414,6 +446,48 @@ func (t *Table) invalidate(ctx context.Context, keys ...[]byte) error {
 	}
 	t.count("invalidate", "ok")
 	return nil
+}
+
+// CheckAndSetWith compares and sets with extra rows on the store, then invalidates the groups of
+// the key and of the extra rows; it fails with errors.ErrUnsupported, writing nothing, when the
+// store's table is not a zen.Carrier.
+func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
+	c, ok := t.inner.(zen.Carrier)
+	if !ok {
+		return false, fmt.Errorf("zencache %s: check-and-set with extra rows: %w", t.name, errors.ErrUnsupported)
+	}
+	wrote, err := c.CheckAndSetWith(ctx, key, expected, value, extra)
+	if err != nil || wrote {
+		if ierr := t.invalidate(ctx, withExtra(key, extra)...); ierr != nil && err == nil {
+			return false, ierr
+		}
+	}
+	return wrote, err
+}
+
+// IncrementWith increments with extra rows on the store, then invalidates the groups of the key
+// and of the extra rows; it fails with errors.ErrUnsupported, writing nothing, when the store's
+// table is not a zen.Carrier.
+func (t *Table) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
+	c, ok := t.inner.(zen.Carrier)
+	if !ok {
+		return 0, fmt.Errorf("zencache %s: increment with extra rows: %w", t.name, errors.ErrUnsupported)
+	}
+	n, err := c.IncrementWith(ctx, key, delta, extra)
+	if ierr := t.invalidate(ctx, withExtra(key, extra)...); ierr != nil && err == nil {
+		return 0, ierr
+	}
+	return n, err
+}
+
+// withExtra is key and the keys of extra.
+func withExtra(key []byte, extra []zen.Mutation) [][]byte {
+	keys := make([][]byte, 0, 1+len(extra))
+	keys = append(keys, key)
+	for _, m := range extra {
+		keys = append(keys, m.Key)
+	}
+	return keys
 }
 
 // Apply writes to the store, then invalidates the groups touched.
