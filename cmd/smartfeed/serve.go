@@ -38,6 +38,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
+	"github.com/smartfeed/smartfeed/feedsvc/genclient"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
@@ -548,7 +549,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 		return fmt.Errorf("hedge policy: %w", err)
 	}
 	var gen feedsvc.Generator
-	var remote *remoteGenerator // the generator of another process, when this one has none
+	var remote *genclient.Client // the generator of another process, when this one has none
 	if a.gen != nil {
 		gen = localGenerator{a.gen}
 		a.inflight = localGenerator{a.gen}
@@ -569,7 +570,8 @@ func (a *app) buildFeed(ctx context.Context) error {
 			return fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
 		}
 		a.conns = append(a.conns, conn)
-		remote = &remoteGenerator{generatorv1.NewGeneratorServiceClient(conn)}
+		rg := genclient.New(generatorv1.NewGeneratorServiceClient(conn), generator.MaxCheckPins)
+		remote = &rg
 		gen, a.inflight = *remote, *remote
 	}
 
