@@ -43,6 +43,7 @@ import (
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/deployment"
 	"github.com/smartfeed/smartfeed/internal/gcfloor"
 	"github.com/smartfeed/smartfeed/internal/quiet"
 	"github.com/smartfeed/smartfeed/internal/slowtrace"
@@ -240,7 +241,7 @@ type app struct {
 	pinAdmin  *pinlater.Admin
 	outbox    *zen.Outbox // the worker role's (main store)
 	// deployment is this deployment's ID (main store); claimPending: the Redis namespace claim
-	// waits for Redis (claimLoop).
+	// waits for Redis (deployment.Claim.Loop).
 	deployment   string
 	claimPending bool
 	hedger       *hedge.Hedger           // the feed role's
@@ -374,7 +375,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		if a.deployment, err = a.deploymentID(ctx); err != nil {
 			return nil, err
 		}
-		if a.claimPending, err = a.claimNamespace(ctx, cfg.Redis.NamespaceTakeover); err != nil {
+		if a.claimPending, err = a.namespaceClaim().Try(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -827,7 +828,7 @@ func (a *app) run(ctx context.Context) error {
 		g.Go(func() error { a.durable.Relay(gctx); return nil })
 	}
 	if a.claimPending {
-		g.Go(func() error { return a.claimLoop(gctx) })
+		g.Go(func() error { return a.namespaceClaim().Loop(gctx) })
 	}
 	if a.shardWatch != nil {
 		sm := a.cfg.Storage.ShardMap
@@ -1075,7 +1076,7 @@ func (a *app) deps() []dep {
 	if a.graph != nil && a.cfg.Storage.Backend == config.BackendHBase {
 		if t, err := a.stores.table(context.Background(), storeMain, tableMeta); err == nil {
 			out = append(out, dep{"hbase main store", func(ctx context.Context) error {
-				if _, err := t.Get(ctx, deploymentKey); err != nil && !errors.Is(err, zen.ErrNotFound) {
+				if _, err := t.Get(ctx, deployment.IDKey); err != nil && !errors.Is(err, zen.ErrNotFound) {
 					return err
 				}
 				return nil
