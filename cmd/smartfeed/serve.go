@@ -42,6 +42,7 @@ import (
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
+	"github.com/smartfeed/smartfeed/graphsvc/shardadmin"
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/internal/deployment"
 	"github.com/smartfeed/smartfeed/internal/gcfloor"
@@ -213,7 +214,7 @@ type app struct {
 	// router routes the shard-keyed tables over the stores of --stores (nil without any);
 	// shardAdmin serves ShardAdmin over it on the admin gRPC port (nil when that is off).
 	router     *zenroute.Store
-	shardAdmin *shardAdmin
+	shardAdmin *shardadmin.Server
 	graph      *zen.Graph
 	pools      *zen.Pools
 	gen        *generator.Generator
@@ -839,10 +840,10 @@ func (a *app) run(ctx context.Context) error {
 			g.Go(func() error { _ = a.shardWatch.WatchZK(gctx, sm.ZK, sm.ZKPath); return nil })
 		}
 	}
-	if a.shardAdmin != nil && a.shardAdmin.refuse == "" {
+	if a.shardAdmin != nil && a.shardAdmin.Moves() {
 		// A move that crashed while fenced must not keep its shards' writes waiting: lift the
 		// fence (the shards stay on the source; rerunning the move finishes it).
-		g.Go(func() error { a.shardAdmin.recoverMove(gctx); return nil })
+		g.Go(func() error { a.shardAdmin.Recover(gctx); return nil })
 	}
 	if a.canary != nil {
 		g.Go(func() error {
