@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -122,14 +123,10 @@ func NewAuthorizer(v *Verifier, owners Owners, log *zap.Logger, reg prometheus.R
 	if log == nil {
 		log = zap.NewNop()
 	}
+	f := promauto.With(reg)
 	a := &Authorizer{v: v, owners: owners, policy: Policy, log: log,
-		denied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_auth_denied_total",
+		denied: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_auth_denied_total",
 			Help: "Calls refused by authentication or authorization, by method and code."}, []string{"method", "code"})}
-	if reg != nil {
-		if err := reg.Register(a.denied); err != nil {
-			return nil, fmt.Errorf("auth metrics: %w", err)
-		}
-	}
 	return a, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -70,18 +71,12 @@ func NewRateLimiter(rdb redis.UniversalClient, prefix string, l Limits, log *zap
 			return nil, fmt.Errorf("rate limit %+v: want a rate >= 0 and, with a rate, a burst >= 1", x)
 		}
 	}
+	f := promauto.With(reg)
 	r := &RateLimiter{rdb: rdb, prefix: prefix, l: l, log: log,
-		limited: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_rate_limited_total",
+		limited: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_rate_limited_total",
 			Help: "Calls refused by the per-caller rate limit, by caller class."}, []string{"class"}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_rate_limit_errors_total",
+		errors: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_rate_limit_errors_total",
 			Help: "Rate limit checks that failed (Redis); those calls went through."})}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{r.limited, r.errors} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("rate limit metrics: %w", err)
-			}
-		}
-	}
 	return r, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -25,26 +26,6 @@ type SourceConfig struct {
 	// Threshold is the score under which a pin of this source is weak: it is deferred to a later
 	// session (left in the pool) unless the strong pins cannot fill MinChunk.
 	Threshold float64 `json:"threshold"`
-}
-
-// Duration is a time.Duration written in JSON as a Go duration string ("90m", "336h").
-type Duration time.Duration
-
-// MarshalJSON writes the duration as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads a duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration: want a string like \"90m\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return fmt.Errorf("duration: %w", err)
-	}
-	*d = Duration(v)
-	return nil
 }
 
 // Config tunes the generator. Zero fields are not defaults: start from DefaultConfig and
@@ -70,16 +51,16 @@ type Config struct {
 	MaxRun int `json:"max_run"`
 	// MaxAge is how long a pin may wait in a pool (by its creation time) before it is dropped
 	// as expired and counted (default 336h = 14 days).
-	MaxAge Duration `json:"max_age"`
+	MaxAge jsontime.Duration `json:"max_age"`
 	// ExpireEvery is how often a user's pools are swept for expired pins, at most (default 1h);
 	// an expired pin among the candidates triggers a sweep at once.
-	ExpireEvery Duration `json:"expire_every"`
+	ExpireEvery jsontime.Duration `json:"expire_every"`
 	// TakeRounds is how many times a chunk re-reads the pools to replace pins that a concurrent
 	// request claimed first (default 3).
 	TakeRounds int `json:"take_rounds"`
 	// InFlightGrace is how old an unfinished (crashed) chunk must be before Pending recovers it,
 	// so that a request still running is not disturbed (default 1m).
-	InFlightGrace Duration `json:"in_flight_grace"`
+	InFlightGrace jsontime.Duration `json:"in_flight_grace"`
 }
 
 // DefaultConfig returns the documented defaults.
@@ -96,10 +77,10 @@ func DefaultConfig() Config {
 		PerHour:       2,
 		ReadFactor:    2,
 		MaxRun:        2,
-		MaxAge:        Duration(14 * 24 * time.Hour),
-		ExpireEvery:   Duration(time.Hour),
+		MaxAge:        jsontime.Duration(14 * 24 * time.Hour),
+		ExpireEvery:   jsontime.Duration(time.Hour),
 		TakeRounds:    3,
-		InFlightGrace: Duration(time.Minute),
+		InFlightGrace: jsontime.Duration(time.Minute),
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -56,7 +57,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	want := DefaultConfig()
 	want.MaxChunk = 30
-	want.MaxAge = Duration(48 * time.Hour)
+	want.MaxAge = jsontime.Duration(48 * time.Hour)
 	want.Sources = map[string]SourceConfig{"following": {Rate: 3, Threshold: 0.2}, "related": {Rate: 1}}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("ParseConfig (-want +got):\n%s", diff)

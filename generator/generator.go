@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/zen"
@@ -244,24 +245,18 @@ func New(p Params) (*Generator, error) {
 	if err := g.SetConfig(c); err != nil {
 		return nil, err
 	}
+	f := promauto.With(p.Registerer)
 	g.m = metrics{
-		chunks:   prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_chunks_total", Help: "Chunks generated (non-empty)."}),
-		pins:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_pins_total", Help: "Pins put into chunks, by source."}, []string{"source"}),
-		deferred: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_deferred_total", Help: "Weak pins seen and left in the pools for a later session."}),
-		dropped:  prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_dropped_total", Help: "Pins dropped from the pools as expired."}),
-		deleted:  prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_deleted_total", Help: "Deleted pins dropped from the pools on read (Liveness)."}),
-		lost:     prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_claims_lost_total", Help: "Chosen pins claimed first by a concurrent chunk and replaced."}),
-		settled:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_settled_total", Help: "Chunks settled, by outcome."}, []string{"delivered"}),
-		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "smartfeed_generator_stage_seconds",
+		chunks:   f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_chunks_total", Help: "Chunks generated (non-empty)."}),
+		pins:     f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_pins_total", Help: "Pins put into chunks, by source."}, []string{"source"}),
+		deferred: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_deferred_total", Help: "Weak pins seen and left in the pools for a later session."}),
+		dropped:  f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_dropped_total", Help: "Pins dropped from the pools as expired."}),
+		deleted:  f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_deleted_total", Help: "Deleted pins dropped from the pools on read (Liveness)."}),
+		lost:     f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_generator_claims_lost_total", Help: "Chosen pins claimed first by a concurrent chunk and replaced."}),
+		settled:  f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_generator_settled_total", Help: "Chunks settled, by outcome."}, []string{"delivered"}),
+		stage: f.NewHistogramVec(prometheus.HistogramOpts{Name: "smartfeed_generator_stage_seconds",
 			Help:    "Time spent in each stage of GenerateChunk.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
-	}
-	if p.Registerer != nil {
-		for _, c := range []prometheus.Collector{g.m.chunks, g.m.pins, g.m.deferred, g.m.dropped, g.m.deleted, g.m.lost, g.m.settled, g.m.stage} {
-			if err := p.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("register generator metrics: %w", err)
-			}
-		}
 	}
 	return g, nil
 }
@@ -591,7 +586,7 @@ func (r *chunkRun) claim(ctx context.Context) ([]pick, error) {
 		r.excluded[p.e.Pin] = true
 		conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Value: []byte(rec.ID)}
 	}
-	oks, err := casMany(r.stepCtx(ctx), g.state, conds)
+	oks, err := zen.CheckAndSetMany(r.stepCtx(ctx), g.state, conds)
 	if err != nil {
 		return nil, g.abandon(ctx, user, r.no, rec, fmt.Errorf("claim %d pins: %w", len(conds), err))
 	}
@@ -641,7 +636,7 @@ func (r *chunkRun) takeClaimed(ctx context.Context, claimed []pick) error {
 		releases = append(releases, zen.Cond{Key: userKey2(user, tagClaim, uint64(p.e.Pin)), Expected: []byte(rec.ID)})
 	}
 	if len(releases) > 0 {
-		if _, err := casMany(r.stepCtx(ctx), g.state, releases); err != nil {
+		if _, err := zen.CheckAndSetMany(r.stepCtx(ctx), g.state, releases); err != nil {
 			return g.abandon(ctx, user, r.no, rec, fmt.Errorf("release %d pins: %w", len(releases), err))
 		}
 	}
@@ -853,7 +848,7 @@ func (g *Generator) release(ctx context.Context, user zen.ID, no uint64, rec *re
 		for i, re := range own {
 			conds[i] = zen.Cond{Key: userKey2(user, tagClaim, uint64(re.Entry.Pin)), Expected: []byte(rec.ID)}
 		}
-		if _, err := casMany(ctx, g.state, conds); err != nil {
+		if _, err := zen.CheckAndSetMany(ctx, g.state, conds); err != nil {
 			return fmt.Errorf("release %d pins of chunk %s: %w", len(own), rec.ID, err)
 		}
 	}

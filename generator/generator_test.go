@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -712,7 +713,7 @@ func TestEmptyVisitsWriteLittle(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			ctx := context.Background()
 			cfg := DefaultConfig()
-			cfg.ExpireEvery = Duration(24 * time.Hour) // no sweep writes the state meanwhile
+			cfg.ExpireEvery = jsontime.Duration(24 * time.Hour) // no sweep writes the state meanwhile
 			e := newEnv(t, b.make, &cfg)
 			lastVisit := func() int64 {
 				t.Helper()

@@ -214,7 +214,7 @@ func (g *Generator) readyWithState(ctx context.Context, user zen.ID, no uint64, 
 	if err != nil {
 		return false, fmt.Errorf("encode state: %w", err)
 	}
-	oks, err := casMany(ctx, g.state, []zen.Cond{
+	oks, err := zen.CheckAndSetMany(ctx, g.state, []zen.Cond{
 		{Key: userKey2(user, tagChunk, no), Expected: intent, Value: rb},
 		{Key: userKey(user, tagState), Expected: raw, Value: sb},
 	})
@@ -241,26 +241,4 @@ func (g *Generator) getRecord(ctx context.Context, user zen.ID, no uint64) (*rec
 		return nil, err
 	}
 	return decodeRecord(b)
-}
-
-// casMany runs compare-and-sets on t: in one CheckAndSetMany (one synced commit on the embedded
-// backend, one round of RPCs on HBase) when t is a zen.CondBatcher, else one after the other. It
-// returns, per condition, whether it wrote.
-func casMany(ctx context.Context, t zen.Table, conds []zen.Cond) ([]bool, error) {
-	if cb, ok := t.(zen.CondBatcher); ok {
-		out, err := cb.CheckAndSetMany(ctx, conds)
-		if err == nil && len(out) != len(conds) {
-			return nil, fmt.Errorf("check-and-set many: %d results for %d conditions", len(out), len(conds))
-		}
-		return out, err
-	}
-	out := make([]bool, len(conds))
-	for i, c := range conds {
-		ok, err := t.CheckAndSet(ctx, c.Key, c.Expected, c.Value)
-		if err != nil {
-			return nil, fmt.Errorf("check-and-set %x: %w", c.Key, err)
-		}
-		out[i] = ok
-	}
-	return out, nil
 }

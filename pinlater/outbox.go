@@ -57,6 +57,15 @@ func outboxKey(id string) []byte {
 	return fmt.Appendf(nil, "%02x:%s", h.Sum32()&0xff, id)
 }
 
+// Defaults of DurableOptions' fields that the binary's configuration (internal/config) takes as
+// its own.
+const (
+	// DefaultOutboxGrace is DurableOptions.Grace's default.
+	DefaultOutboxGrace = 30 * time.Second
+	// DefaultRelayInterval is DurableOptions.RelayInterval's default.
+	DefaultRelayInterval = 10 * time.Second
+)
+
 // DurableOptions configures a DurableClient.
 type DurableOptions struct {
 	// EnqueueTimeout bounds the Redis enqueue that follows the outbox write; when Redis does
@@ -114,10 +123,10 @@ func NewDurableClient(c *Client, box OutboxStore, o DurableOptions) (*DurableCli
 		o.Backoff = time.Second
 	}
 	if o.Grace <= 0 {
-		o.Grace = 30 * time.Second
+		o.Grace = DefaultOutboxGrace
 	}
 	if o.RelayInterval <= 0 {
-		o.RelayInterval = 10 * time.Second
+		o.RelayInterval = DefaultRelayInterval
 	}
 	if o.RelayBatch <= 0 {
 		o.RelayBatch = 1000

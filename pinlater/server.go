@@ -71,6 +71,18 @@ type deferError struct {
 
 func (e *deferError) Error() string { return fmt.Sprintf("pinlater: %s, back in %v", e.why, e.wait) }
 
+// Defaults of Config's fields that the binary's configuration (internal/config) takes as its own.
+const (
+	// DefaultConcurrency is Config.Concurrency's default.
+	DefaultConcurrency = 10
+	// DefaultDequeuers is Config.Dequeuers's default.
+	DefaultDequeuers = 1
+	// DefaultShutdownTimeout is Config.ShutdownTimeout's default.
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultReclaimAfter is Config.ReclaimAfter's default.
+	DefaultReclaimAfter = 5 * time.Second
+)
+
 // Config configures a Server. Zero values get the documented defaults.
 type Config struct {
 	// Redis is the connection option (e.g. RedisAddr("127.0.0.1:6379")). Required.
@@ -161,14 +173,14 @@ func NewServer(cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Serv
 		}
 	}
 	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = 10
+		cfg.Concurrency = DefaultConcurrency
 	}
 	if cfg.Dequeuers <= 0 {
-		cfg.Dequeuers = 1
+		cfg.Dequeuers = DefaultDequeuers
 	}
 	cfg.Dequeuers = min(cfg.Dequeuers, cfg.Concurrency)
 	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 10 * time.Second
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 100 * time.Millisecond
@@ -180,7 +192,7 @@ func NewServer(cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Serv
 		cfg.RateCheckInterval = time.Second
 	}
 	if cfg.ReclaimAfter == 0 {
-		cfg.ReclaimAfter = 5 * time.Second
+		cfg.ReclaimAfter = DefaultReclaimAfter
 	}
 	if cfg.RateHorizon <= 0 {
 		cfg.RateHorizon = time.Minute

@@ -7,4 +7,9 @@
 // Scorer; the default is the logistic model documented on Weights. A fanout streams each follower
 // list page by page into bounded chunk tasks (hot lists on the bulk queue), skips inactive
 // receivers (Touch and Rebuilding bring them back), caps and expires the pools. See docs/worker.md.
+//
+// The files follow the flow: worker.go holds the Worker, its config and registration;
+// fanout.go plans a fanout (receiver lists, chunk tasks, checkpoints, the pin's facts);
+// deliver.go delivers a page of receivers into their pools (skip, score, insert, trim);
+// related.go the related-pins paths; upkeep.go follows, unfollows, deletes and pool upkeep.
 package worker

@@ -1,10 +1,10 @@
 package worker
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 type metrics struct {
@@ -24,46 +24,39 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	f := promauto.With(reg)
 	m := &metrics{
-		inserts: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_pool_inserts_total",
+		inserts: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_pool_inserts_total",
 			Help: "Pool entries added or improved by the worker."}),
-		chunks: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_fanout_chunks_enqueued_total",
+		chunks: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_fanout_chunks_enqueued_total",
 			Help: "Fanout chunk tasks enqueued."}),
-		inline: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_fanout_inline_lists_total",
+		inline: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_fanout_inline_lists_total",
 			Help: "Receiver lists delivered inside their fanout task (at most Config.InlineReceivers receivers)."}),
-		resumed: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_fanout_lists_resumed_total",
+		resumed: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_fanout_lists_resumed_total",
 			Help: "Receiver lists a fanout task resumed at its checkpoint (a previous run died mid-list)."}),
-		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_rebuilds_started_total",
+		rebuilds: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_worker_rebuilds_started_total",
 			Help: "Pool rebuilds started for users returning after inactivity."}),
-		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_receivers_skipped_total",
+		skipped: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_receivers_skipped_total",
 			Help: "Receivers a fanout skipped, by reason (inactive, deleted)."}, []string{"reason"}),
-		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_tasks_done_total",
+		tasks: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_tasks_done_total",
 			Help: "Worker tasks completed, by task type."}, []string{"type"}),
-		removed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_pool_removed_total",
+		removed: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_pool_removed_total",
 			Help: "Pool entries removed by upkeep, by cause (unfollow, pin_delete)."}, []string{"cause"}),
-		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_unknown_objects_total",
+		unknown: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_unknown_objects_total",
 			Help: "Task runs that named an object this store never had (failed, then dead-lettered), by task type."}, []string{"type"}),
-		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: FanoutDelayMetric,
+		delay: f.NewHistogram(prometheus.HistogramOpts{Name: FanoutDelayMetric,
 			Help: "Time from a pin's created_ms to the end of each fanout task that delivered it: the fanout task " +
 				"(its inline receiver lists) and each chunk task of a larger list. Its p99 is the fanout lag a follower sees.",
 			Buckets: fanoutDelayBuckets}),
 	}
-	features := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_feature_cache_lookups_total",
+	features := f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_feature_cache_lookups_total",
 		Help: "Receiver scoring features (affinity, interest follows) the fanout looked up in its cache, by result (hit, miss: read from the store)."},
 		[]string{"result"})
 	m.featureHits, m.featureMisses = features.WithLabelValues("hit"), features.WithLabelValues("miss")
-	active := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_active_cache_lookups_total",
+	active := f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_active_cache_lookups_total",
 		Help: "Receivers' last-active rows the fanout looked up in its cache (worker.active_ttl), by result (hit, miss: read from the store)."},
 		[]string{"result"})
 	m.activeHits, m.activeMisses = active.WithLabelValues("hit"), active.WithLabelValues("miss")
-	if reg == nil {
-		return m, nil
-	}
-	for _, c := range []prometheus.Collector{m.inserts, m.chunks, m.inline, m.resumed, m.rebuilds, m.skipped, m.tasks, m.removed, m.unknown, m.delay, features, active} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register worker metrics: %w", err)
-		}
-	}
 	return m, nil
 }
 

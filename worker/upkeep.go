@@ -439,3 +439,12 @@ func (w *Worker) userDeleteRecheck() time.Duration {
 	}
 	return longest + max(w.cfg.ActiveTTL, 0) + time.Minute
 }
+
+// upkeep expires user's entries older than the TTL and caps each of user's sources at PoolCap,
+// in one read of user's pool index.
+func (w *Worker) upkeep(ctx context.Context, user zen.ID) error {
+	if _, _, err := w.pools.Upkeep(ctx, user, w.cfg.PoolCap, w.now().Add(-w.cfg.TTL).UnixMilli()); err != nil {
+		return err
+	}
+	return nil
+}

@@ -11,8 +11,6 @@ import (
 	"slices"
 	"sort"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // Source is the origin of a pool entry; each (user, source) is one priority queue.
@@ -466,7 +464,7 @@ func (p *Pools) restore(ctx context.Context, es []PoolEntry) (int, error) {
 			conds = append(conds, Cond{Key: keys[i], Expected: cur, Value: mark})
 			at = append(at, i)
 		}
-		ok, err := casAll(ctx, p.t, conds)
+		ok, err := CheckAndSetMany(ctx, p.t, conds)
 		if err != nil {
 			return 0, fmt.Errorf("mark restoring: %w", err)
 		}
@@ -502,7 +500,7 @@ func (p *Pools) restore(ctx context.Context, es []PoolEntry) (int, error) {
 			lift = append(lift, Cond{Key: keys[i], Expected: mark})
 		}
 	}
-	if _, err := casAll(ctx, p.t, lift); err != nil {
+	if _, err := CheckAndSetMany(ctx, p.t, lift); err != nil {
 		return n, fmt.Errorf("lift tombstones: %w", err)
 	}
 	return n, nil
@@ -716,7 +714,7 @@ func (p *Pools) claim(ctx context.Context, user ID, es []PoolEntry) ([]PoolEntry
 		conds = append(conds, Cond{Key: keys[len(es)+i], Expected: gone, Value: tomb})
 		at = append(at, i)
 	}
-	ok, cerr := casAll(ctx, p.t, conds)
+	ok, cerr := CheckAndSetMany(ctx, p.t, conds)
 	if cerr != nil {
 		// Some may have landed: ours are the rows that now hold this call's tombstone.
 		ok = make([]bool, len(conds))
@@ -1097,7 +1095,7 @@ func (p *Pools) expireTombs(ctx context.Context, tombs []KV, olderThanMs int64) 
 			conds = append(conds, Cond{Key: r.Key, Expected: r.Value})
 		}
 	}
-	if _, err := casAll(ctx, p.t, conds); err != nil {
+	if _, err := CheckAndSetMany(ctx, p.t, conds); err != nil {
 		return fmt.Errorf("tombstones: %w", err)
 	}
 	return nil
@@ -1129,36 +1127,4 @@ func (p *Pools) DeleteUser(ctx context.Context, user ID) error {
 		}
 	}
 	return nil
-}
-
-// casAll runs conds with CheckAndSetMany when t is a CondBatcher, else with one CheckAndSet per
-// condition, in parallel.
-func casAll(ctx context.Context, t Table, conds []Cond) ([]bool, error) {
-	if len(conds) == 0 {
-		return nil, nil
-	}
-	if cb, ok := t.(CondBatcher); ok {
-		out, err := cb.CheckAndSetMany(ctx, conds)
-		if err == nil && len(out) != len(conds) {
-			return nil, fmt.Errorf("check-and-set many: %d results for %d conditions", len(out), len(conds))
-		}
-		return out, err
-	}
-	out := make([]bool, len(conds))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(maxParallel)
-	for i, c := range conds {
-		g.Go(func() error {
-			ok, err := t.CheckAndSet(gctx, c.Key, c.Expected, c.Value)
-			if err != nil {
-				return fmt.Errorf("%x: %w", c.Key, err)
-			}
-			out[i] = ok
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	return out, nil
 }

@@ -3,6 +3,7 @@ package zen
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -57,6 +58,33 @@ func GetMany(ctx context.Context, t Table, keys [][]byte) ([][]byte, error) {
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// CheckAndSetMany runs the compare-and-sets conds on t and returns, per condition, whether it
+// wrote: in one call when t is a CondBatcher (one synced commit on the embedded backend, one
+// round of RPCs on HBase), else with one CheckAndSet per condition, in order, so that
+// conditions on one key see the value the earlier ones left, as CondBatcher's contract says.
+// On an error the results are nil and any subset of the conditions may have been written.
+func CheckAndSetMany(ctx context.Context, t Table, conds []Cond) ([]bool, error) {
+	if len(conds) == 0 {
+		return nil, nil
+	}
+	if cb, ok := t.(CondBatcher); ok {
+		out, err := cb.CheckAndSetMany(ctx, conds)
+		if err == nil && len(out) != len(conds) {
+			return nil, fmt.Errorf("check-and-set many: %d results for %d conditions", len(out), len(conds))
+		}
+		return out, err
+	}
+	out := make([]bool, len(conds))
+	for i, c := range conds {
+		ok, err := t.CheckAndSet(ctx, c.Key, c.Expected, c.Value)
+		if err != nil {
+			return nil, fmt.Errorf("check-and-set %x: %w", c.Key, err)
+		}
+		out[i] = ok
 	}
 	return out, nil
 }

@@ -387,19 +387,14 @@ send:
 		}
 	}
 	// The calls never sent waited at least until the end of the overrun (or the
-	// cancellation): their lower bound goes into the from-schedule histogram.
+	// cancellation): their lower bound goes into the from-schedule histogram. Calls due after
+	// the cut (a window cancelled early) were never scheduled.
 	cut := time.Now()
 	if cut.After(stopAt) {
 		cut = stopAt
 	}
-	// Calls due after the cut (a window cancelled early) were never scheduled: they count
-	// neither as scheduled nor as unsent.
 	scheduled := i
-	for j := i; j < n; j++ {
-		due := start.Add(time.Duration(float64(j) * interval))
-		if !due.Before(cut) {
-			break
-		}
+	for due := start.Add(time.Duration(float64(i) * interval)); scheduled < n && due.Before(cut); due = start.Add(time.Duration(float64(scheduled) * interval)) {
 		record(unsent, cut.Sub(due))
 		w.Unsent++
 		scheduled++

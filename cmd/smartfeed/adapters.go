@@ -10,7 +10,6 @@ import (
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
-	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/worker"
 	"github.com/smartfeed/smartfeed/zen"
@@ -50,62 +49,6 @@ func (a localGenerator) PendingChunks(ctx context.Context, user zen.ID) ([]feeds
 	out := make([]feedsvc.InFlightChunk, len(cs))
 	for i, c := range cs {
 		out[i] = feedsvc.InFlightChunk{ID: c.ID, CreatedMs: c.CreatedMs}
-	}
-	return out, nil
-}
-
-// remoteGenerator adapts a GeneratorService client (another process) to feedsvc.Generator.
-type remoteGenerator struct {
-	c generatorv1.GeneratorServiceClient
-}
-
-func (a remoteGenerator) GenerateChunk(ctx context.Context, user zen.ID) (feedsvc.Chunk, error) {
-	resp, err := a.c.GenerateChunk(ctx, &generatorv1.GenerateChunkRequest{User: uint64(user), CallerRecords: true})
-	if err != nil {
-		return feedsvc.Chunk{}, fmt.Errorf("generator: %w", err)
-	}
-	c := resp.GetChunk()
-	out := feedsvc.Chunk{ID: c.GetId(), User: zen.ID(c.GetUser()), Items: make([]feedsvc.Item, len(c.GetItems()))}
-	if out.User == 0 {
-		out.User = user
-	}
-	for i, it := range c.GetItems() {
-		out.Items[i] = feedsvc.Item{Pin: zen.ID(it.GetPin()), Source: zen.Source(it.GetSource()), Score: it.GetScore(),
-			Author: zen.ID(it.GetAuthor()), Board: zen.ID(it.GetBoard()), Reason: it.GetReason()}
-	}
-	return out, nil
-}
-
-func (a remoteGenerator) Settle(ctx context.Context, user zen.ID, chunkID string, delivered bool) error {
-	_, err := a.c.SettleChunk(ctx, &generatorv1.SettleChunkRequest{User: uint64(user), ChunkId: chunkID, Delivered: delivered})
-	if err != nil {
-		return fmt.Errorf("generator settle: %w", err)
-	}
-	return nil
-}
-
-// InFlightUsers implements feedsvc.InFlight over GeneratorService.InFlightUsers.
-func (a remoteGenerator) InFlightUsers(ctx context.Context, after zen.ID, limit int) ([]zen.ID, error) {
-	resp, err := a.c.InFlightUsers(ctx, &generatorv1.InFlightUsersRequest{After: uint64(after), Limit: int32(limit)})
-	if err != nil {
-		return nil, fmt.Errorf("generator in-flight users: %w", err)
-	}
-	out := make([]zen.ID, len(resp.GetUsers()))
-	for i, u := range resp.GetUsers() {
-		out[i] = zen.ID(u)
-	}
-	return out, nil
-}
-
-// PendingChunks implements feedsvc.InFlight over GeneratorService.PendingChunks.
-func (a remoteGenerator) PendingChunks(ctx context.Context, user zen.ID) ([]feedsvc.InFlightChunk, error) {
-	resp, err := a.c.PendingChunks(ctx, &generatorv1.PendingChunksRequest{User: uint64(user)})
-	if err != nil {
-		return nil, fmt.Errorf("generator pending chunks: %w", err)
-	}
-	out := make([]feedsvc.InFlightChunk, len(resp.GetChunks()))
-	for i, c := range resp.GetChunks() {
-		out[i] = feedsvc.InFlightChunk{ID: c.GetId(), CreatedMs: c.GetCreatedMs()}
 	}
 	return out, nil
 }
@@ -251,77 +194,13 @@ func (e graphEligibility) unfollowed(ctx context.Context, user zen.ID, items []f
 	return out, nil
 }
 
-// Removed implements feedsvc.Eligibility over GeneratorService.CheckPins, for a feed process
-// without the graph: the generator's process, which owns it, names the pins whose follow is
-// gone and the deleted ones. One call per generator.MaxCheckPins distinct pins; an error fails
-// the check (the feed service then holds the prepared chunks back).
-func (a remoteGenerator) Removed(ctx context.Context, user zen.ID, items []feedsvc.Item) (map[zen.ID]bool, error) {
-	reqItems := make([]*generatorv1.Item, 0, len(items))
-	seen := map[zen.ID]bool{}
-	for _, it := range items {
-		if seen[it.Pin] {
-			continue
-		}
-		seen[it.Pin] = true
-		reqItems = append(reqItems, &generatorv1.Item{Pin: uint64(it.Pin), Source: generatorv1.Source(it.Source),
-			Author: uint64(it.Author), Board: uint64(it.Board)})
-	}
-	return a.checkPins(ctx, user, reqItems, true)
-}
-
-// Live implements feedsvc.Liveness over GeneratorService.CheckPins (deletions only), for a feed
-// process without the graph.
-func (a remoteGenerator) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool, error) {
-	reqItems := make([]*generatorv1.Item, 0, len(pins))
-	seen := map[zen.ID]bool{}
-	for _, p := range pins {
-		if !seen[p] {
-			seen[p] = true
-			reqItems = append(reqItems, &generatorv1.Item{Pin: uint64(p)})
-		}
-	}
-	deleted, err := a.checkPins(ctx, 0, reqItems, false)
-	if err != nil {
-		return nil, err
-	}
-	live := make(map[zen.ID]bool, len(seen))
-	for p := range seen {
-		live[p] = !deleted[p]
-	}
-	return live, nil
-}
-
-// checkPins asks CheckPins about items in batches of generator.MaxCheckPins and returns the
-// deleted pins, with the unfollowed ones when unfollowed is set.
-func (a remoteGenerator) checkPins(ctx context.Context, user zen.ID, items []*generatorv1.Item, unfollowed bool) (map[zen.ID]bool, error) {
-	out := map[zen.ID]bool{}
-	for batch := range slices.Chunk(items, generator.MaxCheckPins) {
-		resp, err := a.c.CheckPins(ctx, &generatorv1.CheckPinsRequest{User: uint64(user), Items: batch})
-		if err != nil {
-			return nil, fmt.Errorf("generator check pins: %w", err)
-		}
-		for _, p := range resp.GetDeleted() {
-			out[zen.ID(p)] = true
-		}
-		if unfollowed {
-			for _, p := range resp.GetUnfollowed() {
-				out[zen.ID(p)] = true
-			}
-		}
-	}
-	return out, nil
-}
-
 var (
 	_ feedsvc.Eligibility   = graphEligibility{}
 	_ generator.Eligibility = graphEligibility{}
-	_ feedsvc.Eligibility   = remoteGenerator{}
-	_ feedsvc.Liveness      = remoteGenerator{}
 	_ generator.Liveness    = graphLiveness{}
 	_ feedsvc.Liveness      = graphLiveness{}
 	_ feedsvc.Activity      = (*worker.Worker)(nil)
 	_ feedsvc.InFlight      = localGenerator{}
-	_ feedsvc.InFlight      = remoteGenerator{}
 )
 
 // feedRemover hands the worker's user-delete job to the feed service of this process (wired only

@@ -8,6 +8,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/bench"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -21,7 +22,7 @@ func TestLoadedGraphFansOut(t *testing.T) {
 	cfg.Storage.DataDir = t.TempDir()
 	cfg.Storage.PebbleNoSync = true
 	cfg.GRPC.Addr, cfg.Admin.Addr, cfg.Admin.GRPCAddr = "127.0.0.1:0", "", ""
-	cfg.ShutdownTimeout = config.Duration(10 * time.Second)
+	cfg.ShutdownTimeout = jsontime.Duration(10 * time.Second)
 	s, stop, err := startBenchSystem(t.Context(), cfg, io.Discard, "")
 	if err != nil {
 		t.Fatal(err)

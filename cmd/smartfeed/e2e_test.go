@@ -21,6 +21,7 @@ import (
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/pinlater/pinlatertest"
@@ -343,7 +344,7 @@ func newE2E(t *testing.T, twice bool, opts ...func(*config.Config)) *e2e {
 	cfg.GRPC.Addr = "127.0.0.1:0"
 	cfg.Admin.Addr = ""
 	cfg.Admin.GRPCAddr = ""
-	cfg.ShutdownTimeout = config.Duration(10 * time.Second)
+	cfg.ShutdownTimeout = jsontime.Duration(10 * time.Second)
 	// The scenarios check what each first page's generator call handed out, pages back to
 	// back: no bound between a user's calls (TestEndToEndMinChunkInterval tests the bound),
 	// and no chunk prepared in the background between them, which would take pins from the

@@ -22,6 +22,7 @@ import (
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/worker"
 	"github.com/smartfeed/smartfeed/zen"
@@ -75,7 +76,7 @@ func TestHBasePrimaryKill(t *testing.T) {
 		c.Storage.Backend = config.BackendHBase
 		c.Storage.HBase.PoolsZK, c.Storage.HBase.PrimaryZK, c.Storage.HBase.StandbyZK = pools, primaryZK, standbyZK
 		c.Storage.HBase.TablePrefix = prefix
-		c.Feed.GeneratorDeadline = config.Duration(5 * time.Second)
+		c.Feed.GeneratorDeadline = jsontime.Duration(5 * time.Second)
 		// SMARTFEED_FAILOVER_REPLICATION=app runs the same experiment with the change-log
 		// replicator between the two clusters instead of HBase's own replication.
 		if m := os.Getenv("SMARTFEED_FAILOVER_REPLICATION"); m != "" {

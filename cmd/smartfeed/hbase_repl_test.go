@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -40,7 +41,7 @@ func TestEndToEndOnReplicatedHBase(t *testing.T) {
 		c.Storage.HBase.Replication = config.ReplicationAuto
 		// This test is about replication, not latency: give the generator's many HBase round
 		// trips room (the read path's latency has its own benchmarks).
-		c.Feed.GeneratorDeadline = config.Duration(5 * time.Second)
+		c.Feed.GeneratorDeadline = jsontime.Duration(5 * time.Second)
 	})
 	// Likewise the recording of a served chunk: under -race on a loaded machine a persist past
 	// the default 200 ms gives the chunk's pins back, and the scenario's count of what its

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/pinlater"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
@@ -31,8 +32,8 @@ func TestRedisOutageLosesNothing(t *testing.T) {
 	}
 	a, conn := startAllWith(t, func(c *config.Config) {
 		c.Redis.Addr = rp.Addr()
-		c.Worker.OutboxGrace = config.Duration(2 * time.Second)
-		c.Worker.OutboxRelayInterval = config.Duration(500 * time.Millisecond)
+		c.Worker.OutboxGrace = jsontime.Duration(2 * time.Second)
+		c.Worker.OutboxRelayInterval = jsontime.Duration(500 * time.Millisecond)
 	})
 	ctx := t.Context()
 	g, f := graphv1.NewGraphServiceClient(conn), feedv1.NewFeedServiceClient(conn)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/auth"
 	"github.com/smartfeed/smartfeed/feedsvc"
+	"github.com/smartfeed/smartfeed/graphsvc/shardadmin"
 	"github.com/smartfeed/smartfeed/internal/quote"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	shardv1 "github.com/smartfeed/smartfeed/proto/shard/v1"
@@ -168,7 +169,7 @@ func (a *app) buildAdminGRPC() error {
 	} else {
 		// Without extra stores there is nowhere to move shards to: say so, rather than let the
 		// call fail as an unknown service.
-		shardv1.RegisterShardAdminServer(a.adminGRPC, noShardAdmin{})
+		shardv1.RegisterShardAdminServer(a.adminGRPC, shardadmin.Refusing{})
 	}
 	healthpb.RegisterHealthServer(a.adminGRPC, a.health)
 	// Reflection, as on the public port, so grpcurl reaches FeedAdmin, ShardAdmin and

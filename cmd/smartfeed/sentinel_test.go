@@ -19,6 +19,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/pinlater"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
@@ -234,8 +235,8 @@ func testFailoverLosesNothing(t *testing.T, sn failoverTarget) {
 	ctx := t.Context()
 	a, conn := startAllWith(t, func(c *config.Config) {
 		sn.configure(c)
-		c.Worker.OutboxGrace = config.Duration(2 * time.Second)
-		c.Worker.OutboxRelayInterval = config.Duration(500 * time.Millisecond)
+		c.Worker.OutboxGrace = jsontime.Duration(2 * time.Second)
+		c.Worker.OutboxRelayInterval = jsontime.Duration(500 * time.Millisecond)
 		// Runs after the app stopped (cleanups run last first): the namespace's keys go.
 		rc := c.Redis
 		t.Cleanup(func() {

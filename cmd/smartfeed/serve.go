@@ -38,10 +38,13 @@ import (
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
+	"github.com/smartfeed/smartfeed/feedsvc/genclient"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
+	"github.com/smartfeed/smartfeed/graphsvc/shardadmin"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/deployment"
 	"github.com/smartfeed/smartfeed/internal/gcfloor"
 	"github.com/smartfeed/smartfeed/internal/quiet"
 	"github.com/smartfeed/smartfeed/internal/slowtrace"
@@ -224,7 +227,7 @@ type app struct {
 	// router routes the shard-keyed tables over the stores of --stores (nil without any);
 	// shardAdmin serves ShardAdmin over it on the admin gRPC port (nil when that is off).
 	router     *zenroute.Store
-	shardAdmin *shardAdmin
+	shardAdmin *shardadmin.Server
 	graph      *zen.Graph
 	pools      *zen.Pools
 	gen        *generator.Generator
@@ -252,7 +255,7 @@ type app struct {
 	pinAdmin  *pinlater.Admin
 	outbox    *zen.Outbox // the worker role's (main store)
 	// deployment is this deployment's ID (main store); claimPending: the Redis namespace claim
-	// waits for Redis (claimLoop).
+	// waits for Redis (deployment.Claim.Loop).
 	deployment   string
 	claimPending bool
 	hedger       *hedge.Hedger           // the feed role's
@@ -383,7 +386,7 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		if a.deployment, err = a.deploymentID(ctx); err != nil {
 			return nil, err
 		}
-		if a.claimPending, err = a.claimNamespace(ctx, cfg.Redis.NamespaceTakeover); err != nil {
+		if a.claimPending, err = a.namespaceClaim().Try(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -558,7 +561,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 		return fmt.Errorf("hedge policy: %w", err)
 	}
 	var gen feedsvc.Generator
-	var remote *remoteGenerator // the generator of another process, when this one has none
+	var remote *genclient.Client // the generator of another process, when this one has none
 	if a.gen != nil {
 		gen = localGenerator{a.gen}
 		a.inflight = localGenerator{a.gen}
@@ -579,7 +582,8 @@ func (a *app) buildFeed(ctx context.Context) error {
 			return fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
 		}
 		a.conns = append(a.conns, conn)
-		remote = &remoteGenerator{generatorv1.NewGeneratorServiceClient(conn)}
+		rg := genclient.New(generatorv1.NewGeneratorServiceClient(conn), generator.MaxCheckPins)
+		remote = &rg
 		gen, a.inflight = *remote, *remote
 	}
 
@@ -835,7 +839,7 @@ func (a *app) run(ctx context.Context) error {
 		g.Go(func() error { a.durable.Relay(gctx); return nil })
 	}
 	if a.claimPending {
-		g.Go(func() error { return a.claimLoop(gctx) })
+		g.Go(func() error { return a.namespaceClaim().Loop(gctx) })
 	}
 	if a.shardWatch != nil {
 		sm := a.cfg.Storage.ShardMap
@@ -846,10 +850,10 @@ func (a *app) run(ctx context.Context) error {
 			g.Go(func() error { _ = a.shardWatch.WatchZK(gctx, sm.ZK, sm.ZKPath); return nil })
 		}
 	}
-	if a.shardAdmin != nil && a.shardAdmin.refuse == "" {
+	if a.shardAdmin != nil && a.shardAdmin.Moves() {
 		// A move that crashed while fenced must not keep its shards' writes waiting: lift the
 		// fence (the shards stay on the source; rerunning the move finishes it).
-		g.Go(func() error { a.shardAdmin.recoverMove(gctx); return nil })
+		g.Go(func() error { a.shardAdmin.Recover(gctx); return nil })
 	}
 	if a.canary != nil {
 		g.Go(func() error {
@@ -1083,7 +1087,7 @@ func (a *app) deps() []dep {
 	if a.graph != nil && a.cfg.Storage.Backend == config.BackendHBase {
 		if t, err := a.stores.table(context.Background(), storeMain, tableMeta); err == nil {
 			out = append(out, dep{"hbase main store", func(ctx context.Context) error {
-				if _, err := t.Get(ctx, deploymentKey); err != nil && !errors.Is(err, zen.ErrNotFound) {
+				if _, err := t.Get(ctx, deployment.IDKey); err != nil && !errors.Is(err, zen.ErrNotFound) {
 					return err
 				}
 				return nil

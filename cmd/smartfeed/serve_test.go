@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/internal/testenv"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
@@ -38,7 +40,7 @@ func testConfig(t *testing.T) config.Config {
 	c.Admin.GRPCAddr = "127.0.0.1:0"
 	// The lifecycle test leaves a reflection stream open: shutdown must cut it after a third
 	// of this bound and still finish its other steps.
-	c.ShutdownTimeout = config.Duration(6 * time.Second)
+	c.ShutdownTimeout = jsontime.Duration(6 * time.Second)
 	return c
 }
 
@@ -297,5 +299,16 @@ func TestBackgroundLanes(t *testing.T) {
 		if got := backgroundLanes(c); got != tc.want {
 			t.Errorf("backgroundLanes(%s, %d) = %d, want %d", tc.backend, tc.set, got, tc.want)
 		}
+	}
+}
+
+// TestFeedConfigDefaultsAreTheService: the binary's default configuration, mapped to the feed
+// service's, is the service's own default except the binary's documented opt-ins; a feedsvc
+// knob whose default the binary drops or changes shows here.
+func TestFeedConfigDefaultsAreTheService(t *testing.T) {
+	want := feedsvc.DefaultConfig()
+	want.PrepareAfter, want.MinChunkInterval = config.DefaultPrepareAfter, config.DefaultMinChunkInterval
+	if diff := cmp.Diff(want, feedConfig(config.DefaultConfig())); diff != "" {
+		t.Errorf("feedConfig(config.DefaultConfig()) (-feedsvc default +binary):\n%s", diff)
 	}
 }

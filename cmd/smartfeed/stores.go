@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/config"
@@ -151,6 +152,7 @@ func (s *stores) registerPebbleStats(name string, p *zenpebble.Store) error {
 	cur := &atomic.Pointer[zenpebble.Store]{}
 	cur.Store(p)
 	s.stats[name] = cur
+	reg := promauto.With(s.reg)
 	for _, g := range []struct {
 		name, help string
 		v          func(zenpebble.Stats) float64
@@ -165,11 +167,8 @@ func (s *stores) registerPebbleStats(name string, p *zenpebble.Store) error {
 		{"smartfeed_pebble_memtable_bytes", "Bytes of the memtables, those waiting for a flush and those an open iterator still holds included.",
 			func(s zenpebble.Stats) float64 { return float64(s.MemTableBytes) }},
 	} {
-		f := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help, ConstLabels: prometheus.Labels{"store": name}},
+		reg.NewGaugeFunc(prometheus.GaugeOpts{Name: g.name, Help: g.help, ConstLabels: prometheus.Labels{"store": name}},
 			func() float64 { return g.v(cur.Load().Stats()) })
-		if err := s.reg.Register(f); err != nil {
-			return fmt.Errorf("register %s of %s: %w", g.name, name, err)
-		}
 	}
 	for _, c := range []struct {
 		name, help string
@@ -182,11 +181,8 @@ func (s *stores) registerPebbleStats(name string, p *zenpebble.Store) error {
 		{"smartfeed_pebble_write_stall_seconds_total", "Time writes were held by Pebble's write stalls.",
 			func(s zenpebble.Stats) float64 { return s.WriteStallTime.Seconds() }},
 	} {
-		f := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help, ConstLabels: prometheus.Labels{"store": name}},
+		reg.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help, ConstLabels: prometheus.Labels{"store": name}},
 			func() float64 { return c.v(cur.Load().Stats()) })
-		if err := s.reg.Register(f); err != nil {
-			return fmt.Errorf("register %s of %s: %w", c.name, name, err)
-		}
 	}
 	return nil
 }

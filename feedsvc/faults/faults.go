@@ -79,9 +79,11 @@ type Table struct {
 }
 
 var (
-	_ zen.Table       = (*Table)(nil)
-	_ zen.MultiGetter = (*Table)(nil)
-	_ zen.Carrier     = (*Table)(nil)
+	_ zen.Table        = (*Table)(nil)
+	_ zen.MultiGetter  = (*Table)(nil)
+	_ zen.MultiScanner = (*Table)(nil)
+	_ zen.Carrier      = (*Table)(nil)
+	_ zen.CondBatcher  = (*Table)(nil)
 )
 
 // Wrap returns inner wrapped with no faults, drawing from an RNG seeded with seed.
@@ -158,6 +160,23 @@ func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 		return nil, err
 	}
 	return zen.GetMany(ctx, t.inner, keys)
+}
+
+// ScanMany injects faults once for the call, then runs the scans on the wrapped table.
+func (t *Table) ScanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.KV, error) {
+	if err := t.inject(ctx); err != nil {
+		return nil, err
+	}
+	return zen.ScanMany(ctx, t.inner, opts)
+}
+
+// CheckAndSetMany injects faults once for the call, then runs the compare-and-sets on the
+// wrapped table.
+func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
+	if err := t.inject(ctx); err != nil {
+		return nil, err
+	}
+	return zen.CheckAndSetMany(ctx, t.inner, conds)
 }
 
 // CheckAndSetWith injects faults, then compares-and-sets with extra on the wrapped table; it

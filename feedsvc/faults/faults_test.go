@@ -9,6 +9,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenmem"
+	"github.com/smartfeed/smartfeed/zen/zentest"
 )
 
 func newTable(t *testing.T, seed uint64) *Table {
@@ -142,4 +143,14 @@ func TestValidate(t *testing.T) {
 	if got := tb.Config(); got != (Config{}) {
 		t.Errorf("refused configs changed the table: %+v", got)
 	}
+}
+
+// TestForwardsExtensions: a fault-injecting table keeps every optional extension of the table it
+// wraps.
+func TestForwardsExtensions(t *testing.T) {
+	base, err := zenmem.New().Table(t.Context(), "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	zentest.RunForwarding(t, base, func(inner zen.Table) zen.Table { return Wrap(inner, 1) })
 }

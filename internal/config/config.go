@@ -15,8 +15,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/smartfeed/smartfeed/auth"
+	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/internal/quote"
+	"github.com/smartfeed/smartfeed/pinlater"
+	"github.com/smartfeed/smartfeed/worker"
+	"github.com/smartfeed/smartfeed/zen/zencache"
+	"github.com/smartfeed/smartfeed/zen/zenhbase"
 )
 
 // Backends of Storage.Backend.
@@ -52,7 +59,7 @@ type Config struct {
 	// Feed configures the feed service and its speculative reads.
 	Feed Feed `json:"feed"`
 	// ShutdownTimeout bounds the whole graceful shutdown. Default 30s.
-	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	ShutdownTimeout jsontime.Duration `json:"shutdown_timeout"`
 	// WaitForDeps makes a server that finds Redis (or HBase, when configured) unreachable at
 	// start wait for it, with backoff, instead of exiting with an error naming it. Default
 	// false: a typo in an address fails at once.
@@ -107,7 +114,7 @@ type Storage struct {
 	// them for minutes. Each such flush is a small L0 file that compaction merges into the
 	// whole base level, and on two cores that compaction showed in the reads' tail
 	// (docs/read-path.md, "Old memtables flushed"). Default 0: only full memtables are flushed.
-	PebbleFlushAfter Duration `json:"pebble_flush_after"`
+	PebbleFlushAfter jsontime.Duration `json:"pebble_flush_after"`
 	// HBase holds the quorums of the three stores.
 	HBase HBase `json:"hbase"`
 	// ShardMap is where the live shard map comes from; empty fields mean the default map
@@ -210,7 +217,7 @@ type HBase struct {
 	// feed's pending row) waits for it once, so it is short; under load batches still form
 	// (gohbase sends at once when 100 calls are queued). Default 1ms; gohbase's own default is
 	// 20ms.
-	WriteFlush Duration `json:"write_flush"`
+	WriteFlush jsontime.Duration `json:"write_flush"`
 }
 
 // Replication modes of HBase.Replication.
@@ -312,9 +319,9 @@ type Cache struct {
 	// Enabled turns it on. Default false. Writes to the graph then need Redis (to invalidate).
 	Enabled bool `json:"enabled"`
 	// TTL of a cached object, edge page or count. Default 10m.
-	TTL Duration `json:"ttl"`
+	TTL jsontime.Duration `json:"ttl"`
 	// NegativeTTL of a cached miss. Default 5s.
-	NegativeTTL Duration `json:"negative_ttl"`
+	NegativeTTL jsontime.Duration `json:"negative_ttl"`
 }
 
 // GRPC is the public gRPC listener.
@@ -342,7 +349,7 @@ type Admin struct {
 	// than SlowTraceOver, at most one every 10 s and 50 in all (package slowtrace). Empty: off.
 	SlowTraceDir string `json:"slow_trace_dir"`
 	// SlowTraceOver is the bound of SlowTraceDir. Default 100ms.
-	SlowTraceOver Duration `json:"slow_trace_over"`
+	SlowTraceOver jsontime.Duration `json:"slow_trace_over"`
 }
 
 // TLS configures the listeners' certificate.
@@ -379,7 +386,7 @@ type Auth struct {
 	// MaxTokenLifetime is the longest lifetime (exp minus iat) a bearer token may have; a
 	// longer-lived token, or one without exp, is refused (Unauthenticated). It bounds how long
 	// a leaked token stays useful. Default 24h; at most 8760h (a year).
-	MaxTokenLifetime Duration `json:"max_token_lifetime"`
+	MaxTokenLifetime jsontime.Duration `json:"max_token_lifetime"`
 }
 
 // Log configures the logger.
@@ -401,33 +408,33 @@ type Worker struct {
 	// one at a time (pinlater.Config.Dequeuers). Default 1; at most Concurrency.
 	Dequeuers int `json:"dequeuers"`
 	// ShutdownTimeout is how long running tasks may finish before they are handed back. Default 10s.
-	ShutdownTimeout Duration `json:"shutdown_timeout"`
+	ShutdownTimeout jsontime.Duration `json:"shutdown_timeout"`
 	// ReclaimAfter: a task whose Asynq lease ended this long ago (its worker died, or Redis was
 	// killed before the worker heard it had the task) goes back to its queue
 	// (pinlater.Config.ReclaimAfter); Asynq alone would run it 60–120 s after. Default 5s;
 	// negative: off.
-	ReclaimAfter Duration `json:"reclaim_after"`
+	ReclaimAfter jsontime.Duration `json:"reclaim_after"`
 	// OutboxGrace is how long an event recorded in the outbox may stay unknown to Redis before
 	// the relay enqueues it again. Default 30s.
-	OutboxGrace Duration `json:"outbox_grace"`
+	OutboxGrace jsontime.Duration `json:"outbox_grace"`
 	// OutboxRelayInterval is how often the relay walks the outbox. Default 10s.
-	OutboxRelayInterval Duration `json:"outbox_relay_interval"`
+	OutboxRelayInterval jsontime.Duration `json:"outbox_relay_interval"`
 	// WeightsFile is the pool scorer's JSON weights (worker.Weights; absent fields keep their
 	// defaults, unknown ones are refused). Default empty: worker.DefaultWeights.
 	WeightsFile string `json:"weights_file"`
 	// FeatureTTL is how long the fanout keeps a receiver's scoring features (affinity, interest
 	// follows) once read (worker.Config.FeatureTTL): a change made by another process reaches
 	// the scores at most this late. 0 reads them for every pin. Default 1m.
-	FeatureTTL Duration `json:"feature_ttl"`
+	FeatureTTL jsontime.Duration `json:"feature_ttl"`
 	// ActiveTTL is how long the fanout keeps a receiver's last-active row once it said "deliver"
 	// (worker.Config.ActiveTTL): a user deleted by another process can still get pins (that
 	// nobody reads) this long. 0 reads it for every pin. Default 1s.
-	ActiveTTL Duration `json:"active_ttl"`
+	ActiveTTL jsontime.Duration `json:"active_ttl"`
 	// UserDeleteRecheck is how long after a user's deletion the worker deletes what is left of
 	// the user once more: pool and feed rows written by a fanout or a materialization that was
 	// under way when the user was deleted (worker.Config.UserDeleteRecheck). Default 0: the
 	// worker's own, the longest fanout task run plus active_ttl plus a minute (11m1s).
-	UserDeleteRecheck Duration `json:"user_delete_recheck"`
+	UserDeleteRecheck jsontime.Duration `json:"user_delete_recheck"`
 }
 
 // Generator configures the generator and feedsvc's access to it.
@@ -448,7 +455,7 @@ type Generator struct {
 // Feed configures the feed service.
 type Feed struct {
 	// GeneratorDeadline bounds the generator call of a first page, in (0, 1m]. Default 150ms.
-	GeneratorDeadline Duration `json:"generator_deadline"`
+	GeneratorDeadline jsontime.Duration `json:"generator_deadline"`
 	// MaxItems is the materialized feed's maximum length, in [1, 2^20]. Default 1000.
 	MaxItems int `json:"max_items"`
 	// KnobsFile is a feedsvc knobs document watched for live changes; empty = none.
@@ -461,25 +468,25 @@ type Feed struct {
 	Hedge hedge.Policy `json:"hedge"`
 	// StandbyMaxStaleness refuses standby reads while replication lags more than this (0:
 	// never refuse); live-tunable in the knobs file (standby.max_staleness). Default 30s.
-	StandbyMaxStaleness Duration `json:"standby_max_staleness"`
+	StandbyMaxStaleness jsontime.Duration `json:"standby_max_staleness"`
 	// RecoverAfter: crash recovery leaves chunks younger than this alone (a request may still
 	// be serving them). Default 1m.
-	RecoverAfter Duration `json:"recover_after"`
+	RecoverAfter jsontime.Duration `json:"recover_after"`
 	// RecoverEvery is the period of the recovery pass (one runs at start). Default 1m.
-	RecoverEvery Duration `json:"recover_every"`
+	RecoverEvery jsontime.Duration `json:"recover_every"`
 	// PrepareAfter, when positive, prepares a user's next chunk this long after a first page,
 	// so that the next visit serves it with no generator call and no write before the answer:
 	// this process alone shows it as fresh, from memory, and marks it served afterwards
 	// (feedsvc.Config.PrepareAfter; live-tunable in the knobs file). Default 500ms; 0: off.
-	PrepareAfter Duration `json:"prepare_after"`
+	PrepareAfter jsontime.Duration `json:"prepare_after"`
 	// PreparedMaxAge: a prepared chunk older than this is served beside a new chunk from the
 	// generator. Default 30s.
-	PreparedMaxAge Duration `json:"prepared_max_age"`
+	PreparedMaxAge jsontime.Duration `json:"prepared_max_age"`
 	// MinChunkInterval is the least time between two generator calls for one user in the feed
 	// process: a first page sooner after the last call serves the feed as it stands
 	// (feedsvc.Config.MinChunkInterval; live-tunable in the knobs file). Default 1s; 0: no
 	// bound.
-	MinChunkInterval Duration `json:"min_chunk_interval"`
+	MinChunkInterval jsontime.Duration `json:"min_chunk_interval"`
 	// InlineMaterialize is how many served chunks the feed process materializes at once
 	// itself, after the page is answered, rather than through a materialize job on Redis
 	// (feedsvc.Config.InlineMaterialize; live-tunable in the knobs file). Default 4; 0: every
@@ -495,7 +502,7 @@ type Feed struct {
 	// process's requests (no public unary call in flight) before it starts anyway, so that it
 	// takes the gaps rather than the processors a request and its answer wait for
 	// (feedsvc.Deps.Quiet). Default 10ms; 0: it starts as soon as it has a lane.
-	BackgroundGapWait Duration `json:"background_gap_wait"`
+	BackgroundGapWait jsontime.Duration `json:"background_gap_wait"`
 	// MaxInflight is how many GetFeed calls the feed process runs at once; past it a call waits
 	// in line (at most as many) up to AdmissionWait, then is shed with RESOURCE_EXHAUSTED and a
 	// retry delay (feedsvc.Config.MaxInflight; live-tunable in the knobs file). 0, the default:
@@ -503,14 +510,28 @@ type Feed struct {
 	MaxInflight int `json:"max_inflight"`
 	// AdmissionWait is how long a GetFeed call past MaxInflight waits for a slot before it is
 	// shed (feedsvc.Config.AdmissionWait; live-tunable). Default 50ms; 0: shed at once.
-	AdmissionWait Duration `json:"admission_wait"`
+	AdmissionWait jsontime.Duration `json:"admission_wait"`
 }
 
 // MaxFeedItems is the largest Feed.MaxItems, the feed service's own bound (feedsvc.Config).
 const MaxFeedItems = 1 << 20
 
-// DefaultConfig returns the documented defaults.
+// Binary defaults the services leave off: the library's zero means "off" so that a test or an
+// embedding program opts in, and the binary opts in for every deployment.
+const (
+	// DefaultPrepareAfter is Feed.PrepareAfter's default (feedsvc.Config.PrepareAfter: 0).
+	DefaultPrepareAfter = 500 * time.Millisecond
+	// DefaultMinChunkInterval is Feed.MinChunkInterval's default
+	// (feedsvc.Config.MinChunkInterval: 0).
+	DefaultMinChunkInterval = time.Second
+)
+
+// DefaultConfig returns the documented defaults. A setting that configures a service takes the
+// service's own default (feedsvc.DefaultConfig, worker, pinlater, zencache, zenhbase, auth,
+// hedge), so that the binary and the library never disagree; TestDefaultsAreTheServices holds
+// them together.
 func DefaultConfig() Config {
+	fd := feedsvc.DefaultConfig()
 	return Config{
 		Storage: Storage{
 			Backend:                     BackendPebble,
@@ -519,34 +540,44 @@ func DefaultConfig() Config {
 			PebbleMemTableMB:            64,
 			PebbleFeedMemTableMB:        8,
 			PebbleL0CompactionThreshold: 8,
-			HBase:                       HBase{TablePrefix: "smartfeed_", ZookeeperRoot: "/hbase", Replication: ReplicationAuto, WriteFlush: Duration(time.Millisecond)},
-			ShardMap:                    ShardMap{ZKPath: "/smartfeed/shardmap"},
+			HBase: HBase{TablePrefix: zenhbase.DefaultTablePrefix, ZookeeperRoot: "/hbase", Replication: ReplicationAuto,
+				WriteFlush: jsontime.Duration(time.Millisecond)},
+			ShardMap: ShardMap{ZKPath: "/smartfeed/shardmap"},
 		},
 		Redis: Redis{Mode: RedisSingle, Addr: "127.0.0.1:6379"},
-		Cache: Cache{TTL: Duration(10 * time.Minute), NegativeTTL: Duration(5 * time.Second)},
+		Cache: Cache{TTL: jsontime.Duration(zencache.DefaultTTL), NegativeTTL: jsontime.Duration(zencache.DefaultNegativeTTL)},
 		GRPC:  GRPC{Addr: "127.0.0.1:9090"},
-		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092", SlowTraceOver: Duration(100 * time.Millisecond)},
-		Auth:  Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000, MaxTokenLifetime: Duration(24 * time.Hour)},
-		Log:   Log{Level: "info", Format: "auto"},
-		Worker: Worker{Concurrency: 10, Dequeuers: 1, ShutdownTimeout: Duration(10 * time.Second), ReclaimAfter: Duration(5 * time.Second),
-			OutboxGrace: Duration(30 * time.Second), OutboxRelayInterval: Duration(10 * time.Second),
-			FeatureTTL: Duration(time.Minute), ActiveTTL: Duration(time.Second)},
+		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092", SlowTraceOver: jsontime.Duration(100 * time.Millisecond)},
+		Auth: Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000,
+			MaxTokenLifetime: jsontime.Duration(auth.DefaultMaxLifetime)},
+		Log: Log{Level: "info", Format: "auto"},
+		Worker: Worker{
+			Concurrency:         pinlater.DefaultConcurrency,
+			Dequeuers:           pinlater.DefaultDequeuers,
+			ShutdownTimeout:     jsontime.Duration(pinlater.DefaultShutdownTimeout),
+			ReclaimAfter:        jsontime.Duration(pinlater.DefaultReclaimAfter),
+			OutboxGrace:         jsontime.Duration(pinlater.DefaultOutboxGrace),
+			OutboxRelayInterval: jsontime.Duration(pinlater.DefaultRelayInterval),
+			FeatureTTL:          jsontime.Duration(worker.DefaultFeatureTTL),
+			ActiveTTL:           jsontime.Duration(worker.DefaultActiveTTL),
+		},
 		Generator: Generator{},
 		Feed: Feed{
-			GeneratorDeadline:   Duration(150 * time.Millisecond),
-			MaxItems:            1000,
-			StandbyMaxStaleness: Duration(30 * time.Second),
-			RecoverAfter:        Duration(time.Minute),
-			RecoverEvery:        Duration(time.Minute),
-			PrepareAfter:        Duration(500 * time.Millisecond),
-			PreparedMaxAge:      Duration(30 * time.Second),
-			MinChunkInterval:    Duration(time.Second),
-			InlineMaterialize:   4,
-			BackgroundGapWait:   Duration(10 * time.Millisecond),
-			AdmissionWait:       Duration(50 * time.Millisecond),
+			GeneratorDeadline:   jsontime.Duration(fd.GeneratorDeadline),
+			MaxItems:            fd.MaxItems,
+			StandbyMaxStaleness: jsontime.Duration(30 * time.Second),
+			RecoverAfter:        jsontime.Duration(time.Minute),
+			RecoverEvery:        jsontime.Duration(time.Minute),
+			PrepareAfter:        jsontime.Duration(DefaultPrepareAfter),
+			PreparedMaxAge:      jsontime.Duration(fd.PreparedMaxAge),
+			MinChunkInterval:    jsontime.Duration(DefaultMinChunkInterval),
+			InlineMaterialize:   fd.InlineMaterialize,
+			MaxInflight:         fd.MaxInflight,
+			BackgroundGapWait:   jsontime.Duration(feedsvc.DefaultQuietBound),
+			AdmissionWait:       jsontime.Duration(fd.AdmissionWait),
 			Hedge:               hedge.DefaultPolicy(),
 		},
-		ShutdownTimeout: Duration(30 * time.Second),
+		ShutdownTimeout: jsontime.Duration(30 * time.Second),
 		GCHeapFloorMB:   256,
 	}
 }
@@ -625,7 +656,7 @@ func (c Config) ValidateFor(u Uses) error {
 	if c.Storage.ShardMap.ZK != "" && !strings.HasPrefix(c.Storage.ShardMap.ZKPath, "/") {
 		bad("storage.shard_map.zk_path: %q must be an absolute znode path", c.Storage.ShardMap.ZKPath)
 	}
-	if c.Cache.TTL <= 0 || c.Cache.NegativeTTL <= 0 || c.Cache.TTL > Duration(2*time.Hour) {
+	if c.Cache.TTL <= 0 || c.Cache.NegativeTTL <= 0 || c.Cache.TTL > jsontime.Duration(2*time.Hour) {
 		bad("cache: ttl %v and negative_ttl %v must be positive, ttl at most 2h", c.Cache.TTL, c.Cache.NegativeTTL)
 	}
 	switch r := c.Redis; r.Mode {
@@ -668,7 +699,7 @@ func (c Config) ValidateFor(u Uses) error {
 	if c.GRPC.Addr == "" {
 		bad("grpc.addr: empty")
 	}
-	if c.Auth.MaxTokenLifetime <= 0 || c.Auth.MaxTokenLifetime > Duration(8760*time.Hour) {
+	if c.Auth.MaxTokenLifetime <= 0 || c.Auth.MaxTokenLifetime > jsontime.Duration(8760*time.Hour) {
 		bad("auth.max_token_lifetime: %v not in (0, 8760h]", c.Auth.MaxTokenLifetime.D())
 	}
 	switch c.Log.Level {
@@ -706,25 +737,25 @@ func (c Config) ValidateFor(u Uses) error {
 	if c.Worker.UserDeleteRecheck < 0 {
 		bad("worker.user_delete_recheck: negative")
 	}
-	if c.Feed.GeneratorDeadline <= 0 || c.Feed.GeneratorDeadline > Duration(time.Minute) {
+	if c.Feed.GeneratorDeadline <= 0 || c.Feed.GeneratorDeadline > jsontime.Duration(time.Minute) {
 		bad("feed.generator_deadline: %v is not in (0, 1m]", c.Feed.GeneratorDeadline.D())
 	}
 	if c.Feed.RecoverAfter <= 0 || c.Feed.RecoverEvery <= 0 {
 		bad("feed.recover_after and feed.recover_every must be positive")
 	}
-	if c.Feed.PrepareAfter < 0 || c.Feed.PrepareAfter > Duration(time.Hour) {
+	if c.Feed.PrepareAfter < 0 || c.Feed.PrepareAfter > jsontime.Duration(time.Hour) {
 		bad("feed.prepare_after: %v not in [0, 1h]", c.Feed.PrepareAfter.D())
 	}
 	if c.Admin.SlowTraceOver <= 0 {
 		bad("admin.slow_trace_over: %v is not positive", c.Admin.SlowTraceOver.D())
 	}
-	if c.Feed.MinChunkInterval < 0 || c.Feed.MinChunkInterval > Duration(time.Hour) {
+	if c.Feed.MinChunkInterval < 0 || c.Feed.MinChunkInterval > jsontime.Duration(time.Hour) {
 		bad("feed.min_chunk_interval: %v not in [0, 1h]", c.Feed.MinChunkInterval.D())
 	}
-	if c.Feed.PreparedMaxAge <= 0 || c.Feed.PreparedMaxAge > Duration(time.Hour) {
+	if c.Feed.PreparedMaxAge <= 0 || c.Feed.PreparedMaxAge > jsontime.Duration(time.Hour) {
 		bad("feed.prepared_max_age: %v not in (0, 1h]", c.Feed.PreparedMaxAge.D())
 	}
-	if c.Feed.BackgroundGapWait < 0 || c.Feed.BackgroundGapWait > Duration(time.Second) {
+	if c.Feed.BackgroundGapWait < 0 || c.Feed.BackgroundGapWait > jsontime.Duration(time.Second) {
 		bad("feed.background_gap_wait: %v not in [0, 1s]", c.Feed.BackgroundGapWait.D())
 	}
 	if c.Feed.InlineMaterialize < 0 || c.Feed.InlineMaterialize > 1024 {
@@ -733,7 +764,7 @@ func (c Config) ValidateFor(u Uses) error {
 	if c.Feed.MaxInflight < 0 || c.Feed.MaxInflight > 1<<20 {
 		bad("feed.max_inflight: %d not in [0, 1048576]", c.Feed.MaxInflight)
 	}
-	if c.Feed.AdmissionWait < 0 || c.Feed.AdmissionWait > Duration(time.Minute) {
+	if c.Feed.AdmissionWait < 0 || c.Feed.AdmissionWait > jsontime.Duration(time.Minute) {
 		bad("feed.admission_wait: %v not in [0, 1m]", c.Feed.AdmissionWait.D())
 	}
 	if c.Feed.BackgroundLanes < 0 || c.Feed.BackgroundLanes > 1024 {
@@ -843,32 +874,6 @@ func maskSecrets(v reflect.Value) {
 			f.SetString("****")
 		}
 	}
-}
-
-// Duration is a time.Duration written in JSON as a Go duration string ("150ms", "30s").
-type Duration time.Duration
-
-// D returns d as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// String formats d like time.Duration.
-func (d Duration) String() string { return time.Duration(d).String() }
-
-// MarshalJSON writes d as a string.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON reads a duration string.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("duration: want a string like \"150ms\": %w", err)
-	}
-	v, err := time.ParseDuration(strings.TrimSpace(s))
-	if err != nil {
-		return fmt.Errorf("duration: %w", err)
-	}
-	*d = Duration(v)
-	return nil
 }
 
 // checkKeys reports a document that is not a JSON object, or an object (at any depth) that

@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/pflag"
+
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 )
 
 func TestDefaultConfigValid(t *testing.T) {
@@ -29,12 +31,12 @@ func TestValidateRefuses(t *testing.T) {
 		{"pebble needs dir", func(c *Config) { c.Storage.DataDir = "" }, "storage.data_dir"},
 		{"pebble memtable", func(c *Config) { c.Storage.PebbleMemTableMB = -1 }, "storage.pebble_memtable_mb"},
 		{"pebble l0 threshold", func(c *Config) { c.Storage.PebbleL0CompactionThreshold = 65 }, "storage.pebble_l0_compaction_threshold"},
-		{"pebble flush after, too short", func(c *Config) { c.Storage.PebbleFlushAfter = Duration(time.Millisecond) }, "storage.pebble_flush_after"},
-		{"pebble flush after, negative", func(c *Config) { c.Storage.PebbleFlushAfter = Duration(-time.Second) }, "storage.pebble_flush_after"},
+		{"pebble flush after, too short", func(c *Config) { c.Storage.PebbleFlushAfter = jsontime.Duration(time.Millisecond) }, "storage.pebble_flush_after"},
+		{"pebble flush after, negative", func(c *Config) { c.Storage.PebbleFlushAfter = jsontime.Duration(-time.Second) }, "storage.pebble_flush_after"},
 		{"background lanes, negative", func(c *Config) { c.Feed.BackgroundLanes = -1 }, "feed.background_lanes"},
 		{"background lanes, too many", func(c *Config) { c.Feed.BackgroundLanes = 1025 }, "feed.background_lanes"},
 		{"min chunk interval, negative", func(c *Config) { c.Feed.MinChunkInterval = -1 }, "feed.min_chunk_interval"},
-		{"min chunk interval, over an hour", func(c *Config) { c.Feed.MinChunkInterval = Duration(2 * time.Hour) }, "feed.min_chunk_interval"},
+		{"min chunk interval, over an hour", func(c *Config) { c.Feed.MinChunkInterval = jsontime.Duration(2 * time.Hour) }, "feed.min_chunk_interval"},
 		{"slow trace bound, zero", func(c *Config) { c.Admin.SlowTraceOver = 0 }, "admin.slow_trace_over"},
 		{"log level", func(c *Config) { c.Log.Level = "loud" }, "log.level"},
 		{"hedge percentile", func(c *Config) { c.Feed.Hedge.Percentile = 100 }, "feed.hedge: hedge policy: percentile"},
@@ -57,10 +59,10 @@ func TestValidateRefuses(t *testing.T) {
 		{"gc heap floor, negative", func(c *Config) { c.GCHeapFloorMB = -1 }, "gc_heap_floor_mb"},
 		{"max procs, negative", func(c *Config) { c.MaxProcs = -1 }, "max_procs"},
 		{"feed max items over the feed service's bound", func(c *Config) { c.Feed.MaxItems = 2_000_000_000 }, "feed.max_items: 2000000000 is not in [1, 1048576]"},
-		{"generator deadline over a minute", func(c *Config) { c.Feed.GeneratorDeadline = Duration(2 * time.Minute) }, "feed.generator_deadline: 2m0s is not in (0, 1m]"},
+		{"generator deadline over a minute", func(c *Config) { c.Feed.GeneratorDeadline = jsontime.Duration(2 * time.Minute) }, "feed.generator_deadline: 2m0s is not in (0, 1m]"},
 		{"worker shutdown longer than the whole", func(c *Config) {
-			c.Worker.ShutdownTimeout = Duration(time.Minute)
-			c.ShutdownTimeout = Duration(30 * time.Second)
+			c.Worker.ShutdownTimeout = jsontime.Duration(time.Minute)
+			c.ShutdownTimeout = jsontime.Duration(30 * time.Second)
 		}, "worker.shutdown_timeout: 1m0s is longer than shutdown_timeout 30s"},
 		{"hedge fixed cutoff 0", func(c *Config) { c.Feed.Hedge.Mode = "fixed"; c.Feed.Hedge.Delay = 0 }, "feed.hedge: hedge policy: delay 0 in fixed mode"},
 		{"hedge fixed cutoff 2h", func(c *Config) { c.Feed.Hedge.Mode = "fixed"; c.Feed.Hedge.Delay = 2 * time.Hour }, "feed.hedge: hedge policy: delay 2h0m0s is not in [0, 10s]"},

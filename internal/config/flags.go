@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	"github.com/smartfeed/smartfeed/internal/quote"
 )
 
@@ -122,10 +123,10 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	b(&c.Feed.Faults, "feed-faults", c.Feed.Faults, "enable FeedAdmin fault injection on the feed stores")
 	h := &c.Feed.Hedge
 	s((*string)(&h.Mode), "hedge-mode", string(h.Mode), "hedging mode: off, fixed or percentile")
-	d((*Duration)(&h.Delay), "hedge-delay", Duration(h.Delay), "hedging cutoff in fixed mode")
+	d((*jsontime.Duration)(&h.Delay), "hedge-delay", jsontime.Duration(h.Delay), "hedging cutoff in fixed mode")
 	f(&h.Percentile, "hedge-percentile", h.Percentile, "percentile of the primary's latency used as the cutoff")
-	d((*Duration)(&h.Min), "hedge-min", Duration(h.Min), "lowest percentile cutoff")
-	d((*Duration)(&h.Max), "hedge-max", Duration(h.Max), "highest percentile cutoff")
+	d((*jsontime.Duration)(&h.Min), "hedge-min", jsontime.Duration(h.Min), "lowest percentile cutoff")
+	d((*jsontime.Duration)(&h.Max), "hedge-max", jsontime.Duration(h.Max), "highest percentile cutoff")
 	f(&c.Feed.Hedge.Budget, "hedge-budget", c.Feed.Hedge.Budget, "largest fraction of calls that may hedge on the cutoff")
 	f(&c.Feed.Hedge.Warmup, "hedge-warmup", c.Feed.Hedge.Warmup, "fraction of calls that also read the standby")
 	d(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound of the whole graceful shutdown")
@@ -135,8 +136,8 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	NameEnvTwins(fs)
 }
 
-func durVar(fs *pflag.FlagSet) func(p *Duration, name string, v Duration, usage string) {
-	return func(p *Duration, name string, v Duration, usage string) {
+func durVar(fs *pflag.FlagSet) func(p *jsontime.Duration, name string, v jsontime.Duration, usage string) {
+	return func(p *jsontime.Duration, name string, v jsontime.Duration, usage string) {
 		fs.DurationVar((*time.Duration)(p), name, v.D(), usage)
 	}
 }

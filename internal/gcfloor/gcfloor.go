@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // MaxPercent bounds the GOGC a Tuner sets: with a live heap under floor/MaxPercent×100 the goal
@@ -99,14 +100,8 @@ func start(o Options) (*Tuner, error) {
 	}
 	t := &Tuner{floor: floor, base: base, current: base,
 		samples: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
-	if o.Registerer != nil {
-		floor := prometheus.NewGauge(prometheus.GaugeOpts{Name: "smartfeed_gc_heap_floor_bytes",
-			Help: "The least heap goal the GC tuner keeps (gc_heap_floor_mb)."})
-		floor.Set(float64(t.floor))
-		if err := o.Registerer.Register(floor); err != nil {
-			return nil, err
-		}
-	}
+	promauto.With(o.Registerer).NewGauge(prometheus.GaugeOpts{Name: "smartfeed_gc_heap_floor_bytes",
+		Help: "The least heap goal the GC tuner keeps (gc_heap_floor_mb)."}).Set(float64(t.floor))
 	t.tune()
 	t.arm()
 	return t, nil

@@ -12,9 +12,14 @@
 // Test imports count too. The rules live in TestImportRules (lint_test.go), which runs them
 // over this module; a fixture under testdata/ shows each rule firing.
 //
-// CheckWiring (wiring.go) adds one rule on the code of the commands, not their imports: cmd/...
-// holds wiring, not business logic, which it reads as "no floating-point arithmetic between
-// two values outside tests" (TestCommandsAreWiring, fixture testdata/wiringmod).
+// CheckWiring (wiring.go) adds rules on the code of the commands, not their imports: cmd/...
+// holds wiring, not business logic, which it reads as no floating-point arithmetic between two
+// values, no gRPC service implementations, and no compare-and-set, atomic increment or Redis Lua
+// script, outside tests (TestCommandsAreWiring, fixture testdata/wiringmod).
+//
+// Oversized and Ratchet (size.go) hold production files to MaxFileLines and functions to
+// MaxFuncLines, except the offenders listed in size_allowlist.txt, which may only shrink
+// (TestSizeRatchet).
 //
 // UnmappedPackages (architecture.go) holds ARCHITECTURE.md's directory table to the tree: every
 // package directory of the module has a row of its own (TestArchitectureMapsEveryPackage).

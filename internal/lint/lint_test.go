@@ -96,8 +96,9 @@ func TestCommandsAreWiring(t *testing.T) {
 	}
 }
 
-// TestWiringFixture: a scoring loop in a command fires the rule, line by line, and the unit
-// conversions and library calls beside it do not.
+// TestWiringFixture: a scoring loop, a gRPC service and a compare-and-set protocol in a command
+// fire the rules, line by line, and the unit conversions, library calls, stream values and reads
+// beside them do not.
 func TestWiringFixture(t *testing.T) {
 	vs, err := CheckWiring(filepath.Join("testdata", "wiringmod"), "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off")
 	if err != nil {
@@ -111,6 +112,11 @@ func TestWiringFixture(t *testing.T) {
 		"cmd/tool | computes in cmd | main.go:25: float + of two values",
 		"cmd/tool | computes in cmd | main.go:26: float += of a value",
 		"cmd/tool | computes in cmd | main.go:27: float / of two values",
+		"cmd/tool | protocol in cmd | serve.go:28: (example.com/wiringmod/zen.Table).CheckAndSet",
+		"cmd/tool | protocol in cmd | serve.go:31: (example.com/wiringmod/zen.Table).Increment",
+		"cmd/tool | serves gRPC in cmd | serve.go:11: type thingService embeds UnimplementedThingServer",
+		"cmd/tool | serves gRPC in cmd | serve.go:11: type thingService implements thingv1.ThingServer",
+		"cmd/tool | serves gRPC in cmd | serve.go:15: type handWritten implements thingv1.ThingServer",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("violations (-want +got):\n%s", diff)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"google.golang.org/grpc/stats"
 )
 
@@ -49,19 +50,13 @@ func New(grace time.Duration, reg prometheus.Registerer) (*Gate, error) {
 	if grace <= 0 {
 		grace = DefaultGrace
 	}
+	f := promauto.With(reg)
 	g := &Gate{grace: grace, idle: make(chan struct{}),
-		waits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_quiet_waits_total",
+		waits: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_quiet_waits_total",
 			Help: "Background tasks that waited for a gap between requests, by outcome (quiet, bound, cancelled)."}, []string{"outcome"}),
-		waited: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "smartfeed_quiet_wait_seconds",
+		waited: f.NewHistogram(prometheus.HistogramOpts{Name: "smartfeed_quiet_wait_seconds",
 			Help:    "Time background tasks waited for a gap between requests.",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 14)}),
-	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{g.waits, g.waited} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
 	}
 	return g, nil
 }

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 )
@@ -77,15 +78,11 @@ func Start(o Options) (*Recorder, error) {
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("slowtrace: %w", err)
 	}
-	r := &Recorder{o: o, writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(o.Registerer)
+	r := &Recorder{o: o, writes: f.NewCounterVec(prometheus.CounterOpts{
 		Name: "smartfeed_slow_traces_total",
 		Help: "Calls slower than the slow-trace bound, by outcome: written (the trace window went to a file), skipped (within the gap after the last one, or past the file bound), failed.",
 	}, []string{"outcome"})}
-	if o.Registerer != nil {
-		if err := o.Registerer.Register(r.writes); err != nil {
-			return nil, fmt.Errorf("slowtrace: %w", err)
-		}
-	}
 	r.fr = trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: o.Window})
 	if err := r.fr.Start(); err != nil {
 		return nil, fmt.Errorf("slowtrace: start the flight recorder: %w", err)

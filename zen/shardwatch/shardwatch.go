@@ -20,6 +20,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/zen"
@@ -77,20 +78,14 @@ func New(set func(*zen.ShardMap), o Options) (*Watcher, error) {
 	if strings.ContainsAny(o.AckID, "/") {
 		return nil, fmt.Errorf("shardwatch: ack id %q has a slash", o.AckID)
 	}
+	f := promauto.With(o.Registerer)
 	w := &Watcher{set: set, known: o.KnownStores, log: o.Logger, ackID: o.AckID, lease: o.Lease,
-		updates: prometheus.NewCounterVec(prometheus.CounterOpts{
+		updates: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_shardmap_updates_total",
 			Help: "Shard maps offered by a source: applied, unchanged or refused (the map in use is kept)."},
 			[]string{"source", "result"}),
-		ranges: prometheus.NewGauge(prometheus.GaugeOpts{
+		ranges: f.NewGauge(prometheus.GaugeOpts{
 			Name: "smartfeed_shardmap_ranges", Help: "Ranges in the shard map in use."}),
-	}
-	if o.Registerer != nil {
-		for _, c := range []prometheus.Collector{w.updates, w.ranges} {
-			if err := o.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("shardwatch: register metrics: %w", err)
-			}
-		}
 	}
 	return w, nil
 }

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/smartfeed/smartfeed/zen"
@@ -77,15 +78,23 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// Defaults of Options' fields that the binary's configuration (internal/config) takes as its own.
+const (
+	// DefaultTTL is Options.TTL's default.
+	DefaultTTL = 10 * time.Minute
+	// DefaultNegativeTTL is Options.NegativeTTL's default.
+	DefaultNegativeTTL = 5 * time.Second
+)
+
 func (o *Options) defaults() error {
 	if o.Prefix == "" {
 		o.Prefix = "zc:"
 	}
 	if o.TTL == 0 {
-		o.TTL = 10 * time.Minute
+		o.TTL = DefaultTTL
 	}
 	if o.NegativeTTL == 0 {
-		o.NegativeTTL = 5 * time.Second
+		o.NegativeTTL = DefaultNegativeTTL
 	}
 	if o.VersionTTL == 0 {
 		o.VersionTTL = 24 * time.Hour
@@ -112,15 +121,11 @@ func Wrap(s zen.Store, rdb redis.UniversalClient, o Options) (*Store, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
-	c := &Store{Store: s, rdb: rdb, opts: o, reqs: prometheus.NewCounterVec(prometheus.CounterOpts{
+	f := promauto.With(o.Registerer)
+	c := &Store{Store: s, rdb: rdb, opts: o, reqs: f.NewCounterVec(prometheus.CounterOpts{
 		Name: "smartfeed_cache_requests_total",
 		Help: "Join-cache lookups and invalidations by table, op (get, scan, invalidate) and result (hit, miss, negative, error, bypass)."},
 		[]string{"table", "op", "result"})}
-	if o.Registerer != nil {
-		if err := o.Registerer.Register(c.reqs); err != nil {
-			return nil, fmt.Errorf("zencache: register metrics: %w", err)
-		}
-	}
 	return c, nil
 }
 
@@ -148,8 +153,11 @@ type Table struct {
 func (t *Table) group(key []byte) []byte { return t.grouping.of(key) }
 
 var (
-	_ zen.Table       = (*Table)(nil)
-	_ zen.MultiGetter = (*Table)(nil)
+	_ zen.Table        = (*Table)(nil)
+	_ zen.MultiGetter  = (*Table)(nil)
+	_ zen.MultiScanner = (*Table)(nil)
+	_ zen.Carrier      = (*Table)(nil)
+	_ zen.CondBatcher  = (*Table)(nil)
 )
 
 // Entry encoding: 'V' | value, or 'N' for a cached miss, or 'S' | (uvarint len | key | uvarint
@@ -349,6 +357,35 @@ func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 	return kvs, nil
 }
 
+// ScanMany reads the scans that lie within one group through the cache, as Scan does, and sends
+// the others to the store together (one call where it answers several scans at once).
+func (t *Table) ScanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.KV, error) {
+	out := make([][]zen.KV, len(opts))
+	var rest []zen.ScanOptions
+	var restAt []int
+	for i, o := range opts {
+		if t.scanGroup(o) == nil {
+			rest, restAt = append(rest, o), append(restAt, i)
+			continue
+		}
+		kvs, err := t.Scan(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = kvs
+	}
+	if len(rest) > 0 {
+		res, err := zen.ScanMany(ctx, t.inner, rest)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range restAt {
+			out[i] = res[j]
+		}
+	}
+	return out, nil
+}
+
 func encodePage(kvs []zen.KV) []byte {
 	b := []byte{'S'}
 	for _, kv := range kvs {
@@ -411,6 +448,48 @@ func (t *Table) invalidate(ctx context.Context, keys ...[]byte) error {
 	return nil
 }
 
+// CheckAndSetWith compares and sets with extra rows on the store, then invalidates the groups of
+// the key and of the extra rows; it fails with errors.ErrUnsupported, writing nothing, when the
+// store's table is not a zen.Carrier.
+func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
+	c, ok := t.inner.(zen.Carrier)
+	if !ok {
+		return false, fmt.Errorf("zencache %s: check-and-set with extra rows: %w", t.name, errors.ErrUnsupported)
+	}
+	wrote, err := c.CheckAndSetWith(ctx, key, expected, value, extra)
+	if err != nil || wrote {
+		if ierr := t.invalidate(ctx, withExtra(key, extra)...); ierr != nil && err == nil {
+			return false, ierr
+		}
+	}
+	return wrote, err
+}
+
+// IncrementWith increments with extra rows on the store, then invalidates the groups of the key
+// and of the extra rows; it fails with errors.ErrUnsupported, writing nothing, when the store's
+// table is not a zen.Carrier.
+func (t *Table) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
+	c, ok := t.inner.(zen.Carrier)
+	if !ok {
+		return 0, fmt.Errorf("zencache %s: increment with extra rows: %w", t.name, errors.ErrUnsupported)
+	}
+	n, err := c.IncrementWith(ctx, key, delta, extra)
+	if ierr := t.invalidate(ctx, withExtra(key, extra)...); ierr != nil && err == nil {
+		return 0, ierr
+	}
+	return n, err
+}
+
+// withExtra is key and the keys of extra.
+func withExtra(key []byte, extra []zen.Mutation) [][]byte {
+	keys := make([][]byte, 0, 1+len(extra))
+	keys = append(keys, key)
+	for _, m := range extra {
+		keys = append(keys, m.Key)
+	}
+	return keys
+}
+
 // Apply writes to the store, then invalidates the groups touched.
 func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 	if err := t.inner.Apply(ctx, muts); err != nil {
@@ -436,18 +515,7 @@ func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (b
 
 // CheckAndSetMany runs on the store (one call where it supports it), then invalidates.
 func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
-	var res []bool
-	var err error
-	if cb, ok := t.inner.(zen.CondBatcher); ok {
-		res, err = cb.CheckAndSetMany(ctx, conds)
-	} else {
-		res = make([]bool, len(conds))
-		for i, c := range conds {
-			if res[i], err = t.inner.CheckAndSet(ctx, c.Key, c.Expected, c.Value); err != nil {
-				break
-			}
-		}
-	}
+	res, err := zen.CheckAndSetMany(ctx, t.inner, conds)
 	keys := make([][]byte, 0, len(conds))
 	for i, c := range conds {
 		if err != nil || res[i] {

@@ -85,9 +85,12 @@ type Options struct {
 	Replicated bool
 }
 
+// DefaultTablePrefix is Options.TablePrefix's default.
+const DefaultTablePrefix = "smartfeed_"
+
 func (o *Options) defaults() error {
 	if o.TablePrefix == "" {
-		o.TablePrefix = "smartfeed_"
+		o.TablePrefix = DefaultTablePrefix
 	}
 	if o.Family == "" {
 		o.Family = "f"

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
@@ -185,28 +186,22 @@ func New(stores map[string]zen.Store, maps Maps, o Options) (*Mover, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
 	}
+	f := promauto.With(o.Registerer)
 	mv := &Mover{stores: stores, maps: maps, o: o, log: o.Logger, met: metrics{
-		copied: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_rows_copied_total",
+		copied: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_rows_copied_total",
 			Help: "Rows a shard move wrote to its target (all passes)."}),
-		deleted: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_rows_deleted_total",
+		deleted: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_rows_deleted_total",
 			Help: "Rows a shard move deleted from its target because the source no longer had them."}),
-		passes: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_passes_total",
+		passes: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_passes_total",
 			Help: "Copy and catch-up passes of shard moves, the final pass under the fence included."}),
-		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_pass_retries_total",
+		retries: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_shardmove_pass_retries_total",
 			Help: "Catch-up passes of shard moves run again after a failure (Options.PassRetries)."}),
-		fence: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "smartfeed_shardmove_fence_seconds",
+		fence: f.NewHistogram(prometheus.HistogramOpts{Name: "smartfeed_shardmove_fence_seconds",
 			Help:    "How long a shard move kept writes to the moving shards fenced.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
-		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_shardmove_moves_total",
+		moves: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_shardmove_moves_total",
 			Help: "Shard moves by result: switched, failed, refused (fence too long or bad plan: nothing fenced), rolled_back (fence lifted), dry_run."}, []string{"result"}),
 	}}
-	if o.Registerer != nil {
-		for _, c := range []prometheus.Collector{mv.met.copied, mv.met.deleted, mv.met.passes, mv.met.retries, mv.met.fence, mv.met.moves} {
-			if err := o.Registerer.Register(c); err != nil {
-				return nil, fmt.Errorf("zenmove: register metrics: %w", err)
-			}
-		}
-	}
 	return mv, nil
 }
 

@@ -530,7 +530,7 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 		for _, i := range groups[name] {
 			sub = append(sub, conds[i])
 		}
-		res, err := casMany(ctx, t.inner[name], sub)
+		res, err := zen.CheckAndSetMany(ctx, t.inner[name], sub)
 		if err != nil {
 			return nil, err
 		}
@@ -540,21 +540,6 @@ func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, 
 	}
 	if err := t.s.settled(nil); err != nil {
 		return nil, err
-	}
-	return out, nil
-}
-
-func casMany(ctx context.Context, tb zen.Table, conds []zen.Cond) ([]bool, error) {
-	if cb, ok := tb.(zen.CondBatcher); ok {
-		return cb.CheckAndSetMany(ctx, conds)
-	}
-	out := make([]bool, len(conds))
-	for i, c := range conds {
-		ok, err := tb.CheckAndSet(ctx, c.Key, c.Expected, c.Value)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = ok
 	}
 	return out, nil
 }

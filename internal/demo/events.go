@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -10,30 +10,32 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// pinEvent is one pin saved in the demo.
-type pinEvent struct {
+// PinEvent is one pin saved in the demo.
+type PinEvent struct {
 	Pin, Author, Board, Interest zen.ID
 	CreatedMs                    int64
 }
 
-// publisher delivers a pin event to the feeds.
-type publisher interface {
-	Publish(ctx context.Context, e pinEvent) error
+// Publisher delivers a pin event to the feeds.
+type Publisher interface {
+	Publish(ctx context.Context, e PinEvent) error
 	// Name says how events reach the pools, for the summary.
 	Name() string
 }
 
-// enqueuer is the part of *pinlater.Client the queue publisher needs.
-type enqueuer interface {
+// Enqueuer is the part of *pinlater.Client the queue Publisher needs.
+type Enqueuer interface {
 	Enqueue(ctx context.Context, t *pinlater.Task, opts ...pinlater.Option) (*pinlater.Info, error)
 }
 
-// queuePublisher enqueues a pinlater fanout task; the worker's handlers do the fanout.
-type queuePublisher struct{ q enqueuer }
+// QueuePublisher enqueues a pinlater fanout task; the worker's handlers do the fanout.
+type QueuePublisher struct{ Q Enqueuer }
 
-func (p queuePublisher) Name() string { return "pinlater fanout → worker" }
+// Name says how events reach the pools.
+func (p QueuePublisher) Name() string { return "pinlater fanout → worker" }
 
-func (p queuePublisher) Publish(ctx context.Context, e pinEvent) error {
+// Publish enqueues e's fanout task.
+func (p QueuePublisher) Publish(ctx context.Context, e PinEvent) error {
 	var interests []uint64
 	if e.Interest != 0 {
 		interests = []uint64{uint64(e.Interest)}
@@ -43,15 +45,15 @@ func (p queuePublisher) Publish(ctx context.Context, e pinEvent) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.q.Enqueue(ctx, t)
+	_, err = p.Q.Enqueue(ctx, t)
 	return err
 }
 
 // pinMaker creates the demo's pins in the graph: the pin object on its board's shard and the
 // user→pins, board→pins (+ pin→boards) and pin→interests (+ interest→pins) edges.
 type pinMaker struct {
-	g     graphWriter
-	graph demoGraph
+	g     GraphWriter
+	graph Graph
 	r     *rand.Rand
 	now   func() time.Time
 	// lazy: the pin's event is published through an outbox row in the graph's log, written
@@ -60,7 +62,7 @@ type pinMaker struct {
 	lazy bool
 }
 
-func (m *pinMaker) next(ctx context.Context) (pinEvent, error) {
+func (m *pinMaker) next(ctx context.Context) (PinEvent, error) {
 	i := m.r.IntN(len(m.graph.Users))
 	author := m.graph.Users[i]
 	var board, interest zen.ID
@@ -77,7 +79,7 @@ func (m *pinMaker) next(ctx context.Context) (pinEvent, error) {
 	pin, err := m.g.Create(ctx, zen.TypePin, board, map[string]any{"author": author.String(), "board": board.String(),
 		"title": fmt.Sprintf("pin by %s at %s", author, now.Format(time.TimeOnly))})
 	if err != nil {
-		return pinEvent{}, fmt.Errorf("create pin: %w", err)
+		return PinEvent{}, fmt.Errorf("create pin: %w", err)
 	}
 	edges := []zen.Edge{{From: author, Type: zen.EdgeUserPins, To: pin.ID}}
 	if board != 0 {
@@ -87,9 +89,9 @@ func (m *pinMaker) next(ctx context.Context) (pinEvent, error) {
 		edges = append(edges, zen.Edge{From: pin.ID, Type: zen.EdgePinInterests, To: interest})
 	}
 	for _, e := range edges {
-		if err := addBoth(ctx, m.g, e); err != nil {
-			return pinEvent{}, fmt.Errorf("pin edges: %w", err)
+		if err := AddBoth(ctx, m.g, e); err != nil {
+			return PinEvent{}, fmt.Errorf("pin edges: %w", err)
 		}
 	}
-	return pinEvent{Pin: pin.ID, Author: author, Board: board, Interest: interest, CreatedMs: now.UnixMilli()}, nil
+	return PinEvent{Pin: pin.ID, Author: author, Board: board, Interest: interest, CreatedMs: now.UnixMilli()}, nil
 }

@@ -1,4 +1,4 @@
-package main
+package shardadmin
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 // is refused, and a wait that outlives its context says the recovery is still running.
 func TestShardAdminLockWaitsForRecovery(t *testing.T) {
 	t.Run("recovery", func(t *testing.T) {
-		var s shardAdmin
+		var s Server
 		s.recovering.Store(true)
 		s.mu.Lock()
 		got := make(chan error, 1)
@@ -40,14 +40,14 @@ func TestShardAdminLockWaitsForRecovery(t *testing.T) {
 		}
 	})
 	t.Run("move", func(t *testing.T) {
-		var s shardAdmin
+		var s Server
 		s.mu.Lock()
 		if err := s.lock(t.Context()); status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("lock while a move runs: %v, want FailedPrecondition", err)
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {
-		var s shardAdmin
+		var s Server
 		s.recovering.Store(true)
 		s.mu.Lock()
 		ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// demoGraph is the synthetic graph of the demo, kept in graph.json beside the data so the next
+// Graph is the synthetic graph of the demo, kept in graph.json beside the data so the next
 // run reuses it.
-type demoGraph struct {
+type Graph struct {
 	Users     []zen.ID   `json:"users"`
 	Boards    [][]zen.ID `json:"boards"` // per user, same index as Users
 	Interests []zen.ID   `json:"interests"`
@@ -25,18 +25,19 @@ type demoGraph struct {
 	Follows int `json:"follows"`
 }
 
-// demoGraphSpec sizes the synthetic graph.
-type demoGraphSpec struct {
+// GraphSpec sizes the synthetic graph.
+type GraphSpec struct {
 	Users, BoardsPerUser, Interests, FollowsPerUser int
 	Seed                                            uint64
 }
 
-const demoGraphFile = "graph.json"
+// GraphFile is the file in the data directory that keeps the graph for the next run.
+const GraphFile = "graph.json"
 
-// loadDemoGraph reads graph.json from dir; ok is false when there is none.
-func loadDemoGraph(dir string) (demoGraph, bool, error) {
-	var g demoGraph
-	b, err := os.ReadFile(filepath.Join(dir, demoGraphFile))
+// LoadGraph reads graph.json from dir; ok is false when there is none.
+func LoadGraph(dir string) (Graph, bool, error) {
+	var g Graph
+	b, err := os.ReadFile(filepath.Join(dir, GraphFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return g, false, nil
 	}
@@ -44,35 +45,36 @@ func loadDemoGraph(dir string) (demoGraph, bool, error) {
 		return g, false, fmt.Errorf("read demo graph: %w", err)
 	}
 	if err := json.Unmarshal(b, &g); err != nil {
-		return g, false, fmt.Errorf("parse demo graph %s: %w", filepath.Join(dir, demoGraphFile), err)
+		return g, false, fmt.Errorf("parse demo graph %s: %w", filepath.Join(dir, GraphFile), err)
 	}
 	if len(g.Users) == 0 || len(g.Boards) != len(g.Users) || g.Showcase == 0 {
-		return g, false, fmt.Errorf("demo graph %s is incomplete; delete it to rebuild", filepath.Join(dir, demoGraphFile))
+		return g, false, fmt.Errorf("demo graph %s is incomplete; delete it to rebuild", filepath.Join(dir, GraphFile))
 	}
 	return g, true, nil
 }
 
-func (g demoGraph) save(dir string) error {
+// Save writes g to GraphFile in dir.
+func (g Graph) Save(dir string) error {
 	b, err := json.MarshalIndent(g, "", " ")
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, demoGraphFile+".tmp")
+	tmp := filepath.Join(dir, GraphFile+".tmp")
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return fmt.Errorf("write demo graph: %w", err)
 	}
-	return os.Rename(tmp, filepath.Join(dir, demoGraphFile))
+	return os.Rename(tmp, filepath.Join(dir, GraphFile))
 }
 
-// graphWriter is the part of *zen.Graph the demo writes through.
-type graphWriter interface {
+// GraphWriter is the part of *zen.Graph the demo writes through.
+type GraphWriter interface {
 	Create(ctx context.Context, t zen.Type, near zen.ID, data map[string]any) (zen.Object, error)
 	AddEdge(ctx context.Context, e zen.Edge) error
 	AddInverse(ctx context.Context, e zen.Edge) error
 }
 
-// addBoth writes an edge and, when its type has one, its inverse.
-func addBoth(ctx context.Context, g graphWriter, e zen.Edge) error {
+// AddBoth writes an edge and, when its type has one, its inverse.
+func AddBoth(ctx context.Context, g GraphWriter, e zen.Edge) error {
 	if err := g.AddEdge(ctx, e); err != nil {
 		return err
 	}
@@ -82,14 +84,14 @@ func addBoth(ctx context.Context, g graphWriter, e zen.Edge) error {
 	return nil
 }
 
-// buildDemoGraph creates users, boards and interests, then follows: each user follows
+// BuildGraph creates users, boards and interests, then follows: each user follows
 // FollowsPerUser users drawn from a Zipf law over the users (so followers are power-law
 // distributed: a few users have very many), one board of a followed user and two interests.
 // progress is called with (done, total) steps.
-func buildDemoGraph(ctx context.Context, g graphWriter, spec demoGraphSpec, progress func(done, total int)) (demoGraph, error) {
+func BuildGraph(ctx context.Context, g GraphWriter, spec GraphSpec, progress func(done, total int)) (Graph, error) {
 	r := rand.New(rand.NewPCG(spec.Seed, spec.Seed^0x9e3779b97f4a7c15))
 	n := spec.Users
-	out := demoGraph{Users: make([]zen.ID, n), Boards: make([][]zen.ID, n), Interests: make([]zen.ID, spec.Interests)}
+	out := Graph{Users: make([]zen.ID, n), Boards: make([][]zen.ID, n), Interests: make([]zen.ID, spec.Interests)}
 	total := n*(1+spec.BoardsPerUser) + spec.Interests + n
 	done := 0
 	step := func() {
@@ -118,7 +120,7 @@ func buildDemoGraph(ctx context.Context, g graphWriter, spec demoGraphSpec, prog
 			if err != nil {
 				return out, fmt.Errorf("create board: %w", err)
 			}
-			if err := addBoth(ctx, g, zen.Edge{From: u.ID, Type: zen.EdgeUserBoards, To: b.ID}); err != nil {
+			if err := AddBoth(ctx, g, zen.Edge{From: u.ID, Type: zen.EdgeUserBoards, To: b.ID}); err != nil {
 				return out, fmt.Errorf("user boards: %w", err)
 			}
 			out.Boards[i] = append(out.Boards[i], b.ID)
@@ -137,7 +139,7 @@ func buildDemoGraph(ctx context.Context, g graphWriter, spec demoGraphSpec, prog
 				continue
 			}
 			follows[j] = true
-			if err := addBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsUser, To: out.Users[j]}); err != nil {
+			if err := AddBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsUser, To: out.Users[j]}); err != nil {
 				return out, fmt.Errorf("follow user: %w", err)
 			}
 			out.Follows++
@@ -145,7 +147,7 @@ func buildDemoGraph(ctx context.Context, g graphWriter, spec demoGraphSpec, prog
 		if len(follows) > 0 && spec.BoardsPerUser > 0 {
 			for j := range follows {
 				b := out.Boards[j][r.IntN(len(out.Boards[j]))]
-				if err := addBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsBoard, To: b}); err != nil {
+				if err := AddBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsBoard, To: b}); err != nil {
 					return out, fmt.Errorf("follow board: %w", err)
 				}
 				out.Follows++
@@ -154,7 +156,7 @@ func buildDemoGraph(ctx context.Context, g graphWriter, spec demoGraphSpec, prog
 		}
 		for range min(2, spec.Interests) {
 			in := out.Interests[r.IntN(spec.Interests)]
-			if err := addBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsInterest, To: in}); err != nil {
+			if err := AddBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsInterest, To: in}); err != nil {
 				return out, fmt.Errorf("follow interest: %w", err)
 			}
 			out.Follows++
