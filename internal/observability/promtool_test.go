@@ -1,10 +1,12 @@
 package observability
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +86,29 @@ func TestEveryAlertTestedAndDocumented(t *testing.T) {
 		if !regexp.MustCompile(`(?m)^#### ` + name + `$`).Match(docs) {
 			t.Errorf("%s: docs/operations.md has no runbook entry (a heading \"#### %s\")", name, name)
 		}
+	}
+}
+
+// TestDashboardQueriesParse has promtool parse every dashboard expression: each becomes a
+// recording rule of a throwaway rules file (Grafana's $__rate_interval as 5m, $namespace as
+// .*), which promtool check rules must accept.
+func TestDashboardQueriesParse(t *testing.T) {
+	pt := promtool(t)
+	exprs, err := DashboardExprs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("groups:\n  - name: dashboards\n    rules:\n")
+	for i, e := range exprs {
+		q := strings.NewReplacer("$__rate_interval", "5m", "$namespace", ".*").Replace(e.Query)
+		fmt.Fprintf(&b, "      # %s\n      - record: dashboard:expr%d\n        expr: %s\n", e.Where, i, strconv.Quote(q))
+	}
+	file := filepath.Join(t.TempDir(), "dashboards.yaml")
+	if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(pt, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules on the dashboards' %d expressions: %v\n%s", len(exprs), err, out)
 	}
 }
