@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/smartfeed/smartfeed/feedsvc"
@@ -134,22 +135,36 @@ func (l graphLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool
 // (feedsvc.DeletedSet): a pin is live unless its deletion was logged, one point read of the log
 // per call instead of a read of every pin. A user (GetFeed's check that the reader exists) must
 // also be an object of the graph (graphLiveness): the set names deleted users, not absent ones.
+// Objects are never removed, only soft-deleted (which the set sees), so a user found once is
+// remembered (up to maxKnownUsers) and not read again.
 type setLiveness struct {
 	set *feedsvc.DeletedSet
 	g   *zen.Graph
+
+	mu    sync.Mutex
+	known map[zen.ID]struct{}
 }
 
-func (l setLiveness) Live(ctx context.Context, ids []zen.ID) (map[zen.ID]bool, error) {
+// maxKnownUsers bounds the users setLiveness remembers as existing (past it, it starts over).
+const maxKnownUsers = 1 << 20
+
+func newSetLiveness(set *feedsvc.DeletedSet, g *zen.Graph) *setLiveness {
+	return &setLiveness{set: set, g: g, known: map[zen.ID]struct{}{}}
+}
+
+func (l *setLiveness) Live(ctx context.Context, ids []zen.ID) (map[zen.ID]bool, error) {
 	live, err := l.set.Live(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
 	var users []zen.ID
+	l.mu.Lock()
 	for _, id := range ids {
-		if live[id] && id.Type() == zen.TypeUser {
+		if _, ok := l.known[id]; !ok && live[id] && id.Type() == zen.TypeUser {
 			users = append(users, id)
 		}
 	}
+	l.mu.Unlock()
 	if len(users) == 0 {
 		return live, nil
 	}
@@ -157,10 +172,17 @@ func (l setLiveness) Live(ctx context.Context, ids []zen.ID) (map[zen.ID]bool, e
 	if err != nil {
 		return nil, err
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, u := range users {
 		if !exist[u] {
 			delete(live, u)
+			continue
 		}
+		if len(l.known) >= maxKnownUsers {
+			clear(l.known)
+		}
+		l.known[u] = struct{}{}
 	}
 	return live, nil
 }
@@ -362,7 +384,7 @@ var (
 	_ feedsvc.Liveness      = remoteGenerator{}
 	_ generator.Liveness    = graphLiveness{}
 	_ feedsvc.Liveness      = graphLiveness{}
-	_ feedsvc.Liveness      = setLiveness{}
+	_ feedsvc.Liveness      = (*setLiveness)(nil)
 	_ feedsvc.Activity      = (*worker.Worker)(nil)
 	_ feedsvc.InFlight      = localGenerator{}
 	_ feedsvc.InFlight      = remoteGenerator{}
