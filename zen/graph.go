@@ -33,6 +33,8 @@ const (
 const (
 	counterAlloc byte = 'a' // per-(shard, type) local-ID allocator: key ID(shard, type, 0) | 'a'
 	counterEdges byte = 'e' // per-(from, edge type) edge count: key from | 'e' | type
+	// counterDeletions: the deletion log (deletions.go): key 0 | 'x' | n.
+	counterDeletions byte = 'x'
 )
 
 // Graph stores objects and edges over a Store: tables "objects" (id -> version|JSON), "edges"
@@ -489,8 +491,14 @@ func (g *Graph) Update(ctx context.Context, id ID, fn func(data map[string]any) 
 
 // Delete soft-deletes the object (sets "active" to false). Deleting a deleted object succeeds;
 // an absent one gives ErrNotFound.
+//
+// The deletion is logged (DeletionsAfter) before the object is written, so once Delete returns
+// every reader of the log knows of it.
 func (g *Graph) Delete(ctx context.Context, id ID) error {
 	_, err := g.Update(ctx, id, func(d map[string]any) error {
+		if err := g.logDeletion(ctx, id); err != nil {
+			return err
+		}
 		d["active"] = false
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/smartfeed/smartfeed/feedsvc"
@@ -73,13 +74,73 @@ func (l graphLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool
 	return out, nil
 }
 
+// setLiveness answers feedsvc.Liveness for the feed service from the deletion log's set
+// (feedsvc.DeletedSet): a pin is live unless its deletion was logged, one point read of the log
+// per call instead of a read of every pin. A user (GetFeed's check that the reader exists) must
+// also be an object of the graph (graphLiveness): the set names deleted users, not absent ones.
+// Objects are never removed, only soft-deleted (which the set sees), so a user found once is
+// remembered (up to maxKnownUsers) and not read again.
+type setLiveness struct {
+	set *feedsvc.DeletedSet
+	g   *zen.Graph
+
+	mu    sync.Mutex
+	known map[zen.ID]struct{}
+}
+
+// maxKnownUsers bounds the users setLiveness remembers as existing (past it, it starts over).
+const maxKnownUsers = 1 << 20
+
+func newSetLiveness(set *feedsvc.DeletedSet, g *zen.Graph) *setLiveness {
+	return &setLiveness{set: set, g: g, known: map[zen.ID]struct{}{}}
+}
+
+func (l *setLiveness) Live(ctx context.Context, ids []zen.ID) (map[zen.ID]bool, error) {
+	live, err := l.set.Live(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var users []zen.ID
+	l.mu.Lock()
+	for _, id := range ids {
+		if _, ok := l.known[id]; !ok && live[id] && id.Type() == zen.TypeUser {
+			users = append(users, id)
+		}
+	}
+	l.mu.Unlock()
+	if len(users) == 0 {
+		return live, nil
+	}
+	exist, err := graphLiveness{l.g}.Live(ctx, users)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, u := range users {
+		if !exist[u] {
+			delete(live, u)
+			continue
+		}
+		if len(l.known) >= maxKnownUsers {
+			clear(l.known)
+		}
+		l.known[u] = struct{}{}
+	}
+	return live, nil
+}
+
 // graphEligibility answers feedsvc.Eligibility and generator.Eligibility from the graph's
 // follow edges: a following item stays while the user follows its author or its board (the
 // worker's unfollow cleanup keeps a pool entry on the same terms), an interest item while the
 // user follows one of the pin's interests (up to maxPinInterests of them); other sources stay.
 // One scan of each interest item's interests, then one batched point read of every follow edge
-// asked. For the feed service it names the deleted pins too (graphLiveness).
-type graphEligibility struct{ g *zen.Graph }
+// asked. For the feed service it names the deleted pins too: those deleted names, or, without
+// it, those graphLiveness finds deleted.
+type graphEligibility struct {
+	g       *zen.Graph
+	deleted feedsvc.Liveness
+}
 
 // maxPinInterests bounds the interests of one pin read for the check (a pin has up to 64).
 const maxPinInterests = 64
@@ -105,7 +166,11 @@ func (e graphEligibility) Removed(ctx context.Context, user zen.ID, items []feed
 	if len(pins) == 0 {
 		return out, nil
 	}
-	live, err := graphLiveness(e).Live(ctx, pins)
+	var lv feedsvc.Liveness = graphLiveness{e.g}
+	if e.deleted != nil {
+		lv = e.deleted
+	}
+	live, err := lv.Live(ctx, pins)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +264,7 @@ var (
 	_ generator.Eligibility = graphEligibility{}
 	_ generator.Liveness    = graphLiveness{}
 	_ feedsvc.Liveness      = graphLiveness{}
+	_ feedsvc.Liveness      = (*setLiveness)(nil)
 	_ feedsvc.Activity      = (*worker.Worker)(nil)
 	_ feedsvc.InFlight      = localGenerator{}
 )

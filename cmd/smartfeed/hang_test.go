@@ -187,8 +187,15 @@ func TestHangOnsetConcurrentFeed(t *testing.T) {
 	}
 	defer a.faults[0].Set(faults.Config{})
 	hung := run(calls)
-	after := hedgeCounts(t, a)
 	pol := a.hedger.Policy()
+	// The breaker judges the slow rate over the last BreakerInterval, which still holds the
+	// healthy reads just made: the hang opens it once they are outnumbered, which takes longer
+	// than the calls above when those are quick. Keep the primary hung and the calls coming,
+	// for up to two intervals, until it does.
+	for end := time.Now().Add(2 * pol.BreakerInterval); a.hedger.BreakerState() == hedge.BreakerClosed && time.Now().Before(end); {
+		run(callers)
+	}
+	after := hedgeCounts(t, a)
 	p99 := func(d []time.Duration) time.Duration { return d[len(d)*99/100] }
 	target := cutoff + p99(onStandby) + 50*time.Millisecond
 	d := func(k string) int { return int(after[k] - before[k]) }

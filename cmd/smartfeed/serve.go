@@ -229,6 +229,7 @@ type app struct {
 	router     *zenroute.Store
 	shardAdmin *shardadmin.Server
 	graph      *zen.Graph
+	delLog     *zen.Graph // the graph past the join cache: the feed reads the deletion log through it
 	pools      *zen.Pools
 	gen        *generator.Generator
 	worker     *worker.Worker
@@ -352,6 +353,12 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		if a.graph, err = zen.NewGraph(ctx, graphStore, nil, nil); err != nil {
 			return nil, fmt.Errorf("graph: %w", err)
 		}
+		a.delLog = a.graph
+		if graphStore != zstore {
+			if a.delLog, err = zen.NewGraph(ctx, zstore, nil, nil); err != nil {
+				return nil, fmt.Errorf("graph: %w", err)
+			}
+		}
 		if err := a.buildShardWatch(ctx); err != nil {
 			return nil, err
 		}
@@ -424,7 +431,7 @@ func (a *app) buildGenerator(ctx context.Context) error {
 	}
 	a.gen, err = generator.New(generator.Params{Pools: a.pools, State: state, Config: &gc,
 		Logger: a.log.Named("generator"), Registerer: a.reg, Liveness: graphLiveness{a.graph},
-		Eligibility: graphEligibility{a.graph}})
+		Eligibility: graphEligibility{g: a.graph}})
 	if err != nil {
 		return fmt.Errorf("generator: %w", err)
 	}
@@ -597,8 +604,10 @@ func (a *app) buildFeed(ctx context.Context) error {
 	// feed process with a remote generator, the generator process's, through its CheckPins.
 	switch {
 	case a.graph != nil:
-		deps.Liveness = graphLiveness{a.graph}
-		deps.Eligibility = graphEligibility{a.graph}
+		// Deleted pins are known from the graph's deletion log (a.delLog: past the cache).
+		deleted := newSetLiveness(feedsvc.NewDeletedSet(a.delLog), a.graph)
+		deps.Liveness = deleted
+		deps.Eligibility = graphEligibility{g: a.graph, deleted: deleted}
 	case remote != nil:
 		deps.Liveness, deps.Eligibility = *remote, *remote
 	}

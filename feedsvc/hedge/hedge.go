@@ -216,13 +216,14 @@ const (
 	ReasonBreaker = "breaker"
 )
 
-// ReadFunc is one read against one store. It must honour ctx: a cancelled loser must return.
+// ReadFunc is one read against one store. It must honour ctx: a cancelled loser must return
+// promptly. The primary read runs on Do's caller's goroutine, so a primary read that ignores its
+// context holds the call (past its deadline and a standby's answer) until it returns.
 type ReadFunc[T any] func(ctx context.Context) (T, error)
 
 type result[T any] struct {
 	v    T
 	err  error
-	from Store
 	took time.Duration
 }
 
@@ -242,19 +243,16 @@ type result[T any] struct {
 // spending no budget (Reason "breaker"); otherwise it hedges if the budget allows, and if the
 // budget refuses it keeps waiting on the primary while watching the breaker, and reads the
 // standby the moment the primary looks hung. At the onset of a hang such a call waits about the
-// cutoff plus one standby read (for a hedged read to lose), not the primary timeout. Until the
-// cutoff none of this costs anything.
+// cutoff plus one standby read (for a hedged read to lose), not the primary timeout.
+//
+// Until the cutoff none of this costs anything: the primary is read on the caller's goroutine,
+// and only a timer waits for the cutoff. The standby read starts on a goroutine of its own when
+// the timer fires (or, after a primary error, on the caller's); when it wins, the primary's
+// context is cancelled and Do returns as soon as the primary read does. A read that ignores
+// its context therefore holds the call until it returns (ReadFunc).
 func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T, Outcome, error) {
 	p := h.Policy()
 	h.m.calls.Inc()
-	if p.PrimaryTimeout > 0 {
-		inner := primary
-		primary = func(ctx context.Context) (T, error) {
-			ctx, cancel := context.WithTimeout(ctx, p.PrimaryTimeout)
-			defer cancel()
-			return inner(ctx)
-		}
-	}
 	began := h.now() // on the breaker's clock
 	rt := h.br.route(p, began)
 	h.sched() // keeps the scheduling latency current (a clock read between its samples)
@@ -280,150 +278,234 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 		warm(ctx, h, standby)
 	}
 
-	var out Outcome
-	var zero T
-	results := make(chan result[T], 2)
-	run := func(ctx context.Context, s Store, f ReadFunc[T]) {
-		start := time.Now()
-		v, err := f(ctx)
-		results <- result[T]{v: v, err: err, from: s, took: time.Since(start)}
+	var pctx context.Context
+	var pcancel context.CancelFunc
+	if p.PrimaryTimeout > 0 {
+		pctx, pcancel = context.WithTimeout(ctx, p.PrimaryTimeout)
+	} else {
+		pctx, pcancel = context.WithCancel(ctx)
 	}
-	pctx, pcancel := context.WithCancel(ctx)
 	defer pcancel()
-	sctx, scancel := context.WithCancel(ctx)
-	defer scancel()
-	start := time.Now()
-	go run(pctx, Primary, primary)
-	pending, standbyStarted, primaryDone := 1, false, false
-	startStandby := func(reason string) {
-		standbyStarted, out.Hedged, out.Reason = true, true, reason
-		pending++
-		h.m.issued.WithLabelValues(reason).Inc()
-		go run(sctx, Standby, standby)
+	c := &call[T]{h: h, p: p, ctx: ctx, rt: rt, began: began, start: time.Now(), standby: standby, pcancel: pcancel,
+		horizon: p.PrimaryTimeout}
+	if c.horizon == 0 {
+		c.horizon = p.Max
 	}
-
 	// The cutoff hedge may not spend the last half of the budget: that reserve is kept for the
 	// calls still outstanding at Max, which are the likeliest to be stuck (gRPC's throttling
 	// stops hedges at half its tokens in the same spirit). A call refused at the cutoff gets
 	// a second chance at Max.
-	var timer <-chan time.Time
-	var t *time.Timer
 	d, on := h.cutoff(p)
-	secondChance := on && d < p.Max
 	if on {
-		t = time.NewTimer(d)
-		defer t.Stop()
-		timer = t.C
+		c.d, c.secondChance = d, d < p.Max
+		c.mu.Lock()
+		c.t = time.AfterFunc(d, c.fire)
+		c.mu.Unlock()
 	}
-	// A call past its cutoff with its hedge refused watches the breaker: woken at each bad
-	// verdict or state change, it goes to the standby as soon as the primary looks hung.
-	var watch <-chan struct{}
-	horizon := p.PrimaryTimeout
-	if horizon == 0 {
-		horizon = p.Max
+
+	pv, perr := primary(pctx)
+	took := time.Since(c.start)
+
+	c.mu.Lock()
+	c.primaryDone = true
+	if c.stopWatch != nil {
+		close(c.stopWatch)
 	}
-	var errs []error
-	for pending > 0 {
-		select {
-		case <-ctx.Done():
-			return zero, out, ctx.Err()
-		case <-watch:
-			watch = nil
-			if standbyStarted || primaryDone {
-				continue
-			}
-			sick, ch := h.br.sick(began, horizon)
-			if sick {
-				startStandby(ReasonBreaker)
-				continue
-			}
-			watch = ch
-		case <-timer:
-			timer = nil
-			if standbyStarted || primaryDone {
-				continue
-			}
-			if rt == routeProbe {
-				startStandby(ReasonCutoff)
-				continue
-			}
-			sick, ch := h.br.sick(began, horizon)
-			if sick {
-				startStandby(ReasonBreaker)
-				continue
-			}
-			reserve := 0.0
-			if secondChance {
-				reserve = math.Floor(p.BudgetBurst / 2)
-			}
-			if !h.spend(reserve) {
-				out.BudgetExhausted = true
-				h.m.exhausted.Inc()
-				if secondChance {
-					secondChance = false
-					t.Reset(p.Max - d)
-					timer = t.C
-				}
-				if p.BreakerFailures > 0 {
-					watch = ch
-				}
-				continue
-			}
-			startStandby(ReasonCutoff)
-		case r := <-results:
-			pending--
-			h.m.latency.WithLabelValues(r.from.String()).Observe(r.took.Seconds())
-			if r.from == Primary {
-				primaryDone = true
-				if r.err == nil {
-					h.win.add(r.took)
-				}
-				if ctx.Err() == nil {
-					v := good
-					switch {
-					case r.err != nil:
-						v = failed
-					case r.took > p.Max && !h.excused(p.Max):
-						v = slow
-					}
-					record(v)
-				}
-			}
-			if r.err == nil {
-				out.From = r.from
-				if r.from == Standby {
-					h.m.won.Inc()
-					if !primaryDone {
-						// The primary loses: record how long it had run, a lower bound on its
-						// latency, so a stuck primary still pushes the percentile up.
-						h.win.add(time.Since(start))
-						// The loss counts against the primary only when the standby answered
-						// within the cutoff itself: then the primary was the slow one. A standby
-						// as slow as that shares the trouble (a process short of processors, both
-						// stores behind one loaded server), and opening the breaker would gain
-						// nothing and cost the pages their fresh chunks; a primary that hangs
-						// meanwhile still opens it through its PrimaryTimeout failures. A probe's
-						// loss counts whatever the standby took: it is the probe's verdict.
-						if rt == routeProbe || r.took <= d {
-							record(slow)
-						}
-					}
-				}
-				return r.v, out, nil
-			}
-			errs = append(errs, fmt.Errorf("%s: %w", r.from, r.err))
-			if r.from == Primary {
-				out.PrimaryErr = r.err
-				if !standbyStarted && ctx.Err() == nil {
-					startStandby(ReasonError)
-				}
-			}
+	out, won, lost, sres, scancel := c.out, c.won, c.lost, c.sres, c.scancel
+	c.mu.Unlock()
+	if c.t != nil {
+		c.t.Stop()
+	}
+	if scancel != nil {
+		defer scancel()
+	}
+	var zero T
+	if won {
+		// The standby answered first and cancelled the primary, whose answer is dropped.
+		r := <-sres
+		h.m.latency.WithLabelValues(Standby.String()).Observe(r.took.Seconds())
+		h.m.won.Inc()
+		// The primary lost: record how long it had run, a lower bound on its latency, so a
+		// stuck primary still pushes the percentile up. The loss counts against the primary
+		// only when the standby answered within the cutoff itself: then the primary was the
+		// slow one. A standby as slow as that shares the trouble (a process short of
+		// processors, both stores behind one loaded server), and opening the breaker would
+		// gain nothing and cost the pages their fresh chunks; a primary that hangs meanwhile
+		// still opens it through its PrimaryTimeout failures. A probe's loss counts whatever
+		// the standby took: it is the probe's verdict.
+		h.win.add(lost)
+		if rt == routeProbe || r.took <= d {
+			record(slow)
 		}
+		out.From = Standby
+		return r.v, out, nil
+	}
+	h.m.latency.WithLabelValues(Primary.String()).Observe(took.Seconds())
+	if perr == nil {
+		h.win.add(took)
+	}
+	if ctx.Err() == nil {
+		v := good
+		switch {
+		case perr != nil:
+			v = failed
+		case took > p.Max && !h.excused(p.Max):
+			v = slow
+		}
+		record(v)
+	}
+	if perr == nil {
+		out.From = Primary
+		return pv, out, nil
 	}
 	if err := ctx.Err(); err != nil {
 		return zero, out, err
 	}
+	out.PrimaryErr = perr
+	errs := []error{fmt.Errorf("%s: %w", Primary, perr)}
+	var r result[T]
+	if sres == nil {
+		// The primary failed before the cutoff: the standby is read here.
+		out.Hedged, out.Reason = true, ReasonError
+		h.m.issued.WithLabelValues(ReasonError).Inc()
+		start := time.Now()
+		r.v, r.err = standby(ctx)
+		r.took = time.Since(start)
+	} else {
+		select {
+		case <-ctx.Done():
+			return zero, out, ctx.Err()
+		case r = <-sres:
+		}
+	}
+	h.m.latency.WithLabelValues(Standby.String()).Observe(r.took.Seconds())
+	if r.err == nil {
+		h.m.won.Inc()
+		out.From = Standby
+		return r.v, out, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return zero, out, err
+	}
+	errs = append(errs, fmt.Errorf("%s: %w", Standby, r.err))
 	return zero, out, fmt.Errorf("%w: %w", ErrBothFailed, errors.Join(errs...))
+}
+
+// call is one Do past its routing: the caller's goroutine reads the primary while the cutoff
+// timer (and, past a refused hedge, a watch of the breaker) may start the standby read.
+type call[T any] struct {
+	h       *Hedger
+	p       Policy
+	ctx     context.Context
+	rt      route
+	began   time.Time     // on the breaker's clock
+	start   time.Time     // when the primary read began
+	d       time.Duration // the cutoff
+	horizon time.Duration // how far back the breaker's verdicts tell of a hang
+	standby ReadFunc[T]
+	pcancel context.CancelFunc
+
+	mu             sync.Mutex
+	t              *time.Timer
+	primaryDone    bool
+	secondChance   bool
+	out            Outcome            // Hedged, Reason and BudgetExhausted, set before primaryDone
+	stopWatch      chan struct{}      // closed once the primary answered: ends the breaker watch
+	sres           chan result[T]     // the standby's answer, once it was started
+	scancel        context.CancelFunc // cancels the standby read
+	won            bool               // the standby answered well before the primary
+	lost           time.Duration      // how long the primary had run when the standby won
+	standbyStarted bool
+}
+
+// fire runs when the cutoff passes with the primary still out (on the timer's goroutine).
+func (c *call[T]) fire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.primaryDone || c.standbyStarted {
+		return
+	}
+	if c.rt == routeProbe {
+		c.startStandby(ReasonCutoff)
+		return
+	}
+	sick, ch := c.h.br.sick(c.began, c.horizon)
+	if sick {
+		c.startStandby(ReasonBreaker)
+		return
+	}
+	reserve := 0.0
+	if c.secondChance {
+		reserve = math.Floor(c.p.BudgetBurst / 2)
+	}
+	if c.h.spend(reserve) {
+		c.startStandby(ReasonCutoff)
+		return
+	}
+	c.out.BudgetExhausted = true
+	c.h.m.exhausted.Inc()
+	if c.secondChance {
+		c.secondChance = false
+		c.t.Reset(c.p.Max - c.d)
+	}
+	// A call past its cutoff with its hedge refused watches the breaker: woken at each bad
+	// verdict or state change, it goes to the standby as soon as the primary looks hung.
+	if c.p.BreakerFailures > 0 && c.stopWatch == nil {
+		c.stopWatch = make(chan struct{})
+		go c.watch(ch, c.stopWatch)
+	}
+}
+
+// watch starts the standby read (Reason "breaker") once the breaker finds the primary hung,
+// unless the primary answers first (stop).
+func (c *call[T]) watch(ch <-chan struct{}, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-ch:
+		}
+		c.mu.Lock()
+		if c.primaryDone || c.standbyStarted {
+			c.mu.Unlock()
+			return
+		}
+		sick, next := c.h.br.sick(c.began, c.horizon)
+		if sick {
+			c.startStandby(ReasonBreaker)
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		ch = next
+	}
+}
+
+// startStandby starts the standby read on a goroutine of its own; a good answer before the
+// primary's wins and cancels the primary read. c.mu is held.
+func (c *call[T]) startStandby(reason string) {
+	c.standbyStarted, c.out.Hedged, c.out.Reason = true, true, reason
+	c.h.m.issued.WithLabelValues(reason).Inc()
+	sctx, scancel := context.WithCancel(c.ctx)
+	sres := make(chan result[T], 1)
+	c.sres, c.scancel = sres, scancel
+	go func() {
+		start := time.Now()
+		v, err := c.standby(sctx)
+		r := result[T]{v: v, err: err, took: time.Since(start)}
+		if err == nil {
+			c.mu.Lock()
+			if !c.primaryDone {
+				c.won, c.lost = true, time.Since(c.start)
+			}
+			won := c.won
+			c.mu.Unlock()
+			if won {
+				c.pcancel()
+			}
+		}
+		sres <- r
+	}()
 }
 
 // failover reads the standby first (the breaker is open), and the primary only if the standby

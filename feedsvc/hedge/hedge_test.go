@@ -187,20 +187,24 @@ func TestLoserIsCancelled(t *testing.T) {
 func TestContextBoundsStuckReads(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h, _ := newHedger(t, func(p *Policy) { p.Mode = ModeFixed; p.Delay = time.Millisecond })
-		// Reads that ignore their context (a broken store client); they end with the test, so
-		// goleak sees no goroutine left behind.
+		// A standby read that ignores its context (a broken store client) ends with the test, so
+		// goleak sees no goroutine left behind; the primary, read on the caller's goroutine,
+		// honours its context as ReadFunc requires.
 		release := make(chan struct{})
 		t.Cleanup(func() { close(release) })
 		stuck := func(context.Context) (string, error) { <-release; return "", errors.New("released") }
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_, _, err := Do(ctx, h, stuck, stuck)
+		_, out, err := Do(ctx, h, answer("p", time.Hour, nil), stuck)
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("err = %v, want deadline exceeded", err)
 		}
+		if !out.Hedged {
+			t.Errorf("outcome %+v: the standby was never asked", out)
+		}
 		if took := time.Since(start); took != 20*time.Millisecond {
-			t.Errorf("stuck reads held the call for %v, want the 20ms deadline", took)
+			t.Errorf("a stuck standby read held the call for %v, want the 20ms deadline", took)
 		}
 	})
 }

@@ -1,0 +1,132 @@
+package feedsvc
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenmem"
+)
+
+// graphOver opens a Graph over s: one per simulated process.
+func graphOver(t testing.TB, s zen.Store) *zen.Graph {
+	t.Helper()
+	g, err := zen.NewGraph(context.Background(), s, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// createPins creates pinID(1)…pinID(n) in g (the fake generator's pins).
+func createPins(t testing.TB, g *zen.Graph, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		o, err := g.Create(context.Background(), zen.TypePin, pinID(1), map[string]any{"title": "p"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.ID != pinID(uint64(i)) {
+			t.Fatalf("created pin %d, want %d", o.ID, pinID(uint64(i)))
+		}
+	}
+}
+
+// TestDeleteAcknowledgedIsNeverServed: two feed services (two processes: each its own graph
+// handle and DeletedSet) serve one feed; after each delete through a third graph handle (the
+// graph service) is acknowledged, neither serves the pin, although both had read the feed, and
+// so caught up with the log, just before.
+func TestDeleteAcknowledgedIsNeverServed(t *testing.T) {
+	graphStore := zenmem.New()
+	writer := graphOver(t, graphStore)
+	createPins(t, writer, 20)
+	e := newEnv(t, nil)
+	all := feedOf(t, e, 4)
+	svcs := make([]*Service, 2)
+	for i := range svcs {
+		svc, err := New(Deps{Primary: e.repl, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue,
+			Liveness: NewDeletedSet(graphOver(t, graphStore))}, e.svc.Config())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(svc.Wait)
+		svcs[i] = svc
+	}
+	deleted := map[zen.ID]bool{}
+	for _, p := range []zen.ID{pinID(3), pinID(11), pinID(20), pinID(12), pinID(1)} {
+		for _, svc := range svcs {
+			e.svc = svc
+			e.all(t, 50)
+		}
+		if err := writer.Delete(context.Background(), p); err != nil {
+			t.Fatal(err)
+		}
+		deleted[p] = true
+		want := slices.DeleteFunc(slices.Clone(all), func(p zen.ID) bool { return deleted[p] })
+		for i, svc := range svcs {
+			e.svc = svc
+			for _, size := range []int{3, 50} {
+				if diff := cmp.Diff(want, e.all(t, size)); diff != "" {
+					t.Errorf("service %d, page size %d, after deleting %d: feed (-want +got):\n%s", i, size, p, diff)
+				}
+			}
+		}
+	}
+}
+
+// TestDeletedSetRacesDeletes: while one graph handle deletes pins one by one, two DeletedSets
+// over their own handles answer Live without pause; no answer names as live a pin whose delete
+// was acknowledged before the call began.
+func TestDeletedSetRacesDeletes(t *testing.T) {
+	ctx := t.Context()
+	graphStore := zenmem.New()
+	writer := graphOver(t, graphStore)
+	const n = 300
+	createPins(t, writer, n)
+	all := pins(1, n)
+	var acked atomic.Int64 // pins of all[:acked] are deleted and acknowledged
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for r := range 2 {
+		set := NewDeletedSet(graphOver(t, graphStore))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for calls := 0; ; calls++ {
+				select {
+				case <-done:
+					if calls == 0 {
+						t.Errorf("reader %d never read", r)
+					}
+					return
+				default:
+				}
+				k := int(acked.Load())
+				live, err := set.Live(ctx, all)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for _, p := range all[:k] {
+					if live[p] {
+						t.Errorf("reader %d: pin %d live after its delete was acknowledged", r, p)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i, p := range all {
+		if err := writer.Delete(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		acked.Store(int64(i + 1))
+	}
+	close(done)
+	wg.Wait()
+}
