@@ -32,6 +32,9 @@ func setting(flag, field string) string {
 	return fmt.Sprintf("flag --%s, environment %s, config file key %s", flag, config.EnvName(flag), field)
 }
 
+// addProblem records a problem found at where (see setting), its message formatted as by fmt.Sprintf.
+type addProblem func(where, format string, args ...any)
+
 // startChecks returns every problem `smartfeed all` would stop at with cfg, beyond what
 // config.Validate refuses: the listeners it binds, the TLS, JWKS and admin token files it
 // reads, the exposure rules of its ports (docs/security.md), the Pebble data directory and the
@@ -41,8 +44,17 @@ func setting(flag, field string) string {
 func startChecks(cfg config.Config) []checkProblem {
 	var ps []checkProblem
 	add := func(where, f string, a ...any) { ps = append(ps, checkProblem{fmt.Sprintf(f, a...), where}) }
+	checkListeners(cfg, add)
+	checkTLS(cfg, add)
+	checkAuth(cfg, add)
+	checkAdminGRPC(cfg, add)
+	checkFiles(cfg, add)
+	return ps
+}
 
-	// The listeners: each address binds, and no two are the same.
+// checkListeners checks that each listen address is host:port, used by one listener only, and
+// can be bound (for an instant).
+func checkListeners(cfg config.Config, add addProblem) {
 	type listener struct{ addr, what, flag, field string }
 	lis := []listener{
 		{cfg.GRPC.Addr, "public gRPC", "grpc-addr", "grpc.addr"},
@@ -71,8 +83,11 @@ func startChecks(cfg config.Config) []checkProblem {
 		}
 		_ = ln.Close()
 	}
+}
 
-	// TLS: a certificate and its key together, both loadable; a client CA needs them.
+// checkTLS checks the TLS files: a certificate and its key together, both loadable; a client
+// CA (mTLS) needs them; the CA files (client, generator) load.
+func checkTLS(cfg config.Config, add addProblem) {
 	t := cfg.TLS
 	switch {
 	case t.CertFile != "" && t.KeyFile == "":
@@ -98,8 +113,11 @@ func startChecks(cfg config.Config) []checkProblem {
 			add(setting("generator-ca-file", "generator.ca_file"), "%v", err)
 		}
 	}
+}
 
-	// Authentication: the JWKS loads; an open public port has it and TLS, or --insecure.
+// checkAuth checks authentication of the public port: the JWKS loads, and a public port open to
+// the network has it and TLS, or --insecure.
+func checkAuth(cfg config.Config, add addProblem) {
 	if f := cfg.Auth.JWKSFile; f != "" {
 		if _, err := auth.NewVerifier(f, cfg.Auth.Issuer, cfg.Auth.Audience, nil); err != nil {
 			add(setting("auth-jwks-file", "auth.jwks_file"), "the JWKS cannot be loaded: %v", err)
@@ -110,13 +128,16 @@ func startChecks(cfg config.Config) []checkProblem {
 			add(setting("auth-jwks-file", "auth.jwks_file")+"; or "+setting("insecure", "auth.insecure"),
 				"the public gRPC port %s is open to the network without authentication", quote.Q(cfg.GRPC.Addr))
 		}
-		if t.CertFile == "" {
+		if cfg.TLS.CertFile == "" {
 			add(setting("tls-cert-file", "tls.cert_file")+"; or "+setting("insecure", "auth.insecure"),
 				"the public gRPC port %s is open to the network without TLS", quote.Q(cfg.GRPC.Addr))
 		}
 	}
+}
 
-	// The admin gRPC port: a token of 16 characters or more, required off loopback, with TLS.
+// checkAdminGRPC checks the admin gRPC port: a token of 16 characters or more, required off
+// loopback, with TLS.
+func checkAdminGRPC(cfg config.Config, add addProblem) {
 	if a := cfg.Admin.GRPCAddr; a != "" {
 		if f := cfg.Admin.TokenFile; f != "" {
 			b, err := os.ReadFile(f)
@@ -129,12 +150,15 @@ func startChecks(cfg config.Config) []checkProblem {
 		} else if !loopback(a) {
 			add(setting("admin-token-file", "admin.token_file"), "the admin gRPC port %s is not on loopback and has no token", quote.Q(a))
 		}
-		if !loopback(a) && t.CertFile == "" && !cfg.Auth.Insecure {
+		if !loopback(a) && cfg.TLS.CertFile == "" && !cfg.Auth.Insecure {
 			add(setting("tls-cert-file", "tls.cert_file"), "the admin gRPC port %s is not on loopback and has no TLS: its credential would travel in clear", quote.Q(a))
 		}
 	}
+}
 
-	// Storage: the Pebble directory can be created and written.
+// checkFiles checks what the stores and the generator read at start: the Pebble directory can
+// be created and written, the generator config file loads.
+func checkFiles(cfg config.Config, add addProblem) {
 	if cfg.Storage.Backend == config.BackendPebble && cfg.Storage.DataDir != "" {
 		if err := canCreateDir(cfg.Storage.DataDir); err != nil {
 			add(setting("data-dir", "storage.data_dir"), "the data directory %s cannot hold the stores: %v", quote.Q(cfg.Storage.DataDir), err)
@@ -145,7 +169,6 @@ func startChecks(cfg config.Config) []checkProblem {
 			add(setting("generator-config", "generator.config_file"), "the generator config %s: %v", quote.Q(f), err)
 		}
 	}
-	return ps
 }
 
 // canCreateDir reports why dir cannot be a directory this process writes in: a part of its

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/deployment"
 	"github.com/smartfeed/smartfeed/pinlater"
+	"github.com/smartfeed/smartfeed/zen"
 )
 
 // startDep is a dependency a server needs at start, and the address it is reached at.
@@ -153,4 +156,69 @@ func awaitDeps(ctx context.Context, deps []startDep, wait bool, log *zap.Logger,
 		}
 		pause = min(2*pause, b.Max)
 	}
+}
+
+// watchDeps pings Redis every interval until ctx is done: while it does not answer, health
+// and /readyz say not ready, and each change of state is logged once.
+func (a *app) watchDeps(ctx context.Context, every time.Duration, deps []dep) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last := "" // the dependency that was down at the last check
+	for {
+		down, why := "", ""
+		for _, d := range deps {
+			pctx, cancel := context.WithTimeout(ctx, every)
+			err := d.check(pctx)
+			cancel()
+			if err != nil {
+				down, why = d.name, err.Error()
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		a.readyMu.Lock()
+		a.depsErr = why
+		a.publishReady()
+		a.readyMu.Unlock()
+		switch {
+		case down != "" && down != last:
+			a.log.Warn("not ready: a dependency is unreachable", zap.String("dependency", down), zap.String("error", why))
+		case down == "" && last != "":
+			a.log.Info("ready again: dependencies answer", zap.String("was_down", last))
+		}
+		last = down
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// dep is a dependency readiness waits for.
+type dep struct {
+	name  string
+	check func(context.Context) error
+}
+
+// deps are the dependencies of this process's role: Redis (pinlater) and, on HBase, the main
+// store (the graph and the pools; the feed stores fail over to each other instead).
+func (a *app) deps() []dep {
+	var out []dep
+	if a.pinClient != nil {
+		out = append(out, dep{"redis", a.pinClient.Ping})
+	}
+	if a.graph != nil && a.cfg.Storage.Backend == config.BackendHBase {
+		if t, err := a.stores.table(context.Background(), storeMain, tableMeta); err == nil {
+			out = append(out, dep{"hbase main store", func(ctx context.Context) error {
+				if _, err := t.Get(ctx, deployment.IDKey); err != nil && !errors.Is(err, zen.ErrNotFound) {
+					return err
+				}
+				return nil
+			}})
+		}
+	}
+	return out
 }

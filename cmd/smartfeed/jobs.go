@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/internal/quote"
@@ -56,17 +57,9 @@ func (jc jobsConn) redis(getenv func(string) string) pinlater.RedisConfig {
 		Password: getenv(config.EnvPrefix + "REDIS_PASSWORD"), SentinelPassword: getenv(config.EnvPrefix + "REDIS_SENTINEL_PASSWORD")})
 }
 
-// newJobsCmd is "smartfeed jobs ...": operations on pinlater queues.
-func newJobsCmd(getenv func(string) string) *cobra.Command {
-	var jc jobsConn
-	cmd := &cobra.Command{
-		Use:   "jobs",
-		Short: "operate pinlater queues: queues, history, list, dead, inspect, run, archive, retry, delete, pause, resume, rate, drain",
-		Long:  jobsLong,
-		Args:  cobra.ArbitraryArgs,
-		RunE:  groupRunE,
-	}
-	pf := cmd.PersistentFlags()
+// bindFlags defines the connection flags on pf (the persistent flags of "jobs"), defaulting to
+// the servers' defaults, and hidden aliases under their old spellings (--redis, --db, --namespace).
+func (jc *jobsConn) bindFlags(pf *pflag.FlagSet) {
 	def := config.DefaultConfig().Redis
 	pf.StringVar(&jc.addr, "redis-addr", def.Addr, "pinlater Redis host:port")
 	pf.IntVar(&jc.db, "redis-db", def.DB, "pinlater Redis database")
@@ -81,6 +74,19 @@ func newJobsCmd(getenv func(string) string) *cobra.Command {
 		f.Name, f.Usage, f.Hidden, f.Shorthand = old, "old spelling of --"+name, true, ""
 		pf.AddFlag(&f)
 	}
+}
+
+// newJobsCmd is "smartfeed jobs ...": operations on pinlater queues.
+func newJobsCmd(getenv func(string) string) *cobra.Command {
+	var jc jobsConn
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "operate pinlater queues: queues, history, list, dead, inspect, run, archive, retry, delete, pause, resume, rate, drain",
+		Long:  jobsLong,
+		Args:  cobra.ArbitraryArgs,
+		RunE:  groupRunE,
+	}
+	jc.bindFlags(cmd.PersistentFlags())
 	// withAdmin runs fn with an admin of the flags' Redis and namespace.
 	withAdmin := func(fn func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {

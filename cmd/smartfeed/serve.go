@@ -44,7 +44,6 @@ import (
 	"github.com/smartfeed/smartfeed/graphsvc"
 	"github.com/smartfeed/smartfeed/graphsvc/shardadmin"
 	"github.com/smartfeed/smartfeed/internal/config"
-	"github.com/smartfeed/smartfeed/internal/deployment"
 	"github.com/smartfeed/smartfeed/internal/gcfloor"
 	"github.com/smartfeed/smartfeed/internal/quiet"
 	"github.com/smartfeed/smartfeed/internal/slowtrace"
@@ -338,26 +337,8 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 			return nil, err
 		}
 		a.pools = zen.NewPools(poolsT, nil)
-		// The graph: the worker's, and the deleted-pin filter of the generator and the feed.
-		graphStore := zstore
-		if a.cfg.Cache.Enabled {
-			rdb := redisClient(a.cfg.Redis)
-			a.conns = append(a.conns, rdb)
-			cached, err := zencache.Wrap(zstore, rdb, zencache.Options{Prefix: "zc:" + a.cfg.Redis.Namespace + ":",
-				TTL: a.cfg.Cache.TTL.D(), NegativeTTL: a.cfg.Cache.NegativeTTL.D(), Registerer: a.reg})
-			if err != nil {
-				return nil, fmt.Errorf("join cache: %w", err)
-			}
-			graphStore = cached
-		}
-		if a.graph, err = zen.NewGraph(ctx, graphStore, nil, nil); err != nil {
-			return nil, fmt.Errorf("graph: %w", err)
-		}
-		a.delLog = a.graph
-		if graphStore != zstore {
-			if a.delLog, err = zen.NewGraph(ctx, zstore, nil, nil); err != nil {
-				return nil, fmt.Errorf("graph: %w", err)
-			}
+		if err := a.buildGraph(ctx, zstore); err != nil {
+			return nil, err
 		}
 		if err := a.buildShardWatch(ctx); err != nil {
 			return nil, err
@@ -416,6 +397,34 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		a.conns = append(a.conns, a.admLis)
 	}
 	return a, nil
+}
+
+// buildGraph builds the graph over zstore (the main store, or the router over the stores):
+// the worker's, and the deleted-pin filter of the generator and the feed. With the join cache
+// on, a.graph reads through the cache and a.delLog, the deletion log's reader, reads past it.
+func (a *app) buildGraph(ctx context.Context, zstore zen.Store) error {
+	var err error
+	graphStore := zstore
+	if a.cfg.Cache.Enabled {
+		rdb := redisClient(a.cfg.Redis)
+		a.conns = append(a.conns, rdb)
+		cached, err := zencache.Wrap(zstore, rdb, zencache.Options{Prefix: "zc:" + a.cfg.Redis.Namespace + ":",
+			TTL: a.cfg.Cache.TTL.D(), NegativeTTL: a.cfg.Cache.NegativeTTL.D(), Registerer: a.reg})
+		if err != nil {
+			return fmt.Errorf("join cache: %w", err)
+		}
+		graphStore = cached
+	}
+	if a.graph, err = zen.NewGraph(ctx, graphStore, nil, nil); err != nil {
+		return fmt.Errorf("graph: %w", err)
+	}
+	a.delLog = a.graph
+	if graphStore != zstore {
+		if a.delLog, err = zen.NewGraph(ctx, zstore, nil, nil); err != nil {
+			return fmt.Errorf("graph: %w", err)
+		}
+	}
+	return nil
 }
 
 func (a *app) buildGenerator(ctx context.Context) error {
@@ -567,31 +576,9 @@ func (a *app) buildFeed(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("hedge policy: %w", err)
 	}
-	var gen feedsvc.Generator
-	var remote *genclient.Client // the generator of another process, when this one has none
-	if a.gen != nil {
-		gen = localGenerator{a.gen}
-		a.inflight = localGenerator{a.gen}
-	} else {
-		creds, err := a.generatorCreds()
-		if err != nil {
-			return fmt.Errorf("generator client: %w", err)
-		}
-		if creds == nil {
-			creds = insecure.NewCredentials()
-		}
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-		if f := a.cfg.Generator.TokenFile; f != "" {
-			opts = append(opts, grpc.WithPerRPCCredentials(&fileToken{path: f}))
-		}
-		conn, err := grpc.NewClient(a.cfg.Generator.Addr, opts...)
-		if err != nil {
-			return fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
-		}
-		a.conns = append(a.conns, conn)
-		rg := genclient.New(generatorv1.NewGeneratorServiceClient(conn), generator.MaxCheckPins)
-		remote = &rg
-		gen, a.inflight = *remote, *remote
+	gen, remote, err := a.feedGenerator()
+	if err != nil {
+		return err
 	}
 
 	fc := feedConfig(a.cfg)
@@ -628,6 +615,35 @@ func (a *app) buildFeed(ctx context.Context) error {
 		return fmt.Errorf("feedsvc: %w", err)
 	}
 	return nil
+}
+
+// feedGenerator returns the generator the feed calls for first pages, and sets a.inflight to it:
+// this process's own, or, without one, a client of the generator process at --generator-addr
+// (also returned as remote, which checks pins against that process's graph).
+func (a *app) feedGenerator() (gen feedsvc.Generator, remote *genclient.Client, err error) {
+	if a.gen != nil {
+		a.inflight = localGenerator{a.gen}
+		return localGenerator{a.gen}, nil, nil
+	}
+	creds, err := a.generatorCreds()
+	if err != nil {
+		return nil, nil, fmt.Errorf("generator client: %w", err)
+	}
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if f := a.cfg.Generator.TokenFile; f != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(&fileToken{path: f}))
+	}
+	conn, err := grpc.NewClient(a.cfg.Generator.Addr, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
+	}
+	a.conns = append(a.conns, conn)
+	rg := genclient.New(generatorv1.NewGeneratorServiceClient(conn), generator.MaxCheckPins)
+	a.inflight = rg
+	return rg, &rg, nil
 }
 
 func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
@@ -1039,71 +1055,6 @@ func (a *app) shutdown(ctx context.Context, stopBG context.CancelFunc) error {
 		step("slow traces", func() error { a.slow.Close(); a.slow = nil; return nil })
 	}
 	return errors.Join(errs...)
-}
-
-// watchDeps pings Redis every interval until ctx is done: while it does not answer, health
-// and /readyz say not ready, and each change of state is logged once.
-func (a *app) watchDeps(ctx context.Context, every time.Duration, deps []dep) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	last := "" // the dependency that was down at the last check
-	for {
-		down, why := "", ""
-		for _, d := range deps {
-			pctx, cancel := context.WithTimeout(ctx, every)
-			err := d.check(pctx)
-			cancel()
-			if err != nil {
-				down, why = d.name, err.Error()
-				break
-			}
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		a.readyMu.Lock()
-		a.depsErr = why
-		a.publishReady()
-		a.readyMu.Unlock()
-		switch {
-		case down != "" && down != last:
-			a.log.Warn("not ready: a dependency is unreachable", zap.String("dependency", down), zap.String("error", why))
-		case down == "" && last != "":
-			a.log.Info("ready again: dependencies answer", zap.String("was_down", last))
-		}
-		last = down
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// dep is a dependency readiness waits for.
-type dep struct {
-	name  string
-	check func(context.Context) error
-}
-
-// deps are the dependencies of this process's role: Redis (pinlater) and, on HBase, the main
-// store (the graph and the pools; the feed stores fail over to each other instead).
-func (a *app) deps() []dep {
-	var out []dep
-	if a.pinClient != nil {
-		out = append(out, dep{"redis", a.pinClient.Ping})
-	}
-	if a.graph != nil && a.cfg.Storage.Backend == config.BackendHBase {
-		if t, err := a.stores.table(context.Background(), storeMain, tableMeta); err == nil {
-			out = append(out, dep{"hbase main store", func(ctx context.Context) error {
-				if _, err := t.Get(ctx, deployment.IDKey); err != nil && !errors.Is(err, zen.ErrNotFound) {
-					return err
-				}
-				return nil
-			}})
-		}
-	}
-	return out
 }
 
 // waitCtx runs fn and waits for it until ctx is done.

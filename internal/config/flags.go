@@ -55,18 +55,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.Storage.ShardMap.ZK, "shard-map-zk", c.Storage.ShardMap.ZK, "ZooKeeper quorum holding the live shard map (empty: none)")
 	s(&c.Storage.ShardMap.ZKPath, "shard-map-zk-path", c.Storage.ShardMap.ZKPath, "znode of the live shard map")
 	s(&c.Storage.Stores, "stores", c.Storage.Stores, "extra stores shard ranges may live on: NAME=hbase:QUORUM or NAME=pebble:DIR, separated by ';'")
-	s(&c.Redis.Mode, "redis-mode", c.Redis.Mode, "shape of the pinlater Redis: single (--redis-addr), sentinel (--redis-sentinel-master, --redis-sentinel-addrs) or cluster (--redis-cluster-addrs)")
-	s(&c.Redis.Addr, "redis-addr", c.Redis.Addr, "pinlater Redis host:port (--redis-mode single)")
-	s(&c.Redis.SentinelMaster, "redis-sentinel-master", c.Redis.SentinelMaster, "name the sentinels monitor the Redis primary under (--redis-mode sentinel)")
-	s(&c.Redis.SentinelAddrs, "redis-sentinel-addrs", c.Redis.SentinelAddrs, "the sentinels, host:port,host:port,... (--redis-mode sentinel)")
-	s(&c.Redis.ClusterAddrs, "redis-cluster-addrs", c.Redis.ClusterAddrs, "some nodes of the Redis Cluster, host:port,... (--redis-mode cluster)")
-	s(&c.Redis.Username, "redis-username", c.Redis.Username, "Redis ACL user (empty: the default user)")
-	s(&c.Redis.SentinelUsername, "redis-sentinel-username", c.Redis.SentinelUsername, "ACL user of the sentinels (empty: none)")
-	s(&c.Redis.SentinelPasswordFile, "redis-sentinel-password-file", c.Redis.SentinelPasswordFile, "file holding the sentinels' password (or set SMARTFEED_REDIS_SENTINEL_PASSWORD; never a flag)")
-	s(&c.Redis.PasswordFile, "redis-password-file", c.Redis.PasswordFile, "file holding the pinlater Redis password (or set SMARTFEED_REDIS_PASSWORD; never a flag)")
-	i(&c.Redis.DB, "redis-db", c.Redis.DB, "pinlater Redis database")
-	s(&c.Redis.Namespace, "redis-namespace", c.Redis.Namespace, "prefix of pinlater keys and queues")
-	b(&c.Redis.NamespaceTakeover, "redis-namespace-takeover", c.Redis.NamespaceTakeover, "purge and claim a namespace another (gone) deployment owns")
+	bindRedis(fs, c)
 	b(&c.Cache.Enabled, "cache", c.Cache.Enabled, "cache graph objects, edge pages and counts in Redis (read-through, invalidated on write)")
 	d(&c.Cache.TTL, "cache-ttl", c.Cache.TTL, "lifetime of a cached object, edge page or count")
 	d(&c.Cache.NegativeTTL, "cache-negative-ttl", c.Cache.NegativeTTL, "lifetime of a cached miss")
@@ -134,6 +123,24 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	i(&c.GCHeapFloorMB, "gc-heap-floor-mb", c.GCHeapFloorMB, "least heap goal of Go's collector, in MiB: GOGC is raised while the live heap is small (0: GOGC as set)")
 	b(&c.WaitForDeps, "wait-for-deps", c.WaitForDeps, "at start, wait (with backoff) for an unreachable Redis or HBase instead of exiting with an error")
 	NameEnvTwins(fs)
+}
+
+// bindRedis defines the flags of the pinlater Redis settings (c.Redis) on fs, as Bind does.
+// The passwords themselves have no flag, only their files do (see Redis.Password).
+func bindRedis(fs *pflag.FlagSet, c *Config) {
+	s, i, b := fs.StringVar, fs.IntVar, fs.BoolVar
+	s(&c.Redis.Mode, "redis-mode", c.Redis.Mode, "shape of the pinlater Redis: single (--redis-addr), sentinel (--redis-sentinel-master, --redis-sentinel-addrs) or cluster (--redis-cluster-addrs)")
+	s(&c.Redis.Addr, "redis-addr", c.Redis.Addr, "pinlater Redis host:port (--redis-mode single)")
+	s(&c.Redis.SentinelMaster, "redis-sentinel-master", c.Redis.SentinelMaster, "name the sentinels monitor the Redis primary under (--redis-mode sentinel)")
+	s(&c.Redis.SentinelAddrs, "redis-sentinel-addrs", c.Redis.SentinelAddrs, "the sentinels, host:port,host:port,... (--redis-mode sentinel)")
+	s(&c.Redis.ClusterAddrs, "redis-cluster-addrs", c.Redis.ClusterAddrs, "some nodes of the Redis Cluster, host:port,... (--redis-mode cluster)")
+	s(&c.Redis.Username, "redis-username", c.Redis.Username, "Redis ACL user (empty: the default user)")
+	s(&c.Redis.SentinelUsername, "redis-sentinel-username", c.Redis.SentinelUsername, "ACL user of the sentinels (empty: none)")
+	s(&c.Redis.SentinelPasswordFile, "redis-sentinel-password-file", c.Redis.SentinelPasswordFile, "file holding the sentinels' password (or set SMARTFEED_REDIS_SENTINEL_PASSWORD; never a flag)")
+	s(&c.Redis.PasswordFile, "redis-password-file", c.Redis.PasswordFile, "file holding the pinlater Redis password (or set SMARTFEED_REDIS_PASSWORD; never a flag)")
+	i(&c.Redis.DB, "redis-db", c.Redis.DB, "pinlater Redis database")
+	s(&c.Redis.Namespace, "redis-namespace", c.Redis.Namespace, "prefix of pinlater keys and queues")
+	b(&c.Redis.NamespaceTakeover, "redis-namespace-takeover", c.Redis.NamespaceTakeover, "purge and claim a namespace another (gone) deployment owns")
 }
 
 func durVar(fs *pflag.FlagSet) func(p *jsontime.Duration, name string, v jsontime.Duration, usage string) {
