@@ -47,7 +47,7 @@ check-generated: proto ## fail when the committed generated code under proto/ is
 	@echo "proto/: generated code is up to date"
 
 BENCH_OUT ?= bench/out
-bench: ## the end-to-end benchmark, quick profile (about 7 min): results.json, report.md, plots in BENCH_OUT (default bench/out)
+bench: ## the end-to-end benchmark, quick profile (about 12 min here, 100,000 users loaded): results.json, report.md, plots in BENCH_OUT (default bench/out)
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile quick --out $(BENCH_OUT)
 

@@ -63,7 +63,7 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	}
 	var bf benchFlags
 	fs := cmd.Flags()
-	fs.StringVar(&bf.profile, "profile", "quick", "quick (about 7 minutes here with Pebble, 10 with HBase; what make bench runs) or full (users ×10 and ×100)")
+	fs.StringVar(&bf.profile, "profile", "quick", "quick (100,000 users, about 12 minutes here with Pebble; what make bench runs) or full (1,000,000 users, followers capped at 1,000)")
 	fs.StringVar(&bf.out, "out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
 	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
 	fs.StringVar(&bf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (pprof format) to FILE")
