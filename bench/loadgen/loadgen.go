@@ -426,7 +426,7 @@ send:
 	w.FromSchedule, w.FromSend = percentiles(w.sched), percentiles(w.send)
 	w.Held = held(w.Errors[CodeOK], w.FromSchedule.P99, w.Achieved, rate, cfg.Bound)
 	if w.LoadAvg.Max > float64(cores) {
-		w.Warning = fmt.Sprintf("load average %.1f over %d cores: other processes took CPU during the window", w.LoadAvg.Max, cores)
+		w.Warning = fmt.Sprintf("load average %.1f over %d cores: more runnable threads than cores during the window (the server, Redis and this generator count too: see the phase monitor for other processes' CPU)", w.LoadAvg.Max, cores)
 	}
 	return w
 }
