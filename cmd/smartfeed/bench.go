@@ -23,6 +23,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -563,6 +564,7 @@ func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tm
 		if tmp != "" {
 			_ = os.RemoveAll(tmp)
 		}
+		purgeBenchQueues(cfg, log)
 	}
 	return s, closeFn, nil
 }
@@ -864,5 +866,24 @@ func thenPhase(a, b func(string) func()) func(string) func() {
 		endA := a(name)
 		endB := b(name)
 		return func() { endB(); endA() }
+	}
+}
+
+// purgeBenchQueues deletes the queues and pinlater keys of a bench system's own namespace once
+// it has stopped: a run leaves nothing in the Redis it was given (often the user's, from
+// scripts/redis.sh), where `smartfeed jobs queues` would list every past run's queues.
+func purgeBenchQueues(cfg config.Config, log *zap.Logger) {
+	if cfg.Redis.Namespace == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pinlater.NewAdmin(redisOpt(cfg.Redis), pinlater.WithNamespace(cfg.Redis.Namespace))
+	if err == nil {
+		err = admin.Purge(ctx)
+		_ = admin.Close()
+	}
+	if err != nil {
+		log.Warn("bench: the run's queues were not purged", zap.String("namespace", cfg.Redis.Namespace), zap.Error(err))
 	}
 }

@@ -3,8 +3,11 @@ package main
 import (
 	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/smartfeed/smartfeed/bench"
 	"github.com/smartfeed/smartfeed/internal/config"
@@ -27,7 +30,12 @@ func TestLoadedGraphFansOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			stop()
+		}
+	}()
 	m := bench.NewModelSpec(400, 3, 0)
 	ids, rep, err := s.LoadModel(t.Context(), m, nil)
 	if err != nil {
@@ -70,6 +78,20 @@ func TestLoadedGraphFansOut(t *testing.T) {
 		case <-tick.C:
 		case <-deadline:
 			t.Fatalf("after a minute the pin has not reached %d of the author's %d followers", len(watch), len(fol))
+		}
+	}
+	// A stopped bench system leaves none of its queues in the Redis it was given.
+	stop()
+	stopped = true
+	rdb := goredis.NewClient(&goredis.Options{Addr: cfg.Redis.Addr})
+	defer rdb.Close()
+	queues, err := rdb.SMembers(t.Context(), "asynq:queues").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range queues {
+		if strings.HasPrefix(q, cfg.Redis.Namespace+"-") {
+			t.Errorf("queue %s of the stopped bench system is still in Redis", q)
 		}
 	}
 }
