@@ -91,18 +91,21 @@ func TestDeletedSetRacesDeletes(t *testing.T) {
 	all := pins(1, n)
 	var acked atomic.Int64 // pins of all[:acked] are deleted and acknowledged
 	done := make(chan struct{})
-	var wg sync.WaitGroup
+	// The deletes start once both readers have answered once, so that reads and deletes overlap
+	// however the goroutines are scheduled.
+	var wg, ready sync.WaitGroup
 	for r := range 2 {
 		set := NewDeletedSet(graphOver(t, graphStore))
 		wg.Add(1)
+		ready.Add(1)
 		go func() {
 			defer wg.Done()
 			for calls := 0; ; calls++ {
+				if calls == 1 {
+					ready.Done()
+				}
 				select {
 				case <-done:
-					if calls == 0 {
-						t.Errorf("reader %d never read", r)
-					}
 					return
 				default:
 				}
@@ -110,6 +113,9 @@ func TestDeletedSetRacesDeletes(t *testing.T) {
 				live, err := set.Live(ctx, all)
 				if err != nil {
 					t.Error(err)
+					if calls == 0 {
+						ready.Done()
+					}
 					return
 				}
 				for _, p := range all[:k] {
@@ -121,6 +127,7 @@ func TestDeletedSetRacesDeletes(t *testing.T) {
 			}
 		}()
 	}
+	ready.Wait()
 	for i, p := range all {
 		if err := writer.Delete(ctx, p); err != nil {
 			t.Fatal(err)
