@@ -162,6 +162,13 @@ func TestSplitRemovalsBeatPreparedChunks(t *testing.T) {
 						break
 					}
 				}
+				// A page whose removal check failed or was late (the feed process's CheckPins call
+				// to the generator process is bounded by the live timeout) holds the prepared
+				// chunk back whole, fail closed: it stays a prepared row until a later visit or
+				// the recovery pass checks it again. Either way it must leave without P.
+				s.waitFor("no prepared chunk of F holds P", 30*time.Second, func() bool {
+					return !slices.Contains(prepared(w.F), w.P)
+				})
 				// Settled: the materialize jobs ran; P is in no row of F's feed.
 				s.settle(w.F)
 				inFeed := 0
