@@ -67,3 +67,27 @@ func TestPacedStopsWithContext(t *testing.T) {
 		}
 	})
 }
+
+// TestPacedStartsNothingAfterCancel: no call starts once the context is cancelled, even when a
+// slot is free as the wait for the next due time ends, and the count returned is the calls run.
+func TestPacedStartsNothingAfterCancel(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			var ran, late atomic.Int64
+			go func() { time.Sleep(55 * time.Millisecond); cancel() }() // between two due times
+			got := pacedAt(ctx, 100, time.Hour, 0, 4, func(int, time.Time) {
+				if ctx.Err() != nil {
+					late.Add(1)
+				}
+				ran.Add(1)
+			})
+			if late.Load() > 0 {
+				t.Errorf("%d calls started after the context was cancelled", late.Load())
+			}
+			if int64(got) != ran.Load() {
+				t.Errorf("pacedAt returned %d, ran %d calls", got, ran.Load())
+			}
+		})
+	}
+}

@@ -492,46 +492,6 @@ feed:
 	return &World{M: m, IDs: ids}, ctx.Err()
 }
 
-// paced calls fn at rate per second for d (or n times when n > 0), each in its own goroutine
-// bounded by conc, and waits for them.
-func paced(ctx context.Context, rate float64, d time.Duration, n, conc int, fn func(i int)) int {
-	return pacedAt(ctx, rate, d, n, conc, func(i int, _ time.Time) { fn(i) })
-}
-
-// pacedAt is paced that also hands fn the time its call was scheduled for (a call starts later
-// when the conc slots are all busy).
-func pacedAt(ctx context.Context, rate float64, d time.Duration, n, conc int, fn func(i int, due time.Time)) int {
-	sem := make(chan struct{}, conc)
-	var wg sync.WaitGroup
-	start := time.Now()
-	i := 0
-	for ; ctx.Err() == nil; i++ {
-		if n > 0 && i >= n || n == 0 && time.Since(start) >= d {
-			break
-		}
-		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-		if w := time.Until(due); w > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(w):
-			}
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			continue
-		}
-		wg.Add(1)
-		go func(i int) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			fn(i, due)
-		}(i)
-	}
-	wg.Wait()
-	return i
-}
-
 // fanout publishes events at rate for d and measures the lag of sampled followers (the time
 // from the event's enqueue until the pin is in that follower's pool).
 func fanout(ctx context.Context, sys System, w *World, rate float64, d time.Duration, salt uint64, series *[]lagPoint, t0 time.Time) (events int, lags *Latencies, err error) {
