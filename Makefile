@@ -72,9 +72,9 @@ bench-micro: ## the Go microbenchmarks (-benchtime 1x each), with Redis and HBas
 fuzz: ## run each Fuzz target for FUZZTIME (default 10s)
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-demo: ## start Redis and run the smartfeed demo (Pebble under run/demo; DEMO_ARGS="--duration 1m" to bound it)
+demo: ## start Redis and run the smartfeed demo (Pebble under run/demo; DEMO_ARGS="--duration 1m" to bound it; REDIS=sentinel or REDIS=cluster for Redis with failover)
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
-	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed demo $(DEMO_ARGS)
+	REDIS="$(REDIS)" scripts/demo.sh $(DEMO_ARGS)
 
 rules: ## promtool check rules and test rules on the chart's Prometheus rules (promtool built into bin/tools/ the first time, scripts/promtool.sh)
 	scripts/promtool.sh check rules charts/smartfeed/files/prometheus/rules.yaml

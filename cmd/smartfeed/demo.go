@@ -99,7 +99,7 @@ func runDemo(ctx context.Context, cfg config.Config, df demo.Flags, stdout io.Wr
 	}
 	defer func() { _ = log.Sync() }()
 	log.Info("effective config", zap.Int("gomaxprocs", setMaxProcs(cfg)), zap.Any("config", json.RawMessage(cfg.MaskedCompact())))
-	fmt.Fprintf(stdout, "smartfeed demo %s: storage %s at %s, Redis %s; logs in %s\n", buildVersion(), cfg.Storage.Backend, cfg.Storage.DataDir, cfg.Redis.Addr, logPath)
+	fmt.Fprintf(stdout, "smartfeed demo %s: storage %s at %s, Redis %s; logs in %s\n", buildVersion(), cfg.Storage.Backend, cfg.Storage.DataDir, cfg.Redis.Where(), logPath)
 
 	if err := awaitDeps(ctx, startDeps(roleAll, cfg), cfg.WaitForDeps, log, depBackoff{}); err != nil || ctx.Err() != nil {
 		return err

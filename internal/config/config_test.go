@@ -445,3 +445,20 @@ func TestRedisModesAccepted(t *testing.T) {
 		t.Errorf("SplitAddrs = %q", got)
 	}
 }
+
+// TestRedisWhere: the banner names the Redis each mode points at, not the unused address.
+func TestRedisWhere(t *testing.T) {
+	for _, tc := range []struct {
+		r    Redis
+		want string
+	}{
+		{Redis{Mode: "single", Addr: "127.0.0.1:6379"}, "127.0.0.1:6379"},
+		{Redis{Addr: "127.0.0.1:6380"}, "127.0.0.1:6380"},
+		{Redis{Mode: "sentinel", Addr: "127.0.0.1:6379", SentinelMaster: "smartfeed", SentinelAddrs: "a:1,b:2"}, `Sentinel master "smartfeed" via a:1,b:2`},
+		{Redis{Mode: "cluster", Addr: "127.0.0.1:6379", ClusterAddrs: "c:1,d:2"}, "Cluster c:1,d:2"},
+	} {
+		if d := cmp.Diff(tc.want, tc.r.Where()); d != "" {
+			t.Errorf("%+v: (-want +got)\n%s", tc.r, d)
+		}
+	}
+}

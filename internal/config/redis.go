@@ -85,6 +85,19 @@ func SplitAddrs(list string) []string {
 	return out
 }
 
+// Where describes the Redis the settings point at, for a banner: the address, the Sentinel
+// master and its sentinels, or the Cluster's seed nodes.
+func (r Redis) Where() string {
+	switch r.Mode {
+	case "sentinel":
+		return fmt.Sprintf("Sentinel master %q via %s", r.SentinelMaster, r.SentinelAddrs)
+	case "cluster":
+		return "Cluster " + r.ClusterAddrs
+	default:
+		return r.Addr
+	}
+}
+
 // validate reports the problems of the Redis settings through bad, as ValidateFor does;
 // cacheEnabled is whether the join cache (cache.enabled), which a Redis Cluster cannot serve, is on.
 func (r Redis) validate(cacheEnabled bool, bad func(format string, args ...any)) {
