@@ -31,9 +31,16 @@ ping() { # ping PORT
 # cluster_port prints a port that is free, and whose cluster bus port (port + 10000) is a valid
 # port that is free too.
 cluster_port() {
-	local p i
+	local p i low=32768 top
+	# Both ports below the kernel's ephemeral range, where no outgoing connection takes them
+	# between the check and the node's start (a node whose bus port is taken aborts).
+	if [ -r /proc/sys/net/ipv4/ip_local_port_range ]; then
+		read -r low _ </proc/sys/net/ipv4/ip_local_port_range
+	fi
+	top=$(( low - 10001 ))
+	[ "$top" -gt 11000 ] || die "the ephemeral port range starts at $low: no room for a port and its bus port (+10000) below it"
 	for i in $(seq 1 200); do
-		p=$(( 20000 + RANDOM % 30000 ))
+		p=$(( 10000 + RANDOM % (top - 10000) ))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && ! (exec 3<>"/dev/tcp/127.0.0.1/$((p + 10000))") 2>/dev/null; then
 			echo "$p"
 			return
