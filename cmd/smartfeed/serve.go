@@ -229,6 +229,10 @@ type app struct {
 	shardAdmin *shardadmin.Server
 	graph      *zen.Graph
 	delLog     *zen.Graph // the graph past the join cache: the feed reads the deletion log through it
+	// deleted answers liveness for the generator and the feed from the deletion log's set: a
+	// pin is live unless its deletion was logged (one point read of the log per check, not a
+	// read of every pin). Nil in a process without the graph.
+	deleted *setLiveness
 	pools      *zen.Pools
 	gen        *generator.Generator
 	worker     *worker.Worker
@@ -424,6 +428,7 @@ func (a *app) buildGraph(ctx context.Context, zstore zen.Store) error {
 			return fmt.Errorf("graph: %w", err)
 		}
 	}
+	a.deleted = newSetLiveness(feedsvc.NewDeletedSet(a.delLog), a.graph)
 	return nil
 }
 
@@ -439,7 +444,7 @@ func (a *app) buildGenerator(ctx context.Context) error {
 		}
 	}
 	a.gen, err = generator.New(generator.Params{Pools: a.pools, State: state, Config: &gc,
-		Logger: a.log.Named("generator"), Registerer: a.reg, Liveness: graphLiveness{a.graph},
+		Logger: a.log.Named("generator"), Registerer: a.reg, Liveness: a.deleted,
 		Eligibility: graphEligibility{g: a.graph}})
 	if err != nil {
 		return fmt.Errorf("generator: %w", err)
@@ -592,9 +597,8 @@ func (a *app) buildFeed(ctx context.Context) error {
 	switch {
 	case a.graph != nil:
 		// Deleted pins are known from the graph's deletion log (a.delLog: past the cache).
-		deleted := newSetLiveness(feedsvc.NewDeletedSet(a.delLog), a.graph)
-		deps.Liveness = deleted
-		deps.Eligibility = graphEligibility{g: a.graph, deleted: deleted}
+		deps.Liveness = a.deleted
+		deps.Eligibility = graphEligibility{g: a.graph, deleted: a.deleted}
 	case remote != nil:
 		deps.Liveness, deps.Eligibility = *remote, *remote
 	}
