@@ -233,11 +233,11 @@ type app struct {
 	// pin is live unless its deletion was logged (one point read of the log per check, not a
 	// read of every pin). Nil in a process without the graph.
 	deleted *setLiveness
-	pools      *zen.Pools
-	gen        *generator.Generator
-	worker     *worker.Worker
-	boards     *graphsvc.BoardService
-	feed       *feedsvc.Service
+	pools   *zen.Pools
+	gen     *generator.Generator
+	worker  *worker.Worker
+	boards  *graphsvc.BoardService
+	feed    *feedsvc.Service
 	// inflight is the generator as the feed's crash recovery sees it: in this process or over
 	// gRPC (nil without a feed role).
 	inflight feedsvc.InFlight
@@ -429,26 +429,6 @@ func (a *app) buildGraph(ctx context.Context, zstore zen.Store) error {
 		}
 	}
 	a.deleted = newSetLiveness(feedsvc.NewDeletedSet(a.delLog), a.graph)
-	return nil
-}
-
-func (a *app) buildGenerator(ctx context.Context) error {
-	state, err := a.stores.table(ctx, storeMain, tableGenState)
-	if err != nil {
-		return err
-	}
-	gc := generator.DefaultConfig()
-	if a.cfg.Generator.ConfigFile != "" {
-		if gc, err = generator.LoadConfig(a.cfg.Generator.ConfigFile); err != nil {
-			return fmt.Errorf("generator config: %w", err)
-		}
-	}
-	a.gen, err = generator.New(generator.Params{Pools: a.pools, State: state, Config: &gc,
-		Logger: a.log.Named("generator"), Registerer: a.reg, Liveness: a.deleted,
-		Eligibility: graphEligibility{g: a.graph}})
-	if err != nil {
-		return fmt.Errorf("generator: %w", err)
-	}
 	return nil
 }
 
