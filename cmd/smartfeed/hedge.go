@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
@@ -23,13 +20,16 @@ import (
 
 // hedgeFlags are the connection flags every hedge subcommand takes.
 type hedgeFlags struct {
-	grpcAddr, adminAddr, tokenFile string
-	timeout                        time.Duration
+	grpcAddr, adminAddr string
+	dial                adminDial
+	timeout             time.Duration
 }
 
 func (h *hedgeFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&h.grpcAddr, "admin-grpc-addr", "127.0.0.1:9092", "admin gRPC address of the feed service (FeedAdmin)")
-	fs.StringVar(&h.tokenFile, "admin-token-file", "", "file holding the admin credential, when the admin port requires one")
+	fs.StringVar(&h.dial.tokenFile, "admin-token-file", "", "file holding the admin credential, when the admin port requires one")
+	fs.StringVar(&h.dial.caFile, "admin-ca-file", "", "CA certificate to verify the admin ports' TLS certificate against (empty: plaintext)")
+	fs.StringVar(&h.dial.serverName, "admin-server-name", "", "name to verify the admin port's certificate for (empty: the host dialled)")
 	fs.StringVar(&h.adminAddr, "admin-addr", "127.0.0.1:9091", "admin HTTP address of the same process (/metrics)")
 	fs.DurationVar(&h.timeout, "timeout", 5*time.Second, "bound of each call")
 }
@@ -159,17 +159,9 @@ func parseCutoffs(s string) ([]time.Duration, error) {
 }
 
 func adminClient(hf hedgeFlags) (feedv1.FeedAdminClient, func(), error) {
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if hf.tokenFile != "" {
-		b, err := os.ReadFile(hf.tokenFile)
-		if err != nil {
-			return nil, nil, fmt.Errorf("admin token: %w", err)
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearerCreds(strings.TrimSpace(string(b)))))
-	}
-	conn, err := grpc.NewClient(hf.grpcAddr, opts...)
+	conn, err := hf.dial.grpc(hf.grpcAddr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("dial %s: %w", hf.grpcAddr, err)
+		return nil, nil, err
 	}
 	return feedv1.NewFeedAdminClient(conn), func() { _ = conn.Close() }, nil
 }
@@ -195,7 +187,7 @@ func hedgeShow(ctx context.Context, hf hedgeFlags, w io.Writer) error {
 	defer cancel()
 	p, err := c.GetHedgePolicy(cctx, &feedv1.GetHedgePolicyRequest{})
 	if err != nil {
-		return fmt.Errorf("get hedge policy from %s: %w", hf.grpcAddr, err)
+		return fmt.Errorf("get hedge policy from %s: %w", hf.grpcAddr, hf.dial.explain(err))
 	}
 	fmt.Fprintf(w, "hedging policy of %s\n", hf.grpcAddr)
 	printPolicy(w, p)
@@ -235,11 +227,11 @@ func hedgeSet(ctx context.Context, hf hedgeFlags, w io.Writer, change func(*hedg
 	defer cancel()
 	p, err := c.GetHedgePolicy(cctx, &feedv1.GetHedgePolicyRequest{})
 	if err != nil {
-		return fmt.Errorf("get hedge policy from %s: %w", hf.grpcAddr, err)
+		return fmt.Errorf("get hedge policy from %s: %w", hf.grpcAddr, hf.dial.explain(err))
 	}
 	pol, err := feedsvc.HedgePolicyFromProto(p, hedge.DefaultPolicy())
 	if err != nil {
-		return fmt.Errorf("hedge policy from %s: %w", hf.grpcAddr, err)
+		return fmt.Errorf("hedge policy from %s: %w", hf.grpcAddr, hf.dial.explain(err))
 	}
 	change(&pol)
 	if err := pol.Validate(); err != nil {
@@ -302,13 +294,16 @@ func hedgeSuggest(ctx context.Context, hf hedgeFlags, w io.Writer, cutoffs []tim
 
 // fetchLatency scrapes the admin port's /metrics for the read latency histograms.
 func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby hedge.Histogram, err error) {
-	url := "http://" + hf.adminAddr + "/metrics"
+	client, url, err := hf.dial.http(hf.adminAddr, "/metrics")
+	if err != nil {
+		return primary, standby, err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return primary, standby, err
 	}
 	req.Header.Set("Accept", "text/plain;version=0.0.4")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return primary, standby, fmt.Errorf("scrape %s: %w", url, err)
 	}
@@ -319,8 +314,8 @@ func fetchLatency(ctx context.Context, hf hedgeFlags) (primary, standby hedge.Hi
 	return hedge.ParseReadLatency(resp.Body)
 }
 
-// bearerCreds sends a bearer token with every call (over plaintext too: the admin port is on
-// loopback unless TLS fronts it).
+// bearerCreds sends a bearer token with every call (over plaintext too: an admin port without
+// TLS is on loopback).
 type bearerCreds string
 
 func (b bearerCreds) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {

@@ -5,16 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/smartfeed/smartfeed/internal/config"
@@ -144,22 +141,15 @@ func shardsMove(ctx context.Context, adm config.Admin, req *shardv1.MoveShardsRe
 	if adm.GRPCAddr == "" {
 		return errors.New("shards move: no admin gRPC address (--admin-grpc-addr)")
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if adm.TokenFile != "" {
-		b, err := os.ReadFile(adm.TokenFile)
-		if err != nil {
-			return fmt.Errorf("admin token: %w", err)
-		}
-		opts = append(opts, grpc.WithPerRPCCredentials(bearerCreds(strings.TrimSpace(string(b)))))
-	}
-	conn, err := grpc.NewClient(adm.GRPCAddr, opts...)
+	dial := adminDial{tokenFile: adm.TokenFile, caFile: adm.CAFile, serverName: adm.ServerName}
+	conn, err := dial.grpc(adm.GRPCAddr)
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", adm.GRPCAddr, err)
+		return err
 	}
 	defer conn.Close()
 	stream, err := shardv1.NewShardAdminClient(conn).MoveShards(ctx, req)
 	if err != nil {
-		return fmt.Errorf("shards move via %s: %s", adm.GRPCAddr, status.Convert(err).Message())
+		return fmt.Errorf("shards move via %s: %s", adm.GRPCAddr, status.Convert(dial.explain(err)).Message())
 	}
 	tty := isTerminal(stdout)
 	var last time.Time

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -9,11 +10,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,5 +176,46 @@ func TestTLSListeners(t *testing.T) {
 		t.Errorf("--insecure on 0.0.0.0: %v", err)
 	} else {
 		c.closeAll()
+	}
+}
+
+// TestAdminCommandsOverTLS: `smartfeed hedge` reaches an admin port that serves TLS (as every
+// admin port off loopback must) with --admin-ca-file, over gRPC (show) and over the admin HTTP
+// port's /metrics (suggest), verifying the certificate for --admin-server-name; without the CA
+// it fails, naming the flag to set.
+func TestAdminCommandsOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	caFile := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := ca.issue(t, dir, "server", 100)
+	a, _ := startAllWith(t, func(c *config.Config) {
+		c.TLS.CertFile, c.TLS.KeyFile = certFile, keyFile
+	})
+	hedgeCmd := func(extra ...string) (string, error) {
+		var out bytes.Buffer
+		args := append(extra, "--admin-grpc-addr", a.adminGRPCAddr(), "--admin-addr", a.adminAddr(), "--timeout", "5s")
+		err := run(t.Context(), args, &out, io.Discard)
+		return out.String(), err
+	}
+	if out, err := hedgeCmd("hedge", "show"); err == nil {
+		t.Errorf("hedge show in plaintext against a TLS admin port succeeded:\n%s", out)
+	} else if !strings.Contains(err.Error(), "--admin-ca-file") {
+		t.Errorf("hedge show in plaintext: %v; want the error to name --admin-ca-file", err)
+	}
+	if out, err := hedgeCmd("hedge", "show", "--admin-ca-file", caFile); err != nil {
+		t.Errorf("hedge show over TLS: %v", err)
+	} else if !strings.Contains(out, "cutoff in use") {
+		t.Errorf("hedge show over TLS printed no policy:\n%s", out)
+	}
+	if _, err := hedgeCmd("hedge", "show", "--admin-ca-file", caFile, "--admin-server-name", "not-the-server"); err == nil {
+		t.Error("hedge show verified the certificate for a name it does not carry")
+	}
+	if out, err := hedgeCmd("hedge", "suggest", "--admin-ca-file", caFile); err != nil {
+		t.Errorf("hedge suggest over TLS (scrapes https /metrics): %v", err)
+	} else if out == "" {
+		t.Error("hedge suggest over TLS printed nothing")
 	}
 }

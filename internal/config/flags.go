@@ -56,16 +56,11 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.Storage.ShardMap.ZKPath, "shard-map-zk-path", c.Storage.ShardMap.ZKPath, "znode of the live shard map")
 	s(&c.Storage.Stores, "stores", c.Storage.Stores, "extra stores shard ranges may live on: NAME=hbase:QUORUM or NAME=pebble:DIR, separated by ';'")
 	bindRedis(fs, c)
+	bindAdmin(fs, c)
 	b(&c.Cache.Enabled, "cache", c.Cache.Enabled, "cache graph objects, edge pages and counts in Redis (read-through, invalidated on write)")
 	d(&c.Cache.TTL, "cache-ttl", c.Cache.TTL, "lifetime of a cached object, edge page or count")
 	d(&c.Cache.NegativeTTL, "cache-negative-ttl", c.Cache.NegativeTTL, "lifetime of a cached miss")
 	s(&c.GRPC.Addr, "grpc-addr", c.GRPC.Addr, "gRPC listen address (services, health, reflection)")
-	s(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "admin HTTP listen address (/metrics, /healthz, /readyz, /debug/pprof if enabled); empty disables it")
-	s(&c.Admin.GRPCAddr, "admin-grpc-addr", c.Admin.GRPCAddr, "admin gRPC listen address (FeedAdmin); empty disables it")
-	s(&c.Admin.TokenFile, "admin-token-file", c.Admin.TokenFile, "file holding the admin credential the admin gRPC port requires")
-	b(&c.Admin.Pprof, "pprof", c.Admin.Pprof, "serve /debug/pprof on the admin HTTP listener")
-	s(&c.Admin.SlowTraceDir, "slow-trace-dir", c.Admin.SlowTraceDir, "write the last seconds of the execution trace to this directory when a public gRPC call is slow (empty: off)")
-	d(&c.Admin.SlowTraceOver, "slow-trace-over", c.Admin.SlowTraceOver, "a public gRPC call slower than this has its trace written (with --slow-trace-dir)")
 	s(&c.Auth.JWKSFile, "auth-jwks-file", c.Auth.JWKSFile, "JWKS of the identity provider: callers of the public port present its tokens")
 	s(&c.Auth.Issuer, "auth-issuer", c.Auth.Issuer, "required iss of the tokens (empty: any)")
 	s(&c.Auth.Audience, "auth-audience", c.Auth.Audience, "required aud of the tokens (empty: any)")
@@ -123,6 +118,19 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	i(&c.GCHeapFloorMB, "gc-heap-floor-mb", c.GCHeapFloorMB, "least heap goal of Go's collector, in MiB: GOGC is raised while the live heap is small (0: GOGC as set)")
 	b(&c.WaitForDeps, "wait-for-deps", c.WaitForDeps, "at start, wait (with backoff) for an unreachable Redis or HBase instead of exiting with an error")
 	NameEnvTwins(fs)
+}
+
+// bindAdmin binds the admin listeners' settings, and those the admin commands dial them with.
+func bindAdmin(fs *pflag.FlagSet, c *Config) {
+	s, b, d := fs.StringVar, fs.BoolVar, durVar(fs)
+	s(&c.Admin.Addr, "admin-addr", c.Admin.Addr, "admin HTTP listen address (/metrics, /healthz, /readyz, /debug/pprof if enabled); empty disables it")
+	s(&c.Admin.GRPCAddr, "admin-grpc-addr", c.Admin.GRPCAddr, "admin gRPC listen address (FeedAdmin); empty disables it")
+	s(&c.Admin.TokenFile, "admin-token-file", c.Admin.TokenFile, "file holding the admin credential the admin gRPC port requires")
+	s(&c.Admin.CAFile, "admin-ca-file", c.Admin.CAFile, "CA certificate the admin commands (hedge, shards move) verify the admin ports' TLS against (empty: plaintext)")
+	s(&c.Admin.ServerName, "admin-server-name", c.Admin.ServerName, "name the admin commands verify the admin port's certificate for (empty: the host dialled)")
+	b(&c.Admin.Pprof, "pprof", c.Admin.Pprof, "serve /debug/pprof on the admin HTTP listener")
+	s(&c.Admin.SlowTraceDir, "slow-trace-dir", c.Admin.SlowTraceDir, "write the last seconds of the execution trace to this directory when a public gRPC call is slow (empty: off)")
+	d(&c.Admin.SlowTraceOver, "slow-trace-over", c.Admin.SlowTraceOver, "a public gRPC call slower than this has its trace written (with --slow-trace-dir)")
 }
 
 // bindRedis defines the flags of the pinlater Redis settings (c.Redis) on fs, as Bind does.
