@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"sync"
 	"testing"
@@ -346,8 +347,11 @@ func TestBreakerOpenSkipsGenerator(t *testing.T) {
 	e.gen.mu.Unlock()
 
 	p := e.get(t, "", 100)
-	if p.FreshStatus != FreshPrimaryDown || p.FreshDetail == "" {
-		t.Errorf("breaker open: status %q (%q), want %q with a reason", p.FreshStatus, p.FreshDetail, FreshPrimaryDown)
+	// The detail says why the breaker opened: the primary's reads failed (its outage), none was
+	// slow.
+	wantDetail := regexp.MustCompile(`^the primary feed store's circuit breaker is open \([0-9]+ of the last [0-9]+ primary reads failed, 0 slow\): no fresh chunk can be recorded$`)
+	if p.FreshStatus != FreshPrimaryDown || !wantDetail.MatchString(p.FreshDetail) {
+		t.Errorf("breaker open: status %q (%q), want %q with the breaker's reason", p.FreshStatus, p.FreshDetail, FreshPrimaryDown)
 	}
 	if p.From != hedge.Standby {
 		t.Errorf("breaker open: page from %v, want the standby", p.From)
