@@ -592,7 +592,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	switch {
 	case a.graph != nil:
 		// Deleted pins are known from the graph's deletion log (a.delLog: past the cache).
-		deleted := newSetLiveness(feedsvc.NewDeletedSet(a.delLog), a.graph)
+		deleted := newSetLiveness(feedsvc.NewDeletedSet(a.delLog).WithLogger(a.log.Named("deletedset")), a.graph)
 		deps.Liveness = deleted
 		deps.Eligibility = graphEligibility{g: a.graph, deleted: deleted}
 	case remote != nil:
