@@ -177,9 +177,10 @@ func (d *DeletedSet) loadSnapshot(ctx context.Context) error {
 // compactTimeout.
 func (d *DeletedSet) maybeCompact() {
 	d.mu.RLock()
-	due := d.compactAfter > 0 && d.seen-d.base >= uint64(d.compactAfter) && !time.Now().Before(d.retryAt)
+	due := d.compactAfter > 0 && d.seen-d.base >= uint64(d.compactAfter)
+	retryAt := d.retryAt
 	d.mu.RUnlock()
-	if !due || !d.compacting.TryLock() {
+	if !due || time.Now().Before(retryAt) || !d.compacting.TryLock() {
 		return
 	}
 	d.wg.Go(func() {

@@ -215,3 +215,42 @@ func TestDeletedSetCompacts(t *testing.T) {
 		t.Errorf("the set that started after the compaction read %d log rows, want the 3 past the snapshot", got)
 	}
 }
+
+// failingCompactions is a log whose compactions fail, counted.
+type failingCompactions struct {
+	DeletionLog
+	calls atomic.Int64
+}
+
+func (f *failingCompactions) CompactDeletions(context.Context, int) (uint64, error) {
+	f.calls.Add(1)
+	return 0, errors.New("store down")
+}
+
+// TestDeletedSetCompactionFailureBacksOff: a compaction that fails is not tried again on the
+// next catch-up (it would be on every page), and the set keeps answering from the log.
+func TestDeletedSetCompactionFailureBacksOff(t *testing.T) {
+	ctx := t.Context()
+	graphStore := zenmem.New()
+	writer := graphOver(t, graphStore)
+	createPins(t, writer, 6)
+	log := &failingCompactions{DeletionLog: graphOver(t, graphStore)}
+	set := NewDeletedSet(log)
+	set.SetCompactAfter(2)
+	for i := 1; i <= 5; i++ {
+		if err := writer.Delete(ctx, pinID(uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+		live, err := set.Live(ctx, pins(1, 6))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set.Wait()
+		if diff := cmp.Diff(pins(uint64(i+1), 6), slices.Sorted(maps.Keys(live))); diff != "" {
+			t.Errorf("after %d deletions: live pins (-want +got):\n%s", i, diff)
+		}
+	}
+	if got := log.calls.Load(); got != 1 {
+		t.Errorf("%d compactions tried, want 1 (then none for a while after it failed)", got)
+	}
+}
