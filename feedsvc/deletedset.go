@@ -2,45 +2,91 @@ package feedsvc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// DeletionLog is the graph's log of deleted objects, numbered from 1 without gaps (cmd wires
-// zen.Graph.DeletionsAfter over the uncached store).
+// DeletionLog is the graph's log of deleted objects, numbered from 1 without gaps, and its
+// compacted snapshot (cmd wires a zen.Graph over the uncached store).
 type DeletionLog interface {
 	// DeletionsAfter returns the IDs of up to limit rows after the first `after`, in order.
 	// When it returns fewer than limit, no deletion acknowledged before the call is missing.
+	// An error wrapping zen.ErrDeletionsTrimmed says rows past `after` were trimmed: the
+	// snapshot names them.
 	DeletionsAfter(ctx context.Context, after uint64, limit int) ([]zen.ID, error)
+	// DeletionSnapshot returns the position the snapshot covers and the IDs of the rows up to
+	// it.
+	DeletionSnapshot(ctx context.Context) (uint64, []zen.ID, error)
+	// CompactDeletions folds the rows past the snapshot into a new one when there are at least
+	// minRows, trims the rows it covers, and returns the position of the snapshot in place.
+	CompactDeletions(ctx context.Context, minRows int) (uint64, error)
 }
+
+// DefaultCompactAfter is how many rows of the deletion log past its snapshot make a DeletedSet
+// compact the log (DeletedSet.SetCompactAfter).
+const DefaultCompactAfter = 16384
+
+// compactTimeout bounds one compaction in the background.
+const compactTimeout = time.Minute
 
 // DeletedSet is a Liveness kept in memory: the set of every object the graph's deletion log
 // names (deleted pins, and the pins of deleted users, which their deletion deletes one by one).
 // Each Live call first catches up with the log, which in the steady state (no deletion since
-// the last call) is one point read of the log's next row, instead of a read of every pin of the
+// the last call) is one read of the log past its last row, instead of a read of every pin of the
 // page; a pin is live unless the set names it. Because a deletion is logged before it is
 // acknowledged and the log has no gaps, a deletion acknowledged before a page began is never
 // served by that page, whichever process ran it and whichever feed process serves the page.
 //
 // Unlike a read of the objects, the set does not tell absent objects from live ones: the
 // materialized feed holds only pins that existed when their chunks were generated, and objects
-// are never removed, only soft-deleted. The set grows by one entry per deletion (about 40
-// bytes); a process that starts reads the whole log once.
+// are never removed, only soft-deleted. The set grows by one entry per deleted object (about 40
+// bytes). A process that starts loads the log's snapshot (a few rows, about 2-8 bytes per
+// deletion) and then the rows past it; once the rows past the snapshot number CompactAfter, the
+// set compacts the log in the background (zen.Graph.CompactDeletions), so the log and a start
+// stay bounded. Compactions by several processes are safe: one wins, the others find the log
+// compacted.
 type DeletedSet struct {
-	log  DeletionLog
-	page int
+	log          DeletionLog
+	page         int
+	compactAfter int
 
 	mu      sync.RWMutex
 	deleted map[zen.ID]struct{}
 	seen    uint64 // rows of the log applied to deleted
+	loaded  bool   // the snapshot was loaded once
+	base    uint64 // the position of the latest snapshot this set knows of
+
+	compacting sync.Mutex // held by the one compaction running
+	wg         sync.WaitGroup
+	logger     *zap.Logger
+	retryAt    time.Time // after a failed compaction, none starts before; under mu
 }
 
 // NewDeletedSet returns an empty DeletedSet over log; the first Live call reads the log.
 func NewDeletedSet(log DeletionLog) *DeletedSet {
-	return &DeletedSet{log: log, page: zen.MaxDeletionsPage, deleted: map[zen.ID]struct{}{}}
+	return &DeletedSet{log: log, page: zen.MaxDeletionsPage, compactAfter: DefaultCompactAfter,
+		deleted: map[zen.ID]struct{}{}, logger: zap.NewNop()}
 }
+
+// SetCompactAfter sets how many rows past the log's snapshot start a compaction (0: never); call
+// it before the set is used.
+func (d *DeletedSet) SetCompactAfter(n int) { d.compactAfter = n }
+
+// WithLogger sets the logger of the background compactions (a line for each, a warning when
+// one fails) and returns d; call it before the set is used.
+func (d *DeletedSet) WithLogger(l *zap.Logger) *DeletedSet {
+	d.logger = l
+	return d
+}
+
+// Wait blocks until a compaction running in the background ends.
+func (d *DeletedSet) Wait() { d.wg.Wait() }
 
 // Live implements Liveness: the valid pins the deletion log does not name, as of the call.
 func (d *DeletedSet) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool, error) {
@@ -66,19 +112,33 @@ func (d *DeletedSet) Deleted(id zen.ID) bool {
 	return gone
 }
 
-// CatchUp applies the log's rows past those already applied. Concurrent calls may read the
-// same rows; each row is applied once, in order.
+// CatchUp applies the log's rows past those already applied: first the snapshot, when the set
+// has not loaded it yet or the rows it needs were trimmed. Concurrent calls may read the same
+// rows; each row is applied once, in order.
 func (d *DeletedSet) CatchUp(ctx context.Context) error {
-	for {
+	d.mu.RLock()
+	loaded := d.loaded
+	d.mu.RUnlock()
+	if !loaded {
+		if err := d.loadSnapshot(ctx); err != nil {
+			return err
+		}
+	}
+	for trimmed := 0; ; {
 		d.mu.RLock()
 		after := d.seen
 		d.mu.RUnlock()
 		ids, err := d.log.DeletionsAfter(ctx, after, d.page)
+		if errors.Is(err, zen.ErrDeletionsTrimmed) && trimmed < 3 {
+			// Compacted past this set's position: the snapshot names the trimmed rows.
+			trimmed++
+			if err := d.loadSnapshot(ctx); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("deleted set: %w", err)
-		}
-		if len(ids) == 0 {
-			return nil
 		}
 		d.mu.Lock()
 		for i, id := range ids {
@@ -89,7 +149,54 @@ func (d *DeletedSet) CatchUp(ctx context.Context) error {
 		}
 		d.mu.Unlock()
 		if len(ids) < d.page {
+			d.maybeCompact()
 			return nil
 		}
 	}
+}
+
+// loadSnapshot adds the snapshot's IDs to the set and moves its position to the snapshot's
+// when that is ahead. The set only grows, so a snapshot older than the rows applied adds
+// nothing wrong.
+func (d *DeletedSet) loadSnapshot(ctx context.Context) error {
+	pos, ids, err := d.log.DeletionSnapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("deleted set: %w", err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, id := range ids {
+		d.deleted[id] = struct{}{}
+	}
+	d.seen, d.base, d.loaded = max(d.seen, pos), max(d.base, pos), true
+	return nil
+}
+
+// maybeCompact starts a compaction of the log in the background when the rows past the latest
+// snapshot this set knows of number compactAfter, none is running, and none failed in the last
+// compactTimeout.
+func (d *DeletedSet) maybeCompact() {
+	d.mu.RLock()
+	due := d.compactAfter > 0 && d.seen-d.base >= uint64(d.compactAfter)
+	retryAt := d.retryAt
+	d.mu.RUnlock()
+	if !due || time.Now().Before(retryAt) || !d.compacting.TryLock() {
+		return
+	}
+	d.wg.Go(func() {
+		defer d.compacting.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), compactTimeout)
+		defer cancel()
+		start := time.Now()
+		pos, err := d.log.CompactDeletions(ctx, d.compactAfter)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if err != nil {
+			d.retryAt = time.Now().Add(compactTimeout)
+			d.logger.Warn("deletion log compaction failed", zap.Error(err))
+			return
+		}
+		d.base = max(d.base, pos)
+		d.logger.Info("deletion log compacted", zap.Uint64("snapshot_position", pos), zap.Duration("took", time.Since(start)))
+	})
 }

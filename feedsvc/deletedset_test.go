@@ -2,6 +2,8 @@ package feedsvc
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -80,8 +82,8 @@ func TestDeleteAcknowledgedIsNeverServed(t *testing.T) {
 }
 
 // TestDeletedSetRacesDeletes: while one graph handle deletes pins one by one, two DeletedSets
-// over their own handles answer Live without pause; no answer names as live a pin whose delete
-// was acknowledged before the call began.
+// over their own handles answer Live without pause, and compact the log as it grows; no answer
+// names as live a pin whose delete was acknowledged before the call began.
 func TestDeletedSetRacesDeletes(t *testing.T) {
 	ctx := t.Context()
 	graphStore := zenmem.New()
@@ -96,6 +98,10 @@ func TestDeletedSetRacesDeletes(t *testing.T) {
 	var wg, ready sync.WaitGroup
 	for r := range 2 {
 		set := NewDeletedSet(graphOver(t, graphStore))
+		// Each set compacts the log every 8 deletions or so: the readers also race the
+		// compactions and the trims (their own and the other's).
+		set.SetCompactAfter(8)
+		t.Cleanup(set.Wait)
 		wg.Add(1)
 		ready.Add(1)
 		go func() {
@@ -136,4 +142,115 @@ func TestDeletedSetRacesDeletes(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+	if pos, _, err := graphOver(t, graphStore).DeletionSnapshot(ctx); err != nil || pos == 0 {
+		t.Errorf("snapshot at %d, %v: no compaction raced the deletes", pos, err)
+	} else {
+		t.Logf("the log's snapshot covers %d of %d deletions", pos, n)
+	}
+}
+
+// countingLog counts the log rows a DeletedSet reads past the snapshot.
+type countingLog struct {
+	DeletionLog
+	rows atomic.Int64
+}
+
+func (c *countingLog) DeletionsAfter(ctx context.Context, after uint64, limit int) ([]zen.ID, error) {
+	ids, err := c.DeletionLog.DeletionsAfter(ctx, after, limit)
+	c.rows.Add(int64(len(ids)))
+	return ids, err
+}
+
+// TestDeletedSetCompacts: a set compacts the log once 10 rows are past the snapshot, in the
+// background. A set that starts afterwards loads the snapshot and reads only the rows past it;
+// a set that had read the first rows before the compaction trimmed them catches up from the
+// snapshot. Both know every deletion.
+func TestDeletedSetCompacts(t *testing.T) {
+	ctx := t.Context()
+	graphStore := zenmem.New()
+	writer := graphOver(t, graphStore)
+	createPins(t, writer, 30)
+	behind := NewDeletedSet(graphOver(t, graphStore))
+	behind.SetCompactAfter(0)
+	del := func(from, to int) {
+		for i := from; i <= to; i++ {
+			if err := writer.Delete(ctx, pinID(uint64(i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	del(1, 3)
+	if err := behind.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	del(4, 25)
+	owner := NewDeletedSet(graphOver(t, graphStore))
+	owner.SetCompactAfter(10)
+	if err := owner.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	owner.Wait()
+	del(26, 28)
+	g := graphOver(t, graphStore)
+	if pos, _, err := g.DeletionSnapshot(ctx); err != nil || pos != 25 {
+		t.Fatalf("snapshot after the owner's compaction at position %d, %v; want 25", pos, err)
+	}
+	if _, err := g.DeletionsAfter(ctx, 3, 10); !errors.Is(err, zen.ErrDeletionsTrimmed) {
+		t.Fatalf("rows past 3 after the compaction: %v, want them trimmed", err)
+	}
+	fresh := &countingLog{DeletionLog: g}
+	for _, tc := range []struct {
+		name string
+		set  *DeletedSet
+	}{{"started after the compaction", NewDeletedSet(fresh)}, {"behind the trim", behind}, {"the owner", owner}} {
+		live, err := tc.set.Live(ctx, pins(1, 30))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if diff := cmp.Diff(pins(29, 30), slices.Sorted(maps.Keys(live))); diff != "" {
+			t.Errorf("%s: live pins (-want +got):\n%s", tc.name, diff)
+		}
+	}
+	if got := fresh.rows.Load(); got != 3 {
+		t.Errorf("the set that started after the compaction read %d log rows, want the 3 past the snapshot", got)
+	}
+}
+
+// failingCompactions is a log whose compactions fail, counted.
+type failingCompactions struct {
+	DeletionLog
+	calls atomic.Int64
+}
+
+func (f *failingCompactions) CompactDeletions(context.Context, int) (uint64, error) {
+	f.calls.Add(1)
+	return 0, errors.New("store down")
+}
+
+// TestDeletedSetCompactionFailureBacksOff: a compaction that fails is not tried again on the
+// next catch-up (it would be on every page), and the set keeps answering from the log.
+func TestDeletedSetCompactionFailureBacksOff(t *testing.T) {
+	ctx := t.Context()
+	graphStore := zenmem.New()
+	writer := graphOver(t, graphStore)
+	createPins(t, writer, 6)
+	log := &failingCompactions{DeletionLog: graphOver(t, graphStore)}
+	set := NewDeletedSet(log)
+	set.SetCompactAfter(2)
+	for i := 1; i <= 5; i++ {
+		if err := writer.Delete(ctx, pinID(uint64(i))); err != nil {
+			t.Fatal(err)
+		}
+		live, err := set.Live(ctx, pins(1, 6))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set.Wait()
+		if diff := cmp.Diff(pins(uint64(i+1), 6), slices.Sorted(maps.Keys(live))); diff != "" {
+			t.Errorf("after %d deletions: live pins (-want +got):\n%s", i, diff)
+		}
+	}
+	if got := log.calls.Load(); got != 1 {
+		t.Errorf("%d compactions tried, want 1 (then none for a while after it failed)", got)
+	}
 }

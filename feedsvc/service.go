@@ -543,7 +543,7 @@ func (s *Service) laterPage(ctx context.Context, user zen.ID, after position, si
 
 func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size int) (Page, error) {
 	pageStart := time.Now()
-	if s.hedger.BreakerState() == hedge.BreakerOpen {
+	if state, why := s.hedger.BreakerStatus(); state == hedge.BreakerOpen {
 		// The primary is failing or hanging (its breaker opened on the reads). A chunk could not
 		// be recorded on it before the answer: generating one would take pins from the pools,
 		// wait PersistTimeout on the primary, and give them back. Serve the materialized feed
@@ -555,7 +555,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 			return Page{}, err
 		}
 		page := Page{From: out.From, Hedged: out.Hedged, FreshStatus: FreshPrimaryDown,
-			FreshDetail: "the primary feed store's circuit breaker is open: no fresh chunk can be recorded"}
+			FreshDetail: "the primary feed store's circuit breaker is open (" + why + "): no fresh chunk can be recorded"}
 		s.fill(&page, user, nil, res, size, nil)
 		return page, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"sync"
 	"testing"
@@ -346,8 +347,11 @@ func TestBreakerOpenSkipsGenerator(t *testing.T) {
 	e.gen.mu.Unlock()
 
 	p := e.get(t, "", 100)
-	if p.FreshStatus != FreshPrimaryDown || p.FreshDetail == "" {
-		t.Errorf("breaker open: status %q (%q), want %q with a reason", p.FreshStatus, p.FreshDetail, FreshPrimaryDown)
+	// The detail says why the breaker opened: the primary's reads failed (its outage), none was
+	// slow.
+	wantDetail := regexp.MustCompile(`^the primary feed store's circuit breaker is open \([0-9]+ of the last [0-9]+ primary reads failed, 0 slow\): no fresh chunk can be recorded$`)
+	if p.FreshStatus != FreshPrimaryDown || !wantDetail.MatchString(p.FreshDetail) {
+		t.Errorf("breaker open: status %q (%q), want %q with the breaker's reason", p.FreshStatus, p.FreshDetail, FreshPrimaryDown)
 	}
 	if p.From != hedge.Standby {
 		t.Errorf("breaker open: page from %v, want the standby", p.From)
@@ -799,4 +803,54 @@ func TestHungQueueDoesNotHoldReads(t *testing.T) {
 			t.Fatalf("re-enqueued %+v, want c1", tasks)
 		}
 	})
+}
+
+// TestSaturationKeepsFreshChunks: every primary read answers after the hedge policy's Max
+// (120 ms against 100 ms; no hedging, so the primary's own answer is judged). Judged by time
+// alone that is a slow store: the breaker opens and first pages come back primary_down. When
+// the process's scheduling latency (injected) says the process is saturated, the late reads
+// are its own, the breaker stays closed and every page carries its fresh chunk. The stores'
+// delays run on the bubble's clock.
+func TestSaturationKeepsFreshChunks(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sched    time.Duration
+		wantDown bool
+	}{
+		{"no scheduling latency: a slow store", 0, true},
+		{"saturated process", 50 * time.Millisecond, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var pol hedge.Policy
+				e := newEnv(t, func(c *Config, p *hedge.Policy) {
+					// The chunk's record (several writes of the slowed store) has time to land.
+					c.MinChunkInterval, c.PersistTimeout = 0, 10*time.Second
+					p.Mode, p.BreakerFailures = hedge.ModeOff, 3
+					pol = *p
+				})
+				h, err := hedge.New(pol, hedge.Options{SchedLatency: func() time.Duration { return tc.sched }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.rebuild(t, func(d *Deps) { d.Hedger = h })
+				if err := e.primary.Set(faults.Config{SlowFraction: 1, Slow: 120 * time.Millisecond}); err != nil {
+					t.Fatal(err)
+				}
+				down := 0
+				var statuses []FreshStatus
+				for range 6 {
+					p := e.get(t, "", 10)
+					if p.FreshStatus == FreshPrimaryDown {
+						down++
+					}
+					statuses = append(statuses, p.FreshStatus)
+				}
+				t.Logf("first pages: %v", statuses)
+				if got := down > 0; got != tc.wantDown || !tc.wantDown && slices.Contains(statuses, FreshPersistFailed) {
+					t.Errorf("first pages %v (breaker %s); want primary_down among them: %v (and, if not, every page fresh)", statuses, h.BreakerState(), tc.wantDown)
+				}
+			})
+		})
+	}
 }

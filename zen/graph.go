@@ -34,6 +34,8 @@ const (
 	counterEdges byte = 'e' // per-(from, edge type) edge count: key from | 'e' | type
 	// counterDeletions: the deletion log (deletions.go): key 0 | 'x' | n.
 	counterDeletions byte = 'x'
+	// counterDeletionSnapshot: the deletion log's snapshot (deletionsnap.go): key 0 | 'y' | ….
+	counterDeletionSnapshot byte = 'y'
 )
 
 // Graph stores objects and edges over a Store: tables "objects" (id -> version|JSON), "edges"

@@ -428,7 +428,7 @@ func (a *app) buildGraph(ctx context.Context, zstore zen.Store) error {
 			return fmt.Errorf("graph: %w", err)
 		}
 	}
-	a.deleted = newSetLiveness(feedsvc.NewDeletedSet(a.delLog), a.graph)
+	a.deleted = newSetLiveness(feedsvc.NewDeletedSet(a.delLog).WithLogger(a.log.Named("deletedset")), a.graph)
 	return nil
 }
 

@@ -20,9 +20,10 @@ const (
 type verdict int
 
 const (
-	good   verdict = iota
-	slow           // answered, but after Policy.Max, or lost to a standby that answered within the cutoff
-	failed         // erred or timed out
+	good    verdict = iota
+	slow            // answered, but after Policy.Max, or lost to a standby that answered within the cutoff
+	failed          // erred or timed out
+	excused         // slow or timed out while this process was saturated: no evidence either way
 )
 
 // route is where a call goes first.
@@ -41,6 +42,7 @@ const breakerBuckets = 10
 type bucket struct {
 	at        int64 // slice number: time / slice width
 	good, bad int
+	failed    int // of bad
 }
 
 // breaker is outlier detection on the primary, by rate over a window with a minimum count
@@ -73,6 +75,7 @@ type breaker struct {
 	lastGood, lastBad time.Time
 	changed           chan struct{} // closed and replaced on every bad verdict and state change
 	onChange          func(from, to string, why string)
+	why               string // why the breaker moved to its state; "" while closed from the start
 }
 
 func newBreaker(onChange func(from, to, why string)) *breaker {
@@ -82,7 +85,7 @@ func newBreaker(onChange func(from, to, why string)) *breaker {
 // set moves to state to; mu held. The callback runs under mu (it only logs and counts).
 func (b *breaker) set(to, why string, now time.Time) {
 	from := b.state
-	b.state = to
+	b.state, b.why = to, why
 	b.n, b.next, b.probing, b.probesOK = 0, 0, false, 0
 	b.buckets = [breakerBuckets]bucket{}
 	b.lastGood, b.lastBad = time.Time{}, time.Time{}
@@ -132,6 +135,14 @@ func (b *breaker) record(p Policy, r route, v verdict, start, now time.Time) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if v == excused {
+		// Neither good nor bad: a probe gives its slot to the next call, a closed breaker's
+		// window and its view of a hang are left as they were.
+		if r == routeProbe && b.state == BreakerHalfOpen {
+			b.probing = false
+		}
+		return
+	}
 	switch {
 	case r == routeProbe && b.state == BreakerHalfOpen:
 		b.probing = false
@@ -151,10 +162,10 @@ func (b *breaker) record(p Policy, r route, v verdict, start, now time.Time) {
 		} else if start.After(b.lastBad) {
 			b.lastBad = start
 		}
-		bad, total := b.add(p, v, now)
+		bad, nFailed, total := b.add(p, v, now)
 		if v != good {
 			if bad >= p.BreakerFailures && float64(bad) >= p.BreakerSlowRate*float64(total) {
-				b.set(BreakerOpen, fmt.Sprintf("%d of the last %d primary reads slow or failed", bad, total), now)
+				b.set(BreakerOpen, fmt.Sprintf("%d of the last %d primary reads failed, %d slow", nFailed, total, bad-nFailed), now)
 				return
 			}
 			b.notify()
@@ -162,20 +173,23 @@ func (b *breaker) record(p Policy, r route, v verdict, start, now time.Time) {
 	}
 }
 
-// add counts v in the ring and the interval's buckets and returns the window's bad and total
-// counts: the interval's, or the ring's when the interval holds fewer reads than the ring can;
-// mu held.
-func (b *breaker) add(p Policy, v verdict, now time.Time) (bad, total int) {
+// add counts v in the ring and the interval's buckets and returns the window's bad (failed
+// included), failed and total counts: the interval's, or the ring's when the interval holds
+// fewer reads than the ring can; mu held.
+func (b *breaker) add(p Policy, v verdict, now time.Time) (bad, nFailed, total int) {
 	if len(b.ring) != p.BreakerWindow {
 		b.ring, b.next, b.n = make([]verdict, p.BreakerWindow), 0, 0
 	}
 	b.ring[b.next] = v
 	b.next = (b.next + 1) % len(b.ring)
 	b.n = min(b.n+1, len(b.ring))
-	ringBad := 0
+	ringBad, ringFailed := 0, 0
 	for i := range b.n {
 		if b.ring[i] != good {
 			ringBad++
+		}
+		if b.ring[i] == failed {
+			ringFailed++
 		}
 	}
 
@@ -187,22 +201,27 @@ func (b *breaker) add(p Policy, v verdict, now time.Time) (bad, total int) {
 	if k.at != at {
 		*k = bucket{at: at}
 	}
-	if v == good {
+	switch v {
+	case good:
 		k.good++
-	} else {
+	case failed:
+		k.failed++
+		fallthrough
+	default:
 		k.bad++
 	}
-	tBad, tTotal := 0, 0
+	tBad, tFailed, tTotal := 0, 0, 0
 	for _, x := range b.buckets {
 		if x.at > at-breakerBuckets && x.at <= at {
 			tBad += x.bad
+			tFailed += x.failed
 			tTotal += x.good + x.bad
 		}
 	}
 	if tTotal > b.n {
-		return tBad, tTotal
+		return tBad, tFailed, tTotal
 	}
-	return ringBad, b.n
+	return ringBad, ringFailed, b.n
 }
 
 // sick reports whether a call that started at start and is still waiting on the primary past its
@@ -238,12 +257,21 @@ func (b *breaker) State() string {
 	return b.state
 }
 
+// Status returns the breaker's state and why it moved there.
+func (b *breaker) Status() (state, why string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state, b.why
+}
+
 func (v verdict) String() string {
 	switch v {
 	case slow:
 		return "slow"
 	case failed:
 		return "failed"
+	case excused:
+		return "excused"
 	}
 	return "good"
 }

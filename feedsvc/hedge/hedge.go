@@ -61,9 +61,11 @@ type Options struct {
 	// Now is the clock of the breaker (tests); nil means time.Now.
 	Now func() time.Time
 	// SchedLatency reports how long this process's runnable goroutines wait for a processor
-	// now: a read judged slow is not held against the primary when that wait explains it (the
-	// process is short of processors, not the store slow). nil means RuntimeSchedLatency();
-	// NoSchedLatency judges every read by its time alone.
+	// now. While that wait is a quarter of Policy.Max or more the process is saturated, and the
+	// breaker counts none of the primary's reads judged on their time (answered after Max,
+	// beaten by the standby, past PrimaryTimeout): the process is short of processors, not the
+	// store slow. nil means RuntimeSchedLatency(); NoSchedLatency judges every read by its
+	// time alone.
 	SchedLatency func() time.Duration
 }
 
@@ -101,7 +103,10 @@ func New(p Policy, o Options) (*Hedger, error) {
 	if o.WarmupTimeout <= 0 {
 		o.WarmupTimeout = time.Second
 	}
-	m, err := newMetrics(o.Registerer)
+	if o.SchedLatency == nil {
+		o.SchedLatency = RuntimeSchedLatency()
+	}
+	m, err := newMetrics(o.Registerer, o.SchedLatency)
 	if err != nil {
 		return nil, err
 	}
@@ -110,9 +115,6 @@ func New(p Policy, o Options) (*Hedger, error) {
 	}
 	if o.Now == nil {
 		o.Now = time.Now
-	}
-	if o.SchedLatency == nil {
-		o.SchedLatency = RuntimeSchedLatency()
 	}
 	h := &Hedger{win: newWindow(o.WindowSize, max(16, o.WindowSize/16)), warmTO: o.WarmupTimeout, m: m, now: o.Now,
 		sched: o.SchedLatency}
@@ -199,6 +201,11 @@ func (h *Hedger) spend(reserve float64) bool {
 
 // BreakerState returns the circuit breaker's state: closed, open or half-open.
 func (h *Hedger) BreakerState() string { return h.br.State() }
+
+// BreakerStatus returns the circuit breaker's state and why it moved there: for an open breaker,
+// the share of the primary's recent reads that failed or were slow ("5 of the last 8 primary
+// reads failed, 0 slow"), or the probe that failed.
+func (h *Hedger) BreakerStatus() (state, why string) { return h.br.Status() }
 
 // Wait blocks until the warm-up reads started so far have finished.
 func (h *Hedger) Wait() { h.warmups.Wait() }
@@ -335,7 +342,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 		// the standby took: it is the probe's verdict.
 		h.win.add(lost)
 		if rt == routeProbe || r.took <= d {
-			record(slow)
+			record(h.judge(p, slow, excuseBeaten))
 		}
 		out.From = Standby
 		return r.v, out, nil
@@ -345,14 +352,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 		h.win.add(took)
 	}
 	if ctx.Err() == nil {
-		v := good
-		switch {
-		case perr != nil:
-			v = failed
-		case took > p.Max && !h.excused(p.Max):
-			v = slow
-		}
-		record(v)
+		record(h.verdict(p, pctx, perr, took))
 	}
 	if perr == nil {
 		out.From = Primary
@@ -389,6 +389,21 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 	}
 	errs = append(errs, fmt.Errorf("%s: %w", Standby, r.err))
 	return zero, out, fmt.Errorf("%w: %w", ErrBothFailed, errors.Join(errs...))
+}
+
+// verdict judges a primary read that answered perr after took, its context pctx, on a call not
+// cancelled by its caller.
+func (h *Hedger) verdict(p Policy, pctx context.Context, perr error, took time.Duration) verdict {
+	switch {
+	case perr != nil && pctx.Err() == context.DeadlineExceeded:
+		// The primary's own deadline (PrimaryTimeout) passed: a verdict on its time.
+		return h.judge(p, failed, excuseTimeout)
+	case perr != nil:
+		return failed
+	case took > p.Max:
+		return h.judge(p, slow, excuseLate)
+	}
+	return good
 }
 
 // call is one Do past its routing: the caller's goroutine reads the primary while the cutoff

@@ -2,6 +2,7 @@ package hedge
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,16 +20,18 @@ type metrics struct {
 	brState      prometheus.Gauge
 	brChanges    *prometheus.CounterVec
 	routed       *prometheus.CounterVec
-	// excused counts the primary reads judged slow that the breaker did not count, because
-	// the process's own scheduling latency explained them.
-	excused prometheus.Counter
+	// excused counts the primary reads judged on their time that the breaker did not count,
+	// because the process was saturated, by kind (late, beaten, timeout).
+	excused *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics makes the Hedger's metrics and registers them on reg (if not nil), with a gauge of
+// the scheduling latency sched reports.
+func newMetrics(reg prometheus.Registerer, sched func() time.Duration) (*metrics, error) {
 	m := &metrics{
-		excused: prometheus.NewCounter(prometheus.CounterOpts{
+		excused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_hedge_breaker_excused_total",
-			Help: "Primary reads that were slow but not counted by the circuit breaker: this process's goroutine scheduling latency explained them (the process was short of processors, not the store slow)."}),
+			Help: "Primary reads judged on their time that the circuit breaker did not count because this process was saturated (its goroutine scheduling latency was at least a quarter of the hedge policy's max: short of processors, not the store slow), by verdict: late (answered after max), beaten (by the standby), timeout (past primary_timeout)."}, []string{"verdict"}),
 		calls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_hedge_calls_total", Help: "Hedged reads started."}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -63,7 +66,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"route"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.calls, m.latency, m.issued, m.won, m.exhausted,
+		schedGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "smartfeed_hedge_sched_latency_seconds",
+			Help: "This process's goroutine scheduling latency as the circuit breaker sees it (p99 over the last 0.5-1s): at a quarter of the hedge policy's max or more the process is saturated and the breaker counts no verdict on a read's time."},
+			func() float64 { return sched().Seconds() })
+		for _, c := range []prometheus.Collector{schedGauge, m.calls, m.latency, m.issued, m.won, m.exhausted,
 			m.warmups, m.warmupErrors, m.cutoff, m.policy, m.brState, m.brChanges, m.routed, m.excused} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register hedge metrics: %w", err)

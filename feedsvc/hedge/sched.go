@@ -11,12 +11,15 @@ import (
 
 // The breaker judges the primary by how long its reads take, timed from this process. Those
 // times include the time each goroutine of the read waited for a processor: when the process
-// itself is short of processors, every read is slow, and the store is not to blame. So a read
-// answered after Policy.Max is not counted as slow when the process's own scheduling latency
-// explains it (see excused). Errors and primary timeouts always count, and so does a read
-// beaten by a standby that answered within the cutoff: those are bounded by the hedging budget
-// (they cannot make half of a busy interval's reads), and they are how the breaker sees the
-// onset of a hang, which must not wait for the primary's timeout because the process is busy.
+// itself is short of processors, every read is slow, the primary's and the standby's alike, and
+// the store is not to blame. So while the process is saturated (its scheduling latency is at
+// least a quarter of Policy.Max: a healthy store's read, which waits for a processor several
+// times, can take Max) the breaker counts none of the verdicts taken on time: reads answered
+// after Max, reads beaten by the standby, and reads past PrimaryTimeout are excused (see judge),
+// and they neither open the breaker nor mark the primary hung. Errors always count. Below
+// saturation every verdict counts: a read beaten by a standby that answered within the cutoff is
+// how the breaker sees the onset of a hang, and a busy machine's scheduling latency of a
+// millisecond or two must not hide it.
 
 // schedWindow: the latency is computed over the scheduling events of the last one to two
 // schedWindows (the runtime times a sample of the goroutines' transitions, so a shorter span
@@ -34,10 +37,10 @@ const schedMinEvents = 16
 // schedQuantile is the quantile of the scheduling latencies reported.
 const schedQuantile = 0.99
 
-// schedShare: a late read is excused when the process's scheduling latency is at least
-// 1/schedShare of Policy.Max. A read waits for a processor several times (its goroutine
-// starts, wakes after I/O or a lock, and the caller wakes on its answer), so a quarter of the
-// limit per wait is enough to make it late with a healthy store.
+// schedShare: the process is saturated when its scheduling latency is at least 1/schedShare of
+// Policy.Max. A read waits for a processor several times (its goroutine starts, wakes after
+// I/O or a lock, and the caller wakes on its answer), so a quarter of the limit per wait is
+// enough to make it late with a healthy store.
 const schedShare = 4
 
 const schedMetric = "/sched/latencies:seconds"
@@ -116,15 +119,19 @@ func (w *schedWatch) refresh(now int64) {
 	}
 }
 
-// excused reports whether a read answered after limit (Policy.Max) is explained by the
-// process's own scheduling latency rather than the store.
-func (h *Hedger) excused(limit time.Duration) bool {
-	if h.sched == nil {
-		return false
+// Kinds of excused verdicts, the verdict label of smartfeed_hedge_breaker_excused_total.
+const (
+	excuseLate    = "late"    // answered after Policy.Max
+	excuseBeaten  = "beaten"  // lost to a standby that answered within the cutoff
+	excuseTimeout = "timeout" // failed at its own deadline, Policy.PrimaryTimeout
+)
+
+// judge returns v, a verdict on a primary read's time (of the given kind), or excused when the
+// process is saturated: its scheduling latency is at least 1/schedShare of Policy.Max.
+func (h *Hedger) judge(p Policy, v verdict, kind string) verdict {
+	if h.sched == nil || h.sched()*schedShare < p.Max {
+		return v
 	}
-	if h.sched()*schedShare >= limit {
-		h.m.excused.Inc()
-		return true
-	}
-	return false
+	h.m.excused.WithLabelValues(kind).Inc()
+	return excused
 }

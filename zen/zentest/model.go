@@ -75,21 +75,21 @@ func modelPools(t *testing.T, s zen.Store, c *modelClock) (*zen.Pools, zen.Table
 }
 
 // RunModel runs the acceptance suite of the zen model API (objects, IDs, the mod-shard map,
-// edges, cursors, counts, pools) on a backend. open must return a fresh, empty store for each
+// edges, cursors, counts, pools, the deletion log and its compaction) on a backend. open must return a fresh, empty store for each
 // call (each subtest calls it once).
 func RunModel(t *testing.T, open func(t *testing.T) zen.Store) {
-	t.Run("Objects", func(t *testing.T) { modelObjects(t, open(t)) })
-	t.Run("IDAllocation", func(t *testing.T) { modelIDAllocation(t, open(t)) })
-	t.Run("MapKey", func(t *testing.T) { modelMapKey(t, open(t)) })
-	t.Run("EdgesIdempotent", func(t *testing.T) { modelEdgesIdempotent(t, open(t)) })
-	t.Run("EdgesCursor", func(t *testing.T) { modelEdgesCursor(t, open(t)) })
-	t.Run("EdgesDuplicateSeq", func(t *testing.T) { modelEdgesDuplicateSeq(t, open(t)) })
-	t.Run("EdgesConcurrent", func(t *testing.T) { modelEdgesConcurrent(t, open(t)) })
-	t.Run("EdgesMembers", func(t *testing.T) { modelEdgesMembers(t, open(t)) })
-	t.Run("EdgesCountMany", func(t *testing.T) { modelEdgesCountMany(t, open(t)) })
-	t.Run("Pools", func(t *testing.T) { modelPoolsBasic(t, open(t)) })
-	t.Run("PoolsConcurrentTake", func(t *testing.T) { modelPoolsConcurrentTake(t, open(t)) })
-	t.Run("PoolsTombstones", func(t *testing.T) { modelPoolsTombstones(t, open(t)) })
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T, zen.Store)
+	}{
+		{"Objects", modelObjects}, {"IDAllocation", modelIDAllocation}, {"MapKey", modelMapKey},
+		{"EdgesIdempotent", modelEdgesIdempotent}, {"EdgesCursor", modelEdgesCursor}, {"EdgesDuplicateSeq", modelEdgesDuplicateSeq},
+		{"EdgesConcurrent", modelEdgesConcurrent}, {"EdgesMembers", modelEdgesMembers}, {"EdgesCountMany", modelEdgesCountMany},
+		{"Pools", modelPoolsBasic}, {"PoolsConcurrentTake", modelPoolsConcurrentTake}, {"PoolsTombstones", modelPoolsTombstones},
+		{"DeletionsCompacted", modelDeletionsCompacted}, {"DeletionsCompactRace", modelDeletionsCompactRace},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(t, open(t)) })
+	}
 }
 
 func modelObjects(t *testing.T, s zen.Store) {
