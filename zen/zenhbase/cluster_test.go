@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tsuna/gohbase/zk"
 
 	"github.com/smartfeed/smartfeed/zen"
@@ -381,6 +382,7 @@ func TestRegionServerKill(t *testing.T) {
 	if jobsBefore == 0 {
 		t.Fatal("no fanout job acknowledged before the kill")
 	}
+	m0 := clientMetrics(t)
 	killed := time.Now()
 	if err := c.script("kill-rs", fmt.Sprint(n)); err != nil {
 		t.Fatal(err)
@@ -406,6 +408,16 @@ func TestRegionServerKill(t *testing.T) {
 	}
 	time.Sleep(after) // the load runs on its own: the recovered phase's length
 	stopLoad()
+	m1 := clientMetrics(t)
+	relocated := m1["gohbase_region_relocations_total"] - m0["gohbase_region_relocations_total"]
+	retried := m1["gohbase_rpc_retries_total"] - m0["gohbase_rpc_retries_total"]
+	reestablished := m1["gohbase_region_reestablish_seconds"] - m0["gohbase_region_reestablish_seconds"]
+	t.Logf("client metrics over the kill: %v region relocations, %v regions re-established, %v RPC retries", relocated, reestablished, retried)
+	// Both of the store's clients (writes, reads) had every region of the table cached.
+	if relocated < float64(len(starts)) || retried == 0 {
+		t.Errorf("gohbase_region_relocations_total grew by %v (want at least the %d regions of the dead server), gohbase_rpc_retries_total by %v (want some)",
+			relocated, len(starts), retried)
+	}
 
 	// Every row of the table: acknowledged ones all there, each (user, pin) once.
 	rows, err := tb.Scan(ctx, zen.ScanOptions{})
@@ -463,6 +475,30 @@ func TestRegionServerKill(t *testing.T) {
 // maxClientLag bounds how long after the master reopens a dead server's regions the client
 // may take to use them.
 const maxClientLag = 3 * time.Second
+
+// clientMetrics reads the HBase client's metrics (Collectors): each counter's total over its
+// labels, and each histogram's count, by name.
+func clientMetrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if c := m.GetCounter(); c != nil {
+				out[mf.GetName()] += c.GetValue()
+			}
+			if h := m.GetHistogram(); h != nil {
+				out[mf.GetName()] += float64(h.GetSampleCount())
+			}
+		}
+	}
+	return out
+}
 
 func sum(m map[string]int) int {
 	n := 0
