@@ -305,7 +305,15 @@ func probe(ctx context.Context, tb zen.Table, starts [][]byte, d time.Duration) 
 // answered, possibly after retries, and none misses an acknowledged row. Logged: the recovery
 // time as the master sees it (every region open elsewhere) and as the client sees it (a write
 // and a read to each of the dead server's regions succeed), and the load's figures.
-func TestRegionServerKill(t *testing.T) {
+func TestRegionServerKill(t *testing.T) { killUnderLoad(t, false) }
+
+// TestMetaRegionServerKill is TestRegionServerKill with the region server that holds
+// hbase:meta (and regions of the pool table) killed: the master reassigns meta first, and until
+// then no client can look up any region that moved, nor a region it has not cached.
+func TestMetaRegionServerKill(t *testing.T) { killUnderLoad(t, true) }
+
+// killUnderLoad is TestRegionServerKill, killing the region server of hbase:meta if killMeta.
+func killUnderLoad(t *testing.T, killMeta bool) {
 	c := clusterFromEnv(t)
 	s := openCluster(t, c)
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
@@ -316,8 +324,7 @@ func TestRegionServerKill(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Drop(context.Background(), "pools") })
 
-	// The victim: a server holding regions of the table, not hbase:meta (whose loss would
-	// stall every client's region lookups too: a different, longer story).
+	// The victim: a server holding regions of the table, and hbase:meta if killMeta.
 	meta, err := zk.NewClient(c.zk, 10*time.Second).LocateResource(zk.Meta.Prepend("/hbase"))
 	if err != nil {
 		t.Fatal(err)
@@ -332,10 +339,13 @@ func TestRegionServerKill(t *testing.T) {
 	}
 	var victim string
 	for _, srv := range slices.Sorted(maps.Keys(per)) {
-		if srv != meta && per[srv] > 0 {
+		if (srv == meta) == killMeta && per[srv] > 0 {
 			victim = srv
 			break
 		}
+	}
+	if victim == "" {
+		t.Fatalf("no region server holds regions of the table with hbase:meta=%v (meta on %s, regions %v)", killMeta, meta, per)
 	}
 	n := c.node(t, victim)
 	if n == 0 {
@@ -393,7 +403,9 @@ func TestRegionServerKill(t *testing.T) {
 			t.Fatalf("no recovery within the test's time (master: %s, client: %s)", serverUp, clientUp)
 		}
 		if serverUp == 0 {
-			rs, err := s.Regions(ctx, "pools")
+			rctx, rcancel := context.WithTimeout(ctx, attemptTimeout)
+			rs, err := s.Regions(rctx, "pools")
+			rcancel()
 			if err == nil && len(rs) == 16 && len(RegionsPerServer(rs)) == 2 &&
 				RegionsPerServer(rs)[victim] == 0 && sum(RegionsPerServer(rs)) == 16 {
 				serverUp = time.Since(killed)
