@@ -107,6 +107,11 @@ site_xml() { # site_xml NODE: the node's hbase-site.xml
   <!-- No balancer runs on its own: regions move when an operator or a test moves them. -->
   <property><name>hbase.balancer.period</name><value>2147483647</value></property>
   <property><name>hbase.client.scanner.timeout.period</name><value>5000</value></property>
+  <!-- Replication to a standby (scripts/hbase.sh replicate NAME STANDBY): the WAL reader of a
+       replication source sleeps this long when it finds nothing new; HBase's default (1 s) puts
+       seconds of lag on a quiet cluster. -->
+  <property><name>replication.source.sleepforretries</name><value>50</value></property>
+  <property><name>replication.source.maxretriesmultiplier</name><value>10</value></property>
   <property><name>hbase.regionserver.handler.count</name><value>10</value></property>
   <property><name>hbase.master.handler.count</name><value>10</value></property>
 </configuration>
