@@ -302,6 +302,10 @@ start_rs() {
 	node=$(rs_node "${1:-}")
 	running zk && running master || die "the cluster is not up (scripts/hbase-cluster.sh up $NAME)"
 	[ -s "$CPDIR/cp.txt" ] || "$ROOT/scripts/hbase.sh" classpath >/dev/null
+	if running "$node"; then
+		log "$node is already running on port $(port_of "$node")"
+		return 0
+	fi
 	local before
 	before=$(live_rs | grep "^localhost,$(port_of "$node")," || true)
 	start_node "$node"
