@@ -9,7 +9,7 @@ SERVICES := scripts/with-services.sh
 # before and after, never on the user's (scripts/with-services.sh, SMARTFEED_SERVICES=test).
 TEST_SERVICES := SMARTFEED_SERVICES=test scripts/with-services.sh
 
-.PHONY: help build test test-long test-memory test-failover test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo helm-lint kubeconform image rules services-up services-down
+.PHONY: help build test test-long test-memory test-failover test-hbase-cluster test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo helm-lint kubeconform image rules services-up services-down
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
@@ -19,16 +19,24 @@ build: ## build the smartfeed binary into bin/
 test: ## all tests, -race, on a Redis and two HBases of the run's own (run/*-test, wiped before and after) and Chromium (installed if missing), then the chart's; every step runs, then a summary (scripts/test.sh)
 	@GO="$(GO)" MAKE="$(MAKE)" TEST_PKGS="$(TEST_PKGS)" scripts/test.sh
 
-test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout, Redis lost mid 100k-follower fanout, a 20 s Redis outage, 30 minutes of load with memory sampled (SMARTFEED_LONG=1)
+test-long: ## soak runs CI does not do: 50 random seeds per model comparison, the 1M-follower fanout, Redis lost mid 100k-follower fanout, a 20 s Redis outage, 30 minutes of load with memory sampled, HBase region servers killed (the one holding hbase:meta too) with longer load (SMARTFEED_LONG=1)
 	SMARTFEED_LONG=1 SMARTFEED_FANOUT_1M=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 90m ./zen/... ./worker/
 	SMARTFEED_LONG=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 10m -run TestRedisOutageLosesNothing -v ./cmd/smartfeed/
 	SMARTFEED_LONG=1 SMARTFEED_NO_HBASE=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 45m -run TestMemoryPlateau -v ./cmd/smartfeed/
+	SMARTFEED_LONG=1 $(MAKE) --no-print-directory test-hbase-cluster CLUSTER_TESTS='TestClusterRegionsBalanced|TestRegionServerKill|TestMetaRegionServerKill'
 
 test-memory: ## the memory run shortened to 3 minutes (CreatePin 10/s x 50 followers, GetFeed 100/s; samples in run/memory-plateau/)
 	SMARTFEED_MEMORY_RUN=3m SMARTFEED_NO_HBASE=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 15m -run TestMemoryPlateau -v ./cmd/smartfeed/
 
 test-failover: ## kill -9 the primary feed HBase under read and write load, restart it, compare with the standby (starts two HBases of its own)
 	SMARTFEED_HBASE_FAILOVER=1 SMARTFEED_NO_HBASE_STANDBY=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 20m -run TestHBasePrimaryKill -v ./cmd/smartfeed/
+
+CLUSTER_TESTS ?= TestClusterRegionsBalanced|TestRegionServerKill
+test-hbase-cluster: ## kill -9 one of three HBase region servers under a fanout and a read load: nothing acknowledged lost or duplicated, recovery time logged (starts a cluster of its own, run/hbase-cluster-test, wiped after)
+	@scripts/hbase-cluster.sh wipe hbase-cluster-test >/dev/null 2>&1; \
+	trap 'scripts/hbase-cluster.sh wipe hbase-cluster-test >/dev/null 2>&1' EXIT; \
+	scripts/hbase-cluster.sh up hbase-cluster-test >/dev/null && set -a && . run/hbase-cluster-test/env && set +a && \
+	$(GO) test -count=1 -timeout 20m -run '$(CLUSTER_TESTS)' -v ./zen/zenhbase/
 
 test-short: ## fast loop: unit tests only, no Redis or HBase
 	$(GO) test -short ./...

@@ -15,7 +15,7 @@
 #   classpath: resolves the classpath (as up does) and prints the path of the file holding it
 #           (run/hbase-cp/cp.txt), for Java tools run against the same jars (scripts/hbase-pe.sh).
 #   replicate PRIMARY STANDBY: HBase's own replication from instance PRIMARY to STANDBY (both
-#           up): adds a serial peer on PRIMARY (idempotent; an existing peer is made serial) through
+#           up; either may be a cluster of scripts/hbase-cluster.sh): adds a serial peer on PRIMARY (idempotent; an existing peer is made serial) through
 #           test/hbase/tools/Replication.java,
 #           compiled against the same jars, then checks that a row written on PRIMARY reaches
 #           STANDBY. Tables replicate when their column family has REPLICATION_SCOPE 1
@@ -184,10 +184,13 @@ status() {
 	fi
 }
 
-# zk_of NAME prints the ZooKeeper address of a running instance.
+# zk_of NAME prints the ZooKeeper address of a running instance, or of a cluster of
+# scripts/hbase-cluster.sh (its ZooKeeper's port is in run/NAME/zk/port).
 zk_of() {
-	[ -s "$RUN_DIR/$1/port" ] || die "instance $1 is not up (scripts/hbase.sh up $1)"
-	echo "127.0.0.1:$(cat "$RUN_DIR/$1/port")"
+	local f="$RUN_DIR/$1/port"
+	[ -s "$f" ] || f="$RUN_DIR/$1/zk/port"
+	[ -s "$f" ] || die "instance $1 is not up (scripts/hbase.sh up $1, or scripts/hbase-cluster.sh up $1)"
+	echo "127.0.0.1:$(cat "$f")"
 }
 
 # tool runs test/hbase/tools/Replication.java (compiled once per change) with ARGS.

@@ -9,6 +9,9 @@
 #   4. the user's Redis (run/redis) untouched by the run
 #   5. the tests over 20 s, by name
 #   6. make helm-lint
+#   7. make test-hbase-cluster: a region server of a three-server HBase cluster killed under load
+#      (its own cluster, run/hbase-cluster-test; 1.5–2.5 min; skipped with SMARTFEED_NO_HBASE=1 or
+#      a TEST_PKGS other than ./...)
 # Steps 1–3 run under scripts/with-services.sh with SMARTFEED_SERVICES=test: a Redis and two
 # HBases of the run's own (run/redis-test, run/hbase-test, run/hbase-test-standby), wiped before
 # and after, never the ones of `scripts/redis.sh up`, `make services-up` or `make demo`.
@@ -51,6 +54,7 @@ S_KEYS="no Redis keys left by the tests"
 S_USER="the user's run/redis untouched"
 S_SLOW="tests over 20 s"
 S_HELM="helm-lint"
+S_CLUSTER="HBase cluster: a region server killed"
 
 # leftover_keys: fails when the test Redis (SMARTFEED_REDIS_ADDR) holds keys without a TTL in
 # any database, listing them. asynq's own server and worker heartbeats are not a test's.
@@ -127,6 +131,7 @@ if [ -n "$interrupted" ]; then
 	skip "$S_USER" interrupted
 	skip "$S_SLOW" interrupted
 	skip "$S_HELM" interrupted
+	skip "$S_CLUSTER" interrupted
 else
 	if [ "$user_redis_up" = 1 ]; then
 		skip "$S_USER" "the user's Redis is running, so its own clients may write to it"
@@ -140,6 +145,14 @@ else
 		skip "$S_SLOW" "no run/test.json: the tests did not run"
 	fi
 	step "$S_HELM" "${MAKE:-make}" --no-print-directory helm-lint
+	if [ "${SMARTFEED_NO_HBASE:-}" = 1 ]; then
+		skip "$S_CLUSTER" "SMARTFEED_NO_HBASE=1"
+	elif [ "${TEST_PKGS:-./...}" != ./... ]; then
+		skip "$S_CLUSTER" "TEST_PKGS=$TEST_PKGS"
+	else
+		# After the other services have stopped: its five JVMs then have the machine's memory.
+		step "$S_CLUSTER" "${MAKE:-make}" --no-print-directory test-hbase-cluster
+	fi
 fi
 
 printf '\n== make test summary (%s s)\n' $((SECONDS - t_start))

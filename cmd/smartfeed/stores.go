@@ -36,6 +36,8 @@ type stores struct {
 	cfg config.Storage
 	log *zap.Logger
 	reg prometheus.Registerer // nil: the Pebble stores' LSM gauges are not registered
+	// hbaseMetrics: the HBase client's collectors are registered on reg.
+	hbaseMetrics bool
 	// stats holds, per store name, the open Pebble store its gauges read (registered once; a
 	// store reopened under the same name takes its place).
 	stats  map[string]*atomic.Pointer[zenpebble.Store]
@@ -99,6 +101,16 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 			FlushInterval: time.Duration(h.WriteFlush)})
 		if err != nil {
 			return nil, fmt.Errorf("open hbase %s at %s: %w", name, zk, err)
+		}
+		if s.reg != nil && !s.hbaseMetrics {
+			// The HBase client's metrics, shared by every HBase store: its retries and the
+			// regions it lost and found again (a region server's death, a region moved).
+			for _, c := range zenhbase.Collectors() {
+				if err := s.reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+					return nil, fmt.Errorf("hbase client metrics: %w", err)
+				}
+			}
+			s.hbaseMetrics = true
 		}
 		st = hb
 	default:

@@ -19,3 +19,40 @@ var operationDurationSeconds = promauto.NewHistogramVec(
 	},
 	[]string{"operation", "result"},
 )
+
+var rpcRetries = promauto.NewCounterVec(
+	prometheus.CounterOpts{
+		Namespace: "gohbase",
+		Name:      "rpc_retries_total",
+		Help: "RPCs sent again after a failure, by reason: retryable (the region server " +
+			"asked for a retry), server (the connection to the region server failed), " +
+			"not_serving (the region was unavailable, closed or moved)",
+	},
+	[]string{"reason"},
+)
+
+var regionReestablishSeconds = promauto.NewHistogram(
+	prometheus.HistogramOpts{
+		Namespace: "gohbase",
+		Name:      "region_reestablish_seconds",
+		Help: "Time in seconds from a region becoming unavailable (its region server " +
+			"lost, or the region closed or moved) until the client has found it again",
+		Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+	},
+)
+
+var regionRelocations = promauto.NewCounter(
+	prometheus.CounterOpts{
+		Namespace: "gohbase",
+		Name:      "region_relocations_total",
+		Help:      "Regions found on another region server after the client lost them",
+	},
+)
+
+// Collectors returns the client's metrics, which every client of the process shares, for an
+// application that serves a registry of its own instead of Prometheus's default one (where
+// they are registered too).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{operationDurationSeconds, rpcRetries,
+		regionReestablishSeconds, regionRelocations}
+}

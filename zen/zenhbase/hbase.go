@@ -675,7 +675,8 @@ func (t *Table) checkAndSet(ctx context.Context, key, expected, value []byte) (b
 }
 
 // Increment adds delta to the 8-byte big-endian counter at key (absent = 0) with HBase's
-// Increment, and returns the new value. A value that is not 8 bytes is an error.
+// Increment, once however often gohbase sends it (a nonce: increment.go), and returns the new
+// value. A value that is not 8 bytes is an error.
 func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -685,11 +686,7 @@ func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, 
 	}
 	ctx, cancel := t.s.callCtx(ctx)
 	defer cancel()
-	inc, err := hrpc.NewIncSingle(ctx, t.name, bytes.Clone(key), t.fam, qualifier, delta)
-	if err != nil {
-		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, err)
-	}
-	n, err := t.s.reader.Increment(inc)
+	n, err := t.increment(ctx, bytes.Clone(key), delta)
 	if err != nil {
 		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, ctxErr(ctx, err))
 	}
