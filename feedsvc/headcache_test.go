@@ -1,0 +1,219 @@
+package feedsvc
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// withoutHeadVersions returns rows without the head version rows (user | 'v'), whose values
+// name the incarnation that wrote them: two runs of the same writes differ only there.
+func withoutHeadVersions(rows []zen.KV) []zen.KV {
+	var out []zen.KV
+	for _, kv := range rows {
+		if keyKind(kv.Key) != prefixHeadVersion || len(kv.Key) != kindAt+1 {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// peer is one feed process over e's stores: a Service of its own (its own head cache and
+// incarnation) with its own metrics.
+type peer struct {
+	svc *Service
+	reg *prometheus.Registry
+}
+
+func newPeer(t *testing.T, e *env, headBytes int64) peer {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	svc, err := New(Deps{Primary: e.repl, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue,
+		Registerer: reg, TrimEvery: 1, HeadCacheBytes: headBytes}, e.svc.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Wait)
+	return peer{svc, reg}
+}
+
+func (p peer) page(t *testing.T, user zen.ID, size int) Page {
+	t.Helper()
+	pg, err := p.svc.GetFeed(context.Background(), Request{User: user, PageSize: size})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.svc.enqueues.Wait()
+	return pg
+}
+
+func (p peer) hits(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := p.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "smartfeed_feed_head_cache_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == headHit {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
+// shown is a page's items as the test compares them: pin and fresh label.
+func shown(p Page) []string {
+	out := make([]string, 0, len(p.Items))
+	for _, it := range p.Items {
+		out = append(out, fmt.Sprintf("%d fresh=%v", it.Pin.Local(), it.Fresh))
+	}
+	return out
+}
+
+// TestHeadCacheTwoProcesses: two feed processes (two Services, each with its head cache) serve
+// one user over one store, taking turns writing (a served chunk, its materialization, a trim, the
+// feed's deletion) while the other has the feed's head cached. After each write returns, the
+// other's next first page is what a process with no cache reads, so the write is never hidden;
+// every fresh pin is shown fresh once over both processes; and pages with no write between them
+// are served from the cache.
+func TestHeadCacheTwoProcesses(t *testing.T) {
+	e := newEnv(t, nil)
+	procs := []peer{newPeer(t, e, 0), newPeer(t, e, 0)}
+	cold := newPeer(t, e, -1) // reads the store every time
+	user := e.user
+	const size = 40
+	freshSeen := map[zen.ID]int{}
+	// read has reader serve a first page with the generator down (the page is the materialized
+	// read alone, the cached part) and compares it with a cold read.
+	read := func(step string, reader peer) {
+		t.Helper()
+		e.gen.err = errGen
+		defer func() { e.gen.err = nil }()
+		got := reader.page(t, user, size)
+		want := cold.page(t, user, size)
+		if diff := cmp.Diff(shown(want), shown(got)); diff != "" {
+			t.Fatalf("%s: page of the process with the head cached (-cold read +got):\n%s", step, diff)
+		}
+	}
+	for round := range 6 {
+		writer, reader := procs[round%2], procs[1-round%2]
+		step := func(what string) string { return fmt.Sprintf("round %d, after %s", round, what) }
+		read(step("nothing"), reader)
+		read(step("nothing, again"), reader) // a hit
+		p := writer.page(t, user, size)      // a fresh chunk, recorded as pending
+		if p.FreshStatus != FreshIncluded {
+			t.Fatalf("round %d: writer's page %q", round, p.FreshStatus)
+		}
+		for _, it := range p.Items {
+			if it.Fresh {
+				freshSeen[it.Pin]++
+			}
+		}
+		read(step("a served chunk"), reader)
+		for _, task := range e.queue.take() {
+			if err := writer.svc.Materialize(context.Background(), task); err != nil {
+				t.Fatal(err)
+			}
+		}
+		read(step("a materialization"), reader)
+	}
+	for pin, n := range freshSeen {
+		if n != 1 {
+			t.Errorf("pin %d shown fresh %d times", pin.Local(), n)
+		}
+	}
+	if len(freshSeen) != 6*5 {
+		t.Errorf("%d pins shown fresh, want 30", len(freshSeen))
+	}
+	for i, p := range procs {
+		if p.hits(t) < 3 {
+			t.Errorf("process %d: %v head cache hits, want at least 3 (its pages with no write between them)", i, p.hits(t))
+		}
+	}
+
+	// A trim by one process: the other, its head cached, serves the trimmed feed.
+	read("before the trim", procs[0])
+	cfg := procs[1].svc.Config()
+	cfg.MaxItems = 7
+	if err := procs[1].svc.SetConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := procs[1].svc.Trim(context.Background(), user); err != nil || n == 0 {
+		t.Fatalf("trim: %d dropped, %v", n, err)
+	}
+	read("the trim", procs[0])
+	if got := len(procs[0].page(t, user, size).Items); got != 7+5 { // the page's own fresh chunk too
+		t.Errorf("after the trim: %d items, want 12", got)
+	}
+	for _, task := range e.queue.take() {
+		if err := procs[0].svc.Materialize(context.Background(), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The feed's deletion by one process: the other serves nothing.
+	read("before the deletion", procs[0])
+	if err := procs[1].svc.DeleteFeed(context.Background(), user); err != nil {
+		t.Fatal(err)
+	}
+	read("the deletion", procs[0])
+}
+
+// TestHeadCacheSizes: a head read at one page size is not served for another (the read met a
+// different set of rows), and each size gets the same page as a cold read.
+func TestHeadCacheSizes(t *testing.T) {
+	e := newEnv(t, nil)
+	all := feedOf(t, e, 4) // leaves the generator down
+	p := newPeer(t, e, 0)
+	for _, size := range []int{3, 20, 3, 7, 20} {
+		if diff := cmp.Diff(all[:min(size, len(all))], pagePins(p.page(t, e.user, size))); diff != "" {
+			t.Errorf("size %d (-want +got):\n%s", size, diff)
+		}
+	}
+}
+
+// TestHeadCacheBudget: the cache holds at most its budget, the least recently used heads out
+// first.
+func TestHeadCacheBudget(t *testing.T) {
+	read := pageRead{entries: make([]entry, 10)}
+	cost := headCost(read) + 16
+	c, err := newHeadCache(3*cost, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := []byte("0123456789abcdef")
+	for u := zen.ID(1); u <= 3; u++ {
+		c.put(u, 10, v, read)
+	}
+	if _, r := c.get(1, 10, v); r != headHit { // 1 is now the most recent: 2 goes next
+		t.Fatalf("user 1: %s", r)
+	}
+	c.put(4, 10, v, read)
+	got := map[zen.ID]string{}
+	for u := zen.ID(1); u <= 4; u++ {
+		_, got[u] = c.get(u, 10, v)
+	}
+	want := map[zen.ID]string{1: headHit, 2: headMiss, 3: headHit, 4: headHit}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("after a fourth head (-want +got):\n%s", diff)
+	}
+	if c.used > c.budget {
+		t.Errorf("%d bytes held, budget %d", c.used, c.budget)
+	}
+	if _, r := c.get(1, 10, []byte("another version!")); r != headStale {
+		t.Errorf("another version: %s, want stale", r)
+	}
+	if _, r := c.get(1, 10, v); r != headMiss {
+		t.Errorf("after a stale lookup: %s, want miss (dropped)", r)
+	}
+}
