@@ -2,7 +2,9 @@ package feedsvc
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -215,5 +217,83 @@ func TestHeadCacheBudget(t *testing.T) {
 	}
 	if _, r := c.get(1, 10, v); r != headMiss {
 		t.Errorf("after a stale lookup: %s, want miss (dropped)", r)
+	}
+}
+
+// TestHeadCacheRemovalAfterCaching: the cache holds the raw read, so a removal (an unfollow or a
+// delete) that the graph answers after the head was cached, with no feed write since, still
+// keeps its pins off the next page, which is served from the cache.
+func TestHeadCacheRemovalAfterCaching(t *testing.T) {
+	el := &fakeEligibility{}
+	reg := prometheus.NewRegistry()
+	e, _ := newPreparedEnv(t, func(d *Deps) { d.Eligibility, d.Registerer = el, reg }) // prepared: pins 6-10
+	p := peer{e.svc, reg}
+	e.gen.err = errGen // no new chunk: the pages write nothing before they answer
+	el.set(nil, errors.New("graph down"))
+	if got := p.page(t, e.user, 100); len(freshPins(got)) != 0 {
+		t.Fatalf("removal check down: fresh %v, want the prepared chunk held back", freshPins(got))
+	}
+	hits := p.hits(t)
+	el.set(map[zen.ID]bool{pinID(7): true, pinID(9): true}, nil)
+	got := p.page(t, e.user, 100)
+	if p.hits(t) != hits+1 {
+		t.Fatalf("the second page was not served from the head cache (%v hits, want %v)", p.hits(t), hits+1)
+	}
+	want := []zen.ID{pinID(6), pinID(8), pinID(10)}
+	if diff := cmp.Diff(want, freshPins(got)); diff != "" {
+		t.Errorf("fresh after the removal (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(cat(want, pins(1, 5)), pagePins(got)); diff != "" {
+		t.Errorf("page after the removal (-want +got):\n%s", diff)
+	}
+}
+
+// TestHeadCacheConcurrentPages: pages of one user served at once from one cached head, each
+// filtering it (deleted pins, removed prepared pins) and serving its prepared chunk, while
+// another process writes to the feed, share no memory they write (go test -race) and each
+// shows every pin once.
+func TestHeadCacheConcurrentPages(t *testing.T) {
+	el := &fakeEligibility{removed: map[zen.ID]bool{pinID(7): true}}
+	live := &fakeLiveness{deleted: map[zen.ID]bool{pinID(2): true}}
+	e, _ := newPreparedEnv(t, func(d *Deps) { d.Eligibility, d.Liveness = el, live })
+	e.gen.err = errGen
+	other := newPeer(t, e, 0)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for range 8 {
+		wg.Go(func() {
+			for range 25 {
+				pg, err := e.svc.GetFeed(context.Background(), Request{User: e.user, PageSize: 50})
+				if err != nil {
+					errs <- err
+					return
+				}
+				seen := map[zen.ID]bool{}
+				for _, it := range pg.Items {
+					if seen[it.Pin] || it.Pin == pinID(2) || it.Pin == pinID(7) {
+						errs <- fmt.Errorf("page %v shows pin %d twice or removed", pagePins(pg), it.Pin.Local())
+						return
+					}
+					seen[it.Pin] = true
+				}
+			}
+		})
+	}
+	for range 5 {
+		e.gen.mu.Lock()
+		e.gen.err = nil
+		e.gen.mu.Unlock()
+		if _, err := other.svc.GetFeed(context.Background(), Request{User: e.user, PageSize: 50}); err != nil {
+			t.Error(err)
+		}
+		e.gen.mu.Lock()
+		e.gen.err = errGen
+		e.gen.mu.Unlock()
+	}
+	wg.Wait()
+	e.svc.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
