@@ -26,25 +26,26 @@ import (
 // used out first. A page served from it costs one point read instead of a scan and its decoding.
 //
 // Coherence is by a version read, not by routing: every write that changes the rows a page
-// reads (FeedRange: the pending chunks and the materialized items) writes a new value to the
-// user's head version row (user | 'v') after it, before it is acknowledged: the chunk's
-// recording (in the same atomic commit where the store has one), the served mark of a prepared
-// chunk, a materialization, a trim; deleting the feed deletes the row. A cached head is served
-// only if the version row, read from the primary by the page, still holds the value read before
-// the head was. Because the version is read before the head and changed after the write, a
-// cached head is never older than the version it carries, and a write acknowledged before a
-// page began is never hidden from it, whichever process made it: several feed processes may
-// serve one user over one store with no routing. A missing version row (a feed no write has
-// touched since, or a deleted feed) is never cached. The version value is the writing
-// process's incarnation and a counter, so two writers never write the same value.
+// reads (the pending chunks and the materialized items) writes a new value to the user's head
+// version row after it, before it is acknowledged: the chunk's recording (in the same atomic
+// commit where the store has one), the served mark of a prepared chunk, a materialization's
+// close, a trim; deleting the feed deletes the row. The row's key, user | 'f', is the first of
+// the feed's range (FeedRange), so a page's scan reads it first, in the same scan: a user with
+// nothing cached costs one scan as before, and the version it caches under is read before the
+// rows. A user with a head cached reads the row alone (one point read), and the head is served
+// only if the row still holds the value cached with it. Because the version is read before the
+// head and changed after the write, a cached head is never older than the version it carries,
+// and a write acknowledged before a page began is never hidden from it, whichever process made
+// it: several feed processes may serve one user over one store with no routing. A missing
+// version row (a feed no write has touched since, or a deleted feed) is never cached. The
+// version value is the writing process's incarnation and a counter, so two writers never write
+// the same value.
 //
 // Deleted pins never reach a page from the cache either: the cached rows are the raw read, and
 // the page filters them as it filters a scan (filterLive: the DeletedSet in production; then
 // filterRemoved for prepared chunks, which checks unfollows).
 
 const (
-	// prefixHeadVersion is the kind byte of the user's head version row: user(8) | 'v'.
-	prefixHeadVersion = 'v'
 	// DefaultHeadCacheBytes is Deps.HeadCacheBytes's default.
 	DefaultHeadCacheBytes = 64 << 20
 	// headEntryOverhead approximates an entry's bookkeeping (map slot, list element, slices).
@@ -55,8 +56,12 @@ const (
 	headBumpTimeout = 5 * time.Second
 )
 
-// headVersionKey is user(8) | 'v'.
-func headVersionKey(user zen.ID) []byte { return userPrefix(prefixHeadVersion, user) }
+// headVersionKey is user(8) | 'f': the first key of FeedRange(user), before every pending and
+// item row (which have a sequence after the kind byte).
+func headVersionKey(user zen.ID) []byte { return userPrefix(prefixFeed, user) }
+
+// isHeadVersionKey reports whether k is a head version row's key.
+func isHeadVersionKey(k []byte) bool { return len(k) == kindAt+1 && k[kindAt] == prefixFeed }
 
 // headCache is the byte-budgeted LRU of feed heads. With a budget of 0 it caches nothing.
 type headCache struct {
@@ -121,6 +126,14 @@ func newHeadCache(budget int64, reg prometheus.Registerer) (*headCache, error) {
 		}
 	}
 	return c, nil
+}
+
+// has reports whether a head of user read at size is cached (at some version).
+func (c *headCache) has(user zen.ID, size int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[user]
+	return ok && el.Value.(*headEntry).size == size
 }
 
 // get returns user's head read at size if its version is version.
@@ -212,40 +225,46 @@ func cacheable(res pageRead) bool {
 	return n == len(res.pendingPins)
 }
 
-// headReadFrom is the primary's side of a first page's hedged read (readRaw) through the cache:
-// it reads the user's head version on the primary, answers with the cached head if it still
-// has that version, and otherwise scans the primary (readPage) and caches what it read. Both
-// reads are the primary's, hedged together: a slow primary sends the page to the standby
-// whether its version read or its scan is slow.
+// headReadFrom is the primary's side of a first page's hedged read (readRaw) through the cache.
+// For a user with a head cached at this size, it reads the head version on the primary and
+// answers with the head if the version is unchanged. Otherwise it scans the primary (readPage),
+// which reads the version row first, and caches what it read under that version. Both reads are
+// the primary's, hedged together: a slow primary sends the page to the standby whether its
+// version read or its scan is slow.
 func (s *Service) headReadFrom(primary zen.Table, user zen.ID, size int, cutMs int64) hedge.ReadFunc[pageRead] {
 	c := s.head
 	return func(ctx context.Context) (pageRead, error) {
-		version, err := primary.Get(ctx, headVersionKey(user))
-		result := headNoVersion
-		switch {
-		case err == nil:
-			var res pageRead
-			if res, result = c.get(user, size, version); result == headHit {
-				c.results.WithLabelValues(headHit).Inc()
-				return res, nil
+		result := headMiss
+		if c.has(user, size) {
+			version, err := primary.Get(ctx, headVersionKey(user))
+			switch {
+			case err == nil:
+				var res pageRead
+				if res, result = c.get(user, size, version); result == headHit {
+					c.results.WithLabelValues(headHit).Inc()
+					return res, nil
+				}
+			case errors.Is(err, zen.ErrNotFound):
+				c.forget(user)
+				result = headStale
+			default:
+				// The scan below fails too, or answers: the page does not depend on the version.
+				result = headVersionError
 			}
-		case errors.Is(err, zen.ErrNotFound):
-			version = nil
-		default:
-			// The scan below fails too, or answers: the page does not depend on the version.
-			result, version = headVersionError, nil
 		}
 		res, err := readPage(ctx, primary, user, nil, size, cutMs)
 		if err != nil {
 			return res, err
 		}
-		if version != nil && !cacheable(res) {
+		switch {
+		case res.version == nil:
+			result = headNoVersion
+		case !cacheable(res):
 			result = headUncacheable
+		default:
+			c.put(user, size, res.version, res)
 		}
 		c.results.WithLabelValues(result).Inc()
-		if version != nil && result != headUncacheable {
-			c.put(user, size, version, res)
-		}
 		return res, nil
 	}
 }

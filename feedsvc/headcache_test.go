@@ -13,12 +13,12 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// withoutHeadVersions returns rows without the head version rows (user | 'v'), whose values
+// withoutHeadVersions returns rows without the head version rows (user | 'f'), whose values
 // name the incarnation that wrote them: two runs of the same writes differ only there.
 func withoutHeadVersions(rows []zen.KV) []zen.KV {
 	var out []zen.KV
 	for _, kv := range rows {
-		if keyKind(kv.Key) != prefixHeadVersion || len(kv.Key) != kindAt+1 {
+		if !isHeadVersionKey(kv.Key) {
 			out = append(out, kv)
 		}
 	}

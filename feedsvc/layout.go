@@ -14,12 +14,12 @@ import (
 // (split key of shard s: BE64(s<<46)), a user's rows live in the region of the user's shard and
 // feed writes spread across regions without salting:
 //
+//	user(8) | 'f'                       head version: writer's incarnation(8) | counter(8) (headcache.go)
 //	user(8) | 'f' | ^seq(8)             a pending chunk: served, not yet materialized
 //	user(8) | 'f' | ^seq(8) | pos(4)    one materialized item
 //	user(8) | 'p' | pin(8)              pin index: where the pin sits, seq(8) | pos(4)
 //	user(8) | 'c'                       the user's chunk sequence counter
 //	user(8) | 'd' | chunk ID            chunk marker: seq(8) | state(1), 0 pending, 1 done
-//	user(8) | 'v'                       head version: writer's incarnation(8) | counter(8) (headcache.go)
 //	base(8) | 'q' | user(8) | seq(8)    pending-chunk index (live.go); base = BE64(shard<<46)
 //
 // base is the "ID" of type 0 and local 0 on the user's shard: it sorts before every real ID

@@ -1071,6 +1071,8 @@ type pageRead struct {
 	// prepared are the unserved prepared chunks the read met (see Config.PrepareAfter), newest
 	// first, each with its row as read (the served mark's expected value).
 	prepared []preparedRow
+	// version is the feed's head version row as a read from the top met it (headcache.go).
+	version []byte
 }
 
 // preparedRow is an unserved prepared chunk met by a read.
@@ -1138,7 +1140,10 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 			}
 			pos, pending, err := feedKey(kv.Key)
 			if err != nil {
-				continue // not ours; never fail a page on one bad row
+				if isHeadVersionKey(kv.Key) {
+					res.version = kv.Value
+				}
+				continue // not an item; never fail a page on one bad row
 			}
 			if pending {
 				pc, err := decodePending(kv.Value)
