@@ -92,20 +92,18 @@ const (
 	headHit = "hit"
 	// headMiss: nothing cached for the user at this page size; headStale: cached, but the
 	// version moved (a write since); headNoVersion: no version row (nothing is cached);
-	// headVersionError: the version read failed (the page reads as without the cache);
-	// headUncacheable: the read is not cached (it met a chunk being materialized).
+	// headVersionError: the version read failed (the page reads as without the cache).
 	headMiss         = "miss"
 	headStale        = "stale"
 	headNoVersion    = "no_version"
 	headVersionError = "version_error"
-	headUncacheable  = "uncacheable"
 )
 
 func newHeadCache(budget int64, reg prometheus.Registerer) (*headCache, error) {
 	c := &headCache{budget: budget, entries: map[zen.ID]*list.Element{},
 		results: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_head_cache_total",
-			Help: "First-page reads by what the feed-head cache did: hit (served from memory after one version read), miss, stale (a write since), no_version, version_error, uncacheable.",
+			Help: "First-page reads by what the feed-head cache did: hit (served from memory after one version read), miss, stale (a write since), no_version, version_error.",
 		}, []string{"result"}),
 		bytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "smartfeed_feed_head_cache_bytes",
@@ -115,7 +113,7 @@ func newHeadCache(budget int64, reg prometheus.Registerer) (*headCache, error) {
 			Name: "smartfeed_feed_head_version_errors_total",
 			Help: "Writes of a feed's head version (after a write to the feed) that failed: other feed processes may serve that feed's head as it was before the write until its next write.",
 		})}
-	for _, r := range []string{headHit, headMiss, headStale, headNoVersion, headVersionError, headUncacheable} {
+	for _, r := range []string{headHit, headMiss, headStale, headNoVersion, headVersionError} {
 		c.results.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -167,8 +165,10 @@ func (c *headCache) put(user zen.ID, size int, version []byte, res pageRead) {
 		return
 	}
 	// Clipped, so that a page appending to a slice it was handed reallocates rather than
-	// writing into the cached array another page reads.
+	// writing into the cached array another page reads. Which chunks are stale is decided when
+	// the head is served (staleAt).
 	res.entries, res.pendingPins, res.prepared = slices.Clip(res.entries), slices.Clip(res.pendingPins), slices.Clip(res.prepared)
+	res.stale = nil
 	e := &headEntry{user: user, version: bytes.Clone(version), size: size, res: res, cost: cost}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -201,7 +201,7 @@ func (c *headCache) removeLocked(el *list.Element) {
 
 // headCost approximates the bytes a cached read holds.
 func headCost(res pageRead) int64 {
-	n := int64(headEntryOverhead + 8*len(res.pendingPins))
+	n := int64(headEntryOverhead + 8*len(res.pendingPins) + 64*len(res.served))
 	for i := range res.entries {
 		n += headItemBytes + int64(len(res.entries[i].Reason))
 	}
@@ -211,18 +211,22 @@ func headCost(res pageRead) int64 {
 	return n
 }
 
-// cacheable reports whether a read may be cached: every pending chunk it met is a prepared one
-// (which waits for a visit), none a served chunk being materialized (whose staleness depends on
-// the time of the read, and whose materialization changes the version soon anyway).
-func cacheable(res pageRead) bool {
-	if len(res.stale) > 0 {
-		return false
+// servedChunk is a served chunk a read met before its materialization, and when it was served:
+// a cached read finds which are stale (Config.StalePending) when it is served (staleAt).
+type servedChunk struct {
+	task     MaterializeTask
+	servedMs int64
+}
+
+// staleAt returns the chunks of served served before cutMs.
+func staleAt(served []servedChunk, cutMs int64) []MaterializeTask {
+	var stale []MaterializeTask
+	for _, c := range served {
+		if c.servedMs < cutMs {
+			stale = append(stale, c.task)
+		}
 	}
-	n := 0
-	for _, p := range res.prepared {
-		n += len(p.pc.Items)
-	}
-	return n == len(res.pendingPins)
+	return stale
 }
 
 // headReadFrom is the primary's side of a first page's hedged read (readRaw) through the cache.
@@ -242,6 +246,7 @@ func (s *Service) headReadFrom(primary zen.Table, user zen.ID, size int, cutMs i
 				var res pageRead
 				if res, result = c.get(user, size, version); result == headHit {
 					c.results.WithLabelValues(headHit).Inc()
+					res.stale = staleAt(res.served, cutMs)
 					return res, nil
 				}
 			case errors.Is(err, zen.ErrNotFound):
@@ -256,12 +261,9 @@ func (s *Service) headReadFrom(primary zen.Table, user zen.ID, size int, cutMs i
 		if err != nil {
 			return res, err
 		}
-		switch {
-		case res.version == nil:
+		if res.version == nil {
 			result = headNoVersion
-		case !cacheable(res):
-			result = headUncacheable
-		default:
+		} else {
 			c.put(user, size, res.version, res)
 		}
 		c.results.WithLabelValues(result).Inc()

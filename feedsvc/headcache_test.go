@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -295,5 +296,42 @@ func TestHeadCacheConcurrentPages(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestHeadCacheStalePendingReenqueued: a served chunk whose materialize job was lost stays in the
+// cached head as pending; once it is older than stale_pending, a page served from the cache
+// re-enqueues its materialization, as a page that scanned would.
+func TestHeadCacheStalePendingReenqueued(t *testing.T) {
+	e := newEnv(t, nil)
+	var mu sync.Mutex
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	reg := prometheus.NewRegistry()
+	e.rebuild(t, func(d *Deps) { d.Now, d.Registerer = clock, reg })
+	p := peer{e.svc, reg}
+	p.page(t, e.user, 20)
+	lost := e.queue.take() // the chunk's job is lost
+	if len(lost) != 1 {
+		t.Fatalf("jobs %+v, want the chunk's", lost)
+	}
+	e.gen.err = errGen
+	p.page(t, e.user, 20) // caches the head, the chunk pending and young
+	p.page(t, e.user, 20)
+	e.svc.Wait()
+	if got := e.queue.take(); len(got) != 0 {
+		t.Fatalf("young pending chunk re-enqueued: %+v", got)
+	}
+	mu.Lock()
+	now = now.Add(e.svc.Config().StalePending + time.Second)
+	mu.Unlock()
+	hits := p.hits(t)
+	p.page(t, e.user, 20)
+	if p.hits(t) != hits+1 {
+		t.Fatalf("the page was not served from the head cache")
+	}
+	e.svc.Wait()
+	if diff := cmp.Diff(lost, e.queue.take()); diff != "" {
+		t.Errorf("re-enqueued after stale_pending (-lost job +got):\n%s", diff)
 	}
 }

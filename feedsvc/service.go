@@ -1071,8 +1071,10 @@ type pageRead struct {
 	// prepared are the unserved prepared chunks the read met (see Config.PrepareAfter), newest
 	// first, each with its row as read (the served mark's expected value).
 	prepared []preparedRow
-	// version is the feed's head version row as a read from the top met it (headcache.go).
+	// version is the feed's head version row as a read from the top met it, and served the
+	// served chunks it met not yet materialized, stale or not (headcache.go).
 	version []byte
+	served  []servedChunk
 }
 
 // preparedRow is an unserved prepared chunk met by a read.
@@ -1156,6 +1158,9 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 				}
 				if pc.Prepared && after == nil {
 					res.prepared = append(res.prepared, preparedRow{seq: pos.Seq, row: bytes.Clone(kv.Value), pc: pc})
+				}
+				if !pc.Prepared && after == nil {
+					res.served = append(res.served, servedChunk{MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: pos.Seq}, pc.ServedMs})
 				}
 				// A prepared chunk waits for its user's next visit, not for a materialization.
 				if pc.ServedMs < cutMs && !pc.Prepared {
