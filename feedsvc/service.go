@@ -1115,6 +1115,25 @@ func (s *Service) readRaw(ctx context.Context, user zen.ID, after *position, siz
 	return res, out, nil
 }
 
+// notePending records a pending chunk a read met (before its items, which the read merges):
+// its pins, and whether it is prepared (fromTop: a first page's read), served or stale.
+func (res *pageRead) notePending(user zen.ID, seq uint64, row []byte, pc pendingChunk, fromTop bool, cutMs int64) {
+	for _, it := range pc.Items {
+		res.pendingPins = append(res.pendingPins, it.Pin)
+	}
+	task := MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: seq}
+	switch {
+	case pc.Prepared && fromTop:
+		res.prepared = append(res.prepared, preparedRow{seq: seq, row: bytes.Clone(row), pc: pc})
+	case !pc.Prepared && fromTop:
+		res.served = append(res.served, servedChunk{task, pc.ServedMs})
+	}
+	// A prepared chunk waits for its user's next visit, not for a materialization.
+	if pc.ServedMs < cutMs && !pc.Prepared {
+		res.stale = append(res.stale, task)
+	}
+}
+
 // readPage scans t for up to size entries of user's feed after `after`, pending chunks merged
 // in their place and each pin once. Pending chunks served before cutMs are reported as stale.
 func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, size int, cutMs int64) (pageRead, error) {
@@ -1153,19 +1172,7 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 					continue
 				}
 				pendingSeqs[pos.Seq] = true
-				for _, it := range pc.Items {
-					res.pendingPins = append(res.pendingPins, it.Pin)
-				}
-				if pc.Prepared && after == nil {
-					res.prepared = append(res.prepared, preparedRow{seq: pos.Seq, row: bytes.Clone(kv.Value), pc: pc})
-				}
-				if !pc.Prepared && after == nil {
-					res.served = append(res.served, servedChunk{MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: pos.Seq}, pc.ServedMs})
-				}
-				// A prepared chunk waits for its user's next visit, not for a materialization.
-				if pc.ServedMs < cutMs && !pc.Prepared {
-					res.stale = append(res.stale, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: pos.Seq})
-				}
+				res.notePending(user, pos.Seq, kv.Value, pc, after == nil, cutMs)
 				for j, it := range pc.Items {
 					at := position{Seq: pos.Seq, Pos: pc.Pos[j]}
 					if !isAfter(at) || seen[it.Pin] {
