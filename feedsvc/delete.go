@@ -24,7 +24,11 @@ func (s *Service) DeleteFeed(ctx context.Context, user zen.ID) error {
 	// names a pending row that is gone, and RecoverAll drops such rows.
 	userStart := binary.BigEndian.AppendUint64(nil, uint64(user))
 	userStop := binary.BigEndian.AppendUint64(nil, uint64(user)+1)
-	if err := s.deleteRange(ctx, userStart, userStop); err != nil {
+	// The range holds the head version row (headcache.go): once it is gone no process serves a
+	// cached head of this feed; this process's is dropped here too.
+	err := s.deleteRange(ctx, userStart, userStop)
+	s.head.forget(user)
+	if err != nil {
 		return fmt.Errorf("delete feed of %d: %w", user, err)
 	}
 	idx := binary.BigEndian.AppendUint64(indexPrefix(user.Shard()), uint64(user))

@@ -14,6 +14,7 @@ import (
 // (split key of shard s: BE64(s<<46)), a user's rows live in the region of the user's shard and
 // feed writes spread across regions without salting:
 //
+//	user(8) | 'f'                       head version: writer's incarnation(8) | counter(8) (headcache.go)
 //	user(8) | 'f' | ^seq(8)             a pending chunk: served, not yet materialized
 //	user(8) | 'f' | ^seq(8) | pos(4)    one materialized item
 //	user(8) | 'p' | pin(8)              pin index: where the pin sits, seq(8) | pos(4)

@@ -98,7 +98,7 @@ func TestRowsStartWithUserShard(t *testing.T) {
 	for name, tb := range map[string]zen.Table{"primary": e.primary, "standby": e.standby} {
 		kinds := checkShardFirst(t, name+" served", tb, users)
 		// No 'c' counter rows: chunk sequences come from the clock.
-		if diff := cmp.Diff(map[byte]int{'f': 4, 'd': 4, 'q': 4}, kinds); name == "primary" && diff != "" {
+		if diff := cmp.Diff(map[byte]int{'f': 4 + 4, 'd': 4, 'q': 4}, kinds); name == "primary" && diff != "" {
 			t.Errorf("%s rows by kind after serving (-want +got):\n%s", name, diff)
 		}
 	}
@@ -115,7 +115,7 @@ func TestRowsStartWithUserShard(t *testing.T) {
 	e.flush(t)
 	for name, tb := range map[string]zen.Table{"primary": e.primary, "standby": e.standby} {
 		kinds := checkShardFirst(t, name+" materialized", tb, users)
-		want := map[byte]int{'f': 4 * 7, 'p': 4 * 7, 'd': 4 * 2}
+		want := map[byte]int{'f': 4*7 + 4, 'p': 4 * 7, 'd': 4 * 2}
 		if diff := cmp.Diff(want, kinds); diff != "" {
 			t.Errorf("%s rows by kind after materializing (-want +got):\n%s", name, diff)
 		}

@@ -102,7 +102,7 @@ func TestMaterializeMachineCrash(t *testing.T) {
 	if err := svc.Materialize(ctx, task); err != nil {
 		t.Fatal(err)
 	}
-	want := dump(s)
+	want := withoutHeadVersions(dump(s))
 	closeStore(s, svc)
 	if len(want) == 0 {
 		t.Fatal("clean run: empty feed table")
@@ -122,7 +122,7 @@ func TestMaterializeMachineCrash(t *testing.T) {
 		if err := svc.Materialize(ctx, task); err != nil {
 			t.Fatalf("crash %d: retry: %v", i, err)
 		}
-		if diff := cmp.Diff(want, dump(s)); diff != "" {
+		if diff := cmp.Diff(want, withoutHeadVersions(dump(s))); diff != "" {
 			t.Errorf("crash %d of %d, then the retry: feed table (-clean run +got):\n%s", i, len(crashes), diff)
 		}
 		closeStore(s, svc)

@@ -122,12 +122,8 @@ func (s *Service) Materialize(ctx context.Context, t MaterializeTask) error {
 			return fmt.Errorf("write chunk %s: %w", t.ChunkID, err)
 		}
 	}
-	if err := s.primary.Apply(ctx, []zen.Mutation{
-		{Key: doneKey(t.User, t.ChunkID), Value: encodeMarker(chunkMarker{seq: t.Seq, done: true})},
-		{Key: pendingKey(t.User, t.Seq), Delete: true},
-		{Key: pendingIndexKey(t.User, t.Seq), Delete: true},
-	}); err != nil {
-		return fmt.Errorf("close chunk %s: %w", t.ChunkID, err)
+	if err := s.closeChunk(ctx, t); err != nil {
+		return err
 	}
 	if err := s.finish(ctx, t, "done"); err != nil {
 		return err
@@ -135,6 +131,21 @@ func (s *Service) Materialize(ctx context.Context, t MaterializeTask) error {
 	s.m.materializeSeconds.Observe(time.Since(start).Seconds())
 	if skipped > 0 {
 		s.m.duplicatePins.Add(float64(skipped))
+	}
+	return nil
+}
+
+// closeChunk replaces a materialized chunk's pending row by its done marker. Until then its item
+// rows are hidden behind the pending row (readPage), so this is the write that changes the
+// feed's head (headChanged), whether it reports success or not.
+func (s *Service) closeChunk(ctx context.Context, t MaterializeTask) error {
+	defer s.headChanged(ctx, t.User)
+	if err := s.primary.Apply(ctx, []zen.Mutation{
+		{Key: doneKey(t.User, t.ChunkID), Value: encodeMarker(chunkMarker{seq: t.Seq, done: true})},
+		{Key: pendingKey(t.User, t.Seq), Delete: true},
+		{Key: pendingIndexKey(t.User, t.Seq), Delete: true},
+	}); err != nil {
+		return fmt.Errorf("close chunk %s: %w", t.ChunkID, err)
 	}
 	return nil
 }
@@ -260,6 +271,7 @@ func (s *Service) Trim(ctx context.Context, user zen.ID) (int, error) {
 	}
 	// Item rows go before their index entries within each batch: a partial write leaves an
 	// index entry without a row, which only keeps that pin out of the feed.
+	defer s.headChanged(ctx, user)
 	n := 0
 	for i := 0; i < len(drop); i += batch {
 		part := drop[i:min(i+batch, len(drop))]

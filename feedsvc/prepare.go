@@ -116,6 +116,9 @@ func (s *Service) markServed(ctx context.Context, user zen.ID, rows []preparedRo
 			pc := p.pc
 			pc.Prepared, pc.Owner, pc.ServedMs = false, 0, now
 			ok, err := s.primary.CheckAndSet(zen.Lazily(mctx), pendingKey(user, p.seq), p.row, encodePending(pc))
+			if ok || err != nil {
+				s.headChanged(mctx, user)
+			}
 			switch {
 			case err != nil:
 				s.m.prepared.WithLabelValues(prepFailed).Inc()

@@ -209,6 +209,11 @@ type Deps struct {
 	// "Background work takes the gaps"). nil: background work starts as soon as it has a lane.
 	Quiet      Quiet
 	QuietBound time.Duration
+	// HeadCacheBytes bounds the memory of the feed-head cache: each active user's last first-page
+	// read of the primary, served again while the user's head version row says the feed has
+	// not changed (headcache.go). 0 means DefaultHeadCacheBytes; negative caches nothing (the
+	// versions are written all the same, for other processes over the same store).
+	HeadCacheBytes int64
 }
 
 // Quiet tells background work when the process's requests leave the processors free
@@ -302,6 +307,10 @@ type Service struct {
 	stopAll    context.CancelFunc
 	// adm bounds the GetFeed calls running and waiting (Config.MaxInflight).
 	adm admission
+	// head caches the users' feed heads (Deps.HeadCacheBytes); headCounter numbers the head
+	// versions this process writes.
+	head        *headCache
+	headCounter atomic.Uint64
 }
 
 // New returns a Service.
@@ -360,6 +369,13 @@ func New(d Deps, c Config) (*Service, error) {
 	if d.QuietBound < 0 || d.QuietBound > time.Second {
 		return nil, fmt.Errorf("feedsvc: quiet bound %v is not in [0, 1s]", d.QuietBound)
 	}
+	if d.HeadCacheBytes == 0 {
+		d.HeadCacheBytes = DefaultHeadCacheBytes
+	}
+	head, err := newHeadCache(d.HeadCacheBytes, d.Registerer)
+	if err != nil {
+		return nil, err
+	}
 	if d.IndexShards < 0 || d.IndexShards > maxIndexShards {
 		return nil, fmt.Errorf("feedsvc: index shards %d is not in [1, %d]", d.IndexShards, maxIndexShards)
 	}
@@ -368,7 +384,7 @@ func New(d Deps, c Config) (*Service, error) {
 		live: d.Liveness, liveTimeout: d.LiveTimeout, elig: d.Eligibility, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace,
 		trimEvery: uint32(d.TrimEvery), prepQueue: make(chan prepTask, maxPrepQueue),
-		lanes: make(chan struct{}, d.BackgroundLanes), quiet: d.Quiet, quietBound: d.QuietBound}
+		lanes: make(chan struct{}, d.BackgroundLanes), quiet: d.Quiet, quietBound: d.QuietBound, head: head}
 	s.closingCtx, s.stopAll = context.WithCancel(context.Background())
 	s.closing = s.closingCtx.Done()
 	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers
@@ -787,16 +803,6 @@ func (s *Service) settleLater(user zen.ID, chunkID string, delivered bool) {
 	}()
 }
 
-// unsureRecording is persist's error when the write of the chunk's pending rows failed without
-// an answer: the rows may or may not be in the store.
-type unsureRecording struct {
-	seq uint64
-	err error
-}
-
-func (e *unsureRecording) Error() string { return fmt.Sprintf("pending chunk: %v", e.err) }
-func (e *unsureRecording) Unwrap() error { return e.err }
-
 // settleWhenSure settles a chunk whose recording's outcome is unknown, once the write can no
 // longer land: recorded (a pending row, or already materialized) means the user has it, and
 // its materialization is enqueued; not recorded means it goes back to the pools. When the
@@ -814,6 +820,8 @@ func (s *Service) settleWhenSure(user zen.ID, chunkID string, seq uint64) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		// The recording may have landed after the head version written when it failed.
+		s.headChanged(ctx, user)
 		st, err := s.ChunkStatus(ctx, user, chunkID)
 		switch {
 		case err != nil:
@@ -1047,54 +1055,6 @@ func (s *Service) pendingPins(ctx context.Context, user zen.ID) (map[zen.ID]bool
 // once in the feed.
 const maxPendingChecked = 64
 
-// nextSeq returns a chunk sequence: the clock in µs, bumped past the last one this process
-// handed out. Sequences order a user's chunks by when they were served with no write of their
-// own; record's compare-and-set makes them unique across feed processes.
-func (s *Service) nextSeq() uint64 {
-	for {
-		last := s.lastSeq.Load()
-		n := max(uint64(s.now().UnixMicro()), last+1)
-		if s.lastSeq.CompareAndSwap(last, n) {
-			return n
-		}
-	}
-}
-
-// record writes a served chunk's done marker (pending), pending-index row and pending row
-// under a fresh sequence, only if no pending row has that sequence, and returns the sequence.
-// On a zen.Carrier primary that is one commit. Otherwise the marker and index row go first: if
-// only they land, the chunk reads as never recorded (and is given back), never as pins the feed
-// shows but nobody materializes. A sequence another process took is replaced by a fresh one. A
-// write that fails without an answer is an *unsureRecording.
-func (s *Service) record(ctx context.Context, user zen.ID, chunkID string, pending []byte) (uint64, error) {
-	const attempts = 4
-	for range attempts {
-		seq := s.nextSeq()
-		first := []zen.Mutation{
-			{Key: doneKey(user, chunkID), Value: encodeMarker(chunkMarker{seq: seq})},
-			{Key: pendingIndexKey(user, seq), Value: []byte{}},
-		}
-		var ok bool
-		var err error
-		c, isCarrier := s.primary.(zen.Carrier)
-		if isCarrier {
-			ok, err = c.CheckAndSetWith(ctx, pendingKey(user, seq), nil, pending, first)
-		}
-		if !isCarrier || errors.Is(err, errors.ErrUnsupported) {
-			if err = s.primary.Apply(ctx, first); err == nil {
-				ok, err = s.primary.CheckAndSet(ctx, pendingKey(user, seq), nil, pending)
-			}
-		}
-		if err != nil {
-			return 0, &unsureRecording{seq: seq, err: err}
-		}
-		if ok {
-			return seq, nil
-		}
-	}
-	return 0, fmt.Errorf("pending chunk: %d sequences taken in a row", attempts)
-}
-
 // pageRead is what one materialized read returns.
 type pageRead struct {
 	entries []entry
@@ -1111,6 +1071,10 @@ type pageRead struct {
 	// prepared are the unserved prepared chunks the read met (see Config.PrepareAfter), newest
 	// first, each with its row as read (the served mark's expected value).
 	prepared []preparedRow
+	// version is the feed's head version row as a read from the top met it, and served the
+	// served chunks it met not yet materialized, stale or not (headcache.go).
+	version []byte
+	served  []servedChunk
 }
 
 // preparedRow is an unserved prepared chunk met by a read.
@@ -1140,11 +1104,34 @@ func (s *Service) readRaw(ctx context.Context, user zen.ID, after *position, siz
 	readFrom := func(t zen.Table) hedge.ReadFunc[pageRead] {
 		return func(ctx context.Context) (pageRead, error) { return readPage(ctx, t, user, after, size, cut) }
 	}
-	res, out, err := hedge.Do(ctx, s.hedger, readFrom(s.primary), readFrom(s.standby))
+	fromPrimary := readFrom(s.primary)
+	if after == nil && s.head.enabled() {
+		fromPrimary = s.headReadFrom(s.primary, user, size, cut)
+	}
+	res, out, err := hedge.Do(ctx, s.hedger, fromPrimary, readFrom(s.standby))
 	if err != nil {
 		return pageRead{}, out, fmt.Errorf("%w: read feed of %d: %w", ErrUnavailable, user, err)
 	}
 	return res, out, nil
+}
+
+// notePending records a pending chunk a read met (before its items, which the read merges):
+// its pins, and whether it is prepared (fromTop: a first page's read), served or stale.
+func (res *pageRead) notePending(user zen.ID, seq uint64, row []byte, pc pendingChunk, fromTop bool, cutMs int64) {
+	for _, it := range pc.Items {
+		res.pendingPins = append(res.pendingPins, it.Pin)
+	}
+	task := MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: seq}
+	switch {
+	case pc.Prepared && fromTop:
+		res.prepared = append(res.prepared, preparedRow{seq: seq, row: bytes.Clone(row), pc: pc})
+	case !pc.Prepared && fromTop:
+		res.served = append(res.served, servedChunk{task, pc.ServedMs})
+	}
+	// A prepared chunk waits for its user's next visit, not for a materialization.
+	if pc.ServedMs < cutMs && !pc.Prepared {
+		res.stale = append(res.stale, task)
+	}
 }
 
 // readPage scans t for up to size entries of user's feed after `after`, pending chunks merged
@@ -1174,7 +1161,10 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 			}
 			pos, pending, err := feedKey(kv.Key)
 			if err != nil {
-				continue // not ours; never fail a page on one bad row
+				if isHeadVersionKey(kv.Key) {
+					res.version = kv.Value
+				}
+				continue // not an item; never fail a page on one bad row
 			}
 			if pending {
 				pc, err := decodePending(kv.Value)
@@ -1182,16 +1172,7 @@ func readPage(ctx context.Context, t zen.Table, user zen.ID, after *position, si
 					continue
 				}
 				pendingSeqs[pos.Seq] = true
-				for _, it := range pc.Items {
-					res.pendingPins = append(res.pendingPins, it.Pin)
-				}
-				if pc.Prepared && after == nil {
-					res.prepared = append(res.prepared, preparedRow{seq: pos.Seq, row: bytes.Clone(kv.Value), pc: pc})
-				}
-				// A prepared chunk waits for its user's next visit, not for a materialization.
-				if pc.ServedMs < cutMs && !pc.Prepared {
-					res.stale = append(res.stale, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: pos.Seq})
-				}
+				res.notePending(user, pos.Seq, kv.Value, pc, after == nil, cutMs)
 				for j, it := range pc.Items {
 					at := position{Seq: pos.Seq, Pos: pc.Pos[j]}
 					if !isAfter(at) || seen[it.Pin] {

@@ -629,7 +629,7 @@ func TestMaterializeCrashAndRetry(t *testing.T) {
 	if err := ref.Materialize(t.Context(), task); err != nil {
 		t.Fatal(err)
 	}
-	want := dump(t, refTable.Table)
+	want := withoutHeadVersions(dump(t, refTable.Table))
 	if len(want) == 0 {
 		t.Fatal("empty reference")
 	}
@@ -649,7 +649,7 @@ func TestMaterializeCrashAndRetry(t *testing.T) {
 		if err := svc.Materialize(t.Context(), task); err != nil {
 			t.Fatalf("retry after crash at write %d: %v", limit, err)
 		}
-		if diff := cmp.Diff(want, dump(t, ct.Table)); diff != "" {
+		if diff := cmp.Diff(want, withoutHeadVersions(dump(t, ct.Table))); diff != "" {
 			t.Errorf("crash at write %d then retry (-clean +got):\n%s", limit, diff)
 		}
 	}

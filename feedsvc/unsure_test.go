@@ -23,7 +23,7 @@ type lostAnswerTable struct {
 
 func (l *lostAnswerTable) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
 	c := l.Table.(zen.Carrier)
-	if len(extra) == 2 && l.armed.CompareAndSwap(true, false) {
+	if keyKind(key) == prefixFeed && l.armed.CompareAndSwap(true, false) {
 		if l.land {
 			if _, err := c.CheckAndSetWith(ctx, key, expected, value, extra); err != nil {
 				return false, err

@@ -615,6 +615,9 @@ func scanFeed(ctx context.Context, tb zen.Table, user zen.ID) ([]feedRow, error)
 	}
 	var rows []feedRow
 	for _, kv := range kvs {
+		if len(kv.Key) == 9 {
+			continue // user | 'f': the feed's head version (feedsvc/headcache.go), no item
+		}
 		r := feedRow{Seq: ^binary.BigEndian.Uint64(kv.Key[9:17])}
 		switch len(kv.Key) {
 		case 17:

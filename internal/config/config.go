@@ -400,6 +400,10 @@ type Feed struct {
 	// least 1, on Pebble, where that work is the processors'; no bound beyond the work's own on
 	// HBase, where it waits on RPCs.
 	BackgroundLanes int `json:"background_lanes"`
+	// HeadCacheMB bounds the memory of the feed process's feed-head cache: each active user's
+	// last first page, served again while the feed is unchanged (feedsvc.Deps.HeadCacheBytes;
+	// docs/read-path.md, "The feed head in memory"). Default 64; 0: no cache.
+	HeadCacheMB int `json:"head_cache_mb"`
 	// BackgroundGapWait is how long that background work waits for a gap between the
 	// process's requests (no public unary call in flight) before it starts anyway, so that it
 	// takes the gaps rather than the processors a request and its answer wait for
@@ -474,6 +478,7 @@ func DefaultConfig() Config {
 			PreparedMaxAge:      jsontime.Duration(fd.PreparedMaxAge),
 			MinChunkInterval:    jsontime.Duration(DefaultMinChunkInterval),
 			InlineMaterialize:   fd.InlineMaterialize,
+			HeadCacheMB:         feedsvc.DefaultHeadCacheBytes >> 20,
 			MaxInflight:         fd.MaxInflight,
 			BackgroundGapWait:   jsontime.Duration(feedsvc.DefaultQuietBound),
 			AdmissionWait:       jsontime.Duration(fd.AdmissionWait),
@@ -633,9 +638,7 @@ func (c Config) ValidateFor(u Uses) error {
 	if c.Feed.AdmissionWait < 0 || c.Feed.AdmissionWait > jsontime.Duration(time.Minute) {
 		bad("feed.admission_wait: %v not in [0, 1m]", c.Feed.AdmissionWait.D())
 	}
-	if c.Feed.BackgroundLanes < 0 || c.Feed.BackgroundLanes > 1024 {
-		bad("feed.background_lanes: %d not in [0, 1024]", c.Feed.BackgroundLanes)
-	}
+	c.Feed.validateResources(bad)
 	if c.Feed.StandbyMaxStaleness < 0 {
 		bad("feed.standby_max_staleness: negative")
 	}
@@ -704,42 +707,6 @@ func Parse(data []byte, base Config) (Config, error) {
 		return base, errors.New("parse config: trailing data after the JSON object")
 	}
 	return c, nil
-}
-
-// Masked returns c as indented JSON with every field tagged secret:"true" replaced by "****"
-// when it is set.
-func (c Config) Masked() string {
-	m := c
-	maskSecrets(reflect.ValueOf(&m).Elem())
-	b, err := json.MarshalIndent(m, "", "  ")
-	if err != nil {
-		return fmt.Sprintf("<config: %v>", err)
-	}
-	return string(b)
-}
-
-// MaskedCompact is Masked on one line (a log field).
-func (c Config) MaskedCompact() string {
-	m := c
-	maskSecrets(reflect.ValueOf(&m).Elem())
-	b, err := json.Marshal(m)
-	if err != nil {
-		return "null"
-	}
-	return string(b)
-}
-
-func maskSecrets(v reflect.Value) {
-	t := v.Type()
-	for i := range t.NumField() {
-		f := v.Field(i)
-		switch {
-		case f.Kind() == reflect.Struct:
-			maskSecrets(f)
-		case t.Field(i).Tag.Get("secret") == "true" && f.Kind() == reflect.String && f.String() != "":
-			f.SetString("****")
-		}
-	}
 }
 
 // checkKeys reports a document that is not a JSON object, or an object (at any depth) that

@@ -35,6 +35,8 @@ func TestValidateRefuses(t *testing.T) {
 		{"pebble flush after, negative", func(c *Config) { c.Storage.PebbleFlushAfter = jsontime.Duration(-time.Second) }, "storage.pebble_flush_after"},
 		{"background lanes, negative", func(c *Config) { c.Feed.BackgroundLanes = -1 }, "feed.background_lanes"},
 		{"background lanes, too many", func(c *Config) { c.Feed.BackgroundLanes = 1025 }, "feed.background_lanes"},
+		{"head cache, negative", func(c *Config) { c.Feed.HeadCacheMB = -1 }, "feed.head_cache_mb"},
+		{"head cache, too large", func(c *Config) { c.Feed.HeadCacheMB = 1<<20 + 1 }, "feed.head_cache_mb"},
 		{"min chunk interval, negative", func(c *Config) { c.Feed.MinChunkInterval = -1 }, "feed.min_chunk_interval"},
 		{"min chunk interval, over an hour", func(c *Config) { c.Feed.MinChunkInterval = jsontime.Duration(2 * time.Hour) }, "feed.min_chunk_interval"},
 		{"slow trace bound, zero", func(c *Config) { c.Admin.SlowTraceOver = 0 }, "admin.slow_trace_over"},

@@ -100,8 +100,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	d(&c.Feed.PreparedMaxAge, "feed-prepared-max-age", c.Feed.PreparedMaxAge, "serve a prepared chunk older than this beside a new one")
 	d(&c.Feed.MinChunkInterval, "feed-min-chunk-interval", c.Feed.MinChunkInterval, "least time between two generator calls for one user; a first page sooner serves the feed as it stands (0: no bound)")
 	i(&c.Feed.InlineMaterialize, "feed-inline-materialize", c.Feed.InlineMaterialize, "served chunks materialized at once in process instead of as Redis jobs (0: all as jobs)")
-	d(&c.Feed.BackgroundGapWait, "feed-background-gap-wait", c.Feed.BackgroundGapWait, "how long the read path's background tasks wait for a gap between requests before they start anyway (0: they do not wait)")
-	i(&c.Feed.BackgroundLanes, "feed-background-lanes", c.Feed.BackgroundLanes, "background tasks of the read path (preparations, inline materializations) run at once (0: half of GOMAXPROCS, at least 1, on pebble; no bound on hbase)")
+	bindFeedResources(fs, c)
 	i(&c.Feed.MaxInflight, "feed-max-inflight", c.Feed.MaxInflight, "GetFeed calls run at once; past it a call waits in line up to --feed-admission-wait, then is shed with RESOURCE_EXHAUSTED (0: 64 per GOMAXPROCS)")
 	d(&c.Feed.AdmissionWait, "feed-admission-wait", c.Feed.AdmissionWait, "how long a GetFeed call past --feed-max-inflight waits for a slot before it is shed (0: shed at once)")
 	b(&c.Feed.Faults, "feed-faults", c.Feed.Faults, "enable FeedAdmin fault injection on the feed stores")
@@ -149,6 +148,15 @@ func bindRedis(fs *pflag.FlagSet, c *Config) {
 	i(&c.Redis.DB, "redis-db", c.Redis.DB, "pinlater Redis database")
 	s(&c.Redis.Namespace, "redis-namespace", c.Redis.Namespace, "prefix of pinlater keys and queues")
 	b(&c.Redis.NamespaceTakeover, "redis-namespace-takeover", c.Redis.NamespaceTakeover, "purge and claim a namespace another (gone) deployment owns")
+}
+
+// bindFeedResources defines the flags of what the feed process's read path may hold beside the
+// requests (background lanes, the feed-head cache's memory) on fs, as Bind does.
+func bindFeedResources(fs *pflag.FlagSet, c *Config) {
+	d, i := durVar(fs), fs.IntVar
+	d(&c.Feed.BackgroundGapWait, "feed-background-gap-wait", c.Feed.BackgroundGapWait, "how long the read path's background tasks wait for a gap between requests before they start anyway (0: they do not wait)")
+	i(&c.Feed.BackgroundLanes, "feed-background-lanes", c.Feed.BackgroundLanes, "background tasks of the read path (preparations, inline materializations) run at once (0: half of GOMAXPROCS, at least 1, on pebble; no bound on hbase)")
+	i(&c.Feed.HeadCacheMB, "feed-head-cache-mb", c.Feed.HeadCacheMB, "memory of the feed-head cache, in MiB: each active user's last first page, served again while the feed's head version is unchanged (0: no cache)")
 }
 
 func durVar(fs *pflag.FlagSet) func(p *jsontime.Duration, name string, v jsontime.Duration, usage string) {
