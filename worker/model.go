@@ -39,6 +39,9 @@ func (w Weights) Model() *engagement.Model {
 			w.EngAuthor, w.EngBoard, w.EngInterest, w.EngSource, w.HiddenAuthor}}
 }
 
+// Scorer returns the worker's scorer.
+func (w *Worker) Scorer() Scorer { return w.scorer }
+
 // ExperimentScorer scores each receiver with the model of its experiment arm: the learned
 // model (Live) for the users the Experiment puts in engagement.ArmLearned while one is loaded,
 // the Default scorer for everyone else. It is safe for concurrent use; a new model file takes

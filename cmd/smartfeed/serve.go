@@ -438,7 +438,7 @@ func (a *app) buildGenerator(ctx context.Context) error {
 			return fmt.Errorf("generator config: %w", err)
 		}
 	}
-	a.gen, err = generator.New(generator.Params{Pools: a.pools, State: state, Config: &gc,
+	a.gen, err = generator.New(generator.Params{Pools: a.hidingPools(ctx), State: state, Config: &gc,
 		Logger: a.log.Named("generator"), Registerer: a.reg, Liveness: graphLiveness{a.graph},
 		Eligibility: graphEligibility{g: a.graph}})
 	if err != nil {
@@ -593,7 +593,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	case a.graph != nil:
 		// Deleted pins are known from the graph's deletion log (a.delLog: past the cache).
 		deleted := newSetLiveness(feedsvc.NewDeletedSet(a.delLog), a.graph)
-		deps.Liveness = deleted
+		deps.Liveness = a.hidingLiveness(ctx, deleted)
 		deps.Eligibility = graphEligibility{g: a.graph, deleted: deleted}
 	case remote != nil:
 		deps.Liveness, deps.Eligibility = *remote, *remote
@@ -861,7 +861,7 @@ func (a *app) run(ctx context.Context) error {
 		})
 	}
 	if a.durable != nil {
-		g.Go(func() error { a.durable.Relay(gctx); return nil })
+		g.Go(func() error { a.relayAndWatch(gctx); return nil })
 	}
 	if a.claimPending {
 		g.Go(func() error { return a.namespaceClaim().Loop(gctx) })
