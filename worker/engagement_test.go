@@ -2,8 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/smartfeed/smartfeed/engagement"
@@ -140,6 +144,62 @@ func TestWeightsModelScoresAlike(t *testing.T) {
 			EngSource: r.NormFloat64(), HiddenAuthor: r.IntN(5) == 0}
 		if a, b := s.Score(f), m.Score(f.Inputs()); math.Abs(a-b) > 1e-12 {
 			t.Fatalf("features %+v: LogisticScorer %v, Model %v", f, a, b)
+		}
+	}
+}
+
+// TestExperimentScorerKeepsModel: the learned arm is scored with the live model; a model file
+// with wrong features or a NaN weight is refused with an error saying so, and the model in use
+// keeps scoring exactly as before; the default arm is scored with the weights throughout.
+func TestExperimentScorerKeepsModel(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "model.json")
+	m := DefaultWeights().Model()
+	m.Name, m.Version = "learned", 1
+	m.Weights[0] = 3 // a bias the weights do not have: scores tell the models apart
+	b, err := m.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live, err := engagement.NewLive(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &ExperimentScorer{Default: &LogisticScorer{W: DefaultWeights()}, Live: live,
+		Experiment: engagement.Experiment{Salt: "x", LearnedPercent: 50}}
+	var learnedUser, defaultUser zen.ID
+	for u := zen.ID(1); learnedUser == 0 || defaultUser == 0; u++ {
+		if s.Experiment.ArmOf(u) == engagement.ArmLearned {
+			learnedUser = u
+		} else {
+			defaultUser = u
+		}
+	}
+	f := Features{Source: zen.SourceFollowing, AgeHours: 2, Saves: 3}
+	fl, fd := f, f
+	fl.User, fd.User = learnedUser, defaultUser
+	want, wantDefault := m.Score(fl.Inputs()), (&LogisticScorer{W: DefaultWeights()}).Score(fd)
+	if got := s.Score(fl); got != want {
+		t.Fatalf("learned arm scores %v, want the model's %v", got, want)
+	}
+	for _, tc := range []struct{ name, from, to, want string }{
+		{"wrong features", `"eng_author"`, `"eng_autor"`, "features"},
+		{"NaN weight", `"weights": [`, `"weights": [NaN, `, "invalid character 'N'"},
+	} {
+		if err := os.WriteFile(path, []byte(strings.Replace(string(b), tc.from, tc.to, 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := live.Reload()
+		if !errors.Is(err, engagement.ErrBadModel) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: reload error %v, want a bad model error mentioning %q", tc.name, err, tc.want)
+		}
+		if got := s.Score(fl); got != want {
+			t.Errorf("%s: after the refused file the learned arm scores %v, want the old model's %v", tc.name, got, want)
+		}
+		if got := s.Score(fd); got != wantDefault {
+			t.Errorf("%s: the default arm scores %v, want the weights' %v", tc.name, got, wantDefault)
 		}
 	}
 }
