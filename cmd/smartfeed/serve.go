@@ -594,7 +594,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 		// Deleted pins are known from the graph's deletion log (a.delLog: past the cache).
 		deleted := newSetLiveness(feedsvc.NewDeletedSet(a.delLog), a.graph)
 		deps.Liveness = a.hidingLiveness(ctx, deleted)
-		deps.Eligibility = graphEligibility{g: a.graph, deleted: deleted}
+		deps.Eligibility = a.hidingEligibility(ctx, graphEligibility{g: a.graph, deleted: deleted})
 	case remote != nil:
 		deps.Liveness, deps.Eligibility = *remote, *remote
 	}

@@ -175,3 +175,39 @@ func (h hidingLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]boo
 	}
 	return live, nil
 }
+
+// hidingEligibility is the feed's Eligibility that also removes, from a user's prepared chunks,
+// the pins the user hid after the chunk was composed.
+type hidingEligibility struct {
+	inner feedsvc.Eligibility
+	hides *engagement.Store
+}
+
+func (a *app) hidingEligibility(ctx context.Context, inner feedsvc.Eligibility) feedsvc.Eligibility {
+	store, err := a.engagementStore(ctx)
+	if err != nil {
+		a.log.Error("engagement table: prepared chunks are served without hide sets", zap.Error(err))
+		return inner
+	}
+	return hidingEligibility{inner: inner, hides: store}
+}
+
+func (h hidingEligibility) Removed(ctx context.Context, user zen.ID, items []feedsvc.Item) (map[zen.ID]bool, error) {
+	out, err := h.inner.Removed(ctx, user, items)
+	if err != nil {
+		return nil, err
+	}
+	hidden, _, err := h.hides.Hidden(ctx, user)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("hide set of %d", user), err)
+	}
+	if out == nil {
+		out = map[zen.ID]bool{}
+	}
+	for _, it := range items {
+		if hidden[it.Pin] {
+			out[it.Pin] = true
+		}
+	}
+	return out, nil
+}
