@@ -37,7 +37,7 @@ func newEngagementMetrics(reg prometheus.Registerer) (*engagementMetrics, error)
 // receiver's online features (one batched read of their profiles).
 func (w *Worker) receivers(ctx context.Context, users []zen.ID, pi *pinInfo, followedInterest zen.ID, feats *featureCache) ([]receiver, error) {
 	rs, err := w.loadReceivers(ctx, users, pi, followedInterest, feats)
-	if err != nil || w.eng == nil {
+	if err != nil || w.eng == nil || w.noOnline {
 		return rs, err
 	}
 	var us []zen.ID

@@ -17,7 +17,7 @@ import (
 )
 
 // engagementWorld is newWorld with a worker that reads and writes an engagement store.
-func engagementWorld(t *testing.T) (*world, *engagement.Store) {
+func engagementWorld(t *testing.T, opts ...func(*Options)) (*world, *engagement.Store) {
 	t.Helper()
 	s := zenmem.New()
 	w := newWorld(t, s, Config{FeatureTTL: -1, ActiveTTL: -1}, 2, nil)
@@ -27,8 +27,11 @@ func engagementWorld(t *testing.T) (*world, *engagement.Store) {
 	}
 	store := engagement.NewStore(et, 0, w.clk.now)
 	q := newInlineQueue()
-	wk, err := New(w.g, w.pools, w.state, q, Config{FeatureTTL: -1, ActiveTTL: -1},
-		Options{Now: w.clk.now, Engagement: store, Experiment: engagement.Experiment{Salt: "t", LearnedPercent: 0}})
+	o := Options{Now: w.clk.now, Engagement: store, Experiment: engagement.Experiment{Salt: "t", LearnedPercent: 0}}
+	for _, f := range opts {
+		f(&o)
+	}
+	wk, err := New(w.g, w.pools, w.state, q, Config{FeatureTTL: -1, ActiveTTL: -1}, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +128,25 @@ func TestEngagementRaisesScores(t *testing.T) {
 	s1, _ := w.scoreOf(t, f1, w.pins[2])
 	if !(s0 > s1) {
 		t.Errorf("after a save, the author's next pin scores %v for the saver, %v for another follower: want higher", s0, s1)
+	}
+}
+
+// TestNoOnlineFeatures: with the profile reads off, a saver's scores are everyone's, and a
+// hidden pin still leaves the hider's pools.
+func TestNoOnlineFeatures(t *testing.T) {
+	w, _ := engagementWorld(t, func(o *Options) { o.NoOnlineFeatures = true })
+	f0, f1 := w.followers[0], w.followers[1]
+	w.fanout(t, 1)
+	w.report(t, f0, "r1", pinlater.EngagementEvent{Action: pinlater.ActionSave, Pin: uint64(w.pins[0])},
+		pinlater.EngagementEvent{Action: pinlater.ActionHide, Pin: uint64(w.pins[1])})
+	if _, ok := w.scoreOf(t, f0, w.pins[1]); ok {
+		t.Error("hidden pin still in the user's pool")
+	}
+	w.fanout(t, 2)
+	s0, _ := w.scoreOf(t, f0, w.pins[2])
+	s1, _ := w.scoreOf(t, f1, w.pins[2])
+	if s0 != s1 {
+		t.Errorf("without online features the saver scores %v, another follower %v: want equal", s0, s1)
 	}
 }
 

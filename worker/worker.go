@@ -166,6 +166,10 @@ type Options struct {
 	// written by the engagement handler (Register adds it). nil: no engagement features (every
 	// receiver scores as one without engagement) and no engagement handler.
 	Engagement *engagement.Store
+	// NoOnlineFeatures keeps the engagement handler but skips the profile reads at scoring
+	// time: every receiver scores as one without engagement (the fanout reads one row fewer
+	// per receiver).
+	NoOnlineFeatures bool
 	// Experiment assigns receivers to experiment arms for the engagement handler's tags; with
 	// an ExperimentScorer, pass its Experiment.
 	Experiment engagement.Experiment
@@ -189,6 +193,7 @@ type Worker struct {
 	// fanout task's writes before its last one need not wait for their own fsync (HandleFanout).
 	lazyTask bool
 	eng      *engagement.Store
+	noOnline bool // Options.NoOnlineFeatures
 	exp      engagement.Experiment
 	em       *engagementMetrics
 	// onInsert, when set, is called with each batch of entries written (OnInsert).
@@ -230,7 +235,7 @@ func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Optio
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
-	return &Worker{eng: o.Engagement, exp: o.Experiment, em: em, g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
+	return &Worker{eng: o.Engagement, noOnline: o.NoOnlineFeatures, exp: o.Experiment, em: em, g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
 		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m, lazyTask: zen.SameLog(pools, state),
 		feats:  newFeatureCache(cfg.FeatureTTL, cfg.FeatureCacheSize, o.Now, m.featureHits, m.featureMisses),
 		active: newFeatureCache(cfg.ActiveTTL, cfg.FeatureCacheSize, o.Now, m.activeHits, m.activeMisses)}, nil

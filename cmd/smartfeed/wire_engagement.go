@@ -51,7 +51,7 @@ func (a *app) scoringOptions(ctx context.Context, opts *worker.Options) error {
 	if err := exp.Validate(); err != nil {
 		return fmt.Errorf("engagement: %w", err)
 	}
-	opts.Engagement, opts.Experiment = store, exp
+	opts.Engagement, opts.Experiment, opts.NoOnlineFeatures = store, exp, !a.cfg.Engagement.OnlineFeatures
 	f := a.cfg.Engagement.ModelFile
 	if f == "" {
 		return nil

@@ -21,13 +21,18 @@ type Engagement struct {
 	LearnedPercent int `json:"learned_percent"`
 	// Salt of the arm hash: another salt reshuffles the users between arms. Default empty.
 	Salt string `json:"salt"`
+	// OnlineFeatures: the fanout reads each receiver's engagement profile (one batched read
+	// per page of receivers) and scores with it. false records engagement and hides but scores
+	// everyone as a user without engagement. Default true.
+	OnlineFeatures bool `json:"online_features"`
 }
 
 // bindScoring defines the flags of the scorer's weights and the engagement settings.
 func bindScoring(fs *pflag.FlagSet, c *Config) {
-	s, i := fs.StringVar, fs.IntVar
+	s, i, b := fs.StringVar, fs.IntVar, fs.BoolVar
 	s(&c.Worker.WeightsFile, "weights", c.Worker.WeightsFile, "JSON weights of the pool scorer (worker.Weights); empty: the defaults")
 	s(&c.Engagement.ModelFile, "model-file", c.Engagement.ModelFile, "learned scoring model file (smartfeed train), reloaded live; empty: the weights for everyone")
 	i(&c.Engagement.LearnedPercent, "learned-percent", c.Engagement.LearnedPercent, "percent of users (stable hash) scored with --model-file: the learned arm")
 	s(&c.Engagement.Salt, "experiment-salt", c.Engagement.Salt, "salt of the experiment's arm hash (another salt reshuffles users)")
+	b(&c.Engagement.OnlineFeatures, "online-features", c.Engagement.OnlineFeatures, "score with each receiver's engagement profile (one batched read per page of receivers at fanout)")
 }
