@@ -260,19 +260,28 @@ func (s *Store) Hide(ctx context.Context, user, pin, author zen.ID) error {
 	})
 }
 
-// Hidden returns the pins user hid (at most MaxHiddenPins) and the authors of hidden pins.
-func (s *Store) Hidden(ctx context.Context, user zen.ID) (pins, authors map[zen.ID]bool, err error) {
+// HiddenPins returns the pins user hid (at most MaxHiddenPins): one scan of the user's rows.
+func (s *Store) HiddenPins(ctx context.Context, user zen.ID) (map[zen.ID]bool, error) {
 	start := key(user, rowHidden, nil)
 	rows, err := s.t.Scan(ctx, zen.ScanOptions{Start: start, Stop: zen.PrefixEnd(start), Limit: MaxHiddenPins})
 	if err != nil {
-		return nil, nil, fmt.Errorf("hidden pins of %d: %w", user, err)
+		return nil, fmt.Errorf("hidden pins of %d: %w", user, err)
 	}
-	pins, authors = make(map[zen.ID]bool, len(rows)), map[zen.ID]bool{}
+	pins := make(map[zen.ID]bool, len(rows))
 	for _, kv := range rows {
 		if len(kv.Key) == len(start)+8 {
 			pins[zen.ID(binary.BigEndian.Uint64(kv.Key[len(start):]))] = true
 		}
 	}
+	return pins, nil
+}
+
+// Hidden returns the pins user hid (at most MaxHiddenPins) and the authors of hidden pins.
+func (s *Store) Hidden(ctx context.Context, user zen.ID) (pins, authors map[zen.ID]bool, err error) {
+	if pins, err = s.HiddenPins(ctx, user); err != nil {
+		return nil, nil, err
+	}
+	authors = map[zen.ID]bool{}
 	p, err := s.Profile(ctx, user)
 	if err != nil {
 		return nil, nil, err

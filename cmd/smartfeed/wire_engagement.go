@@ -164,7 +164,7 @@ func (h hidingLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]boo
 	if !ok {
 		return live, nil
 	}
-	hidden, _, err := h.hides.Hidden(ctx, user)
+	hidden, err := h.hides.HiddenPins(ctx, user)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("hide set of %d", user), err)
 	}
@@ -197,7 +197,7 @@ func (h hidingEligibility) Removed(ctx context.Context, user zen.ID, items []fee
 	if err != nil {
 		return nil, err
 	}
-	hidden, _, err := h.hides.Hidden(ctx, user)
+	hidden, err := h.hides.HiddenPins(ctx, user)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("hide set of %d", user), err)
 	}
