@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	boardv1 "github.com/smartfeed/smartfeed/proto/board/v1"
+	_ "github.com/smartfeed/smartfeed/proto/engagement/v1"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	_ "github.com/smartfeed/smartfeed/proto/generator/v1" // request types of Policy's methods
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"

@@ -44,6 +44,7 @@ const (
 	boardSvc  = "/smartfeed.board.v1.BoardService/"
 	ingestSvc = "/smartfeed.ingest.v1.IngestService/"
 	genSvc    = "/smartfeed.generator.v1.GeneratorService/"
+	engSvc    = "/smartfeed.engagement.v1.EngagementService/"
 )
 
 // Policy is who may call each method of the public gRPC port (docs/security.md shows it as a
@@ -82,6 +83,8 @@ var Policy = map[string]Rule{
 	boardSvc + "ReorderPin": {Owner: "board_id", Scopes: []string{ScopeGraphWrite}},
 
 	ingestSvc + "Publish": {Scopes: []string{ScopeIngest}},
+	// A user reports their own engagement; a frontend service reports for its users.
+	engSvc + "Report": {Self: "user_id", Scopes: []string{ScopeIngest}},
 
 	genSvc + "GenerateChunk": {Scopes: []string{ScopeGenerator}},
 	genSvc + "SettleChunk":   {Scopes: []string{ScopeGenerator}},

@@ -134,7 +134,7 @@ func (s *Service) filterLive(ctx context.Context, user zen.ID, res pageRead, siz
 	out.entries = make([]entry, 0, len(res.entries))
 	for round := 0; ; round++ {
 		if len(res.entries) > 0 {
-			live, err := s.liveOf(ctx, res.entries)
+			live, err := s.liveOf(withReader(ctx, user), res.entries)
 			if err != nil {
 				s.m.liveErrors.Inc()
 				s.log.Warn("liveness check; serving unfiltered", zap.Stringer("user", user), zap.Error(err))

@@ -79,7 +79,9 @@ func openPebble(b *testing.B, opts ...zenpebble.Option) zen.Store {
 	return s
 }
 
-func benchWorker(b *testing.B, n int, store zen.Store) {
+// benchWorker runs the fanout benchmark over store; opts, when set, adds to the worker's
+// options.
+func benchWorker(b *testing.B, n int, store zen.Store, opts ...func(*Options)) {
 	ctx := context.Background()
 	clk := &clock{t: time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)}
 	g, err := zen.NewGraph(ctx, store, nil, clk.now)
@@ -102,7 +104,11 @@ func benchWorker(b *testing.B, n int, store zen.Store) {
 	pools, _ := store.Table(ctx, "pools")
 	state, _ := store.Table(ctx, StateTable)
 	q := newStreamQueue(64)
-	w, err := New(g, pools, state, q, Config{}, Options{Now: clk.now})
+	o := Options{Now: clk.now}
+	for _, f := range opts {
+		f(&o)
+	}
+	w, err := New(g, pools, state, q, Config{}, o)
 	if err != nil {
 		b.Fatal(err)
 	}

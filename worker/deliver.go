@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/smartfeed/smartfeed/engagement"
 	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -72,7 +73,8 @@ type receiver struct {
 	user     zen.ID
 	affinity int64
 	match    float64
-	skip     string // "" = deliver; otherwise why not
+	skip     string              // "" = deliver; otherwise why not
+	prof     *engagement.Profile // the receiver's online features; nil without an engagement store
 }
 
 // loadReceivers reads, for each user, the last-active row, the affinity for author and the
@@ -222,13 +224,20 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 }
 
 func (w *Worker) entry(r receiver, pi *pinInfo, src zen.Source, ageMs int64, co float64, reason string) zen.PoolEntry {
+	f := w.features(r, pi, src, ageMs, co)
+	return zen.PoolEntry{User: r.user, Source: src, Score: w.scorer.Score(f), Pin: pi.pin,
+		Author: pi.author, Board: pi.board, Interest: pi.interest, CreatedMs: pi.createdMs, Reason: reason}
+}
+
+// features are the scoring features of pi for receiver r.
+func (w *Worker) features(r receiver, pi *pinInfo, src zen.Source, ageMs int64, co float64) Features {
 	f := Features{
 		Source: src, AgeHours: float64(max(0, ageMs)) / float64(time.Hour.Milliseconds()),
 		Affinity: float64(r.affinity), Saves: pi.saves, Likes: pi.likes, InterestMatch: r.match,
-		CoOccurrence: co, Repin: pi.repin,
+		CoOccurrence: co, Repin: pi.repin, User: r.user,
 	}
-	return zen.PoolEntry{User: r.user, Source: src, Score: w.scorer.Score(f), Pin: pi.pin,
-		Author: pi.author, Board: pi.board, Interest: pi.interest, CreatedMs: pi.createdMs, Reason: reason}
+	w.engagementFeatures(&f, r, pi)
+	return f
 }
 
 // HandleFanoutChunk delivers one page of a fanout: it lists the receivers from (ListFrom,
@@ -312,7 +321,7 @@ func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload
 	users = slices.DeleteFunc(users, func(u zen.ID) bool { return u == author })
 	pi := &pinInfo{pin: pin, author: author, board: board, interest: interest, createdMs: p.CreatedMs,
 		repin: facts.repin, saves: facts.saves, likes: facts.likes, interests: facts.interests}
-	rs, err := w.loadReceivers(ctx, users, pi, interest, feats)
+	rs, err := w.receivers(ctx, users, pi, interest, feats)
 	if err != nil {
 		return false, fmt.Errorf("chunk %d: %w", pin, err)
 	}

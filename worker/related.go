@@ -18,7 +18,7 @@ func (w *Worker) insertRecommended(ctx context.Context, user, pin, author, board
 	if err := w.loadPinInfo(ctx, pi); err != nil {
 		return fmt.Errorf("recommended %d for %d: %w", pin, user, err)
 	}
-	rs, err := w.loadReceivers(ctx, []zen.ID{user}, pi, 0, w.feats)
+	rs, err := w.receivers(ctx, []zen.ID{user}, pi, 0, w.feats)
 	if err != nil {
 		return fmt.Errorf("recommended %d for %d: %w", pin, user, err)
 	}
@@ -68,7 +68,7 @@ func (w *Worker) relatedForSaver(ctx context.Context, saver, pin, board zen.ID, 
 	if err != nil {
 		return fmt.Errorf("related %d: pins: %w", pin, err)
 	}
-	rs, err := w.loadReceivers(ctx, []zen.ID{saver}, &pinInfo{}, 0, w.feats)
+	rs, err := w.receivers(ctx, []zen.ID{saver}, &pinInfo{}, 0, w.feats)
 	if err != nil {
 		return fmt.Errorf("related %d: %w", pin, err)
 	}

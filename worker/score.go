@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/smartfeed/smartfeed/engagement"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -30,6 +31,22 @@ type Features struct {
 	CoOccurrence float64
 	// Repin is set when the pin reached the receiver through a repin rather than a new pin.
 	Repin bool
+	// User is the receiver (a Scorer may pick its model by the user's experiment arm).
+	User zen.ID
+	// EngAuthor, EngBoard, EngInterest and EngSource are the receiver's decayed engagement
+	// affinities (engagement.Profile) for the pin's author, board, strongest interest and
+	// source; negative after hides, 0 without engagement.
+	EngAuthor, EngBoard, EngInterest, EngSource float64
+	// HiddenAuthor is set when the receiver hid a pin of the pin's author.
+	HiddenAuthor bool
+}
+
+// Inputs are the features as the engagement package keeps and scores them.
+func (f Features) Inputs() engagement.Inputs {
+	return engagement.Inputs{Source: f.Source.String(), AgeHours: f.AgeHours, Affinity: f.Affinity,
+		Saves: f.Saves, Likes: f.Likes, InterestMatch: f.InterestMatch, CoOccurrence: f.CoOccurrence,
+		Repin: f.Repin, EngAuthor: f.EngAuthor, EngBoard: f.EngBoard, EngInterest: f.EngInterest,
+		EngSource: f.EngSource, HiddenAuthor: f.HiddenAuthor}
 }
 
 // Scorer turns features into a score: higher is better. It must be deterministic and never
@@ -47,7 +64,13 @@ type Scorer interface {
 //	  + InterestMatch · match
 //	  + CoOccurrence · ln(1 + co-occurrence)
 //	  + Repin · [repin]
+//	  + EngAuthor · slog(eng_author) + EngBoard · slog(eng_board)
+//	  + EngInterest · slog(eng_interest) + EngSource · slog(eng_source)
+//	  + HiddenAuthor · [hidden author]
 //	score = 1 / (1 + e^−z)
+//
+// where slog(v) = sign(v)·ln(1 + |v|). The engagement terms are 0 for a user without
+// engagement, so such a user's scores are those of the model without them.
 //
 // The score lies in (0, 1). Weights are read from a JSON file (LoadWeights); fields absent from
 // the file keep their defaults (DefaultWeights).
@@ -61,6 +84,11 @@ type Weights struct {
 	InterestMatch        float64            `json:"interest_match"`
 	CoOccurrence         float64            `json:"co_occurrence"`
 	Repin                float64            `json:"repin"`
+	EngAuthor            float64            `json:"eng_author"`
+	EngBoard             float64            `json:"eng_board"`
+	EngInterest          float64            `json:"eng_interest"`
+	EngSource            float64            `json:"eng_source"`
+	HiddenAuthor         float64            `json:"hidden_author"`
 }
 
 // DefaultWeights are the weights used when no file is given: following beats interests beats
@@ -77,6 +105,11 @@ func DefaultWeights() Weights {
 		InterestMatch:        1.0,
 		CoOccurrence:         0.5,
 		Repin:                -0.2,
+		EngAuthor:            0.6,
+		EngBoard:             0.3,
+		EngInterest:          0.3,
+		EngSource:            0.2,
+		HiddenAuthor:         -4,
 	}
 }
 
@@ -84,7 +117,8 @@ func DefaultWeights() Weights {
 func (w Weights) Validate() error {
 	vals := map[string]float64{"bias": w.Bias, "recency": w.Recency, "recency_half_life_hours": w.RecencyHalfLifeHours,
 		"affinity": w.Affinity, "popularity": w.Popularity, "interest_match": w.InterestMatch,
-		"co_occurrence": w.CoOccurrence, "repin": w.Repin}
+		"co_occurrence": w.CoOccurrence, "repin": w.Repin, "eng_author": w.EngAuthor, "eng_board": w.EngBoard,
+		"eng_interest": w.EngInterest, "eng_source": w.EngSource, "hidden_author": w.HiddenAuthor}
 	for k, v := range w.Source {
 		if _, err := zen.ParseSource(k); err != nil {
 			return fmt.Errorf("weights: %w", err)
@@ -153,6 +187,7 @@ func (s *LogisticScorer) Score(f Features) float64 {
 	if f.Repin {
 		z += w.Repin
 	}
+	z += w.engagementTerms(f)
 	sc := 1 / (1 + math.Exp(-z))
 	if math.IsNaN(sc) {
 		return 0

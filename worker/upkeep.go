@@ -139,7 +139,7 @@ func (w *Worker) backfill(ctx context.Context, user, target zen.ID, kind string,
 		if err := w.loadPinInfo(ctx, &pi); err != nil {
 			return fmt.Errorf("backfill %d<-%d: %w", user, target, err)
 		}
-		rs, err := w.loadReceivers(ctx, []zen.ID{user}, &pi, pi.interest, w.feats)
+		rs, err := w.receivers(ctx, []zen.ID{user}, &pi, pi.interest, w.feats)
 		if err != nil {
 			return fmt.Errorf("backfill %d<-%d: %w", user, target, err)
 		}

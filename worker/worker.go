@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/smartfeed/smartfeed/engagement"
 	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/seq"
@@ -161,6 +162,17 @@ type Options struct {
 	Now    func() time.Time      // nil = time.Now
 	Logger *zap.Logger           // nil = no logging
 	Reg    prometheus.Registerer // nil = no metrics registered
+	// Engagement, when set, is read for every receiver's online features at scoring time and
+	// written by the engagement handler (Register adds it). nil: no engagement features (every
+	// receiver scores as one without engagement) and no engagement handler.
+	Engagement *engagement.Store
+	// NoOnlineFeatures keeps the engagement handler but skips the profile reads at scoring
+	// time: every receiver scores as one without engagement (the fanout reads one row fewer
+	// per receiver).
+	NoOnlineFeatures bool
+	// Experiment assigns receivers to experiment arms for the engagement handler's tags; with
+	// an ExperimentScorer, pass its Experiment.
+	Experiment engagement.Experiment
 }
 
 // Worker runs the fanout and upkeep handlers. It is safe for concurrent use.
@@ -180,6 +192,10 @@ type Worker struct {
 	// lazyTask: the pools and the worker's state share one sequential log (zen.SameLog), so a
 	// fanout task's writes before its last one need not wait for their own fsync (HandleFanout).
 	lazyTask bool
+	eng      *engagement.Store
+	noOnline bool // Options.NoOnlineFeatures
+	exp      engagement.Experiment
+	em       *engagementMetrics
 	// onInsert, when set, is called with each batch of entries written (OnInsert).
 	onInsert atomic.Pointer[func([]zen.PoolEntry)]
 }
@@ -215,7 +231,11 @@ func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Optio
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
 	cfg = cfg.withDefaults()
-	return &Worker{g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
+	em, err := newEngagementMetrics(o.Reg)
+	if err != nil {
+		return nil, fmt.Errorf("new worker: %w", err)
+	}
+	return &Worker{eng: o.Engagement, noOnline: o.NoOnlineFeatures, exp: o.Experiment, em: em, g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
 		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m, lazyTask: zen.SameLog(pools, state),
 		feats:  newFeatureCache(cfg.FeatureTTL, cfg.FeatureCacheSize, o.Now, m.featureHits, m.featureMisses),
 		active: newFeatureCache(cfg.ActiveTTL, cfg.FeatureCacheSize, o.Now, m.activeHits, m.activeMisses)}, nil
@@ -237,6 +257,9 @@ func (w *Worker) Register(r Registrar) {
 	r.Handle(pinlater.TypePinDelete, pinlater.Typed(w.HandlePinDelete))
 	r.Handle(pinlater.TypeUserDelete, pinlater.Typed(w.HandleUserDelete))
 	r.Handle(pinlater.TypeTouch, pinlater.Typed(w.HandleTouch))
+	if w.eng != nil {
+		r.Handle(pinlater.TypeEngagement, pinlater.Typed(w.HandleEngagement))
+	}
 }
 
 // HandleTouch runs Touch for a feed read a feed service in another process reported (its

@@ -50,6 +50,7 @@ servers' flags, "smartfeed completion bash|zsh|fish" prints a completion script.
 		newBenchCmd(getenv),
 		newLoadgenCmd(),
 		newLoadCmd(getenv),
+		newTrainCmd(getenv),
 		newDemoCmd(getenv),
 		newHedgeCmd(),
 		newJobsCmd(getenv),

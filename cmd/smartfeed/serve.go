@@ -577,8 +577,8 @@ func (a *app) buildFeed(ctx context.Context) error {
 	switch {
 	case a.graph != nil:
 		// Deleted pins are known from the graph's deletion log (a.delLog: past the cache).
-		deps.Liveness = a.deleted
-		deps.Eligibility = graphEligibility{g: a.graph, deleted: a.deleted}
+		deps.Liveness = a.hidingLiveness(ctx, a.deleted)
+		deps.Eligibility = a.hidingEligibility(ctx, graphEligibility{g: a.graph, deleted: a.deleted})
 	case remote != nil:
 		deps.Liveness, deps.Eligibility = *remote, *remote
 	}
@@ -845,7 +845,7 @@ func (a *app) run(ctx context.Context) error {
 		})
 	}
 	if a.durable != nil {
-		g.Go(func() error { a.durable.Relay(gctx); return nil })
+		g.Go(func() error { a.relayAndWatch(gctx); return nil })
 	}
 	if a.claimPending {
 		g.Go(func() error { return a.namespaceClaim().Loop(gctx) })

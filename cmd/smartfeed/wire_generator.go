@@ -19,7 +19,7 @@ func (a *app) buildGenerator(ctx context.Context) error {
 			return fmt.Errorf("generator config: %w", err)
 		}
 	}
-	a.gen, err = generator.New(generator.Params{Pools: a.pools, State: state, Config: &gc,
+	a.gen, err = generator.New(generator.Params{Pools: a.hidingPools(ctx), State: state, Config: &gc,
 		Logger: a.log.Named("generator"), Registerer: a.reg, Liveness: a.deleted,
 		Eligibility: graphEligibility{g: a.graph}})
 	if err != nil {

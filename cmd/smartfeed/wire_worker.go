@@ -48,6 +48,9 @@ func (a *app) buildWorker(ctx context.Context) error {
 		opts.Scorer = &worker.LogisticScorer{W: w}
 		a.log.Info("scorer weights loaded", zap.String("file", f))
 	}
+	if err := a.scoringOptions(ctx, &opts); err != nil {
+		return err
+	}
 	// The write path's events go through the outbox: recorded in the main store before a call
 	// answers OK, enqueued in Redis, and relayed again if Redis does not have them.
 	outboxT, err := a.stores.table(ctx, storeMain, zen.OutboxTable)
@@ -108,4 +111,5 @@ func (a *app) registerGraphService() {
 	pub := worker.NewPublisher(a.durable, a.graph, a.worker.Config().HotFollowers)
 	ingestv1.RegisterIngestServiceServer(a.grpc, worker.NewIngestServer(pub, a.worker, a.graph))
 	a.log.Debug("graph, board and ingest services registered", zap.String("role", a.role))
+	a.registerEngagement(context.Background())
 }

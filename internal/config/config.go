@@ -53,6 +53,8 @@ type Config struct {
 	Log Log `json:"log"`
 	// Worker configures the pinlater server of the worker role.
 	Worker Worker `json:"worker"`
+	// Engagement configures the learned scoring model and its experiment (engagement.go).
+	Engagement Engagement `json:"engagement"`
 	// Generator configures the chunk generator, and how feedsvc reaches it.
 	Generator Generator `json:"generator"`
 	// Feed configures the feed service and its speculative reads.
@@ -214,8 +216,7 @@ type HBase struct {
 	// WriteFlush is how long the HBase client waits to batch writes to a region server before
 	// it sends them (reads never wait). Every write on a request's path (a chunk's claims, the
 	// feed's pending row) waits for it once, so it is short; under load batches still form
-	// (gohbase sends at once when 100 calls are queued). Default 1ms; gohbase's own default is
-	// 20ms.
+	// (gohbase sends at once when 100 calls are queued). Default 1ms; gohbase's own default is 20ms.
 	WriteFlush jsontime.Duration `json:"write_flush"`
 }
 
@@ -386,8 +387,7 @@ type Feed struct {
 	PreparedMaxAge jsontime.Duration `json:"prepared_max_age"`
 	// MinChunkInterval is the least time between two generator calls for one user in the feed
 	// process: a first page sooner after the last call serves the feed as it stands
-	// (feedsvc.Config.MinChunkInterval; live-tunable in the knobs file). Default 1s; 0: no
-	// bound.
+	// (feedsvc.Config.MinChunkInterval; live-tunable in the knobs file). Default 1s; 0: no bound.
 	MinChunkInterval jsontime.Duration `json:"min_chunk_interval"`
 	// InlineMaterialize is how many served chunks the feed process materializes at once
 	// itself, after the page is answered, rather than through a materialize job on Redis
@@ -456,7 +456,8 @@ func DefaultConfig() Config {
 		Admin: Admin{Addr: "127.0.0.1:9091", GRPCAddr: "127.0.0.1:9092", SlowTraceOver: jsontime.Duration(100 * time.Millisecond)},
 		Auth: Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000,
 			MaxTokenLifetime: jsontime.Duration(auth.DefaultMaxLifetime)},
-		Log: Log{Level: "info", Format: "auto"},
+		Log:        Log{Level: "info", Format: "auto"},
+		Engagement: Engagement{LearnedPercent: DefaultLearnedPercent, OnlineFeatures: true},
 		Worker: Worker{
 			Concurrency:         pinlater.DefaultConcurrency,
 			Dequeuers:           pinlater.DefaultDequeuers,
@@ -492,8 +493,7 @@ func DefaultConfig() Config {
 // Uses names the storage clusters a process opens, for ValidateFor: a role that never opens a
 // cluster needs no address for it (the graph role, for one, never opens the feed's).
 type Uses struct {
-	// Main is the cluster of the graph, the pools and the generator state
-	// (storage.hbase.pools_zk).
+	// Main is the cluster of the graph, the pools and the generator state (storage.hbase.pools_zk).
 	Main bool
 	// Feed is the materialized feed's primary and standby (storage.hbase.primary_zk and
 	// storage.hbase.standby_zk).

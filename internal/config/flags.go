@@ -86,7 +86,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	d(&c.Worker.FeatureTTL, "worker-feature-ttl", c.Worker.FeatureTTL, "how long the fanout keeps a receiver's scoring features (affinity, interest follows) once read (0: read for every pin)")
 	d(&c.Worker.ActiveTTL, "worker-active-ttl", c.Worker.ActiveTTL, "how long the fanout keeps a receiver's last-active row once it said deliver (0: read for every pin)")
 	d(&c.Worker.UserDeleteRecheck, "worker-user-delete-recheck", c.Worker.UserDeleteRecheck, "how long after a user's deletion its leftovers (rows of fanouts under way) are deleted once more (0: the longest fanout task run + the active TTL + 1m)")
-	s(&c.Worker.WeightsFile, "weights", c.Worker.WeightsFile, "JSON weights of the pool scorer (worker.Weights); empty: the defaults")
+	bindScoring(fs, c)
 	s(&c.Generator.ConfigFile, "generator-config", c.Generator.ConfigFile, "generator JSON config file (empty: defaults)")
 	s(&c.Generator.Addr, "generator-addr", c.Generator.Addr, "gRPC target of the generator for feedsvc (empty: in process)")
 	s(&c.Generator.TokenFile, "generator-token-file", c.Generator.TokenFile, "file holding the token (scope generator) sent to an authenticating generator")

@@ -1,7 +1,7 @@
 // Package lint enforces SmartFeed's import rules over a module's package graph, read with
 // `go list -e -json ./...`:
 //
-//   - a service package (worker, generator, feedsvc, graphsvc, and their subpackages) does not
+//   - a service package (worker, generator, feedsvc, graphsvc, engagementsvc, and their subpackages) does not
 //     depend on another service, directly or through other packages of the module;
 //   - zen (and zen/...) depends on no service and not on pinlater (directly or transitively), and
 //     imports nothing of gRPC (google.golang.org/grpc/...);
@@ -37,7 +37,7 @@ import (
 )
 
 // Services are the top-level service trees that must not depend on one another.
-var Services = []string{"worker", "generator", "feedsvc", "graphsvc"}
+var Services = []string{"worker", "generator", "feedsvc", "graphsvc", "engagementsvc"}
 
 // BannedNames are package names that say nothing about what the package holds.
 var BannedNames = []string{"util", "common", "shared"}

@@ -1,0 +1,177 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/smartfeed/smartfeed/engagement"
+	"github.com/smartfeed/smartfeed/pinlater"
+	"github.com/smartfeed/smartfeed/zen"
+)
+
+// Engagement: the online features a receiver's scores read, and the handler that records a
+// reported batch (engagement.Store).
+
+// engagementMetrics count the engagement the worker recorded.
+type engagementMetrics struct {
+	events  *prometheus.CounterVec
+	skipped prometheus.Counter
+}
+
+func newEngagementMetrics(reg prometheus.Registerer) (*engagementMetrics, error) {
+	f := promauto.With(reg)
+	return &engagementMetrics{
+		events: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_engagement_events_total",
+			Help: "Engagement events recorded, by experiment arm and action; an arm's engagement rate is its close-ups, clicks, saves and likes over its impressions."},
+			[]string{"arm", "action"}),
+		skipped: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_engagement_skipped_total",
+			Help: "Engagement events dropped because their pin is deleted or unknown."}),
+	}, nil
+}
+
+// receivers is loadReceivers with, when the worker has an engagement store, each delivered
+// receiver's online features (one batched read of their profiles).
+func (w *Worker) receivers(ctx context.Context, users []zen.ID, pi *pinInfo, followedInterest zen.ID, feats *featureCache) ([]receiver, error) {
+	rs, err := w.loadReceivers(ctx, users, pi, followedInterest, feats)
+	if err != nil || w.eng == nil || w.noOnline {
+		return rs, err
+	}
+	var us []zen.ID
+	var at []int
+	for i := range rs {
+		if rs[i].skip == "" {
+			us, at = append(us, rs[i].user), append(at, i)
+		}
+	}
+	if len(us) == 0 {
+		return rs, nil
+	}
+	ps, err := w.eng.Profiles(ctx, us)
+	if err != nil {
+		return nil, fmt.Errorf("read receivers: %w", err)
+	}
+	for j, i := range at {
+		rs[i].prof = &ps[j]
+	}
+	return rs, nil
+}
+
+// engagementFeatures fills f's engagement features from r's profile (none: all zero).
+func (w *Worker) engagementFeatures(f *Features, r receiver, pi *pinInfo) {
+	p := r.prof
+	if p == nil || (len(p.Affinities) == 0 && len(p.HiddenAuthors) == 0) {
+		return
+	}
+	now, hl := w.now().UnixMilli(), w.eng.HalfLife()
+	f.EngAuthor = p.Affinity(engagement.KindAuthor, uint64(pi.author), now, hl)
+	f.EngBoard = p.Affinity(engagement.KindBoard, uint64(pi.board), now, hl)
+	for i, in := range pi.interests {
+		v := p.Affinity(engagement.KindInterest, uint64(in), now, hl)
+		if i == 0 || v > f.EngInterest {
+			f.EngInterest = v
+		}
+	}
+	f.EngSource = p.Affinity(engagement.KindSource, uint64(f.Source), now, hl)
+	f.HiddenAuthor = pi.author != 0 && p.HidesAuthor(uint64(pi.author))
+}
+
+// HandleEngagement records a reported batch of one user's engagement (engagement.Store.Apply):
+// each event's pin is read (author, board, interests, popularity) and scored for the user as a
+// fanout would now, so the impression log keeps the features the user's scores see; a hidden pin
+// is also forgotten by the user's pools, so no later fanout puts it back. Events naming a
+// deleted or unknown pin are dropped and counted. A batch applied before is a no-op.
+func (w *Worker) HandleEngagement(ctx context.Context, p pinlater.EngagementPayload) error {
+	user, err := checkID("engagement user", p.User, zen.TypeUser)
+	if err != nil {
+		return err
+	}
+	if done, err := w.eng.Applied(ctx, user, p.RequestID); err != nil || done {
+		return err
+	}
+	b := engagement.Batch{User: user, RequestID: p.RequestID, Arm: p.Arm, Model: w.modelOf(p.Arm)}
+	pins := map[zen.ID]*pinInfo{}
+	var hidden []zen.ID
+	for _, e := range p.Events {
+		pin, err := checkID("engagement pin", e.Pin, zen.TypePin)
+		if err != nil {
+			return err
+		}
+		src := zen.SourceFollowing
+		if e.Source != "" {
+			if src, err = zen.ParseSource(e.Source); err != nil {
+				return invalid("engagement source: %v", err)
+			}
+		}
+		pi, ok := pins[pin]
+		if !ok {
+			if pi, err = w.engagedPin(ctx, pin); err != nil {
+				return err
+			}
+			pins[pin] = pi
+		}
+		if pi == nil {
+			w.em.skipped.Inc()
+			continue
+		}
+		rs, err := w.receivers(ctx, []zen.ID{user}, pi, 0, w.feats)
+		if err != nil {
+			return fmt.Errorf("engagement of %d: %w", user, err)
+		}
+		f := w.features(rs[0], pi, src, e.AtMs-pi.createdMs, 0)
+		b.Events = append(b.Events, engagement.Event{Action: e.Action, Pin: pin, Position: e.Position,
+			Fresh: e.Fresh, AtMs: e.AtMs, Source: src, Author: pi.author, Board: pi.board,
+			Interests: pi.interests, Inputs: f.Inputs()})
+		if e.Action == pinlater.ActionHide {
+			hidden = append(hidden, pin)
+		}
+	}
+	if len(hidden) > 0 {
+		if _, err := w.pools.Forget(ctx, user, hidden); err != nil {
+			return fmt.Errorf("engagement of %d: forget hidden pins: %w", user, err)
+		}
+	}
+	applied, err := w.eng.Apply(ctx, b)
+	if err != nil {
+		return fmt.Errorf("engagement of %d: %w", user, err)
+	}
+	if applied {
+		arm := p.Arm
+		if arm == "" {
+			arm = engagement.ArmDefault
+		}
+		for _, e := range b.Events {
+			w.em.events.WithLabelValues(arm, e.Action).Inc()
+		}
+	}
+	return nil
+}
+
+// engagedPin reads what scoring needs of pin; nil when the pin is deleted or unknown.
+func (w *Worker) engagedPin(ctx context.Context, pin zen.ID) (*pinInfo, error) {
+	o, err := w.g.Get(ctx, pin)
+	if errors.Is(err, zen.ErrDeleted) || errors.Is(err, zen.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("engagement: get pin %d: %w", pin, err)
+	}
+	pi := pinFromObject(o, 0)
+	if err := w.loadPinInfo(ctx, &pi); err != nil {
+		return nil, fmt.Errorf("engagement: %w", err)
+	}
+	return &pi, nil
+}
+
+// modelOf names the model that scores for arm's users.
+func (w *Worker) modelOf(arm string) string {
+	if es, ok := w.scorer.(*ExperimentScorer); ok && arm == engagement.ArmLearned {
+		if m := es.Live.Model(); m != nil {
+			return m.Label()
+		}
+	}
+	return "weights"
+}
