@@ -770,7 +770,7 @@ func (a *app) buildAdmin() {
 	// A collector that fails leaves out its own series, never the whole scrape: the moment a
 	// dependency is down is the moment the other series are needed.
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{
-		Registry: a.reg, ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeErrorLog{a.log},
+		Registry: a.reg, ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeErrorLog{a.log}, EnableOpenMetrics: true,
 	}))
 	if a.cfg.Admin.Pprof {
 		// Opt-in, and only on the admin listener (loopback by default). cmdline is left out:
