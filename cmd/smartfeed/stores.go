@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/tsuna/gohbase"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/config"
@@ -43,9 +44,26 @@ type stores struct {
 	order  []string // opening order, closed in reverse
 }
 
-// newStores returns the stores of cfg; reg, when not nil, gets the Pebble stores' LSM gauges.
+// newStores returns the stores of cfg; reg, when not nil, gets the Pebble stores' LSM gauges and
+// the HBase client's metrics (registerHBaseMetrics).
 func newStores(cfg config.Storage, log *zap.Logger, reg prometheus.Registerer) *stores {
+	if reg != nil {
+		registerHBaseMetrics(reg, log)
+	}
 	return &stores{cfg: cfg, log: log, reg: reg, opened: map[string]zen.Store{}}
+}
+
+// registerHBaseMetrics registers the HBase client's metrics in reg: gohbase counts its
+// operations (gohbase_operation_duration_seconds by operation and result "ok" or "error", what
+// the region servers answered after the client's retries) in Prometheus's default registry,
+// which /metrics does not serve. They are registered whatever the backend, and have series
+// once an HBase store is used.
+func registerHBaseMetrics(reg prometheus.Registerer, log *zap.Logger) {
+	for _, c := range gohbase.PrometheusCollectors() {
+		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			log.Warn("hbase client metrics not registered", zap.Error(err))
+		}
+	}
 }
 
 // Store names.

@@ -8,6 +8,7 @@ package gohbase
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/tsuna/gohbase/region"
 )
 
 var operationDurationSeconds = promauto.NewHistogramVec(
@@ -19,3 +20,10 @@ var operationDurationSeconds = promauto.NewHistogramVec(
 	},
 	[]string{"operation", "result"},
 )
+
+// PrometheusCollectors returns gohbase's metrics, for an application that serves a registry of
+// its own: they are registered in Prometheus's default registry (as upstream does), and may be
+// registered in another as well. (SmartFeed addition, see SMARTFEED.md.)
+func PrometheusCollectors() []prometheus.Collector {
+	return append([]prometheus.Collector{operationDurationSeconds}, region.PrometheusCollectors()...)
+}
