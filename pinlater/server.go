@@ -269,7 +269,10 @@ func (s *Server) Start() error {
 		chain[typ] = recoverWith(s.log, s.m)(Logging(s.log)(h))
 	}
 	handler := asynq.HandlerFunc(func(ctx context.Context, at *asynq.Task) error {
-		return s.traced(ctx, at, func(ctx context.Context) error { return s.process(ctx, at, chain) })
+		if s.tracer != nil {
+			return s.traced(ctx, at, func(ctx context.Context) error { return s.process(ctx, at, chain) })
+		}
+		return s.process(ctx, at, chain)
 	})
 	n := s.cfg.Dequeuers
 	for i := range n {

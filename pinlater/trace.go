@@ -88,11 +88,8 @@ func endSpan(span trace.Span, err error) {
 }
 
 // traced runs process for one task inside a consumer span, a child of the span that enqueued
-// it, when the server traces.
+// it (s.tracer must be set).
 func (s *Server) traced(ctx context.Context, at *asynq.Task, process func(context.Context) error) error {
-	if s.tracer == nil {
-		return process(ctx)
-	}
 	phys, _ := asynq.GetQueueName(ctx)
 	q, ok := s.keys.logical(phys)
 	if !ok {
