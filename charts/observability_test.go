@@ -131,3 +131,35 @@ func TestDashboardConfigMaps(t *testing.T) {
 		t.Errorf("rendered %d dashboards, want 4 (feed serving, pipeline, storage, SLO)", n)
 	}
 }
+
+// TestTracingEnv: tracing is off by default (no OTEL_* variable); observability.tracing.enabled
+// sets the exporter, the endpoint and the sampler on every component, and refuses to render
+// without an endpoint.
+func TestTracingEnv(t *testing.T) {
+	otel := func(m manifests, c string) map[string]string {
+		env := map[string]string{}
+		for _, e := range m.deployments["rel-smartfeed-"+c].Spec.Template.Spec.Containers[0].Env {
+			if strings.HasPrefix(e.Name, "OTEL_") {
+				env[e.Name] = e.Value
+			}
+		}
+		return env
+	}
+	off := render(t)
+	on := render(t, "--set", "observability.tracing.enabled=true,observability.tracing.endpoint=http://collector:4317")
+	for _, c := range components {
+		if env := otel(off, c); len(env) != 0 {
+			t.Errorf("%s: default values set %v", c, env)
+		}
+		want := map[string]string{"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4317",
+			"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01",
+			"OTEL_RESOURCE_ATTRIBUTES": "k8s.namespace.name=default"}
+		if got := otel(on, c); !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: tracing env %v, want %v", c, got, want)
+		}
+	}
+	out, err := helm("template", "rel", "smartfeed", "--set", "observability.tracing.enabled=true")
+	if err == nil || !strings.Contains(string(out), "observability.tracing.endpoint is required") {
+		t.Errorf("tracing on without an endpoint: err %v, output %s; want it refused", err, out)
+	}
+}

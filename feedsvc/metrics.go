@@ -1,11 +1,13 @@
 package feedsvc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 type metrics struct {
@@ -196,7 +198,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(p Page, err error, took time.Duration) {
+// observe counts a GetFeed by outcome and, when it succeeded, observes its latency; a call of a
+// sampled trace leaves its trace ID as the exemplar of the latency's bucket (exposed to a
+// scraper that asks for OpenMetrics), so a slow bucket on a dashboard leads to a trace.
+func (m *metrics) observe(ctx context.Context, p Page, err error, took time.Duration) {
 	outcome := "ok"
 	switch {
 	case errors.Is(err, ErrInvalid):
@@ -208,7 +213,19 @@ func (m *metrics) observe(p Page, err error, took time.Duration) {
 	}
 	m.requests.WithLabelValues(outcome, string(p.FreshStatus)).Inc()
 	if err == nil {
-		m.latency.Observe(took.Seconds())
+		observeWithTrace(ctx, m.latency, took.Seconds())
 		m.servedFrom.WithLabelValues(p.From.String()).Inc()
 	}
+}
+
+// observeWithTrace observes v in h, with ctx's trace ID as the exemplar when ctx's span is
+// sampled.
+func observeWithTrace(ctx context.Context, h prometheus.Histogram, v float64) {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+		if eo, ok := h.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(v, prometheus.Labels{"trace_id": sc.TraceID().String()})
+			return
+		}
+	}
+	h.Observe(v)
 }

@@ -518,7 +518,7 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 	}
 	limit, err := s.admit(ctx, cfg)
 	if err != nil {
-		s.m.observe(Page{}, err, time.Since(start))
+		s.m.observe(ctx, Page{}, err, time.Since(start))
 		return Page{}, err
 	}
 	defer s.adm.release(limit)
@@ -543,7 +543,7 @@ func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 		page.Rebuilding = rebuilding()
 		s.m.observeStage(stageActivity, time.Since(tstart))
 	}
-	s.m.observe(page, err, time.Since(start))
+	s.m.observe(ctx, page, err, time.Since(start))
 	return page, err
 }
 
@@ -1108,7 +1108,7 @@ func (s *Service) readRaw(ctx context.Context, user zen.ID, after *position, siz
 	if after == nil && s.head.enabled() {
 		fromPrimary = s.headReadFrom(s.primary, user, size, cut)
 	}
-	res, out, err := hedge.Do(ctx, s.hedger, fromPrimary, readFrom(s.standby))
+	res, out, err := hedge.Traced(ctx, s.hedger, fromPrimary, readFrom(s.standby))
 	if err != nil {
 		return pageRead{}, out, fmt.Errorf("%w: read feed of %d: %w", ErrUnavailable, user, err)
 	}

@@ -400,7 +400,7 @@ func (r *chunkRun) start(ctx context.Context, callerMax int) error {
 		return err
 	}
 	r.st, r.stRaw = st, stRaw
-	r.t = g.m.since(stageState, r.t)
+	r.t = r.since(ctx, stageState)
 	n, note := wantedSize(cfg, st.LastVisitMs, r.nowMs, st.Owed, callerMax)
 	r.n = n
 	dbg.add("size: %s", note)
@@ -485,7 +485,7 @@ func (r *chunkRun) readCandidates(ctx context.Context) ([][]zen.PoolEntry, error
 		// A pin in two pools (append-only inserts) counts once, from the pool where it scores
 		// best.
 		lists = zen.BestAcrossSources(lists)
-		r.t = g.m.since(stageRead, r.t)
+		r.t = r.since(ctx, stageRead)
 		if g.live == nil {
 			break
 		}
@@ -493,7 +493,7 @@ func (r *chunkRun) readCandidates(ctx context.Context) ([][]zen.PoolEntry, error
 		if err != nil {
 			return nil, g.abandon(ctx, user, r.no, r.rec, err)
 		}
-		r.t = g.m.since(stageLive, r.t)
+		r.t = r.since(ctx, stageLive)
 		if dead == 0 || attempt >= maxLiveRereads {
 			break
 		}
@@ -609,9 +609,9 @@ func (r *chunkRun) takeClaimed(ctx context.Context, claimed []pick) error {
 	for i, p := range claimed {
 		es[i] = p.e
 	}
-	r.t = g.m.since(stageClaim, r.t)
+	r.t = r.since(ctx, stageClaim)
 	taken, err := g.pools.Take(r.stepCtx(ctx), user, es)
-	r.t = g.m.since(stageTake, r.t)
+	r.t = r.since(ctx, stageTake)
 	if err != nil {
 		return g.abandon(ctx, user, r.no, rec, fmt.Errorf("take from pools of %d: %w", uint64(user), err))
 	}
@@ -680,7 +680,7 @@ func (r *chunkRun) finishChunk(ctx context.Context) (Chunk, error) {
 		if err != nil {
 			return Chunk{}, g.abandon(ctx, user, no, rec, err)
 		}
-		r.t = g.m.since(stageRecord, r.t)
+		r.t = r.since(ctx, stageRecord)
 		chunk.ID = rec.ID
 		g.m.chunks.Inc()
 		if stateDone {
@@ -700,7 +700,7 @@ func (r *chunkRun) finishChunk(ctx context.Context) (Chunk, error) {
 		// An empty visit soon after the last one recorded: the chunk size counts hours away,
 		// so moving the last visit by under visitSlack changes nothing worth a synced write on
 		// every read of a user with nothing new.
-		g.m.since(stageFinish, r.t)
+		r.since(ctx, stageFinish)
 		dbg.add("chunk: empty; last visit %d ms ago, kept", nowMs-r.st.LastVisitMs)
 		chunk.Debug = dbg.lines
 		return chunk, nil
@@ -714,7 +714,7 @@ func (r *chunkRun) finishChunk(ctx context.Context) (Chunk, error) {
 		// The chunk is taken and recorded; a stale last visit only affects the next size.
 		g.log.Warn("update generator state", zap.Uint64("user", uint64(user)), zap.Error(err))
 	}
-	g.m.since(stageFinish, r.t)
+	r.since(ctx, stageFinish)
 	dbg.add("chunk %q: %d of %d wanted", chunk.ID, got, n)
 	chunk.Debug = dbg.lines
 	return chunk, nil

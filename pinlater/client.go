@@ -11,6 +11,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -42,6 +43,7 @@ type ClientOption func(*clientOptions)
 type clientOptions struct {
 	namespace string
 	drainTTL  time.Duration
+	tp        trace.TracerProvider
 }
 
 // WithNamespace prefixes every queue name and pinlater key in Redis with ns, so several
@@ -74,6 +76,7 @@ type Client struct {
 	drainT     time.Time
 	refreshing bool // a caller is reading the drain set from Redis
 	drain      map[string]bool
+	tracer     trace.Tracer // nil: no spans
 }
 
 // NewClient returns a client over the given Redis. logger and reg may be nil.
@@ -96,7 +99,8 @@ func NewClient(r asynq.RedisConnOpt, logger *zap.Logger, reg prometheus.Register
 	if rdb == nil {
 		return nil, errors.New("pinlater client: unsupported redis connection option")
 	}
-	return &Client{c: asynq.NewClient(r), rdb: rdb, keys: keysFor(rdb, o.namespace), log: logger, m: m, ttl: o.drainTTL}, nil
+	return &Client{c: asynq.NewClient(r), rdb: rdb, keys: keysFor(rdb, o.namespace), log: logger, m: m, ttl: o.drainTTL,
+		tracer: tracerOf(o.tp)}, nil
 }
 
 // Close releases the client's connections.
@@ -114,6 +118,14 @@ func (c *Client) Enqueue(ctx context.Context, t *Task, opts ...Option) (*Info, e
 	if t == nil || t.typ == "" {
 		return nil, errors.New("enqueue: nil task")
 	}
+	if c.tracer != nil {
+		return c.tracedEnqueue(ctx, t, func(ctx context.Context) (*Info, error) { return c.enqueue(ctx, t, opts) })
+	}
+	return c.enqueue(ctx, t, opts)
+}
+
+// enqueue is Enqueue of a task, with its trace context (ctx's span) in its headers.
+func (c *Client) enqueue(ctx context.Context, t *Task, opts []Option) (*Info, error) {
 	o := enqueueOptions{queue: t.policy.Queue, maxAttempts: t.policy.MaxAttempts, timeout: t.policy.Timeout}
 	for _, f := range opts {
 		f(&o)
@@ -144,6 +156,7 @@ func (c *Client) Enqueue(ctx context.Context, t *Task, opts ...Option) (*Info, e
 	if o.outbox != "" {
 		headers[hdrOutbox] = o.outbox
 	}
+	injectTrace(ctx, headers)
 	aopts := []asynq.Option{
 		asynq.Queue(c.keys.queue(o.queue)),
 		asynq.MaxRetry(o.maxAttempts - 1 + crashMargin),

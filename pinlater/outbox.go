@@ -46,6 +46,9 @@ type outboxRecord struct {
 	TimeoutMs   int64  `json:"timeout_ms,omitempty"`
 	DeadlineMs  int64  `json:"deadline_ms,omitempty"`
 	DueMs       int64  `json:"due_ms"`
+	// Trace is the W3C trace context of the enqueuing span (trace.go), so that a relayed
+	// task's runs join the trace of the call that caused them.
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 // outboxKey is the row key of task id: two hex digits of its hash (rows spread over the
@@ -183,7 +186,7 @@ func (d *DurableClient) Enqueue(ctx context.Context, t *Task, opts ...Option) (*
 	}
 	now := d.o.Now()
 	rec := outboxRecord{Type: t.typ, Payload: t.payload, Queue: o.queue, ID: id, MaxAttempts: o.maxAttempts,
-		TimeoutMs: o.timeout.Milliseconds(), DueMs: now.UnixMilli()}
+		TimeoutMs: o.timeout.Milliseconds(), DueMs: now.UnixMilli(), Trace: traceHeaders(ctx)}
 	if !o.deadline.IsZero() {
 		rec.DeadlineMs = o.deadline.UnixMilli()
 	}
@@ -371,7 +374,7 @@ func (d *DurableClient) reenqueue(ctx context.Context, key []byte, r outboxRecor
 	if r.DeadlineMs > 0 {
 		opts = append(opts, Deadline(time.UnixMilli(r.DeadlineMs)))
 	}
-	if _, err := d.c.Enqueue(ctx, t, opts...); err != nil {
+	if _, err := d.c.Enqueue(withTraceOf(ctx, r.Trace), t, opts...); err != nil {
 		return fmt.Errorf("outbox relay: enqueue %s: %w", r.ID, err)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/hibiken/asynq"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 )
 
@@ -133,6 +134,9 @@ type Config struct {
 	// Outbox, if set, is the outbox of the DurableClients enqueuing to these queues: the server
 	// deletes a task's row when the task is done (or dead), before asynq forgets the task.
 	Outbox OutboxStore
+	// TracerProvider, if set, records a span per task run, a child of the span that enqueued
+	// the task (trace.go).
+	TracerProvider trace.TracerProvider
 }
 
 // Server runs handlers for the tasks of its queues.
@@ -150,6 +154,7 @@ type Server struct {
 	srvs     []*asynq.Server // Config.Dequeuers of them once started
 	stop     chan struct{}   // closed by Shutdown: ends the reclaimer
 	bg       sync.WaitGroup  // the reclaimer
+	tracer   trace.Tracer    // nil: no spans
 }
 
 // NewServer returns a server; register handlers with Handle, then Start it. logger and reg may be
@@ -209,7 +214,7 @@ func NewServer(cfg Config, logger *zap.Logger, reg prometheus.Registerer) (*Serv
 	return &Server{
 		cfg: cfg, log: logger, m: m, keys: k, rdb: rdb,
 		lim:      &limiter{rdb: rdb, keys: k, horizon: cfg.RateHorizon, now: cfg.Clock, ttl: cfg.RateCheckInterval},
-		handlers: map[string]Handler{},
+		handlers: map[string]Handler{}, tracer: tracerOf(cfg.TracerProvider),
 	}, nil
 }
 
@@ -264,6 +269,9 @@ func (s *Server) Start() error {
 		chain[typ] = recoverWith(s.log, s.m)(Logging(s.log)(h))
 	}
 	handler := asynq.HandlerFunc(func(ctx context.Context, at *asynq.Task) error {
+		if s.tracer != nil {
+			return s.traced(ctx, at, func(ctx context.Context) error { return s.process(ctx, at, chain) })
+		}
 		return s.process(ctx, at, chain)
 	})
 	n := s.cfg.Dequeuers

@@ -352,7 +352,9 @@ func (w *Worker) insert(ctx context.Context, es []zen.PoolEntry) error {
 	if len(es) == 0 {
 		return nil
 	}
-	n, err := w.pools.Insert(ctx, es)
+	ictx, span := startPoolInsert(ctx, es)
+	n, err := w.pools.Insert(ictx, es)
+	endPoolInsert(span, n, err)
 	if err != nil {
 		return fmt.Errorf("insert: %w", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/internal/quote"
+	"github.com/smartfeed/smartfeed/internal/tracing"
 )
 
 // checkProblem is one thing `smartfeed all` would refuse at start, with the setting to change.
@@ -37,10 +38,10 @@ type addProblem func(where, format string, args ...any)
 
 // startChecks returns every problem `smartfeed all` would stop at with cfg, beyond what
 // config.Validate refuses: the listeners it binds, the TLS, JWKS and admin token files it
-// reads, the exposure rules of its ports (docs/security.md), the Pebble data directory and the
-// generator config file. It reads files and binds each listen address for an instant, and
-// creates nothing; it does not dial Redis or HBase (a process started before them waits for
-// them with --wait-for-deps).
+// reads, the exposure rules of its ports (docs/security.md), the Pebble data directory, the
+// generator config file and the tracing variables. It reads files and binds each listen
+// address for an instant, and creates nothing; it does not dial Redis or HBase (a process
+// started before them waits for them with --wait-for-deps).
 func startChecks(cfg config.Config) []checkProblem {
 	var ps []checkProblem
 	add := func(where, f string, a ...any) { ps = append(ps, checkProblem{fmt.Sprintf(f, a...), where}) }
@@ -49,7 +50,16 @@ func startChecks(cfg config.Config) []checkProblem {
 	checkAuth(cfg, add)
 	checkAdminGRPC(cfg, add)
 	checkFiles(cfg, add)
+	checkTracing(os.Getenv, add)
 	return ps
+}
+
+// checkTracing checks the OTEL_* variables that configure tracing (package tracing), which the
+// roles read from the environment at start.
+func checkTracing(getenv func(string) string, add addProblem) {
+	if _, err := tracing.FromEnv(getenv); err != nil {
+		add("environment OTEL_*, docs/operations.md \"Tracing\"", "tracing: %v", err)
+	}
 }
 
 // checkListeners checks that each listen address is host:port, used by one listener only, and

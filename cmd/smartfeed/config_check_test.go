@@ -143,3 +143,26 @@ func TestConfigCheckListsWhatAllRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigCheckTracing: a tracing variable the process would refuse at start (an exporter it
+// does not have) is listed by config --check, and `all` refuses to start with it.
+func TestConfigCheckTracing(t *testing.T) {
+	t.Setenv("OTEL_TRACES_EXPORTER", "zipkin")
+	var out strings.Builder
+	root := newRootCmd(func(string) string { return "" }, &out, io.Discard)
+	root.SetArgs([]string{"config", "--check", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0",
+		"--admin-grpc-addr", "127.0.0.1:0", "--data-dir", t.TempDir()})
+	err := root.ExecuteContext(t.Context())
+	if err == nil || !strings.Contains(err.Error(), `tracing: OTEL_TRACES_EXPORTER "zipkin": want otlp or none`) {
+		t.Errorf("config --check with OTEL_TRACES_EXPORTER=zipkin: %v (%s); want the tracing problem", err, out.String())
+	}
+	redis, ns := testenv.RedisNamespace(t, "cfgtrace")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	root = newRootCmd(func(string) string { return "" }, io.Discard, io.Discard)
+	root.SetArgs([]string{"all", "--grpc-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--admin-grpc-addr", "127.0.0.1:0",
+		"--data-dir", t.TempDir(), "--redis-addr", redis, "--redis-namespace", ns})
+	if err := root.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "OTEL_TRACES_EXPORTER") {
+		t.Errorf("smartfeed all with OTEL_TRACES_EXPORTER=zipkin: %v; want it refused at start", err)
+	}
+}

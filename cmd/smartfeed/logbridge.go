@@ -9,11 +9,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/sirupsen/logrus"
+	"go.opentelemetry.io/otel"
 	"go.uber.org/zap"
 )
 
 // libLogs routes the logs of the libraries that only have a process-wide logger (go-redis's,
-// and logrus, which gohbase logs to) into the zap logger of the running command, so a process
+// logrus, which gohbase logs to, and OpenTelemetry's error handler) into the zap logger of the running command, so a process
 // writes one stream in one format. main installs it once (installLibLogs); each command points
 // it at its logger (use). Until then, and in tests, which never run main, the libraries keep
 // their own loggers.
@@ -37,6 +38,15 @@ func installLibLogs() {
 	logrus.SetOutput(io.Discard)
 	logrus.SetLevel(logrus.InfoLevel)
 	logrus.AddHook(logrusHook{&bridge})
+	otel.SetErrorHandler(otelErrors{&bridge})
+}
+
+// otelErrors is OpenTelemetry's error handler: its errors are spans the exporter could not send
+// (the collector unreachable), at most one per export batch.
+type otelErrors struct{ b *libLogs }
+
+func (o otelErrors) Handle(err error) {
+	o.b.logger().Named("tracing").Warn("spans not exported", zap.Error(err))
 }
 
 // redisLogger is go-redis's logger: its lines are connection-pool trouble (a Redis down).

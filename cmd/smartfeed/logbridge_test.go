@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/sirupsen/logrus"
@@ -10,7 +11,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// TestLibLogsJoinTheStream: go-redis's and logrus's (gohbase's) lines arrive in the command's
+// TestLibLogsJoinTheStream: go-redis's, logrus's (gohbase's) and OpenTelemetry's lines arrive in the command's
 // zap logger, named, at fitting levels, with logrus's fields kept.
 func TestLibLogsJoinTheStream(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
@@ -20,9 +21,10 @@ func TestLibLogsJoinTheStream(t *testing.T) {
 	h := logrusHook{b}
 	_ = h.Fire(&logrus.Entry{Level: logrus.InfoLevel, Message: "added new region", Data: logrus.Fields{"region": "r1"}})
 	_ = h.Fire(&logrus.Entry{Level: logrus.ErrorLevel, Message: "region lookup failed"})
+	otelErrors{b}.Handle(errors.New("traces export: connection refused"))
 	es := logs.All()
-	if len(es) != 3 {
-		t.Fatalf("%d entries, want 3", len(es))
+	if len(es) != 4 {
+		t.Fatalf("%d entries, want 4", len(es))
 	}
 	want := []struct {
 		name, msg string
@@ -31,6 +33,7 @@ func TestLibLogsJoinTheStream(t *testing.T) {
 		{"redis", "redis: pool.go:770: failed to dial after 5 attempts", zapcore.WarnLevel},
 		{"hbase", "added new region", zapcore.DebugLevel},
 		{"hbase", "region lookup failed", zapcore.ErrorLevel},
+		{"tracing", "spans not exported", zapcore.WarnLevel},
 	}
 	for i, w := range want {
 		if es[i].LoggerName != w.name || es[i].Message != w.msg || es[i].Level != w.lvl {

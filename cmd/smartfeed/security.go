@@ -157,7 +157,7 @@ func (a *app) buildAdminGRPC() error {
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
-	a.adminGRPC = grpc.NewServer(opts...)
+	a.adminGRPC = grpc.NewServer(append(opts, a.traceServer()...)...)
 	if adm != nil {
 		feedv1.RegisterFeedAdminServer(a.adminGRPC, adm)
 	}

@@ -127,10 +127,11 @@ func serve(ctx context.Context, role string, cfg config.Config, stderr io.Writer
 	}
 	reg := newRegistry()
 	defer startGCFloor(cfg, log, reg)()
-	a, err := newApp(ctx, role, cfg, log, reg)
+	a, stopTracing, err := newTracedApp(ctx, role, cfg, log, reg)
 	if err != nil {
 		return err
 	}
+	defer stopTracing()
 	return a.run(ctx)
 }
 
@@ -217,7 +218,8 @@ type app struct {
 	reg  *prometheus.Registry
 	// slow writes the execution trace around slow public calls (nil when
 	// admin.slow_trace_dir is empty).
-	slow *slowtrace.Recorder
+	slow    *slowtrace.Recorder
+	tracing *traceProvider // spans of calls, tasks and stages (nil or disabled: off)
 	// quiet counts the public port's unary calls in flight, for the feed's background work to
 	// wait for a gap (nil without a feed role, or with feed.background_gap_wait 0).
 	quiet *quiet.Gate
@@ -299,15 +301,15 @@ func (a *app) has(roles ...string) bool {
 
 // newApp opens the stores and builds the services of role, and binds the listeners. Nothing
 // runs until run.
-func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger, reg *prometheus.Registry) (_ *app, err error) {
-	a := &app{role: role, cfg: cfg, log: log, reg: reg, stores: newStores(cfg.Storage, log, reg)}
+func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger, reg *prometheus.Registry, opts ...appOption) (_ *app, err error) {
+	a := newAppState(role, cfg, log, reg, opts)
 	defer func() {
 		if err != nil {
 			a.closeAll()
 		}
 	}()
 	redis := redisOpt(cfg.Redis)
-	var nsOpt []pinlater.ClientOption
+	nsOpt := []pinlater.ClientOption{pinlater.WithTracerProvider(a.tracerProvider())}
 	if cfg.Redis.Namespace != "" {
 		nsOpt = append(nsOpt, pinlater.WithNamespace(cfg.Redis.Namespace))
 	}
@@ -616,7 +618,7 @@ func (a *app) feedGenerator() (gen feedsvc.Generator, remote *genclient.Client, 
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	opts := append(a.traceDial(), grpc.WithTransportCredentials(creds))
 	if f := a.cfg.Generator.TokenFile; f != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(&fileToken{path: f}))
 	}
@@ -644,7 +646,7 @@ func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 	a.pinServer, err = pinlater.NewServer(pinlater.Config{Redis: redis, Namespace: a.cfg.Redis.Namespace,
 		Queues: queues, StrictPriority: a.cfg.Worker.StrictPriority, Concurrency: a.cfg.Worker.Concurrency,
 		Dequeuers: a.cfg.Worker.Dequeuers, ShutdownTimeout: a.cfg.Worker.ShutdownTimeout.D(), ReclaimAfter: a.cfg.Worker.ReclaimAfter.D(),
-		Outbox: a.outboxStore()}, a.log.Named("pinlater"), a.reg)
+		Outbox: a.outboxStore(), TracerProvider: a.tracerProvider()}, a.log.Named("pinlater"), a.reg)
 	if err != nil {
 		return fmt.Errorf("pinlater server: %w", err)
 	}
@@ -709,9 +711,7 @@ func (a *app) buildGRPC() error {
 		// read-rate phase with a goroutine per call. A call that finds no idle worker gets
 		// its own goroutine.
 		grpc.NumStreamWorkers(streamWorkers())}
-	if a.quiet != nil {
-		opts = append(opts, grpc.StatsHandler(a.quiet.StatsHandler()))
-	}
+	opts = append(opts, a.statsHandlers()...)
 	if tlsCfg != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
 	}
@@ -754,7 +754,7 @@ func (a *app) buildAdmin() {
 	// A collector that fails leaves out its own series, never the whole scrape: the moment a
 	// dependency is down is the moment the other series are needed.
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{
-		Registry: a.reg, ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeErrorLog{a.log},
+		Registry: a.reg, ErrorHandling: promhttp.ContinueOnError, ErrorLog: scrapeErrorLog{a.log}, EnableOpenMetrics: true,
 	}))
 	if a.cfg.Admin.Pprof {
 		// Opt-in, and only on the admin listener (loopback by default). cmdline is left out:

@@ -36,8 +36,6 @@ type stores struct {
 	cfg config.Storage
 	log *zap.Logger
 	reg prometheus.Registerer // nil: the Pebble stores' LSM gauges are not registered
-	// hbaseMetrics: the HBase client's collectors are registered on reg.
-	hbaseMetrics bool
 	// stats holds, per store name, the open Pebble store its gauges read (registered once; a
 	// store reopened under the same name takes its place).
 	stats  map[string]*atomic.Pointer[zenpebble.Store]
@@ -45,9 +43,27 @@ type stores struct {
 	order  []string // opening order, closed in reverse
 }
 
-// newStores returns the stores of cfg; reg, when not nil, gets the Pebble stores' LSM gauges.
+// newStores returns the stores of cfg; reg, when not nil, gets the Pebble stores' LSM gauges and
+// the HBase client's metrics (registerHBaseMetrics).
 func newStores(cfg config.Storage, log *zap.Logger, reg prometheus.Registerer) *stores {
+	if reg != nil {
+		registerHBaseMetrics(reg, log)
+	}
 	return &stores{cfg: cfg, log: log, reg: reg, opened: map[string]zen.Store{}}
+}
+
+// registerHBaseMetrics registers the HBase client's metrics in reg: gohbase counts its
+// operations (gohbase_operation_duration_seconds by operation and result "ok" or "error", what
+// the region servers answered after the client's retries), its retries and the regions it lost
+// and found again (a region server's death, a region moved) in Prometheus's default registry,
+// which /metrics does not serve. They are registered whatever the backend, and have series
+// once an HBase store is used.
+func registerHBaseMetrics(reg prometheus.Registerer, log *zap.Logger) {
+	for _, c := range zenhbase.Collectors() {
+		if err := reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			log.Warn("hbase client metrics not registered", zap.Error(err))
+		}
+	}
 }
 
 // Store names.
@@ -101,16 +117,6 @@ func (s *stores) get(ctx context.Context, name string) (zen.Store, error) {
 			FlushInterval: time.Duration(h.WriteFlush)})
 		if err != nil {
 			return nil, fmt.Errorf("open hbase %s at %s: %w", name, zk, err)
-		}
-		if s.reg != nil && !s.hbaseMetrics {
-			// The HBase client's metrics, shared by every HBase store: its retries and the
-			// regions it lost and found again (a region server's death, a region moved).
-			for _, c := range zenhbase.Collectors() {
-				if err := s.reg.Register(c); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-					return nil, fmt.Errorf("hbase client metrics: %w", err)
-				}
-			}
-			s.hbaseMetrics = true
 		}
 		st = hb
 	default:

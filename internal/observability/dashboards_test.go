@@ -57,6 +57,7 @@ func TestMetricNames(t *testing.T) {
 		{`sum by (le) (rate(smartfeed_feed_request_seconds_bucket{namespace=~"$namespace"}[$__rate_interval]))`, []string{"smartfeed_feed_request_seconds_bucket"}},
 		{`smartfeed:getfeed_errors:ratio_rate1h > (14.4 * 0.0001) and smartfeed:getfeed_errors:ratio_rate5m > 1`, []string{"smartfeed:getfeed_errors:ratio_rate1h", "smartfeed:getfeed_errors:ratio_rate5m"}},
 		{`max by (queue) (pinlater_queue_size{state="smartfeed_not_a_metric"}) + go_goroutines`, []string{"go_goroutines", "pinlater_queue_size"}},
+		{`rate(gohbase_operation_duration_seconds_count{result="error"}[5m])`, []string{"gohbase_operation_duration_seconds_count"}},
 		{`vector(0.25)`, []string{}},
 	} {
 		if diff := cmp.Diff(tc.want, MetricNames(tc.q)); diff != "" {

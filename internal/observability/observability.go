@@ -113,9 +113,9 @@ func DashboardExprs(root string) ([]Expr, error) {
 }
 
 // metricToken is a metric name as the rules and dashboards spell them: the prefixes of the
-// families the binary exports (its own, pinlater's, the Go and process collectors'), or a
-// recorded series (level:metric:operations, with colons).
-var metricToken = regexp.MustCompile(`\b(?:smartfeed|pinlater|go|process)_[a-zA-Z0-9_]*|\bsmartfeed:[a-zA-Z0-9_:]+`)
+// families the binary exports (its own, pinlater's, the HBase client's, the Go and process
+// collectors'), or a recorded series (level:metric:operations, with colons).
+var metricToken = regexp.MustCompile(`\b(?:smartfeed|pinlater|gohbase|go|process)_[a-zA-Z0-9_]*|\bsmartfeed:[a-zA-Z0-9_:]+`)
 
 // stringLit matches a PromQL string literal, so label values are not read as metric names.
 var stringLit = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)

@@ -8,6 +8,7 @@ package gohbase
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/tsuna/gohbase/region"
 )
 
 var operationDurationSeconds = promauto.NewHistogramVec(
@@ -49,10 +50,11 @@ var regionRelocations = promauto.NewCounter(
 	},
 )
 
-// Collectors returns the client's metrics, which every client of the process shares, for an
-// application that serves a registry of its own instead of Prometheus's default one (where
-// they are registered too).
+// Collectors returns the client's metrics, the region clients' included, which every client of
+// the process shares, for an application that serves a registry of its own instead of
+// Prometheus's default one (where they are registered too). (SmartFeed addition, see
+// SMARTFEED.md.)
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{operationDurationSeconds, rpcRetries,
-		regionReestablishSeconds, regionRelocations}
+	return append([]prometheus.Collector{operationDurationSeconds, rpcRetries,
+		regionReestablishSeconds, regionRelocations}, region.PrometheusCollectors()...)
 }

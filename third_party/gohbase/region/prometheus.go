@@ -20,3 +20,9 @@ var (
 		[]string{"reason"},
 	)
 )
+
+// PrometheusCollectors returns the region client's metrics (see gohbase.PrometheusCollectors).
+// (SmartFeed addition, see SMARTFEED.md.)
+func PrometheusCollectors() []prometheus.Collector {
+	return []prometheus.Collector{flushReasonCount}
+}

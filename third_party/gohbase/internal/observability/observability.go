@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tsuna/gohbase/pb"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -21,18 +20,19 @@ type RequestTracePropagator struct {
 	RequestHeader *pb.RequestHeader
 }
 
-// StartSpan starts a trace with the given context. (SmartFeed: only under a recording span;
-// otherwise it returns ctx and its non-recording span, see SMARTFEED.md.)
+// StartSpan starts a trace with the given context. (SmartFeed: only under a recording span,
+// through that span's tracer provider; otherwise it returns ctx and its non-recording span, see
+// SMARTFEED.md.)
 func StartSpan(
 	ctx context.Context,
 	name string,
 	opts ...trace.SpanStartOption,
 ) (context.Context, trace.Span) {
-	if sp := trace.SpanFromContext(ctx); !sp.IsRecording() {
+	sp := trace.SpanFromContext(ctx)
+	if !sp.IsRecording() {
 		return ctx, sp
 	}
-	tracer := otel.GetTracerProvider().Tracer("gohbase")
-	return tracer.Start(ctx, name, opts...)
+	return sp.TracerProvider().Tracer("gohbase").Start(ctx, name, opts...)
 }
 
 // ObserveWithTrace observes the value, providing the traceID as
