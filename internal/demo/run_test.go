@@ -156,3 +156,16 @@ func TestGatherSumBesideFailingCollector(t *testing.T) {
 		t.Errorf("GatherSum = %d beside a failing collector, want 42", got)
 	}
 }
+
+// TestReadersFor: the demo's reader goroutines grow with the target rate, so 2,000 calls/s are
+// offered even when each takes tens of milliseconds.
+func TestReadersFor(t *testing.T) {
+	for _, tc := range []struct {
+		rate float64
+		want int
+	}{{0.5, 4}, {50, 4}, {200, 5}, {2000, 50}, {5000, 64}} {
+		if got := readersFor(tc.rate); got != tc.want {
+			t.Errorf("readersFor(%v) = %d, want %d", tc.rate, got, tc.want)
+		}
+	}
+}
