@@ -31,14 +31,12 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
-	"github.com/smartfeed/smartfeed/feedsvc/genclient"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
@@ -237,8 +235,11 @@ type app struct {
 	// inflight is the generator as the feed's crash recovery sees it: in this process or over
 	// gRPC (nil without a feed role).
 	inflight feedsvc.InFlight
-	repl     *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
-	canary   *feedsvc.Canary     // the lag probe of HBase's own replication
+	// objects answers GetFeed's include_objects: this process's graph, or the GraphService of
+	// the generator process at --generator-addr (set with the feed's generator).
+	objects feedsvc.ObjectLookup
+	repl    *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
+	canary  *feedsvc.Canary     // the lag probe of HBase's own replication
 	// shardWatch keeps the graph's shard map live (file, ZooKeeper); nil with the default map.
 	shardWatch *shardwatch.Watcher
 	// shardLease is the router's lease on the ZooKeeper shard map (nil without one): the
@@ -617,35 +618,6 @@ func (a *app) buildFeed(ctx context.Context) error {
 	return nil
 }
 
-// feedGenerator returns the generator the feed calls for first pages, and sets a.inflight to it:
-// this process's own, or, without one, a client of the generator process at --generator-addr
-// (also returned as remote, which checks pins against that process's graph).
-func (a *app) feedGenerator() (gen feedsvc.Generator, remote *genclient.Client, err error) {
-	if a.gen != nil {
-		a.inflight = localGenerator{a.gen}
-		return localGenerator{a.gen}, nil, nil
-	}
-	creds, err := a.generatorCreds()
-	if err != nil {
-		return nil, nil, fmt.Errorf("generator client: %w", err)
-	}
-	if creds == nil {
-		creds = insecure.NewCredentials()
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if f := a.cfg.Generator.TokenFile; f != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(&fileToken{path: f}))
-	}
-	conn, err := grpc.NewClient(a.cfg.Generator.Addr, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
-	}
-	a.conns = append(a.conns, conn)
-	rg := genclient.New(generatorv1.NewGeneratorServiceClient(conn), generator.MaxCheckPins)
-	a.inflight = rg
-	return rg, &rg, nil
-}
-
 func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 	queues := map[string]int{}
 	for q, w := range pinlater.DefaultQueueWeights() {
@@ -737,15 +709,17 @@ func (a *app) buildGRPC() error {
 	reflection.Register(a.grpc)
 	if a.gen != nil && a.has(roleGenerator) {
 		generatorv1.RegisterGeneratorServiceServer(a.grpc, generator.NewServer(a.gen))
+		if !a.has(roleWorker, roleGraph) {
+			// The graph's reads, for the include_objects of the feed processes that call this
+			// one; its writes are the graph role's.
+			graphsvc.NewReadOnly(a.graph, a.log.Named("graphsvc")).Register(a.grpc)
+		}
 	}
 	if a.feed != nil {
-		// FeedAdmin is on the admin port only (buildAdminGRPC). include_objects reads the
-		// graph of a process that opens it; a feed process without it refuses the option.
-		var objects feedsvc.ObjectLookup
-		if a.graph != nil {
-			objects = graphObjects{a.graph}
+		// FeedAdmin is on the admin port only (buildAdminGRPC).
+		if err := feedsvc.RegisterFeed(a.grpc, a.feed, a.objects, a.reg); err != nil {
+			return err
 		}
-		feedsvc.RegisterFeed(a.grpc, a.feed, objects)
 	}
 	if a.has(roleWorker, roleGraph) {
 		a.registerGraphService()
