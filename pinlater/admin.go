@@ -536,7 +536,7 @@ func (a *Admin) WaitDrained(ctx context.Context, q string, poll time.Duration) e
 }
 
 // Purge deletes the queues of this admin's namespace (their tasks in every state, pause marks
-// and stats) and its pinlater keys (rates, drain marks, the owner, rate-limit buckets, orphan
+// and stats) and its pinlater keys (rates, drain marks, the owner, rate-limit states, orphan
 // marks). On the default (empty) namespace, which shares its key space with the named ones, it
 // deletes only what is the default namespace's for certain: the queues whose names have no
 // '-' (a named namespace's queues are "<ns>-<queue>") and pinlater's keys of the default
@@ -586,7 +586,7 @@ func (a *Admin) Purge(ctx context.Context) error {
 	patterns := []string{pre + "orphan:" + strings.Repeat("[0-9a-f]", 32)}
 	for _, p := range own {
 		q, _ := a.keys.logical(p)
-		patterns = append(patterns, escapeGlob(a.keys.bucket(q)), escapeGlob(a.keys.reservation(q, ""))+"*")
+		patterns = append(patterns, escapeGlob(a.keys.rateState(q)), escapeGlob(a.keys.reservation(q, ""))+"*")
 	}
 	for _, pat := range patterns {
 		if err := a.delMatching(ctx, pat); err != nil {

@@ -282,7 +282,7 @@ func (k keys) draining() string { return k.prefix() + "draining" }
 func (k keys) orphan(h string) string {
 	return k.prefix() + "orphan:" + h
 }
-func (k keys) bucket(q string) string {
-	return k.prefix() + "bucket:" + q
+func (k keys) rateState(q string) string {
+	return k.prefix() + "tat:" + q
 }
 func (k keys) reservation(q, id string) string { return k.prefix() + "resv:" + q + ":" + id }
