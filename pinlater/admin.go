@@ -184,11 +184,11 @@ func (a *Admin) queue(ctx context.Context, q string) (QueueStats, error) {
 	switch {
 	case queueNotFound(err):
 		// Paused before its first task: asynq keeps the mark, GetQueueInfo does not see it.
-		n, err := a.rdb.Exists(ctx, a.keys.asynq(q)+"paused").Result()
+		paused, err := a.keys.asynqPausedMark(ctx, a.rdb, q)
 		if err != nil {
 			return st, fmt.Errorf("queue %s: %w", q, err)
 		}
-		st.Paused = n > 0
+		st.Paused = paused
 	case err != nil:
 		return st, fmt.Errorf("queue %s: %w", q, err)
 	default:
@@ -559,15 +559,15 @@ func (a *Admin) Purge(ctx context.Context) error {
 		// DeleteQueue refuses a queue with active tasks (the workers of a deployment that is
 		// gone leave some); deleting its keys below removes them all the same.
 		if err := a.insp.DeleteQueue(p, true); err != nil && !errors.Is(err, asynq.ErrQueueNotFound) && !queueNotFound(err) {
-			if err := a.rdb.SRem(ctx, "asynq:queues", p).Err(); err != nil {
+			if err := a.rdb.SRem(ctx, asynqAllQueues, p).Err(); err != nil {
 				return fmt.Errorf("purge queue %s: %w", p, err)
 			}
 		}
 		// Pause marks and stats outlive DeleteQueue.
-		if err := a.rdb.SRem(ctx, "asynq:queues:paused", p).Err(); err != nil {
+		if err := a.rdb.SRem(ctx, asynqOldPausedQueues, p).Err(); err != nil {
 			return fmt.Errorf("purge queue %s: %w", p, err)
 		}
-		if err := a.delMatching(ctx, "asynq:{"+escapeGlob(p)+"}*"); err != nil {
+		if err := a.delMatching(ctx, asynqQueuePattern(p)); err != nil {
 			return fmt.Errorf("purge queue %s: %w", p, err)
 		}
 	}

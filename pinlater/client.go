@@ -260,11 +260,6 @@ func (k keys) queue(q string) string {
 	return k.ns + "-" + q
 }
 
-// asynq is the prefix of asynq's own keys for logical queue q (asynq:{<queue>}:): "t:<id>" the
-// task hash, "active", "lease", "pending" (asynq's internal layout, read by the outbox relay and
-// the reclaimer).
-func (k keys) asynq(q string) string { return "asynq:{" + k.queue(q) + "}:" }
-
 // logical is the logical name of an asynq queue, ok false if it belongs to another namespace.
 func (k keys) logical(phys string) (string, bool) {
 	if k.ns == "" {
