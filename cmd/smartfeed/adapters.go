@@ -8,14 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/smartfeed/smartfeed/feedsvc"
-	"github.com/smartfeed/smartfeed/feedsvc/genclient"
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
-	generatorv1 "github.com/smartfeed/smartfeed/proto/generator/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/worker"
 	"github.com/smartfeed/smartfeed/zen"
@@ -309,36 +304,4 @@ func (o graphObjects) Objects(ctx context.Context, ids []zen.ID) (map[zen.ID]*gr
 		}
 	}
 	return out, nil
-}
-
-// feedGenerator returns the generator the feed calls for first pages, and sets a.inflight to it
-// and a.objects to the graph that answers include_objects: this process's own, or, without one,
-// a client of the generator process at --generator-addr (also returned as remote, which checks
-// pins against that process's graph) and of the GraphService reads that process serves.
-func (a *app) feedGenerator() (gen feedsvc.Generator, remote *genclient.Client, err error) {
-	if a.gen != nil {
-		a.inflight = localGenerator{a.gen}
-		a.objects = graphObjects{a.graph}
-		return localGenerator{a.gen}, nil, nil
-	}
-	creds, err := a.generatorCreds()
-	if err != nil {
-		return nil, nil, fmt.Errorf("generator client: %w", err)
-	}
-	if creds == nil {
-		creds = insecure.NewCredentials()
-	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
-	if f := a.cfg.Generator.TokenFile; f != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(&fileToken{path: f}))
-	}
-	conn, err := grpc.NewClient(a.cfg.Generator.Addr, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
-	}
-	a.conns = append(a.conns, conn)
-	rg := genclient.New(generatorv1.NewGeneratorServiceClient(conn), generator.MaxCheckPins)
-	a.inflight = rg
-	a.objects = feedsvc.RemoteObjects{Client: graphv1.NewGraphServiceClient(conn)}
-	return rg, &rg, nil
 }
