@@ -272,6 +272,16 @@ func (d *DurableClient) Relay(ctx context.Context) {
 	}
 }
 
+// rowPresent reports whether the outbox still holds the row at key.
+func (d *DurableClient) rowPresent(ctx context.Context, key []byte) (bool, error) {
+	present := false
+	err := d.box.Range(ctx, key, append(append([]byte(nil), key...), 0), 1, func(_, _ []byte) error {
+		present = true
+		return nil
+	})
+	return present, err
+}
+
 // RelayOnce walks the outbox once and enqueues every task whose row is past its grace period
 // and which Redis does not hold (never taken, or lost). It returns how many it enqueued.
 func (d *DurableClient) RelayOnce(ctx context.Context) (int, error) {
@@ -325,14 +335,9 @@ func (d *DurableClient) RelayOnce(ctx context.Context) (int, error) {
 				}
 				// Not in Redis. The server deletes a row before the task leaves Redis, so a row
 				// still present now belongs to a task that is really missing.
-				present := false
-				if err := d.box.Range(ctx, r.key, append(append([]byte(nil), r.key...), 0), 1, func(_, _ []byte) error {
-					present = true
-					return nil
-				}); err != nil {
+				if present, err := d.rowPresent(ctx, r.key); err != nil {
 					return relayed, err
-				}
-				if !present {
+				} else if !present {
 					continue
 				}
 				if err := d.reenqueue(ctx, r.key, r.rec); errors.Is(err, ErrQueueDraining) {
