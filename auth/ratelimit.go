@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/smartfeed/smartfeed/internal/ratelimit"
 )
 
 // Limit is a rate: PerSecond calls on average, Burst at once. A zero PerSecond is no limit.
@@ -30,26 +32,8 @@ type Limits struct {
 	Producer Limit
 }
 
-// gcra is the generic cell rate algorithm in one Redis call, on Redis's clock: the key holds
-// the theoretical arrival time of the next call (ms); a call is let through when it is not
-// earlier than that minus the burst tolerance. It returns 0 when allowed, else the ms to wait.
-var gcra = redis.NewScript(`
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local interval = tonumber(ARGV[1])
-local tolerance = tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or now)
-if tat < now then tat = now end
-local nxt = tat + interval
-if nxt - tolerance > now then
-  return math.ceil(nxt - tolerance - now)
-end
-redis.call('SET', KEYS[1], nxt, 'PX', math.ceil(nxt - now) + 1000)
-return 0
-`)
-
-// RateLimiter limits calls per caller with counters in Redis, so every replica of a role
-// shares them. When Redis does not answer, calls go through (availability first) and the
+// RateLimiter limits calls per caller with internal/ratelimit's limits in Redis, so every
+// replica of a role shares them. When Redis does not answer, calls go through (availability first) and the
 // failure is counted.
 type RateLimiter struct {
 	rdb    redis.UniversalClient
@@ -85,13 +69,13 @@ func (r *RateLimiter) Allow(ctx context.Context, key string, l Limit) (bool, tim
 	if l.PerSecond <= 0 {
 		return true, 0, nil
 	}
-	interval := 1000 / l.PerSecond
-	wait, err := gcra.Run(ctx, r.rdb, []string{r.prefix + key}, interval, interval*float64(l.Burst)).Int64()
+	res, err := ratelimit.Take(ctx, r.rdb, ratelimit.Request{Key: r.prefix + key,
+		Rate: ratelimit.Rate{PerSecond: l.PerSecond, Burst: float64(l.Burst)}})
 	if err != nil {
-		return true, 0, fmt.Errorf("rate limit: %w", err)
+		return true, 0, err
 	}
-	if wait > 0 {
-		return false, time.Duration(wait) * time.Millisecond, nil
+	if res.Outcome != ratelimit.Allowed {
+		return false, res.Wait, nil
 	}
 	return true, 0, nil
 }

@@ -155,6 +155,35 @@ type claims struct {
 	Scope string `json:"scope"`
 }
 
+// verifiedClaims returns the claims of tok (which has one signature) when a configured key
+// verifies its signature: the key named by its header, or else any key, of its algorithm and
+// for signing.
+func (v *Verifier) verifiedClaims(tok *jwt.JSONWebToken) (jwt.Claims, claims, bool) {
+	h := tok.Headers[0]
+	v.mu.Lock()
+	var cands []jose.JSONWebKey
+	if h.KeyID != "" {
+		cands = v.keys.Key(h.KeyID)
+	} else {
+		cands = v.keys.Keys
+	}
+	v.mu.Unlock()
+	for _, k := range cands {
+		if k.Algorithm != "" && k.Algorithm != h.Algorithm {
+			continue
+		}
+		if k.Use != "" && k.Use != "sig" {
+			continue
+		}
+		var std jwt.Claims
+		var extra claims
+		if err := tok.Claims(k.Key, &std, &extra); err == nil {
+			return std, extra, true
+		}
+	}
+	return jwt.Claims{}, claims{}, false
+}
+
 // Verify checks a bearer token and returns its principal. Every failure wraps
 // ErrUnauthenticated and says why without echoing the token.
 func (v *Verifier) Verify(raw string) (Principal, error) {
@@ -176,30 +205,7 @@ func (v *Verifier) Verify(raw string) (Principal, error) {
 	if len(tok.Headers) != 1 {
 		return fail("token with %d signatures", len(tok.Headers))
 	}
-	h := tok.Headers[0]
-	v.mu.Lock()
-	var cands []jose.JSONWebKey
-	if h.KeyID != "" {
-		cands = v.keys.Key(h.KeyID)
-	} else {
-		cands = v.keys.Keys
-	}
-	v.mu.Unlock()
-	var std jwt.Claims
-	var extra claims
-	verified := false
-	for _, k := range cands {
-		if k.Algorithm != "" && k.Algorithm != h.Algorithm {
-			continue
-		}
-		if k.Use != "" && k.Use != "sig" {
-			continue
-		}
-		if err := tok.Claims(k.Key, &std, &extra); err == nil {
-			verified = true
-			break
-		}
-	}
+	std, extra, verified := v.verifiedClaims(tok)
 	if !verified {
 		return fail("signature not verified by any configured key")
 	}

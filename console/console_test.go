@@ -137,7 +137,7 @@ func TestConsoleRoutes(t *testing.T) {
 				"source": "SOURCE_FOLLOWING", "score": 0.5, "authorId": "0", "boardId": "0", "fresh": true,
 				"reason": "Bearer user-jwt", "pin": nil, "author": nil}}, "nextCursor": "cx", "freshIncluded": false,
 				"freshStatus": "FRESH_STATUS_UNSPECIFIED", "freshDetail": "", "servedFrom": "STORE_STANDBY",
-				"hedged": false, "rebuilding": false}}},
+				"hedged": false, "rebuilding": false, "objectsUnavailable": false, "objectsDetail": ""}}},
 		{name: "the server's error code", h: noAdmin, method: "POST",
 			path: "/console/rpc/smartfeed.feed.v1.FeedService/GetFeed", body: `{}`,
 			want: reply{Status: 400, JSON: map[string]any{"code": "invalid_argument", "message": "user_id_str: empty"}}},

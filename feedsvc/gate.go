@@ -100,6 +100,39 @@ func (g *StalenessGate) GetMany(ctx context.Context, keys [][]byte) ([][]byte, e
 	return zen.GetMany(ctx, g.Table, keys)
 }
 
+// ScanMany reads the standby unless it is too stale, in one call where it supports it.
+func (g *StalenessGate) ScanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.KV, error) {
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	return zen.ScanMany(ctx, g.Table, opts)
+}
+
+// CheckAndSetMany writes through to the standby, in one call where it supports it.
+func (g *StalenessGate) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
+	return zen.CheckAndSetMany(ctx, g.Table, conds)
+}
+
+// CheckAndSetWith writes through to the standby; it fails with errors.ErrUnsupported, writing
+// nothing, when the standby cannot carry extra rows (zen.Carrier).
+func (g *StalenessGate) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
+	c, ok := g.Table.(zen.Carrier)
+	if !ok {
+		return false, fmt.Errorf("staleness gate: check-and-set with extra rows: %w", errors.ErrUnsupported)
+	}
+	return c.CheckAndSetWith(ctx, key, expected, value, extra)
+}
+
+// IncrementWith writes through to the standby; it fails with errors.ErrUnsupported, writing
+// nothing, when the standby cannot carry extra rows (zen.Carrier).
+func (g *StalenessGate) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
+	c, ok := g.Table.(zen.Carrier)
+	if !ok {
+		return 0, fmt.Errorf("staleness gate: increment with extra rows: %w", errors.ErrUnsupported)
+	}
+	return c.IncrementWith(ctx, key, delta, extra)
+}
+
 // ReplicationStatus is the standby's replication as the failover view shows it.
 type ReplicationStatus struct {
 	// Mechanism is "hbase" (the Canary measures HBase's own replication), "app" (the change-log

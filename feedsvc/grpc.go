@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,30 +19,31 @@ import (
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
-	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
 // GRPCServer is the gRPC face of a Service: FeedService.
 type GRPCServer struct {
 	feedv1.UnimplementedFeedServiceServer
-	svc     *Service
-	objects ObjectLookup
-}
-
-// ObjectLookup reads the objects a page's items name, for GetFeed's include_objects. The
-// feed service declares it and the process wiring supplies it (the graph store of a process
-// that has one), since services never import each other.
-type ObjectLookup interface {
-	// Objects returns the live objects among ids, keyed by ID: a deleted or unknown ID is
-	// absent. ids are pins and users, at most a page's worth of each, without duplicates.
-	Objects(ctx context.Context, ids []zen.ID) (map[zen.ID]*graphv1.Object, error)
+	svc *Service
+	// objects answers include_objects; nil refuses it.
+	objects *pageObjects
 }
 
 // RegisterFeed registers FeedService alone on s, with objects answering include_objects (nil:
 // such a request is refused with FailedPrecondition, naming GraphService.GetObjects instead).
-func RegisterFeed(s grpc.ServiceRegistrar, svc *Service, objects ObjectLookup) {
-	feedv1.RegisterFeedServiceServer(s, &GRPCServer{svc: svc, objects: objects})
+// reg receives the metrics of include_objects (nil registers nothing).
+func RegisterFeed(s grpc.ServiceRegistrar, svc *Service, objects ObjectLookup, reg prometheus.Registerer) error {
+	g := &GRPCServer{svc: svc}
+	if objects != nil {
+		po, err := newPageObjects(objects, reg)
+		if err != nil {
+			return err
+		}
+		g.objects = po
+	}
+	feedv1.RegisterFeedServiceServer(s, g)
+	return nil
 }
 
 // AdminServer is the gRPC FeedAdmin service: hedging policy, service knobs and fault
@@ -56,7 +58,7 @@ type AdminServer struct {
 // are the fault wrappers of the two stores; nil disables fault injection (SetFaults then
 // answers FailedPrecondition).
 func Register(s grpc.ServiceRegistrar, svc *Service, admin bool, primary, standby *faults.Table) {
-	RegisterFeed(s, svc, nil)
+	feedv1.RegisterFeedServiceServer(s, &GRPCServer{svc: svc})
 	if admin {
 		RegisterAdmin(s, svc, primary, standby)
 	}
@@ -167,39 +169,10 @@ func (g *GRPCServer) GetFeed(ctx context.Context, req *feedv1.GetFeedRequest) (*
 		fi.Reason, fi.Fresh = it.Reason, it.Fresh
 		resp.Items = append(resp.Items, fi)
 	}
-	if req.GetIncludeObjects() && len(resp.Items) > 0 {
-		if err := g.attachObjects(ctx, resp.Items); err != nil {
-			return nil, grpcError(err)
-		}
+	if req.GetIncludeObjects() {
+		g.objects.attach(ctx, resp)
 	}
 	return resp, nil
-}
-
-// attachObjects sets each item's pin and author from one lookup of the page's pins and
-// authors; an item whose pin is gone (deleted since it was fanned out) keeps neither.
-func (g *GRPCServer) attachObjects(ctx context.Context, items []*feedv1.FeedItem) error {
-	ids := make([]zen.ID, 0, 2*len(items))
-	seen := make(map[zen.ID]bool, 2*len(items))
-	for _, it := range items {
-		for _, id := range []zen.ID{zen.ID(it.GetPinId()), zen.ID(it.GetAuthorId())} {
-			if id != 0 && !seen[id] {
-				seen[id] = true
-				ids = append(ids, id)
-			}
-		}
-	}
-	objs, err := g.objects.Objects(ctx, ids)
-	if err != nil {
-		return fmt.Errorf("include_objects: %w", err)
-	}
-	for _, it := range items {
-		pin := objs[zen.ID(it.GetPinId())].GetPin()
-		if pin == nil {
-			continue
-		}
-		it.Pin, it.Author = pin, objs[zen.ID(it.GetAuthorId())].GetUser()
-	}
-	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

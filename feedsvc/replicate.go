@@ -433,31 +433,6 @@ func (r *Replicator) Flush(ctx context.Context) error {
 	}
 }
 
-// Get reads from the primary.
-func (r *Replicator) Get(ctx context.Context, key []byte) ([]byte, error) {
-	return r.primary.Get(ctx, key)
-}
-
-// GetMany reads from the primary, in one call where it can.
-func (r *Replicator) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
-	return zen.GetMany(ctx, r.primary, keys)
-}
-
-// Scan reads from the primary; change-log rows are not part of the table.
-func (r *Replicator) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
-	rows, err := r.primary.Scan(ctx, o)
-	if err != nil {
-		return nil, err
-	}
-	out := rows[:0]
-	for _, kv := range rows {
-		if !isLogKey(kv.Key) {
-			out = append(out, kv)
-		}
-	}
-	return out, nil
-}
-
 func mutationKeys(muts []zen.Mutation) [][]byte {
 	keys := make([][]byte, 0, len(muts))
 	seen := make(map[string]bool, len(muts))
@@ -502,12 +477,17 @@ func (r *Replicator) Apply(ctx context.Context, muts []zen.Mutation) error {
 
 // single runs a single-row operation between a pending change-log entry and its commit.
 func (r *Replicator) single(ctx context.Context, key []byte, op func() error) error {
-	if err := checkNotLog(key); err != nil {
+	return r.logged(ctx, [][]byte{key}, op)
+}
+
+// logged runs an operation on the rows of keys between a pending change-log entry naming them
+// and its commit.
+func (r *Replicator) logged(ctx context.Context, keys [][]byte, op func() error) error {
+	if err := checkNotLog(keys...); err != nil {
 		return err
 	}
 	seq := r.begin()
 	lk := logKey(seq)
-	keys := [][]byte{key}
 	err := r.primary.Apply(ctx, []zen.Mutation{{Key: lk, Value: encodeEntry(entryPending, keys)}})
 	r.end(seq)
 	if err != nil {

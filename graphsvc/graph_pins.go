@@ -47,6 +47,23 @@ func (s *GraphService) addBoth(ctx context.Context, e zen.Edge) error {
 	return nil
 }
 
+// interestsExist fails with NotFound naming the first of ids that is not a live interest.
+func (s *GraphService) interestsExist(ctx context.Context, ids []zen.ID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	live, err := s.g.GetMany(ctx, ids)
+	if err != nil {
+		return s.fail("get interests", err)
+	}
+	for _, id := range ids {
+		if _, ok := live[id]; !ok {
+			return status.Errorf(codes.NotFound, "interest %d not found", id)
+		}
+	}
+	return nil
+}
+
 // CreatePin creates a pin on a board its author owns, placed on the board's shard, with the
 // edges user→pins, board→pins (+ pin→boards), pin→interests (+ interest→pins), then enqueues its
 // fanout. With a request_id, a retry returns the same pin and finishes any step left undone.
@@ -84,16 +101,8 @@ func (s *GraphService) CreatePin(ctx context.Context, req *graphv1.CreatePinRequ
 	if _, err := s.ownedBoard(ctx, board, author); err != nil {
 		return nil, err
 	}
-	if len(interests) > 0 {
-		live, err := s.g.GetMany(ctx, interests)
-		if err != nil {
-			return nil, s.fail("get interests", err)
-		}
-		for _, id := range interests {
-			if _, ok := live[id]; !ok {
-				return nil, status.Errorf(codes.NotFound, "interest %d not found", id)
-			}
-		}
+	if err := s.interestsExist(ctx, interests); err != nil {
+		return nil, err
 	}
 	istr := make([]string, len(interests))
 	for i, id := range interests {

@@ -67,7 +67,7 @@ func BenchmarkEndToEnd(b *testing.B) {
 	for _, limited := range []bool{false, true} {
 		name := "pinlater"
 		if limited {
-			name = "pinlater-ratelimited" // a rate far above the load: the cost of the Lua token bucket
+			name = "pinlater-ratelimited" // a rate far above the load: the cost of the Lua rate limit
 		}
 		b.Run(name, func(b *testing.B) {
 			e := newEnv(b)

@@ -273,11 +273,6 @@ func (k keys) queue(q string) string {
 	return k.ns + "-" + q
 }
 
-// asynq is the prefix of asynq's own keys for logical queue q (asynq:{<queue>}:): "t:<id>" the
-// task hash, "active", "lease", "pending" (asynq's internal layout, read by the outbox relay and
-// the reclaimer).
-func (k keys) asynq(q string) string { return "asynq:{" + k.queue(q) + "}:" }
-
 // logical is the logical name of an asynq queue, ok false if it belongs to another namespace.
 func (k keys) logical(phys string) (string, bool) {
 	if k.ns == "" {
@@ -295,7 +290,7 @@ func (k keys) draining() string { return k.prefix() + "draining" }
 func (k keys) orphan(h string) string {
 	return k.prefix() + "orphan:" + h
 }
-func (k keys) bucket(q string) string {
-	return k.prefix() + "bucket:" + q
+func (k keys) rateState(q string) string {
+	return k.prefix() + "tat:" + q
 }
 func (k keys) reservation(q, id string) string { return k.prefix() + "resv:" + q + ":" + id }

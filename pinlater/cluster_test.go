@@ -157,7 +157,7 @@ func TestClusterPrimaryKilled(t *testing.T) {
 	if !ok {
 		t.Fatalf("client on a %T, want a cluster client", client.rdb)
 	}
-	master, err := cc.MasterForKey(ctx, client.keys.asynq(QueueDefault)+"pending")
+	master, err := cc.MasterForKey(ctx, client.keys.asynqQ(QueueDefault).pending())
 	if err != nil {
 		t.Fatal(err)
 	}

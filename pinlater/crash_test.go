@@ -133,7 +133,7 @@ func killChildMidTask(t *testing.T, e *env, board uint64) (string, time.Time) {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
-	exp, err := e.rdb.ZScore(ctx, e.client.keys.asynq(QueueDefault)+"lease", info.ID).Result()
+	exp, err := e.rdb.ZScore(ctx, e.client.keys.asynqQ(QueueDefault).lease(), info.ID).Result()
 	if err != nil {
 		t.Fatalf("lease of the killed task: %v", err)
 	}
@@ -176,7 +176,7 @@ func TestOrphanReclaimed(t *testing.T) {
 		t.Fatalf("task after reclaims within its lease: %s, want active", got)
 	}
 	later := leaseEnd.Add(6 * time.Second)
-	taskKey := e.client.keys.asynq(QueueDefault) + "t:" + id
+	taskKey := e.client.keys.asynqQ(QueueDefault).task(id)
 	if err := e.rdb.HSet(ctx, taskKey, "pinlater_reclaims", reclaimMax).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -48,8 +48,8 @@
 //
 // Admin.SetRate sets a queue's rate in jobs per second, stored in Redis and read by every server
 // within Config.RateCheckInterval (1 s), so it changes live and holds across all worker processes:
-// a token bucket in Redis (a Lua script, Redis server time) holding one second of tokens. A run
-// that finds no token reserves the next free slot (up to Config.RateHorizon ahead) and is put
+// internal/ratelimit's limit in Redis (one Lua script, Redis server time) with a burst of one
+// second of jobs. A run that finds no room reserves the next free slot (up to Config.RateHorizon ahead) and is put
 // back until then without counting as a failed attempt. Rate 0 pauses the queue (Asynq's
 // PauseQueue: no server takes its tasks, running ones finish); a positive rate resumes it; a
 // negative one removes the limit.

@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(runCrashChild())
 	}
-	goleak.VerifyTestMain(m) // fails the tests when a goroutine they started outlives them
+	goleak.VerifyTestMain(m, testenv.LeakOptions()...) // fails the tests when a goroutine they started outlives them
 }
 
 // redisAddr returns the test Redis (internal/testenv: skipped under -short or

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -276,6 +275,16 @@ func (d *DurableClient) Relay(ctx context.Context) {
 	}
 }
 
+// rowPresent reports whether the outbox still holds the row at key.
+func (d *DurableClient) rowPresent(ctx context.Context, key []byte) (bool, error) {
+	present := false
+	err := d.box.Range(ctx, key, append(append([]byte(nil), key...), 0), 1, func(_, _ []byte) error {
+		present = true
+		return nil
+	})
+	return present, err
+}
+
 // RelayOnce walks the outbox once and enqueues every task whose row is past its grace period
 // and which Redis does not hold (never taken, or lost). It returns how many it enqueued.
 func (d *DurableClient) RelayOnce(ctx context.Context) (int, error) {
@@ -313,31 +322,25 @@ func (d *DurableClient) RelayOnce(ctx context.Context) (int, error) {
 		overdue += len(due)
 		if len(due) > 0 {
 			// One pipelined round trip: which of these tasks does Redis hold, in any state?
-			// asynq keeps every task of a queue at asynq:{<queue>}:t:<id> until it completes
-			// (a completed task without retention is deleted).
-			pipe := d.c.rdb.Pipeline()
-			cmds := make([]*redis.IntCmd, len(due))
+			// (A completed task without retention is gone.)
+			refs := make([]asynqTaskRef, len(due))
 			for i, r := range due {
-				cmds[i] = pipe.Exists(ctx, d.c.keys.asynq(r.rec.Queue)+"t:"+r.rec.ID)
+				refs[i] = asynqTaskRef{queue: r.rec.Queue, id: r.rec.ID}
 			}
-			if _, err := pipe.Exec(ctx); err != nil {
+			held, err := d.c.keys.asynqTasksExist(ctx, d.c.rdb, refs)
+			if err != nil {
 				return relayed, fmt.Errorf("outbox relay: look up tasks: %w", err)
 			}
 			asked = true
 			for i, r := range due {
-				if cmds[i].Val() > 0 {
+				if held[i] {
 					continue
 				}
 				// Not in Redis. The server deletes a row before the task leaves Redis, so a row
 				// still present now belongs to a task that is really missing.
-				present := false
-				if err := d.box.Range(ctx, r.key, append(append([]byte(nil), r.key...), 0), 1, func(_, _ []byte) error {
-					present = true
-					return nil
-				}); err != nil {
+				if present, err := d.rowPresent(ctx, r.key); err != nil {
 					return relayed, err
-				}
-				if !present {
+				} else if !present {
 					continue
 				}
 				if err := d.reenqueue(ctx, r.key, r.rec); errors.Is(err, ErrQueueDraining) {

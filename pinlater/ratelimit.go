@@ -3,78 +3,25 @@ package pinlater
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/smartfeed/smartfeed/internal/ratelimit"
 )
 
-// The rate limit of a queue is a token bucket kept in Redis, shared by every worker process: the
-// rate (jobs per second) in the hash <prefix>rates, the bucket state in <prefix>bucket:<queue>.
-// The bucket holds at most one second of tokens (at least 1). A run that finds no token reserves
-// the next free slot, up to the horizon ahead: it takes the token on credit (the bucket goes
-// negative), records the slot under <prefix>resv:<queue>:<task id>, and the server puts the task
-// back until then. When the task comes back at its slot it runs without taking another token. So
-// a backlog is spread over time in slot order instead of every deferred task returning at once.
-// Beyond the horizon nothing is reserved and the task simply comes back later.
+// The rate limit of a queue is internal/ratelimit's, shared by every worker process: the rate
+// (jobs per second) in the hash <prefix>rates, the limit's state in <prefix>tat:<queue>, with a
+// burst of one second of jobs (at least 1). A run that finds no room reserves the next free slot,
+// up to the horizon ahead, under <prefix>resv:<queue>:<task id>, and the server puts the task back
+// until then; when the task comes back at its slot it runs without taking another. So a backlog is
+// spread over time in slot order instead of every deferred task returning at once. Beyond the
+// horizon nothing is reserved and the task simply comes back later.
 //
-// Times are Redis server time (TIME), so processes with skewed clocks agree; tests may pass their
-// own clock instead.
-var takeScript = redis.NewScript(`
-local now = tonumber(ARGV[2])
-if now == 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-local horizon = tonumber(ARGV[3])
-local due = redis.call('GET', KEYS[3])
-if due then
-  due = tonumber(due)
-  if due <= now then
-    redis.call('DEL', KEYS[3])
-    return {0, 0}
-  end
-  return {1, due - now}
-end
-local rate = redis.call('HGET', KEYS[1], ARGV[1])
-if not rate then
-  return {0, 0}
-end
-rate = tonumber(rate)
-if rate <= 0 then
-  return {3, 1000}
-end
-local burst = math.max(1, rate)
-local b = redis.call('HMGET', KEYS[2], 'tokens', 'ts')
-local tokens = tonumber(b[1])
-local ts = tonumber(b[2])
-if tokens == nil or ts == nil then
-  tokens = burst
-  ts = now
-end
-if now > ts then
-  tokens = math.min(burst, tokens + (now - ts) * rate / 1000)
-  ts = now
-end
-local status = 0
-local wait = 0
-if tokens >= 1 then
-  tokens = tokens - 1
-else
-  wait = math.ceil((1 - tokens) * 1000 / rate)
-  if wait > horizon then
-    status = 2
-    wait = horizon
-  else
-    tokens = tokens - 1
-    status = 1
-    redis.call('SET', KEYS[3], now + wait, 'PX', wait + 600000)
-  end
-end
-redis.call('HSET', KEYS[2], 'tokens', tostring(tokens), 'ts', tostring(ts))
-redis.call('PEXPIRE', KEYS[2], horizon + 600000)
-return {status, wait}
-`)
+// Times are Redis server time, so processes with skewed clocks agree; tests may pass their own
+// clock instead.
 
 // decision is what the limiter says about one run.
 type decision int
@@ -90,7 +37,7 @@ func (d decision) String() string {
 	return [...]string{"run", "reserved", "later", "paused"}[d]
 }
 
-// limiter takes tokens from a queue's bucket.
+// limiter takes a queue's runs from its rate limit.
 type limiter struct {
 	rdb     redis.UniversalClient
 	keys    keys
@@ -99,50 +46,61 @@ type limiter struct {
 	ttl     time.Duration    // how long the copy of the rates is trusted
 
 	mu     sync.Mutex
-	rates  map[string]bool // queues with a rate set
+	rates  map[string]float64 // the queues with a rate set, and their rates
 	ratesT time.Time
 }
 
-// limited reports whether q has a rate set, from a copy refreshed every l.ttl. Runs of queues
-// without a rate skip the script; a rate set or changed applies everywhere within l.ttl. When
-// Redis does not answer the refresh, the copy it has stands (tried again on the next call):
+// rate returns q's rate and whether it has one, from a copy refreshed every l.ttl. Runs of
+// queues without a rate skip the limit; a rate set or changed applies everywhere within l.ttl.
+// When Redis does not answer the refresh, the copy it has stands (tried again on the next call):
 // a queue without a rate does not hold its tasks back for a Redis hiccup.
-func (l *limiter) limited(ctx context.Context, q string) (bool, error) {
+func (l *limiter) rate(ctx context.Context, q string) (float64, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.rates == nil || time.Since(l.ratesT) >= l.ttl {
-		qs, err := l.rdb.HKeys(ctx, l.keys.rates()).Result()
+		m, err := l.rdb.HGetAll(ctx, l.keys.rates()).Result()
 		if err != nil {
 			if l.rates != nil {
-				return l.rates[q], nil
+				r, ok := l.rates[q]
+				return r, ok, nil
 			}
-			return false, fmt.Errorf("read rates: %w", err)
+			return 0, false, fmt.Errorf("read rates: %w", err)
 		}
-		l.rates = make(map[string]bool, len(qs))
-		for _, q := range qs {
-			l.rates[q] = true
+		l.rates = make(map[string]float64, len(m))
+		for q, v := range m {
+			if r, err := strconv.ParseFloat(v, 64); err == nil {
+				l.rates[q] = r
+			}
 		}
 		l.ratesT = time.Now()
 	}
-	return l.rates[q], nil
+	r, ok := l.rates[q]
+	return r, ok, nil
 }
 
-// take asks for a token for task id of logical queue q.
+// take asks for a run of task id of logical queue q.
 func (l *limiter) take(ctx context.Context, q, id string) (decision, time.Duration, error) {
-	if ok, err := l.limited(ctx, q); err != nil || !ok {
+	perSecond, ok, err := l.rate(ctx, q)
+	if err != nil || !ok {
 		return decRun, 0, err
 	}
-	var now int64
+	if perSecond <= 0 {
+		return decPaused, time.Second, nil
+	}
+	req := ratelimit.Request{Key: l.keys.rateState(q), Rate: ratelimit.Rate{PerSecond: perSecond, Burst: max(1, perSecond)},
+		Reservation: l.keys.reservation(q, id), Reserve: l.horizon}
 	if l.now != nil {
-		now = l.now().UnixMilli()
+		req.Now = l.now()
 	}
-	res, err := takeScript.Run(ctx, l.rdb, []string{l.keys.rates(), l.keys.bucket(q), l.keys.reservation(q, id)},
-		q, now, l.horizon.Milliseconds()).Int64Slice()
+	res, err := ratelimit.Take(ctx, l.rdb, req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("rate limit %s: %w", q, err)
+		return 0, 0, fmt.Errorf("queue %s: %w", q, err)
 	}
-	if len(res) != 2 || res[0] < 0 || res[0] > int64(decPaused) {
-		return 0, 0, fmt.Errorf("rate limit %s: unexpected reply %v", q, res)
+	switch res.Outcome {
+	case ratelimit.Allowed:
+		return decRun, 0, nil
+	case ratelimit.Reserved:
+		return decReserved, res.Wait, nil
 	}
-	return decision(res[0]), time.Duration(res[1]) * time.Millisecond, nil
+	return decLater, l.horizon, nil
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/smartfeed/smartfeed/internal/testenv"
 )
 
-// TestLimiterCounts drives the Redis token bucket with a test clock and checks decisions by count.
+// TestLimiterCounts drives the queue rate limit in Redis with a test clock and checks decisions by count.
 func TestLimiterCounts(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()

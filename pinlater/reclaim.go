@@ -2,10 +2,8 @@ package pinlater
 
 import (
 	"context"
-	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 )
 
@@ -31,31 +29,6 @@ import (
 
 // reclaimMax is how many times the reclaimer takes back one task.
 const reclaimMax = 3
-
-// reclaimScript takes one task back from the active list if its lease ended before ARGV[2].
-//
-//	KEYS: asynq:{q}:active, asynq:{q}:lease, asynq:{q}:pending, asynq:{q}:t:<id>
-//	ARGV: id, cutoff (unix s), reclaimMax
-//
-// It returns 1 when the task went back to pending, 0 when it is not an expired active task (or
-// is no longer: another worker or reclaimer got there first), -1 when it was taken back too often.
-var reclaimScript = redis.NewScript(`
-local s = redis.call("ZSCORE", KEYS[2], ARGV[1])
-if not s or tonumber(s) > tonumber(ARGV[2]) then
-  return 0
-end
-if redis.call("HGET", KEYS[4], "state") ~= "active" or not redis.call("LPOS", KEYS[1], ARGV[1]) then
-  return 0
-end
-if tonumber(redis.call("HGET", KEYS[4], "pinlater_reclaims") or "0") >= tonumber(ARGV[3]) then
-  return -1
-end
-redis.call("LREM", KEYS[1], 0, ARGV[1])
-redis.call("ZREM", KEYS[2], ARGV[1])
-redis.call("RPUSH", KEYS[3], ARGV[1])
-redis.call("HSET", KEYS[4], "state", "pending")
-redis.call("HINCRBY", KEYS[4], "pinlater_reclaims", 1)
-return 1`)
 
 // reclaimLoop runs reclaimOnce every ReclaimAfter/2 (at least every second) until stop closes.
 func (s *Server) reclaimLoop(stop <-chan struct{}) {
@@ -83,14 +56,13 @@ func (s *Server) reclaimOnce(ctx context.Context, now time.Time) (int, error) {
 	cutoff := now.Add(-s.cfg.ReclaimAfter).Unix()
 	n := 0
 	for q := range s.cfg.Queues {
-		pre := s.keys.asynq(q)
-		ids, err := s.rdb.ZRangeByScore(ctx, pre+"lease", &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(cutoff, 10)}).Result()
+		aq := s.keys.asynqQ(q)
+		ids, err := asynqExpiredLeases(ctx, s.rdb, aq, cutoff)
 		if err != nil {
 			return n, err
 		}
 		for _, id := range ids {
-			r, err := reclaimScript.Run(ctx, s.rdb, []string{pre + "active", pre + "lease", pre + "pending", pre + "t:" + id},
-				id, cutoff, reclaimMax).Int()
+			r, err := asynqReclaim(ctx, s.rdb, aq, id, cutoff, reclaimMax)
 			if err != nil {
 				return n, err
 			}

@@ -75,7 +75,7 @@ func TestClusterKeysShareASlot(t *testing.T) {
 	for _, ns := range []string{"", "ns1"} {
 		k := keys{ns: ns, tagged: true}
 		slots := map[int]bool{}
-		for _, key := range []string{k.rates(), k.bucket("fanout"), k.reservation("fanout", "task-1"), k.draining(), k.prefix() + "owner"} {
+		for _, key := range []string{k.rates(), k.rateState("fanout"), k.reservation("fanout", "task-1"), k.draining(), k.prefix() + "owner"} {
 			slots[slot(key)] = true
 		}
 		if len(slots) != 1 {

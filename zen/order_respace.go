@@ -229,14 +229,13 @@ func (o *Order) plan(list []Edge) ([]step, int, error) {
 	// Gap i lies between anchor(i) and anchor(i+1); the open ends count (a pin squeezed against
 	// 0 or seq.Max needs room too).
 	tight := func(i int) bool { return seq.Gap(anchor(i), anchor(i+1)).Cmp(o.below) < 0 }
-	type window struct{ l, r int }
-	var ws []window
+	var ws []respaceWindow
 	size := 0
 	for i := -1; i < n && size < o.maxPlan; i++ {
 		if !tight(i) || (len(ws) > 0 && ws[len(ws)-1].r > i) {
 			continue
 		}
-		w := window{l: max(i, 0), r: min(i+1, n-1)}
+		w := respaceWindow{l: max(i, 0), r: min(i+1, n-1)}
 		if len(ws) > 0 && ws[len(ws)-1].r >= w.l-1 {
 			w.l = ws[len(ws)-1].l
 			size -= ws[len(ws)-1].r - ws[len(ws)-1].l + 1
@@ -268,12 +267,26 @@ func (o *Order) plan(list []Edge) ([]step, int, error) {
 		ws = append(ws, w)
 		size += w.r - w.l + 1
 	}
+	steps, err := respaceSteps(list, ws, anchor)
+	if err != nil {
+		return nil, 0, err
+	}
+	return steps, len(ws), nil
+}
+
+// respaceWindow is a run list[l..r] of pins a respace spreads evenly between the seqs around it.
+type respaceWindow struct{ l, r int }
+
+// respaceSteps spreads the pins of each window evenly between anchor(l-1) and anchor(r+1), and
+// returns the moves in the safe order: pins moving down in ascending order, then pins moving
+// up in descending order.
+func respaceSteps(list []Edge, ws []respaceWindow, anchor func(int) seq.Seq) ([]step, error) {
 	var down, up []step
 	for _, w := range ws {
 		k := w.r - w.l + 1
 		vals, err := seq.Spread(k, anchor(w.l-1), anchor(w.r+1))
 		if err != nil {
-			return nil, 0, fmt.Errorf("spread %d pins: %w", k, err)
+			return nil, fmt.Errorf("spread %d pins: %w", k, err)
 		}
 		for j, v := range vals {
 			e := list[w.l+j]
@@ -288,7 +301,7 @@ func (o *Order) plan(list []Edge) ([]step, int, error) {
 	for i, j := 0, len(up)-1; i < j; i, j = i+1, j-1 {
 		up[i], up[j] = up[j], up[i]
 	}
-	return append(down, up...), len(ws), nil
+	return append(down, up...), nil
 }
 
 // enough reports whether k pins spread in a span leave gaps of at least target.

@@ -21,7 +21,8 @@ import (
 
 // TestSplitRoles runs a generator process and a feedsvc process that reaches it over gRPC
 // (the shape of the Helm chart): pins put in the user's pools come back fresh from GetFeed;
-// with authentication on, the feed process presents its generator token.
+// with authentication on, the feed process presents its generator token; include_objects reads
+// the page's pins from the generator process's graph.
 func TestSplitRoles(t *testing.T) {
 	t.Run("plain", func(t *testing.T) { splitRoles(t, false, false) })
 	t.Run("authenticated", func(t *testing.T) { splitRoles(t, true, false) })
@@ -141,7 +142,7 @@ func splitRoles(t *testing.T, authOn, tlsOn bool) {
 		defer conn.Close()
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		resp, err = feedv1.NewFeedServiceClient(conn).GetFeed(t.Context(), &feedv1.GetFeedRequest{UserId: uint64(user)})
+		resp, err = feedv1.NewFeedServiceClient(conn).GetFeed(t.Context(), &feedv1.GetFeedRequest{UserId: uint64(user), IncludeObjects: true})
 		if err == nil && resp.GetFreshStatus() == feedv1.FreshStatus_FRESH_STATUS_INCLUDED {
 			break
 		}
@@ -152,5 +153,15 @@ func splitRoles(t *testing.T, authOn, tlsOn bool) {
 	}
 	if len(resp.GetItems()) != 5 || resp.GetItems()[0].GetPinId() != uint64(entries[0].Pin) || !resp.GetItems()[0].GetFresh() {
 		t.Errorf("GetFeed items = %v, want the 5 pool entries best first, fresh", resp.GetItems())
+	}
+	// include_objects: the pins come from the generator process's graph, over the connection
+	// (and with the credentials) the feed process calls it with.
+	if resp.GetObjectsUnavailable() {
+		t.Errorf("include_objects through the remote generator: objects unavailable: %s", resp.GetObjectsDetail())
+	}
+	for i, it := range resp.GetItems() {
+		if it.GetPin().GetId() != it.GetPinId() {
+			t.Errorf("item %d: pin %d carries the object %v, want that pin's", i, it.GetPinId(), it.GetPin())
+		}
 	}
 }

@@ -62,6 +62,7 @@ func TestReadinessNamesTheDependency(t *testing.T) {
 	if err := a.buildGRPC(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(a.grpc.Stop)
 	a.setReady(true)
 	var fail atomic.Bool
 	fail.Store(true)

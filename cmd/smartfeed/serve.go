@@ -31,14 +31,12 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/smartfeed/smartfeed/feedsvc"
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
-	"github.com/smartfeed/smartfeed/feedsvc/genclient"
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 	"github.com/smartfeed/smartfeed/generator"
 	"github.com/smartfeed/smartfeed/graphsvc"
@@ -243,8 +241,11 @@ type app struct {
 	// inflight is the generator as the feed's crash recovery sees it: in this process or over
 	// gRPC (nil without a feed role).
 	inflight feedsvc.InFlight
-	repl     *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
-	canary   *feedsvc.Canary     // the lag probe of HBase's own replication
+	// objects answers GetFeed's include_objects: this process's graph, or the GraphService of
+	// the generator process at --generator-addr (set with the feed's generator).
+	objects feedsvc.ObjectLookup
+	repl    *feedsvc.Replicator // the feed's change-log replication (Pebble, or HBase without its own)
+	canary  *feedsvc.Canary     // the lag probe of HBase's own replication
 	// shardWatch keeps the graph's shard map live (file, ZooKeeper); nil with the default map.
 	shardWatch *shardwatch.Watcher
 	// shardLease is the router's lease on the ZooKeeper shard map (nil without one): the
@@ -523,115 +524,6 @@ func (a *app) buildShardWatch(ctx context.Context) error {
 	return nil
 }
 
-func (a *app) buildFeed(ctx context.Context) error {
-	// The standby first: with HBase's replication its table must exist before the primary's
-	// first edits ship.
-	standby, err := a.stores.table(ctx, storeStandby, tableFeed)
-	if err != nil {
-		return err
-	}
-	primary, err := a.stores.table(ctx, storePrimary, tableFeed)
-	if err != nil {
-		return err
-	}
-	a.faults = [2]*faults.Table{faults.Wrap(primary, 1), faults.Wrap(standby, 2)}
-	var writeTo zen.Table
-	var lag feedsvc.Lagger
-	if a.cfg.Storage.Backend == config.BackendHBase && a.cfg.Storage.HBase.NativeReplication() {
-		// HBase ships the primary's WAL to the standby: the service writes the primary only and
-		// measures the lag with a canary row.
-		a.canary, err = feedsvc.NewCanary(a.faults[0], a.faults[1], feedsvc.CanaryOptions{
-			Logger: a.log.Named("canary"), Registerer: a.reg})
-		if err != nil {
-			return fmt.Errorf("replication canary: %w", err)
-		}
-		writeTo, lag, a.standbyFlush = a.faults[0], a.canary, a.canary.Flush
-	} else {
-		a.repl, err = feedsvc.NewReplicator(a.faults[0], a.faults[1], feedsvc.ReplicatorOptions{
-			Logger: a.log.Named("replicator"), Registerer: a.reg})
-		if err != nil {
-			return fmt.Errorf("replicator: %w", err)
-		}
-		writeTo, lag, a.standbyFlush = a.repl, a.repl, a.repl.Flush
-	}
-	gate, err := feedsvc.NewStalenessGate(a.faults[1], lag, a.cfg.Feed.StandbyMaxStaleness.D(), a.reg)
-	if err != nil {
-		return fmt.Errorf("standby staleness gate: %w", err)
-	}
-	hedger, err := hedge.New(a.cfg.Feed.Hedge, hedge.Options{Registerer: a.reg, Logger: a.log.Named("hedge")})
-	a.hedger = hedger
-	if err != nil {
-		return fmt.Errorf("hedge policy: %w", err)
-	}
-	gen, remote, err := a.feedGenerator()
-	if err != nil {
-		return err
-	}
-
-	fc := feedConfig(a.cfg)
-	a.feedPrimary, a.feedStandby = writeTo, gate
-	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
-		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
-		Logger: a.log.Named("feedsvc"), Registerer: a.reg, BackgroundLanes: backgroundLanes(a.cfg), HeadCacheBytes: a.cfg.Feed.HeadCacheBytes()}
-	// Deleted pins are filtered on read, and prepared chunks are checked against the removals
-	// (unfollows, deletes), against the graph: this process's own (the main store), or, for a
-	// feed process with a remote generator, the generator process's, through its CheckPins.
-	switch {
-	case a.graph != nil:
-		// Deleted pins are known from the graph's deletion log (a.delLog: past the cache).
-		deps.Liveness = a.hidingLiveness(ctx, a.deleted)
-		deps.Eligibility = a.hidingEligibility(ctx, graphEligibility{g: a.graph, deleted: a.deleted})
-	case remote != nil:
-		deps.Liveness, deps.Eligibility = *remote, *remote
-	}
-	// Activity (last-active time, rebuild of a returning user): the worker's Touch in this
-	// process, or a pinlater "touch" task the worker's process runs.
-	deps.Activity = feedsvc.PinlaterActivity{Client: a.pinClient}
-	if a.worker != nil {
-		deps.Activity = a.worker
-	}
-	if wait := a.cfg.Feed.BackgroundGapWait.D(); wait > 0 {
-		if a.quiet, err = quiet.New(0, a.reg); err != nil {
-			return fmt.Errorf("quiet gate: %w", err)
-		}
-		deps.Quiet, deps.QuietBound = a.quiet, wait
-	}
-	a.feed, err = feedsvc.New(deps, fc)
-	if err != nil {
-		return fmt.Errorf("feedsvc: %w", err)
-	}
-	return nil
-}
-
-// feedGenerator returns the generator the feed calls for first pages, and sets a.inflight to it:
-// this process's own, or, without one, a client of the generator process at --generator-addr
-// (also returned as remote, which checks pins against that process's graph).
-func (a *app) feedGenerator() (gen feedsvc.Generator, remote *genclient.Client, err error) {
-	if a.gen != nil {
-		a.inflight = localGenerator{a.gen}
-		return localGenerator{a.gen}, nil, nil
-	}
-	creds, err := a.generatorCreds()
-	if err != nil {
-		return nil, nil, fmt.Errorf("generator client: %w", err)
-	}
-	if creds == nil {
-		creds = insecure.NewCredentials()
-	}
-	opts := append(a.traceDial(), grpc.WithTransportCredentials(creds))
-	if f := a.cfg.Generator.TokenFile; f != "" {
-		opts = append(opts, grpc.WithPerRPCCredentials(&fileToken{path: f}))
-	}
-	conn, err := grpc.NewClient(a.cfg.Generator.Addr, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generator client %s: %w", a.cfg.Generator.Addr, err)
-	}
-	a.conns = append(a.conns, conn)
-	rg := genclient.New(generatorv1.NewGeneratorServiceClient(conn), generator.MaxCheckPins)
-	a.inflight = rg
-	return rg, &rg, nil
-}
-
 func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 	queues := map[string]int{}
 	for q, w := range pinlater.DefaultQueueWeights() {
@@ -721,15 +613,17 @@ func (a *app) buildGRPC() error {
 	reflection.Register(a.grpc)
 	if a.gen != nil && a.has(roleGenerator) {
 		generatorv1.RegisterGeneratorServiceServer(a.grpc, generator.NewServer(a.gen))
+		if !a.has(roleWorker, roleGraph) {
+			// The graph's reads, for the include_objects of the feed processes that call this
+			// one; its writes are the graph role's.
+			graphsvc.NewReadOnly(a.graph, a.log.Named("graphsvc")).Register(a.grpc)
+		}
 	}
 	if a.feed != nil {
-		// FeedAdmin is on the admin port only (buildAdminGRPC). include_objects reads the
-		// graph of a process that opens it; a feed process without it refuses the option.
-		var objects feedsvc.ObjectLookup
-		if a.graph != nil {
-			objects = graphObjects{a.graph}
+		// FeedAdmin is on the admin port only (buildAdminGRPC).
+		if err := feedsvc.RegisterFeed(a.grpc, a.feed, a.objects, a.reg); err != nil {
+			return err
 		}
-		feedsvc.RegisterFeed(a.grpc, a.feed, objects)
 	}
 	if a.has(roleWorker, roleGraph) {
 		a.registerGraphService()
@@ -1062,6 +956,16 @@ func (a *app) closeConns() {
 
 // closeAll releases what newApp built when run never ran.
 func (a *app) closeAll() {
+	// A gRPC server built but never served (newApp failing later, or an app closed unrun)
+	// still holds its stream workers; Stop after a served run does nothing more.
+	for _, s := range []*grpc.Server{a.grpc, a.adminGRPC} {
+		if s != nil {
+			s.Stop()
+		}
+	}
+	if a.pinServer != nil {
+		a.pinServer.Shutdown() // never started: this closes its Redis client
+	}
 	a.closeConns()
 	if a.slow != nil {
 		a.slow.Close()
@@ -1076,14 +980,4 @@ type scrapeErrorLog struct{ log *zap.Logger }
 
 func (l scrapeErrorLog) Println(v ...any) {
 	l.log.Warn("metrics scrape: a collector failed; its series are left out", zap.String("error", fmt.Sprint(v...)))
-}
-
-// feedConfig is the feed service's configuration in cfg.
-func feedConfig(cfg config.Config) feedsvc.Config {
-	fc := feedsvc.DefaultConfig()
-	fc.GeneratorDeadline, fc.MaxItems = cfg.Feed.GeneratorDeadline.D(), cfg.Feed.MaxItems
-	fc.PrepareAfter, fc.PreparedMaxAge = cfg.Feed.PrepareAfter.D(), cfg.Feed.PreparedMaxAge.D()
-	fc.InlineMaterialize, fc.MinChunkInterval = cfg.Feed.InlineMaterialize, cfg.Feed.MinChunkInterval.D()
-	fc.MaxInflight, fc.AdmissionWait = cfg.Feed.MaxInflight, cfg.Feed.AdmissionWait.D()
-	return fc
 }

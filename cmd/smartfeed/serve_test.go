@@ -204,6 +204,7 @@ func TestSetReadyFlipsHealth(t *testing.T) {
 	if err := a.buildGRPC(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(a.grpc.Stop)
 	check := func(svc string) healthpb.HealthCheckResponse_ServingStatus {
 		r, err := a.health.Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
 		if err != nil {

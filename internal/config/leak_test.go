@@ -4,11 +4,9 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/smartfeed/smartfeed/internal/testenv"
 )
 
-// TestMain fails the package's tests when a goroutine they started outlives them. gohbase
-// leaves a region client's receive loop behind a closed client until its connection's read
-// returns (as in zen's own TestMain).
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/tsuna/gohbase/region.(*client).receiveRPCs"))
-}
+// TestMain fails the package's tests when a goroutine they started outlives them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testenv.LeakOptions()...) }

@@ -84,6 +84,31 @@ func AddBoth(ctx context.Context, g GraphWriter, e zen.Edge) error {
 	return nil
 }
 
+// createUsers creates the users of out.Users ("demo<i>"), each with boardsPerUser boards
+// (out.Boards), calling step after each object.
+func createUsers(ctx context.Context, g GraphWriter, boardsPerUser int, out *Graph, step func()) error {
+	for i := range out.Users {
+		u, err := g.Create(ctx, zen.TypeUser, 0, map[string]any{"username": fmt.Sprintf("demo%d", i)})
+		if err != nil {
+			return fmt.Errorf("create user: %w", err)
+		}
+		out.Users[i] = u.ID
+		step()
+		for j := range boardsPerUser {
+			b, err := g.Create(ctx, zen.TypeBoard, u.ID, map[string]any{"name": fmt.Sprintf("board %d of demo%d", j, i), "owner": u.ID.String()})
+			if err != nil {
+				return fmt.Errorf("create board: %w", err)
+			}
+			if err := AddBoth(ctx, g, zen.Edge{From: u.ID, Type: zen.EdgeUserBoards, To: b.ID}); err != nil {
+				return fmt.Errorf("user boards: %w", err)
+			}
+			out.Boards[i] = append(out.Boards[i], b.ID)
+			step()
+		}
+	}
+	return nil
+}
+
 // BuildGraph creates users, boards and interests, then follows: each user follows
 // FollowsPerUser users drawn from a Zipf law over the users (so followers are power-law
 // distributed: a few users have very many), one board of a followed user and two interests.
@@ -108,24 +133,8 @@ func BuildGraph(ctx context.Context, g GraphWriter, spec GraphSpec, progress fun
 		out.Interests[i] = o.ID
 		step()
 	}
-	for i := range n {
-		u, err := g.Create(ctx, zen.TypeUser, 0, map[string]any{"username": fmt.Sprintf("demo%d", i)})
-		if err != nil {
-			return out, fmt.Errorf("create user: %w", err)
-		}
-		out.Users[i] = u.ID
-		step()
-		for j := range spec.BoardsPerUser {
-			b, err := g.Create(ctx, zen.TypeBoard, u.ID, map[string]any{"name": fmt.Sprintf("board %d of demo%d", j, i), "owner": u.ID.String()})
-			if err != nil {
-				return out, fmt.Errorf("create board: %w", err)
-			}
-			if err := AddBoth(ctx, g, zen.Edge{From: u.ID, Type: zen.EdgeUserBoards, To: b.ID}); err != nil {
-				return out, fmt.Errorf("user boards: %w", err)
-			}
-			out.Boards[i] = append(out.Boards[i], b.ID)
-			step()
-		}
+	if err := createUsers(ctx, g, spec.BoardsPerUser, &out, step); err != nil {
+		return out, err
 	}
 	zipf := rand.NewZipf(r, 1.2, 1, uint64(n-1))
 	best, bestCount := 0, -1

@@ -102,37 +102,49 @@ func exitDetail(err error) error {
 	return err
 }
 
-// Check applies every rule to pkgs, the packages of module, and returns the violations sorted.
-func Check(module string, pkgs []Package) []Violation {
-	rel := func(path string) (string, bool) { // module-relative path, and whether it is in module
-		if path == module {
-			return ".", true
-		}
-		if strings.HasPrefix(path, module+"/") {
-			return strings.TrimPrefix(path, module+"/"), true
-		}
-		return "", false
+// modulePaths is a module's path, for the import paths of its packages.
+type modulePaths string
+
+// rel returns path relative to the module, and whether it is in the module.
+func (m modulePaths) rel(path string) (string, bool) {
+	module := string(m)
+	if path == module {
+		return ".", true
 	}
-	under := func(r, root string) bool { return r == root || strings.HasPrefix(r, root+"/") }
-	serviceOf := func(r string) string {
-		for _, s := range Services {
-			if under(r, s) {
-				return s
-			}
+	if strings.HasPrefix(path, module+"/") {
+		return strings.TrimPrefix(path, module+"/"), true
+	}
+	return "", false
+}
+
+// under reports whether the module-relative path r is root or below it.
+func under(r, root string) bool { return r == root || strings.HasPrefix(r, root+"/") }
+
+// serviceOf is the service (one of Services) the module-relative path r belongs to, or "".
+func serviceOf(r string) string {
+	for _, s := range Services {
+		if under(r, s) {
+			return s
 		}
+	}
+	return ""
+}
+
+// commandOf is "cmd/X" for anything under cmd/X/..., "cmd" for cmd itself, and "" outside cmd.
+func commandOf(r string) string {
+	if !under(r, "cmd") {
 		return ""
 	}
-	commandOf := func(r string) string { // "cmd/X" for anything under cmd/X/..., "cmd" for cmd itself
-		if !under(r, "cmd") {
-			return ""
-		}
-		parts := strings.SplitN(r, "/", 3)
-		if len(parts) == 1 {
-			return "cmd"
-		}
-		return parts[0] + "/" + parts[1]
+	parts := strings.SplitN(r, "/", 3)
+	if len(parts) == 1 {
+		return "cmd"
 	}
+	return parts[0] + "/" + parts[1]
+}
 
+// Check applies every rule to pkgs, the packages of module, and returns the violations sorted.
+func Check(module string, pkgs []Package) []Violation {
+	rel := modulePaths(module).rel
 	var vs []Violation
 	seen := map[string]bool{}
 	add := func(pkg, rule, detail string) {

@@ -11,23 +11,16 @@
 package zenmove
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/bits"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenroute"
@@ -387,6 +380,21 @@ func (mv *Mover) each(ctx context.Context, t zen.Table, p Plan, fn func(zen.KV))
 	}
 }
 
+// recordFailure counts and logs a move that ended with err (nil: nothing to record).
+func (mv *Mover) recordFailure(p Plan, err error) {
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrFenceTooLong) || errors.Is(err, ErrPlan):
+		// Refused before anything was fenced or switched: the caller is told what to do
+		// (move a smaller range, fix the plan); nothing in the system failed.
+		mv.met.moves.WithLabelValues("refused").Inc()
+		mv.log.Warn("shard move refused", zap.Stringer("plan", p), zap.Error(err))
+	default:
+		mv.met.moves.WithLabelValues("failed").Inc()
+		mv.log.Error("shard move failed", zap.Stringer("plan", p), zap.Error(err))
+	}
+}
+
 // Move runs the plan to the end: passes, fence, final pass, verification, switch. report, when
 // set, is called as it goes. A rerun of a move that crashed resumes it; a rerun of one that
 // finished reports AlreadyDone.
@@ -398,17 +406,7 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 	res = Result{Plan: p}
 	defer func() {
 		res.Took = time.Since(t0)
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrFenceTooLong) || errors.Is(err, ErrPlan):
-			// Refused before anything was fenced or switched: the caller is told what to do
-			// (move a smaller range, fix the plan); nothing in the system failed.
-			mv.met.moves.WithLabelValues("refused").Inc()
-			mv.log.Warn("shard move refused", zap.Stringer("plan", p), zap.Error(err))
-		default:
-			mv.met.moves.WithLabelValues("failed").Inc()
-			mv.log.Error("shard move failed", zap.Stringer("plan", p), zap.Error(err))
-		}
+		mv.recordFailure(p, err)
 	}()
 	prev, err := mv.loadState(ctx)
 	if err != nil {
@@ -455,29 +453,9 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 			}
 		}
 		st.Total = total
-		last := int64(-1)
-		var lastDur time.Duration
-		for pass := 1; ; pass++ {
-			st.Pass = pass
-			if err := mv.saveState(ctx, st); err != nil {
-				return res, err
-			}
-			var passStart time.Time // of the run that succeeded: the fence is judged on it, not on the retries' waits
-			put, del, err := mv.retryPass(ctx, p, pass, report, func() (int64, int64, error) {
-				passStart = time.Now()
-				return mv.pass(ctx, eps, p, "pass", pass, total, report, nil)
-			})
-			if err != nil {
-				return res, err
-			}
-			lastDur = time.Since(passStart)
-			res.Passes, res.RowsCopied, res.RowsDeleted = pass, res.RowsCopied+put, res.RowsDeleted+del
-			changed := put + del
-			mv.log.Info("shard move pass", zap.Stringer("plan", p), zap.Int("pass", pass), zap.Int64("copied", put), zap.Int64("deleted", del))
-			if pass > 1 && (changed <= int64(mv.o.Remainder) || (last >= 0 && changed >= last)) || pass >= mv.o.MaxPasses {
-				break
-			}
-			last = changed
+		lastDur, err := mv.passes(ctx, eps, p, st, report, &res)
+		if err != nil {
+			return res, err
 		}
 		maxFence := p.MaxFence
 		if maxFence == 0 {
@@ -492,47 +470,6 @@ func (mv *Mover) Move(ctx context.Context, p Plan, report func(Progress)) (res R
 		}
 	}
 	return mv.fenceAndSwitch(ctx, eps, p, st, fenced, res, report)
-}
-
-// Recover lifts a fence that a move which crashed while fenced left in the map, so the shards'
-// writes do not wait on a mover that is gone; the shards stay on the source and a rerun of the
-// move finishes it. It reports the unfinished plan (nil when there is none) and whether it lifted
-// a fence. A process that runs moves calls it once it serves.
-func (mv *Mover) Recover(ctx context.Context) (*Plan, bool, error) {
-	st, err := mv.loadState(ctx)
-	if err != nil || st == nil {
-		return nil, false, err
-	}
-	p := st.Plan
-	cur := mv.maps.Current()
-	_, fenced, onTarget, err := source(cur, p)
-	if err != nil {
-		return &p, false, err
-	}
-	if !fenced {
-		return &p, false, nil
-	}
-	if onTarget { // switched, then the fence came back with a stale map: only lift it
-		return &p, true, mv.maps.Publish(ctx, mustWith(cur, p, func(r *zen.ShardRange) { r.Fenced = false }))
-	}
-	if err := mv.maps.Publish(ctx, mustWith(cur, p, func(r *zen.ShardRange) { r.Fenced = false })); err != nil {
-		return &p, false, fmt.Errorf("lift the fence of an unfinished move: %w", err)
-	}
-	st.Phase = "passes"
-	if err := mv.saveState(ctx, st); err != nil {
-		return &p, true, err
-	}
-	mv.met.moves.WithLabelValues("rolled_back").Inc()
-	mv.log.Warn("shard move: lifted the fence an unfinished move left; rerun the move to finish it", zap.Stringer("plan", p))
-	return &p, true, nil
-}
-
-func mustWith(m *zen.ShardMap, p Plan, fn func(r *zen.ShardRange)) *zen.ShardMap {
-	out, err := m.With(p.From, p.To, fn)
-	if err != nil {
-		return m // the plan was checked against m; With cannot fail on it
-	}
-	return out
 }
 
 // fenceAndSwitch fences the shards (unless a crashed run left them fenced), runs the final pass,
@@ -604,288 +541,3 @@ func (mv *Mover) lift(unfenced *zen.ShardMap, p Plan) error {
 	mv.log.Warn("shard move: fence lifted, the shards stay on the source", zap.Stringer("plan", p))
 	return nil
 }
-
-// retryPass runs a catch-up pass, and runs it again after a failure up to Options.PassRetries
-// times, waiting Options.RetryBackoff and then twice as long before each next try: a target that
-// stops answering for a while (in one CI run an HBase region server gave no answer for 30 s,
-// and a write of seven rows timed out) delays the move instead of ending it. It reports the
-// retry as phase "retry" and logs the error. The last error is returned once the retries are
-// spent, or at once when ctx ends.
-func (mv *Mover) retryPass(ctx context.Context, p Plan, pass int, report func(Progress),
-	run func() (int64, int64, error)) (int64, int64, error) {
-	wait := mv.o.RetryBackoff
-	for try := 0; ; try++ {
-		put, del, err := run()
-		if err == nil || ctx.Err() != nil || try >= mv.o.PassRetries {
-			return put, del, err
-		}
-		mv.met.retries.Inc()
-		mv.log.Warn("shard move pass failed; running it again", zap.Stringer("plan", p), zap.Int("pass", pass),
-			zap.Int("retry", try+1), zap.Int("of", mv.o.PassRetries), zap.Duration("after", wait), zap.Error(err))
-		report(Progress{Phase: "retry", Pass: pass})
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return put, del, err
-		case <-t.C:
-		}
-		wait *= 2
-	}
-}
-
-// pass diffs every table's range on the source against the target and makes the target equal:
-// puts rows missing or different there, deletes rows the source no longer has. The tables run in
-// parallel. With dig set (the final pass, under the fence) it also sums, per shard, the rows of
-// the source and those of the target as they stand after the pass: rows it left alone as it
-// read them, rows it wrote or deleted as it reads them back.
-func (mv *Mover) pass(ctx context.Context, eps map[string][2]zen.Table, p Plan, phase string, n int, total int64,
-	report func(Progress), dig *digests) (put, del int64, err error) {
-	mv.met.passes.Inc()
-	var (
-		done, puts, dels atomic.Int64
-		repMu            sync.Mutex
-	)
-	rep := func(table string) {
-		repMu.Lock()
-		defer repMu.Unlock()
-		report(Progress{Phase: phase, Pass: n, Table: table, Done: done.Load(), Total: total, Changed: puts.Load() + dels.Load()})
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, name := range mv.o.Tables {
-		g.Go(func() error {
-			return mv.diffTable(gctx, name, eps[name], p, &done, &puts, &dels, func() { rep(name) }, dig)
-		})
-	}
-	err = g.Wait()
-	return puts.Load(), dels.Load(), err
-}
-
-func (mv *Mover) diffTable(ctx context.Context, name string, ep [2]zen.Table, p Plan, done, puts, dels *atomic.Int64,
-	rep func(), dig *digests) error {
-	src, dst := newCursor(ep[0], p, mv.o.Batch), newCursor(ep[1], p, mv.o.Batch)
-	var muts []zen.Mutation
-	flush := func() error {
-		if len(muts) == 0 {
-			return nil
-		}
-		if err := ep[1].Apply(ctx, muts); err != nil {
-			return fmt.Errorf("write %d rows of %s: %w", len(muts), name, err)
-		}
-		if dig != nil { // read what the target now holds for the rows just written
-			keys := make([][]byte, len(muts))
-			for i, m := range muts {
-				keys[i] = m.Key
-			}
-			vals, err := zen.GetMany(ctx, ep[1], keys)
-			if err != nil {
-				return fmt.Errorf("read back %d rows of %s: %w", len(keys), name, err)
-			}
-			for i, v := range vals {
-				if v != nil {
-					dig.add(name, 1, zen.KV{Key: keys[i], Value: v})
-				}
-			}
-		}
-		for _, m := range muts {
-			if m.Delete {
-				dels.Add(1)
-				mv.met.deleted.Inc()
-			} else {
-				puts.Add(1)
-				mv.met.copied.Inc()
-			}
-		}
-		muts = muts[:0]
-		rep()
-		return nil
-	}
-	for {
-		a, aok, err := src.peek(ctx)
-		if err != nil {
-			return fmt.Errorf("scan %s on the source: %w", name, err)
-		}
-		b, bok, err := dst.peek(ctx)
-		if err != nil {
-			return fmt.Errorf("scan %s on the target: %w", name, err)
-		}
-		if !aok && !bok {
-			break
-		}
-		c := 0
-		switch {
-		case !aok:
-			c = 1
-		case !bok:
-			c = -1
-		default:
-			c = bytes.Compare(a.Key, b.Key)
-		}
-		if aok && c <= 0 && dig != nil {
-			dig.add(name, 0, a)
-		}
-		switch {
-		case c < 0:
-			muts = append(muts, zen.Mutation{Key: a.Key, Value: a.Value})
-			src.next()
-			done.Add(1)
-		case c > 0:
-			muts = append(muts, zen.Mutation{Key: b.Key, Delete: true})
-			dst.next()
-		default:
-			if !bytes.Equal(a.Value, b.Value) {
-				muts = append(muts, zen.Mutation{Key: a.Key, Value: a.Value})
-			} else if dig != nil {
-				dig.add(name, 1, b)
-			}
-			src.next()
-			dst.next()
-			done.Add(1)
-		}
-		if len(muts) >= mv.o.Batch {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	rep()
-	return nil
-}
-
-// digests sums rows per (table, shard) on the source (side 0) and the target (side 1): a count,
-// the bytes, and an order-free checksum (the sum of SHA-256 of each length-prefixed key and
-// value, as two 128-bit halves added mod 2^128 each), so rows may be added in any order.
-type digests struct {
-	mu sync.Mutex
-	m  map[digestKey]*digest
-}
-
-type digestKey struct {
-	table string
-	shard uint16
-	side  int
-}
-
-// digest is one (table, shard, side)'s rows.
-type digest struct {
-	rows, bytes int64
-	sum         [4]uint64
-}
-
-func newDigests() *digests { return &digests{m: map[digestKey]*digest{}} }
-
-func (d *digests) add(table string, side int, kv zen.KV) {
-	var l [8]byte
-	binary.BigEndian.PutUint32(l[:4], uint32(len(kv.Key)))
-	binary.BigEndian.PutUint32(l[4:], uint32(len(kv.Value)))
-	h := sha256.New()
-	h.Write(l[:])
-	h.Write(kv.Key)
-	h.Write(kv.Value)
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	k := digestKey{table: table, shard: uint16(zen.KeyShard(kv.Key)), side: side}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	g := d.m[k]
-	if g == nil {
-		g = &digest{}
-		d.m[k] = g
-	}
-	g.rows++
-	g.bytes += int64(len(kv.Key) + len(kv.Value))
-	for i := 0; i < 4; i += 2 { // two 128-bit lanes, each with its carry
-		lo, c := bits.Add64(g.sum[i+1], binary.BigEndian.Uint64(sum[8*i+8:]), 0)
-		hi, _ := bits.Add64(g.sum[i], binary.BigEndian.Uint64(sum[8*i:]), c)
-		g.sum[i], g.sum[i+1] = hi, lo
-	}
-}
-
-// compare checks, per table and shard of the plan, that source and target have the same row
-// count and checksum, and returns the source's rows and bytes per shard.
-func (d *digests) compare(tables []string, p Plan) ([]ShardStat, error) {
-	stats := map[uint16]*ShardStat{}
-	var bad []string
-	for _, name := range tables {
-		for sh := int(p.From); sh <= int(p.To); sh++ {
-			s, t := d.m[digestKey{name, uint16(sh), 0}], d.m[digestKey{name, uint16(sh), 1}]
-			switch {
-			case s == nil && t == nil:
-				continue
-			case s == nil || t == nil || s.rows != t.rows || s.sum != t.sum:
-				bad = append(bad, fmt.Sprintf("%s shard %d (source %d rows, target %d)", name, sh, rowsOf(s), rowsOf(t)))
-				continue
-			}
-			st := stats[uint16(sh)]
-			if st == nil {
-				st = &ShardStat{Shard: uint16(sh)}
-				stats[uint16(sh)] = st
-			}
-			st.Rows += s.rows
-			st.Bytes += s.bytes
-		}
-	}
-	if len(bad) > 0 {
-		if len(bad) > 10 {
-			bad = append(bad[:10], fmt.Sprintf("and %d more", len(bad)-10))
-		}
-		return nil, fmt.Errorf("%w: %v", ErrMismatch, bad)
-	}
-	return sortedStats(stats), nil
-}
-
-func rowsOf(d *digest) int64 {
-	if d == nil {
-		return 0
-	}
-	return d.rows
-}
-
-// cursor reads a table's rows of the plan's range in key order, one batch at a time.
-type cursor struct {
-	t     zen.Table
-	from  []byte // start of the next batch; nil after the last
-	stop  []byte
-	batch int
-	buf   []zen.KV
-	pos   int
-	done  bool
-}
-
-func newCursor(t zen.Table, p Plan, batch int) *cursor {
-	start, stop := zen.ShardKeyRange(p.From, p.To)
-	if start == nil {
-		start = []byte{}
-	}
-	return &cursor{t: t, from: start, stop: stop, batch: batch}
-}
-
-func (c *cursor) peek(ctx context.Context) (zen.KV, bool, error) {
-	if c.pos < len(c.buf) {
-		return c.buf[c.pos], true, nil
-	}
-	if c.done {
-		return zen.KV{}, false, nil
-	}
-	kvs, err := c.t.Scan(ctx, zen.ScanOptions{Start: c.from, Stop: c.stop, Limit: c.batch})
-	if err != nil {
-		return zen.KV{}, false, err
-	}
-	c.buf, c.pos = kvs, 0
-	if len(kvs) < c.batch {
-		c.done = true
-	}
-	if len(kvs) > 0 {
-		last := kvs[len(kvs)-1].Key
-		c.from = append(append(make([]byte, 0, len(last)+1), last...), 0)
-	}
-	if len(kvs) == 0 {
-		return zen.KV{}, false, nil
-	}
-	return kvs[0], true, nil
-}
-
-func (c *cursor) next() { c.pos++ }

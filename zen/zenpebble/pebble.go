@@ -208,20 +208,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if cfg.flush > 0 {
 		s.lastFlush.Store(time.Now().UnixNano())
 	}
-	// Pebble calls these with its own lock held: they only count and log.
-	po.EventListener = &pebble.EventListener{
-		FlushEnd: func(pebble.FlushInfo) { s.lastFlush.Store(time.Now().UnixNano()) },
-		WriteStallBegin: func(i pebble.WriteStallBeginInfo) {
-			s.stalls.Add(1)
-			s.stallAt.Store(time.Now().UnixNano())
-			cfg.logger.Warn("pebble write stall: writes wait", zap.String("reason", i.Reason))
-		},
-		WriteStallEnd: func() {
-			d := time.Duration(max(0, time.Now().UnixNano()-s.stallAt.Load()))
-			s.stallNanos.Add(int64(d))
-			cfg.logger.Warn("pebble write stall ended", zap.Duration("took", d))
-		},
-	}
+	po.EventListener = s.events(cfg.logger)
 	if cfg.cache > 0 {
 		c := pebble.NewCache(cfg.cache)
 		defer c.Unref()
@@ -256,84 +243,6 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		go s.flushOld(cfg.flush)
 	}
 	return s, nil
-}
-
-// holdEvery and holdFor: holdStates takes a reference to the database's current state every
-// holdEvery and drops it holdFor later.
-const (
-	holdEvery = 20 * time.Millisecond
-	holdFor   = time.Second
-)
-
-// holdStates keeps a reference to each state of the database it sees (an iterator, opened and
-// never positioned, every holdEvery) for holdFor, so that the reference dropped last is most
-// often its own. Whoever drops the last reference to a state that a flush or compaction
-// replaced deletes its obsolete files, and evicts their blocks from the block cache first, on
-// its own goroutine, yielding every five blocks. In the demo that goroutine was a GetFeed's
-// read, which waited 280 ms to run again (docs/read-path.md, "A request that paid for a
-// compaction"). A state current for less than holdEvery may still be released by a reader.
-func (s *Store) holdStates() {
-	defer close(s.held)
-	tick := time.NewTicker(holdEvery)
-	defer tick.Stop()
-	const depth = int(holdFor / holdEvery)
-	ring := make([]*pebble.Iterator, depth)
-	next := 0
-	defer func() {
-		for _, it := range ring {
-			if it != nil {
-				_ = it.Close()
-			}
-		}
-	}()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick.C:
-		}
-		s.life.RLock()
-		if s.closed {
-			s.life.RUnlock()
-			return
-		}
-		it, err := s.db.NewIter(nil)
-		s.life.RUnlock()
-		if err != nil {
-			continue
-		}
-		if old := ring[next]; old != nil {
-			_ = old.Close()
-		}
-		ring[next] = it
-		next = (next + 1) % depth
-	}
-}
-
-// flushOld flushes the memtable when the last flush ended at least d ago and the log holds
-// at least flushMinBytes not yet flushed (WithFlushAfter).
-func (s *Store) flushOld(d time.Duration) {
-	defer close(s.done)
-	tick := time.NewTicker(max(d/4, time.Millisecond))
-	defer tick.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-tick.C:
-		}
-		if time.Since(time.Unix(0, s.lastFlush.Load())) < d {
-			continue
-		}
-		s.life.RLock()
-		if !s.closed && s.db.Metrics().WAL.Size >= flushMinBytes {
-			if _, err := s.db.AsyncFlush(); err == nil {
-				// Not again before this flush has ended and d has passed.
-				s.lastFlush.Store(time.Now().UnixNano())
-			}
-		}
-		s.life.RUnlock()
-	}
 }
 
 // Table returns the named table. Names are 1 to 64 characters of [a-z0-9_].
@@ -828,19 +737,6 @@ func (t *Table) batchExtra(b *pebble.Batch, extra []zen.Mutation) error {
 		}
 	}
 	return nil
-}
-
-// zapLogger adapts a zap logger to pebble.Logger.
-type zapLogger struct{ l *zap.SugaredLogger }
-
-func (z zapLogger) Infof(format string, args ...any)  { z.l.Infof(format, args...) }
-func (z zapLogger) Errorf(format string, args ...any) { z.l.Errorf(format, args...) }
-
-// Fatalf logs and panics: Pebble calls it only on corruption it cannot recover from, and
-// expects it not to return.
-func (z zapLogger) Fatalf(format string, args ...any) {
-	z.l.Errorf(format, args...)
-	panic(fmt.Sprintf("pebble: "+format, args...))
 }
 
 var _ zen.MultiGetter = (*Table)(nil)

@@ -205,7 +205,11 @@ type GetFeedRequest struct {
 	PageSize int32 `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Return each item's pin and its author with the page (FeedItem.pin, FeedItem.author), so a
 	// page renders in one round trip. The objects are those GraphService.GetObjects returns, read
-	// in the same call; an item whose pin was deleted meanwhile comes without one (skip it).
+	// in the same call (one batched read per page, from the graph of this process or of the
+	// generator process it calls); an item whose pin was deleted meanwhile comes without one (skip
+	// it). When the objects cannot be read within a second the page is served without them and
+	// GetFeedResponse.objects_unavailable says so: read them with GraphService.GetObjects, or ask
+	// again.
 	IncludeObjects bool `protobuf:"varint,5,opt,name=include_objects,json=includeObjects,proto3" json:"include_objects,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
@@ -408,9 +412,13 @@ type GetFeedResponse struct {
 	Hedged bool `protobuf:"varint,7,opt,name=hedged,proto3" json:"hedged,omitempty"`
 	// Set while the user's pools are rebuilt after a long absence: the feed may be short for a
 	// moment (like Mastodon's HTTP 206 "regenerating"); ask again shortly.
-	Rebuilding    bool `protobuf:"varint,8,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Rebuilding bool `protobuf:"varint,8,opt,name=rebuilding,proto3" json:"rebuilding,omitempty"`
+	// Set when include_objects was asked and the objects could not be read (the graph's store or
+	// the generator process failing or slow): the items carry IDs only. objects_detail says why.
+	ObjectsUnavailable bool   `protobuf:"varint,9,opt,name=objects_unavailable,json=objectsUnavailable,proto3" json:"objects_unavailable,omitempty"`
+	ObjectsDetail      string `protobuf:"bytes,10,opt,name=objects_detail,json=objectsDetail,proto3" json:"objects_detail,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GetFeedResponse) Reset() {
@@ -497,6 +505,20 @@ func (x *GetFeedResponse) GetRebuilding() bool {
 		return x.Rebuilding
 	}
 	return false
+}
+
+func (x *GetFeedResponse) GetObjectsUnavailable() bool {
+	if x != nil {
+		return x.ObjectsUnavailable
+	}
+	return false
+}
+
+func (x *GetFeedResponse) GetObjectsDetail() string {
+	if x != nil {
+		return x.ObjectsDetail
+	}
+	return ""
 }
 
 type GetHedgePolicyRequest struct {
@@ -1115,7 +1137,7 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\x05fresh\x18\b \x01(\bR\x05fresh\x12)\n" +
 	"\x03pin\x18\t \x01(\v2\x17.smartfeed.graph.v1.PinR\x03pin\x120\n" +
 	"\x06author\x18\n" +
-	" \x01(\v2\x18.smartfeed.graph.v1.UserR\x06author\"\xe5\x02\n" +
+	" \x01(\v2\x18.smartfeed.graph.v1.UserR\x06author\"\xbd\x03\n" +
 	"\x0fGetFeedResponse\x121\n" +
 	"\x05items\x18\x01 \x03(\v2\x1b.smartfeed.feed.v1.FeedItemR\x05items\x12\x1f\n" +
 	"\vnext_cursor\x18\x02 \x01(\tR\n" +
@@ -1128,7 +1150,10 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\x06hedged\x18\a \x01(\bR\x06hedged\x12\x1e\n" +
 	"\n" +
 	"rebuilding\x18\b \x01(\bR\n" +
-	"rebuilding\"\x17\n" +
+	"rebuilding\x12/\n" +
+	"\x13objects_unavailable\x18\t \x01(\bR\x12objectsUnavailable\x12%\n" +
+	"\x0eobjects_detail\x18\n" +
+	" \x01(\tR\robjectsDetail\"\x17\n" +
 	"\x15GetHedgePolicyRequest\"\xaa\x02\n" +
 	"\vHedgePolicy\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x19\n" +
