@@ -65,8 +65,9 @@ func (s *GraphService) interestsExist(ctx context.Context, ids []zen.ID) error {
 }
 
 // CreatePin creates a pin on a board its author owns, placed on the board's shard, with the
-// edges user→pins, board→pins (+ pin→boards), pin→interests (+ interest→pins), then enqueues its
-// fanout. With a request_id, a retry returns the same pin and finishes any step left undone.
+// edges pin→boards and pin→interests, then user→pins, board→pins and interest→pins
+// (addPinEdges), then enqueues its fanout. With a request_id, a retry returns the same pin and
+// finishes any step left undone.
 func (s *GraphService) CreatePin(ctx context.Context, req *graphv1.CreatePinRequest) (*graphv1.Pin, error) {
 	author, err := graphTypedID("author_id", req.GetAuthorId(), req.GetAuthorIdStr(), zen.TypeUser)
 	if err != nil {
@@ -123,22 +124,41 @@ func (s *GraphService) CreatePin(ctx context.Context, req *graphv1.CreatePinRequ
 	}
 	// A replay uses what the first call stored.
 	author, board, interests = graphRef(o.Data, "author"), graphRef(o.Data, "board"), graphIDs(o.Data, "interests")
-	sq := graphSeq(o)
-	if err := s.g.AddEdge(wctx, zen.Edge{From: author, Type: zen.EdgeUserPins, To: o.ID, Seq: sq}); err != nil {
-		return nil, s.fail("add user→pins", err)
-	}
-	if err := s.addBoth(wctx, zen.Edge{From: board, Type: zen.EdgeBoardPins, To: o.ID, Seq: sq}); err != nil {
+	if err := s.addPinEdges(wctx, o, author, board, interests); err != nil {
 		return nil, err
-	}
-	for _, in := range interests {
-		if err := s.addBoth(wctx, zen.Edge{From: o.ID, Type: zen.EdgePinInterests, To: in, Seq: sq}); err != nil {
-			return nil, err
-		}
 	}
 	if err := s.enqueue(ctx, "create pin "+o.ID.String(), graphFanout(o, author, board, interests, graphInt(o.Data, "created_ms"), false)); err != nil {
 		return nil, err
 	}
 	return graphPinMsg(o), nil
+}
+
+// addPinEdges writes a new pin's edges: first the pin's own facts (pin→boards, pin→interests),
+// then the lists through which readers find it (user→pins, board→pins, interest→pins). A follow
+// backfill that runs beside the creation finds the pin through those lists and scores it from
+// its facts (its saves, its interests); written in this order, it never finds the pin before
+// them, so it scores the pin as its fanout will and writes the same pool row. Every write is
+// idempotent: a retry of the call finishes what a failure left undone.
+func (s *GraphService) addPinEdges(ctx context.Context, o zen.Object, author, board zen.ID, interests []zen.ID) error {
+	sq := graphSeq(o)
+	facts := []zen.Edge{{From: o.ID, Type: zen.EdgePinBoards, To: board, Seq: sq}}
+	for _, in := range interests {
+		facts = append(facts, zen.Edge{From: o.ID, Type: zen.EdgePinInterests, To: in, Seq: sq})
+	}
+	for _, e := range facts {
+		if err := s.g.AddEdge(ctx, e); err != nil {
+			return s.fail("add pin edge", err)
+		}
+	}
+	if err := s.g.AddEdge(ctx, zen.Edge{From: author, Type: zen.EdgeUserPins, To: o.ID, Seq: sq}); err != nil {
+		return s.fail("add user→pins", err)
+	}
+	for _, e := range facts {
+		if err := s.g.AddInverse(ctx, e); err != nil {
+			return s.fail("add inverse edge", err)
+		}
+	}
+	return nil
 }
 
 // graphFanout is the fanout payload of a pin (or a repin by author onto board).

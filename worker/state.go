@@ -13,7 +13,8 @@ import (
 // led by the user ID so they live on the user's shard:
 //
 //	user | 'a'         -> last active, ms (8 bytes); -1 = user deleted (never fanned out to again)
-//	user | 'r'         -> rebuild started at, ms (8 bytes): present while the pools are rebuilt
+//	user | 'r'         -> rebuild started at, ms (8 bytes) while the pools are rebuilt; then the
+//	                      same and 'd' (9 bytes), kept so that a rebuild run again scores as the first
 //	user | 'f' | author -> affinity: how many of author's pins user saved or liked (8-byte counter)
 //	user | 'm' | pin    -> engagement mark (author): makes the affinity increment idempotent
 //	list | 'c' | pin | … -> a fanout's progress through one receiver list (see progressKey); the
@@ -44,6 +45,25 @@ func i64(v []byte) (int64, bool) {
 		return 0, false
 	}
 	return int64(binary.BigEndian.Uint64(v)), true
+}
+
+// rebuildDone is the rebuild marker of a finished rebuild: its start, ms, then 'd'. The marker
+// stays once the rebuild is done so that the rebuild task run again (its completion lost, or the
+// outbox relay enqueueing it once more) ages the pins as of the same start and writes the same
+// pool rows; Rebuilding reads it as not rebuilding, and the next rebuild's start replaces it.
+func rebuildDone(startMs int64) []byte { return append(i64Bytes(startMs), 'd') }
+
+// rebuildMarker reads a rebuild marker: the rebuild's start, and whether the rebuild is still
+// running (false: done); ok is false when v is no marker.
+func rebuildMarker(v []byte) (startMs int64, running, ok bool) {
+	if ms, ok := i64(v); ok {
+		return ms, true, true
+	}
+	if len(v) == 9 && v[8] == 'd' {
+		ms, _ := i64(v[:8])
+		return ms, false, true
+	}
+	return 0, false, false
 }
 
 func i64Bytes(n int64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), uint64(n)) }
@@ -151,8 +171,8 @@ func (w *Worker) Rebuilding(ctx context.Context, user zen.ID) bool {
 	if err != nil {
 		return false
 	}
-	start, ok := i64(v)
-	return ok && w.now().UnixMilli()-start < w.cfg.RebuildTimeout.Milliseconds()
+	start, running, _ := rebuildMarker(v)
+	return running && w.now().UnixMilli()-start < w.cfg.RebuildTimeout.Milliseconds()
 }
 
 // startRebuild places the rebuild marker and enqueues the rebuild (a follow-backfill of the user

@@ -56,7 +56,7 @@ func (w *Worker) enqueueRebuild(ctx context.Context, user zen.ID, startMs int64)
 // board or interest into the follower's pools, scored as of the follow (the follow edge's
 // sequence), so a retry writes the same rows. If the follow is gone by then (an unfollow came
 // first), it does nothing. A payload whose target is the user itself is a rebuild (see Touch):
-// every followee's recent pins are backfilled and the rebuild marker is cleared.
+// every followee's recent pins are backfilled and the rebuild marker is marked done.
 func (w *Worker) HandleFollowBackfill(ctx context.Context, p pinlater.FollowBackfillPayload) error {
 	user, err := checkID("backfill user", p.User, zen.TypeUser)
 	if err != nil {
@@ -155,16 +155,19 @@ func (w *Worker) backfill(ctx context.Context, user, target zen.ID, kind string,
 }
 
 // rebuild backfills every followee (the most recent Config.RebuildFollowees of each kind) into
-// user's pools, aged as of the rebuild's start, then clears the rebuild marker.
+// user's pools, aged as of the rebuild's start (the marker's), then marks the rebuild done. Run
+// again once done, it reads the same start from the done marker and writes the same rows.
 func (w *Worker) rebuild(ctx context.Context, user zen.ID) error {
 	key := stateKey(user, rowRebuild, 0)
 	v, err := w.state.Get(ctx, key)
 	if err != nil && !errors.Is(err, zen.ErrNotFound) {
 		return fmt.Errorf("rebuild %d: %w", user, err)
 	}
-	refMs, ok := i64(v)
+	refMs, running, ok := rebuildMarker(v)
 	if !ok {
-		refMs = w.now().UnixMilli() // marker already cleared: a retry after success
+		// No marker: Touch writes it before it enqueues the rebuild, so only a rebuild
+		// enqueued by other means gets here; it is aged as of now.
+		refMs = w.now().UnixMilli()
 	}
 	for _, kind := range []string{pinlater.KindUser, pinlater.KindBoard, pinlater.KindInterest} {
 		follows, _, _, _ := followEdge(kind)
@@ -178,9 +181,10 @@ func (w *Worker) rebuild(ctx context.Context, user zen.ID) error {
 			}
 		}
 	}
-	if ok {
-		if _, err := w.state.CheckAndSet(ctx, key, v, nil); err != nil {
-			return fmt.Errorf("rebuild %d: clear marker: %w", user, err)
+	if running {
+		// From this run's marker only: a rebuild started meanwhile keeps its own.
+		if _, err := w.state.CheckAndSet(ctx, key, v, rebuildDone(refMs)); err != nil {
+			return fmt.Errorf("rebuild %d: mark done: %w", user, err)
 		}
 	}
 	w.m.tasks.WithLabelValues("rebuild").Inc()

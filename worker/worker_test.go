@@ -335,6 +335,52 @@ func TestRebuildSignal(t *testing.T) {
 	}
 }
 
+// TestRebuildRunAgainWritesSameRows: a rebuild task that runs again after it finished (its
+// completion lost with a failed-over Redis primary, or the outbox relay enqueueing it once more)
+// ages the pins as of the rebuild's start, as its first run did, so it writes the same pool rows
+// at any later time: no second row per pin with a lower score.
+func TestRebuildRunAgainWritesSameRows(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, zenmem.New(), Config{InactiveAfter: 24 * time.Hour}, 1, nil)
+	away := w.followers[0]
+	if err := w.w.SetLastActive(ctx, away, w.clk.now().Add(-48*time.Hour).UnixMilli()); err != nil {
+		t.Fatal(err)
+	}
+	w.clk.add(time.Hour)
+	if rb, err := w.w.Touch(ctx, away); err != nil || !rb {
+		t.Fatalf("Touch of a returning user = %v, %v; want true", rb, err)
+	}
+	if w.q.len() != 1 {
+		t.Fatalf("%d tasks queued after Touch, want the rebuild", w.q.len())
+	}
+	rebuild := w.q.pending[0]
+	if err := w.q.run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w.w.Rebuilding(ctx, away) {
+		t.Fatal("still rebuilding after the rebuild ran")
+	}
+	pools, state := snapshot(t, w.pools), snapshot(t, w.state)
+	if n, _ := w.w.Pools().Size(ctx, away, 0); n != 4 {
+		t.Fatalf("rebuilt pools hold %d entries, want alice's 4 pins", n)
+	}
+	for _, later := range []time.Duration{time.Minute, 6 * time.Hour} {
+		w.clk.add(later)
+		if err := handler(t, w.q, rebuild.Type()).ProcessTask(ctx, rebuild); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(pools, snapshot(t, w.pools)); diff != "" {
+			t.Errorf("the rebuild run again %v later changed the pools (-first run +again):\n%s", later, diff)
+		}
+		if diff := cmp.Diff(state, snapshot(t, w.state)); diff != "" {
+			t.Errorf("the rebuild run again %v later changed the state (-first run +again):\n%s", later, diff)
+		}
+		if w.w.Rebuilding(ctx, away) {
+			t.Errorf("rebuilding after the rebuild ran again %v later", later)
+		}
+	}
+}
+
 // TestHotAuthorChunks: a follower list above HotFollowers is split into ceil(n/ChunkSize) chunk
 // tasks (enqueued with the bulk option; TestPinlaterRedis checks the queue on a real Redis); a
 // list of at most InlineReceivers is delivered in the fanout task itself, whole even past a page;

@@ -311,23 +311,27 @@ func testFailoverLosesNothing(t *testing.T, sn failoverTarget) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// rows counts the Following pool rows of user that hold pin (Top shows a pin once however
+	// pinRows returns the Following pool rows of user that hold pin (Top shows a pin once however
 	// many rows it has; a fanout run twice with different scores would leave two).
-	rows := func(user, pin uint64) (int, error) {
+	pinRows := func(user, pin uint64) ([]zen.KV, error) {
 		prefix := make([]byte, 9)
 		binary.BigEndian.PutUint64(prefix, user)
 		prefix[8] = byte(zen.SourceFollowing)
 		kvs, err := poolsT.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: zen.PrefixEnd(prefix)})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		c := 0
+		var out []zen.KV
 		for _, kv := range kvs {
 			if len(kv.Key) >= 25 && binary.BigEndian.Uint64(kv.Key[17:25]) == pin {
-				c++
+				out = append(out, kv)
 			}
 		}
-		return c, nil
+		return out, nil
+	}
+	rows := func(user, pin uint64) (int, error) {
+		kvs, err := pinRows(user, pin)
+		return len(kvs), err
 	}
 
 	// The stream: a pin every 50 ms until stop closes. A watcher notes when each pin answered
@@ -625,6 +629,23 @@ func testFailoverLosesNothing(t *testing.T, sn failoverTarget) {
 	}
 	if len(dup) > 0 {
 		t.Errorf("%d (follower, pin) pairs delivered more than once (several pool rows), e.g. %v", len(dup), dup[:min(5, len(dup))])
+		// What differs between the rows: the score (in the key) says which feature a second
+		// delivery read differently; the value, which delivery wrote it.
+		for _, d := range dup[:min(3, len(dup))] {
+			kvs, err := pinRows(d.user, d.pin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, kv := range kvs {
+				_, _, score, _, err := zen.ParsePoolKey(kv.Key)
+				if err != nil || len(kv.Value) < 32 {
+					t.Logf("user %d pin %d: row %x -> %x (%v)", d.user, d.pin, kv.Key, kv.Value, err)
+					continue
+				}
+				t.Logf("user %d pin %d: row score %v, created ms %d, reason %q", d.user, d.pin, score,
+					binary.BigEndian.Uint64(kv.Value[24:32]), kv.Value[32:])
+			}
+		}
 	}
 	// Recovery: when the first pin created after the kill reached its followers (the queues
 	// run again), and the longest a pin created after the kill took to reach them.
