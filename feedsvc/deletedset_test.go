@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -96,8 +97,10 @@ func TestDeletedSetRacesDeletes(t *testing.T) {
 	// The deletes start once both readers have answered once, so that reads and deletes overlap
 	// however the goroutines are scheduled.
 	var wg, ready sync.WaitGroup
+	var sets []*DeletedSet
 	for r := range 2 {
 		set := NewDeletedSet(graphOver(t, graphStore))
+		sets = append(sets, set)
 		// Each set compacts the log every 8 deletions or so: the readers also race the
 		// compactions and the trims (their own and the other's).
 		set.SetCompactAfter(8)
@@ -135,6 +138,18 @@ func TestDeletedSetRacesDeletes(t *testing.T) {
 	}
 	ready.Wait()
 	for i, p := range all {
+		if i == n/2 {
+			// Halfway, a compaction has happened (the readers start them as the log grows), so
+			// the second half of the deletes races the trimmed log and later compactions.
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) { // polling: a background compaction
+				if pos, _, err := graphOver(t, graphStore).DeletionSnapshot(ctx); err == nil && pos > 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no compaction within 10s of the readers seeing 150 deletions")
+				}
+			}
+		}
 		if err := writer.Delete(ctx, p); err != nil {
 			t.Fatal(err)
 		}
@@ -142,6 +157,10 @@ func TestDeletedSetRacesDeletes(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
+	// The compactions run in the background: the ones the readers started end before the check.
+	for _, set := range sets {
+		set.Wait()
+	}
 	if pos, _, err := graphOver(t, graphStore).DeletionSnapshot(ctx); err != nil || pos == 0 {
 		t.Errorf("snapshot at %d, %v: no compaction raced the deletes", pos, err)
 	} else {
