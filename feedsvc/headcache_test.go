@@ -36,8 +36,10 @@ type peer struct {
 func newPeer(t *testing.T, e *env, headBytes int64) peer {
 	t.Helper()
 	reg := prometheus.NewRegistry()
+	// The same checks as e's service, as every feed process of a deployment has: a peer without
+	// them would demote a prepared chunk with its removed pins in it.
 	svc, err := New(Deps{Primary: e.repl, Standby: e.standby, Generator: e.gen, Enqueuer: e.queue,
-		Registerer: reg, TrimEvery: 1, HeadCacheBytes: headBytes}, e.svc.Config())
+		Registerer: reg, TrimEvery: 1, HeadCacheBytes: headBytes, Liveness: e.svc.live, Eligibility: e.svc.elig}, e.svc.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
