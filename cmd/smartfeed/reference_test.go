@@ -417,8 +417,7 @@ func checkAgainstDescriptor(t *testing.T, d protoDoc) {
 			want["rpc "+rel(s.Methods().Get(j).FullName())] = true
 		}
 	}
-	var enums func(es protoreflect.EnumDescriptors)
-	enums = func(es protoreflect.EnumDescriptors) {
+	enums := func(es protoreflect.EnumDescriptors) {
 		for i := 0; i < es.Len(); i++ {
 			e := es.Get(i)
 			want["enum "+rel(e.FullName())] = true
