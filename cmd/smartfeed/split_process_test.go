@@ -939,7 +939,9 @@ func TestGraphRole(t *testing.T) {
 		}
 	}
 	slices.Sort(got)
-	want := []string{"smartfeed.board.v1.BoardService", "smartfeed.graph.v1.GraphService", "smartfeed.ingest.v1.IngestService"}
+	// EngagementService: Report writes through this process's outbox, as the graph's writes do.
+	want := []string{"smartfeed.board.v1.BoardService", "smartfeed.engagement.v1.EngagementService",
+		"smartfeed.graph.v1.GraphService", "smartfeed.ingest.v1.IngestService"}
 	if !slices.Equal(got, want) {
 		t.Errorf("graph role serves %v, want %v", got, want)
 	}
