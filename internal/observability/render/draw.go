@@ -131,7 +131,7 @@ func drawPanel(area draw.Canvas, r Result, rng Range) error {
 	p.Title.TextStyle.Font.Size = vg.Length(11)
 	p.Title.Padding = px(6)
 	p.X.Min, p.X.Max = float64(rng.Start.Unix()), float64(rng.End.Unix())
-	p.X.Tick.Marker = plot.TimeTicks{Format: timeFormat(rng)}
+	p.X.Tick.Marker = timeTicks{format: timeFormat(rng)}
 	p.Y.Tick.Marker = unitTicks{unit: r.Panel.Unit}
 	for _, a := range []*plot.Axis{&p.X, &p.Y} {
 		a.Tick.Label.Font.Size = vg.Length(8)
@@ -171,9 +171,7 @@ func drawPanel(area draw.Canvas, r Result, rng Range) error {
 		area.FillText(msg, area.Center(), "no data")
 		return nil
 	}
-	if p.Y.Min >= 0 && r.Panel.Unit != "percentunit" {
-		p.Y.Min = 0
-	}
+	p.Y.Min, p.Y.Max = yRange(p.Y.Min, p.Y.Max, r.Panel.Unit)
 	lh := drawLegend(area, legend)
 	p.Draw(draw.Crop(area, 0, 0, lh, 0))
 	return nil
@@ -185,6 +183,51 @@ func timeFormat(r Range) string {
 		return "15:04:05"
 	}
 	return "15:04"
+}
+
+// yRange is the value axis's range for data from lo to hi: from 0 when nothing is negative
+// (a ratio near 100% keeps its own lower bound), and a flat series drawn inside the range rather
+// than on an axis stretched around it ([0, 1] for zeros, [0, 1] for a ratio up to 100%, else from
+// 0 to a quarter above the value).
+func yRange(lo, hi float64, unit string) (float64, float64) {
+	switch {
+	case lo == hi && lo == 0:
+		return 0, 1
+	case lo == hi && unit == "percentunit" && lo > 0 && lo <= 1:
+		return 0, 1
+	case lo == hi && lo > 0:
+		return 0, 1.25 * hi
+	case lo == hi:
+		return 1.25 * lo, 0
+	case lo >= 0 && unit != "percentunit":
+		return 0, hi
+	}
+	return lo, hi
+}
+
+// timeTicks puts the time axis's labels on round times (every 10 s ... 1 h), five to ten of them.
+type timeTicks struct{ format string }
+
+// Ticks implements plot.Ticker.
+func (tt timeTicks) Ticks(lo, hi float64) []plot.Tick {
+	steps := []float64{10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 43200, 86400}
+	step := steps[len(steps)-1]
+	for _, s := range steps {
+		if (hi-lo)/s <= 8 {
+			step = s
+			break
+		}
+	}
+	var ticks []plot.Tick
+	for v := math.Ceil(lo/step) * step; v <= hi; v += step {
+		ticks = append(ticks, plot.Tick{Value: v, Label: time.Unix(int64(v), 0).UTC().Format(tt.format)})
+		for m := 1; m < 5; m++ {
+			if minor := v + float64(m)*step/5; minor <= hi {
+				ticks = append(ticks, plot.Tick{Value: minor})
+			}
+		}
+	}
+	return ticks
 }
 
 // statSuffix is a stat panel's value as Grafana shows it: the last value of each series.

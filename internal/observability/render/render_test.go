@@ -328,3 +328,38 @@ func TestDraw(t *testing.T) {
 		t.Errorf("PNG of %d KB: over 200 KB", len(b)>>10)
 	}
 }
+
+func TestYRange(t *testing.T) {
+	for _, tc := range []struct {
+		lo, hi         float64
+		unit           string
+		wantLo, wantHi float64
+	}{
+		{0, 0, "short", 0, 1},
+		{1, 1, "percentunit", 0, 1},
+		{4, 4, "ops", 0, 5},
+		{-2, -2, "short", -2.5, 0},
+		{3, 9, "ops", 0, 9},
+		{0.98, 1, "percentunit", 0.98, 1},
+		{-1, 2, "short", -1, 2},
+	} {
+		lo, hi := yRange(tc.lo, tc.hi, tc.unit)
+		if lo != tc.wantLo || hi != tc.wantHi {
+			t.Errorf("yRange(%v, %v, %s) = [%v, %v], want [%v, %v]", tc.lo, tc.hi, tc.unit, lo, hi, tc.wantLo, tc.wantHi)
+		}
+	}
+}
+
+func TestTimeTicks(t *testing.T) {
+	lo := float64(time.Date(2026, 12, 6, 10, 54, 36, 0, time.UTC).Unix())
+	var labels []string
+	for _, tk := range (timeTicks{format: "15:04:05"}).Ticks(lo, lo+302) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	want := []string{"10:55:00", "10:56:00", "10:57:00", "10:58:00", "10:59:00"}
+	if diff := cmp.Diff(want, labels); diff != "" {
+		t.Errorf("labels of a 5-minute range (-want +got):\n%s", diff)
+	}
+}
