@@ -9,7 +9,7 @@ SERVICES := scripts/with-services.sh
 # before and after, never on the user's (scripts/with-services.sh, SMARTFEED_SERVICES=test).
 TEST_SERVICES := SMARTFEED_SERVICES=test scripts/with-services.sh
 
-.PHONY: help build test test-long test-memory test-failover test-hbase-cluster test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo helm-lint kubeconform image rules services-up services-down
+.PHONY: help build test test-long test-memory test-failover test-hbase-cluster test-short lint proto check-generated bench bench-full bench-hbase bench-docs bench-micro fuzz demo dashboards-render helm-lint kubeconform image rules services-up services-down
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
@@ -87,6 +87,9 @@ demo: ## start Redis and run the smartfeed demo (Pebble under run/demo; DEMO_ARG
 rules: ## promtool check rules and test rules on the chart's Prometheus rules (promtool built into bin/tools/ the first time, scripts/promtool.sh)
 	scripts/promtool.sh check rules charts/smartfeed/files/prometheus/rules.yaml
 	scripts/promtool.sh test rules internal/observability/testdata/rules_test.yaml
+
+dashboards-render: ## draw the chart's Grafana dashboards as PNGs into docs/dashboards/ from a demo run (DURATION, default 5m) that a loopback Prometheus scraped (Debian's, installed if missing): the panels' data, not Grafana screenshots (scripts/dashboards-render.sh)
+	GO="$(GO)" scripts/dashboards-render.sh
 
 helm-lint: ## helm lint + helm template of charts/smartfeed, decoded strictly into Kubernetes types (helm pinned in charts/go.mod), then kubeconform
 	cd charts && $(GO) tool helm lint --strict smartfeed && $(GO) tool helm lint --strict smartfeed -f smartfeed/ci/hbase-values.yaml && $(GO) test -count=1 ./...

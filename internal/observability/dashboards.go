@@ -137,6 +137,11 @@ func (b *builder) panel(kind, title, desc, unit string, w int, qs ...q) {
 // ns is the namespace selector every query carries.
 const ns = `namespace=~"$namespace"`
 
+// notInvalid is the rate of GetFeed calls that count for availability. The error ratio falls back
+// to 0 times it: the counter has no series for an error outcome before the first error, and the
+// panel shows 0, not "no data", for a deployment that never failed.
+const notInvalid = `sum(rate(smartfeed_feed_requests_total{` + ns + `,outcome!="invalid"}[$__rate_interval]))`
+
 // Dashboards returns the chart's dashboards by file name.
 func Dashboards() map[string]Dashboard {
 	return map[string]Dashboard{
@@ -153,7 +158,7 @@ func feedServing() Dashboard {
 	b.panel("timeseries", "GetFeed calls by outcome", "smartfeed_feed_requests_total by outcome: ok, invalid (the caller's mistake), overloaded (shed), unavailable.", "reqps", 12,
 		q{`sum by (outcome) (rate(smartfeed_feed_requests_total{` + ns + `}[$__rate_interval]))`, "{{outcome}}"})
 	b.panel("timeseries", "GetFeed error ratio", "Share of calls failing (unavailable or overloaded) among calls not invalid: the availability SLI.", "percentunit", 12,
-		q{`sum(rate(smartfeed_feed_requests_total{` + ns + `,outcome=~"unavailable|overloaded"}[$__rate_interval])) / sum(rate(smartfeed_feed_requests_total{` + ns + `,outcome!="invalid"}[$__rate_interval]))`, "errors"})
+		q{`(sum(rate(smartfeed_feed_requests_total{` + ns + `,outcome=~"unavailable|overloaded"}[$__rate_interval])) or 0 * ` + notInvalid + `) / ` + notInvalid, "errors"})
 	b.panel("timeseries", "GetFeed latency", "Answered calls, from smartfeed_feed_request_seconds.", "s", 12,
 		q{`histogram_quantile(0.5, sum by (le) (rate(smartfeed_feed_request_seconds_bucket{` + ns + `}[$__rate_interval])))`, "p50"},
 		q{`histogram_quantile(0.99, sum by (le) (rate(smartfeed_feed_request_seconds_bucket{` + ns + `}[$__rate_interval])))`, "p99"},
