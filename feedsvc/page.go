@@ -28,88 +28,116 @@ type genResult struct {
 	err error
 }
 
+// readResult is a first page's read of the materialized feed.
+type readResult struct {
+	res pageRead
+	out hedge.Outcome
+	err error
+}
+
+// firstPage composes a first page by the first of four ways that applies: the feed alone when
+// the primary's breaker is open (breakerPage); this process's young prepared chunk in front of
+// the feed (preparedPage); the feed as it stands when the generator was asked a moment ago
+// (recentPage); else a fresh chunk from the generator, read beside the feed (generatedPage).
 func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size int) (Page, error) {
 	pageStart := time.Now()
 	if state, why := s.hedger.BreakerStatus(); state == hedge.BreakerOpen {
-		// The primary is failing or hanging (its breaker opened on the reads). A chunk could not
-		// be recorded on it before the answer: generating one would take pins from the pools,
-		// wait PersistTimeout on the primary, and give them back. Serve the materialized feed
-		// (the breaker routes the read to the standby first) without calling the generator.
-		start := time.Now()
-		res, out, err := s.read(ctx, user, nil, size)
-		s.m.observeStage(stageRead, time.Since(start))
-		if err != nil {
-			return Page{}, err
-		}
-		page := Page{From: out.From, Hedged: out.Hedged, FreshStatus: FreshPrimaryDown,
-			FreshDetail: "the primary feed store's circuit breaker is open (" + why + "): no fresh chunk can be recorded"}
-		s.fill(&page, user, nil, res, size, nil)
-		return page, nil
+		return s.breakerPage(ctx, user, size, why)
 	}
-	type readResult struct {
-		res pageRead
-		out hedge.Outcome
-		err error
-	}
-	readCh := make(chan readResult, 1)
+	var early *readResult
 	if cfg.PrepareAfter > 0 && s.maybePrepared(user) {
 		// This process prepared the user's next chunk: read first, and serve it if it is young,
 		// with no generator call.
-		start := time.Now()
-		res, out, err := s.read(ctx, user, nil, size)
-		s.m.observeStage(stageRead, time.Since(start))
-		if err != nil {
-			return Page{}, err
-		}
-		if len(res.prepared) == 0 || res.prepared[0].pc.Owner != s.incarnation {
-			// Served or materialized meanwhile; or the newest is another incarnation's, which
-			// the page through the generator below shows as feed items.
-			s.forgetPrepared(user)
-		} else if s.now().UnixMilli()-res.prepared[0].pc.ServedMs <= cfg.PreparedMaxAge.Milliseconds() {
-			page := Page{From: out.From, Hedged: out.Hedged, FreshStatus: FreshEmpty}
-			served := s.servePrepared(ctx, user, res.prepared, prepServed)
-			if len(served) > 0 {
-				page.FreshStatus = FreshIncluded
-			}
-			s.fill(&page, user, nil, res, size, served)
-			s.prepareLater(user, cfg, 0)
-			s.m.observeStage(stagePagePrepared, time.Since(pageStart))
-			return page, nil
-		}
-		readCh <- readResult{res, out, nil}
-	}
-	if since, ok := s.askedWithin(user, cfg.MinChunkInterval); ok {
-		// The generator was asked for this user's chunk a moment ago: serve the feed as it
-		// stands, and the prepared chunks in it, with no generator call.
-		var rd readResult
-		if len(readCh) > 0 {
-			rd = <-readCh
-		} else {
-			start := time.Now()
-			rd.res, rd.out, rd.err = s.read(ctx, user, nil, size)
-			s.m.observeStage(stageRead, time.Since(start))
-		}
+		rd := s.timedRead(ctx, user, size)
 		if rd.err != nil {
 			return Page{}, rd.err
 		}
-		page := Page{From: rd.out.From, Hedged: rd.out.Hedged, FreshStatus: FreshRecent,
-			FreshDetail: fmt.Sprintf("the generator was asked %v ago (feed.min_chunk_interval %v)", since, cfg.MinChunkInterval)}
-		var served map[uint64]bool
-		if len(rd.res.prepared) > 0 {
-			if served = s.servePrepared(ctx, user, rd.res.prepared, prepServed); len(served) > 0 {
-				page.FreshStatus, page.FreshDetail = FreshIncluded, ""
-			}
+		if page, ok := s.preparedPage(ctx, cfg, user, size, rd.res, rd.out, pageStart); ok {
+			return page, nil
 		}
-		// The next chunk is prepared once the interval allows (a no-op when one is scheduled, or
-		// when the preparations found the pools empty: then the first visit after the interval
-		// asks the generator itself), also when nothing was served.
-		s.prepareLater(user, cfg, 0)
-		s.fill(&page, user, nil, rd.res, size, served)
-		s.m.observeStage(stagePageRecent, time.Since(pageStart))
-		return page, nil
+		early = &rd
 	}
-	// The generator runs with its own deadline; if it ignores the deadline, the request leaves
-	// without it and a background reader settles whatever it returns late.
+	if since, ok := s.askedWithin(user, cfg.MinChunkInterval); ok {
+		return s.recentPage(ctx, cfg, user, size, early, since, pageStart)
+	}
+	return s.generatedPage(ctx, cfg, user, size, early, pageStart)
+}
+
+// timedRead reads the first page of the materialized feed, timed as the read stage.
+func (s *Service) timedRead(ctx context.Context, user zen.ID, size int) readResult {
+	start := time.Now()
+	var rd readResult
+	rd.res, rd.out, rd.err = s.read(ctx, user, nil, size)
+	s.m.observeStage(stageRead, time.Since(start))
+	return rd
+}
+
+// breakerPage serves the materialized feed without calling the generator. The primary is
+// failing or hanging (its breaker opened on the reads): a chunk could not be recorded on it
+// before the answer, so generating one would take pins from the pools, wait PersistTimeout on
+// the primary, and give them back. The breaker routes the read to the standby first.
+func (s *Service) breakerPage(ctx context.Context, user zen.ID, size int, why string) (Page, error) {
+	rd := s.timedRead(ctx, user, size)
+	if rd.err != nil {
+		return Page{}, rd.err
+	}
+	page := Page{From: rd.out.From, Hedged: rd.out.Hedged, FreshStatus: FreshPrimaryDown,
+		FreshDetail: "the primary feed store's circuit breaker is open (" + why + "): no fresh chunk can be recorded"}
+	s.fill(&page, user, nil, rd.res, size, nil)
+	return page, nil
+}
+
+// preparedPage serves the newest prepared chunk res met when it is this incarnation's and
+// younger than PreparedMaxAge; ok is false when the page goes on without it.
+func (s *Service) preparedPage(ctx context.Context, cfg Config, user zen.ID, size int, res pageRead, out hedge.Outcome, pageStart time.Time) (page Page, ok bool) {
+	if len(res.prepared) == 0 || res.prepared[0].pc.Owner != s.incarnation {
+		// Served or materialized meanwhile; or the newest is another incarnation's, which
+		// the page through the generator shows as feed items.
+		s.forgetPrepared(user)
+		return Page{}, false
+	}
+	if s.now().UnixMilli()-res.prepared[0].pc.ServedMs > cfg.PreparedMaxAge.Milliseconds() {
+		return Page{}, false
+	}
+	page = Page{From: out.From, Hedged: out.Hedged, FreshStatus: FreshEmpty}
+	served := s.servePreparedOn(ctx, &page, user, res.prepared, prepServed)
+	s.fill(&page, user, nil, res, size, served)
+	s.prepareLater(user, cfg, 0)
+	s.m.observeStage(stagePagePrepared, time.Since(pageStart))
+	return page, true
+}
+
+// recentPage serves the feed as it stands, and the prepared chunks in it, with no generator
+// call: the generator was asked for this user's chunk since ago, within MinChunkInterval.
+// early is the read a look for a prepared chunk made already, if any.
+func (s *Service) recentPage(ctx context.Context, cfg Config, user zen.ID, size int, early *readResult, since time.Duration, pageStart time.Time) (Page, error) {
+	var rd readResult
+	if early != nil {
+		rd = *early
+	} else {
+		rd = s.timedRead(ctx, user, size)
+	}
+	if rd.err != nil {
+		return Page{}, rd.err
+	}
+	page := Page{From: rd.out.From, Hedged: rd.out.Hedged, FreshStatus: FreshRecent,
+		FreshDetail: fmt.Sprintf("the generator was asked %v ago (feed.min_chunk_interval %v)", since, cfg.MinChunkInterval)}
+	served := s.servePreparedOn(ctx, &page, user, rd.res.prepared, prepServed)
+	// The next chunk is prepared once the interval allows (a no-op when one is scheduled, or
+	// when the preparations found the pools empty: then the first visit after the interval
+	// asks the generator itself), also when nothing was served.
+	s.prepareLater(user, cfg, 0)
+	s.fill(&page, user, nil, rd.res, size, served)
+	s.m.observeStage(stagePageRecent, time.Since(pageStart))
+	return page, nil
+}
+
+// generatedPage asks the generator for a fresh chunk and reads the feed at the same time (or
+// takes early, the read a look for a prepared chunk made already), records the chunk, and
+// serves it in front of the feed. The generator runs with its own deadline; if it ignores the
+// deadline, the request leaves without it and a background reader settles whatever it returns
+// late.
+func (s *Service) generatedPage(ctx context.Context, cfg Config, user zen.ID, size int, early *readResult, pageStart time.Time) (Page, error) {
 	s.noteAsked(user)
 	genCh := make(chan genResult, 1)
 	gctx, gcancel := context.WithTimeout(ctx, cfg.GeneratorDeadline)
@@ -119,7 +147,10 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		c, err := s.gen.GenerateChunk(gctx, user)
 		genCh <- genResult{c, err}
 	}()
-	if len(readCh) == 0 {
+	readCh := make(chan readResult, 1)
+	if early != nil {
+		readCh <- *early
+	} else {
 		go func() {
 			res, out, err := s.read(ctx, user, nil, size)
 			s.m.observeStage(stageRead, time.Since(start))
@@ -139,7 +170,26 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	rd := <-readCh
 
 	page := Page{From: rd.out.From, Hedged: rd.out.Hedged}
-	var fresh []entry
+	fresh := s.keepChunk(ctx, cfg, user, &page, gen, timedOut, rd)
+	if rd.err != nil {
+		return Page{}, rd.err
+	}
+	// Prepared chunks the read met (this incarnation's older than PreparedMaxAge, fresh after the
+	// new chunk; another's, as feed items) are served too: their pins are at the top of the feed.
+	served := s.servePreparedOn(ctx, &page, user, rd.res.prepared, prepStale)
+	s.fill(&page, user, fresh, rd.res, size, served)
+	if gen.err == nil && !timedOut {
+		// Not when the generator failed or was late: a preparation would ask it again.
+		s.prepareLater(user, cfg, cfg.PrepareAfter)
+	}
+	s.m.observeStage(stagePageGenerated, time.Since(pageStart))
+	return page, nil
+}
+
+// keepChunk decides what becomes of the generator's answer: recorded and returned as the
+// page's fresh entries, or settled back (or as delivered, when empty), the page's fresh status
+// saying which and why.
+func (s *Service) keepChunk(ctx context.Context, cfg Config, user zen.ID, page *Page, gen genResult, timedOut bool, rd readResult) []entry {
 	switch {
 	case timedOut:
 		page.FreshStatus, page.FreshDetail = FreshTimeout, fmt.Sprintf("no chunk within %v", cfg.GeneratorDeadline)
@@ -162,35 +212,31 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	default:
 		s.noteEmptyPools(user, false)
 		pstart := time.Now()
-		var err error
-		fresh, err = s.persist(ctx, cfg, user, gen.c, rd.res, rd.out.From == hedge.Primary, false)
+		fresh, err := s.persist(ctx, cfg, user, gen.c, rd.res, rd.out.From == hedge.Primary, false)
 		s.m.observeStage(stagePersist, time.Since(pstart))
 		if err != nil {
 			page.FreshStatus, page.FreshDetail = FreshPersistFailed, err.Error()
 			s.m.persistFailed.Inc()
 			s.unrecorded(user, gen.c.ID, "record served chunk", err)
-		} else {
-			page.FreshStatus = FreshIncluded
+			return nil
 		}
+		page.FreshStatus = FreshIncluded
+		return fresh
 	}
-	if rd.err != nil {
-		return Page{}, rd.err
+	return nil
+}
+
+// servePreparedOn serves the prepared chunks rows (see servePrepared) on page, which then
+// includes fresh items if any of them was served fresh; it returns their sequences.
+func (s *Service) servePreparedOn(ctx context.Context, page *Page, user zen.ID, rows []preparedRow, outcome string) map[uint64]bool {
+	if len(rows) == 0 {
+		return nil
 	}
-	// Prepared chunks the read met (this incarnation's older than PreparedMaxAge, fresh after the
-	// new chunk; another's, as feed items) are served too: their pins are at the top of the feed.
-	var served map[uint64]bool
-	if len(rd.res.prepared) > 0 {
-		if served = s.servePrepared(ctx, user, rd.res.prepared, prepStale); len(served) > 0 && page.FreshStatus != FreshIncluded {
-			page.FreshStatus, page.FreshDetail = FreshIncluded, ""
-		}
+	served := s.servePrepared(ctx, user, rows, outcome)
+	if len(served) > 0 && page.FreshStatus != FreshIncluded {
+		page.FreshStatus, page.FreshDetail = FreshIncluded, ""
 	}
-	s.fill(&page, user, fresh, rd.res, size, served)
-	if gen.err == nil && !timedOut {
-		// Not when the generator failed or was late: a preparation would ask it again.
-		s.prepareLater(user, cfg, cfg.PrepareAfter)
-	}
-	s.m.observeStage(stagePageGenerated, time.Since(pageStart))
-	return page, nil
+	return served
 }
 
 // fill composes the page: fresh entries, then the materialized ones, each pin once, at most

@@ -87,6 +87,44 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.PersistTimeout)
 	defer cancel()
+	present, err := s.inFeed(ctx, user, c, page, fromPrimary)
+	if err != nil {
+		return nil, err
+	}
+	pc := pendingChunk{ChunkID: c.ID, ServedMs: s.now().UnixMilli(), Prepared: prepared}
+	if prepared {
+		pc.Owner = s.incarnation
+	}
+	seen := make(map[zen.ID]bool, len(c.Items))
+	var out []entry
+	for i, it := range c.Items {
+		if present[i] || seen[it.Pin] || it.Pin == 0 {
+			continue
+		}
+		seen[it.Pin] = true
+		if len(it.Reason) > maxReason {
+			it.Reason = it.Reason[:maxReason]
+		}
+		pc.Items = append(pc.Items, it)
+		pc.Pos = append(pc.Pos, uint32(i))
+		out = append(out, entry{Item: it})
+	}
+	seq, err := s.record(ctx, user, c.ID, encodePending(pc))
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].at = position{Seq: seq, Pos: pc.Pos[i]}
+	}
+	if !prepared {
+		s.enqueueMaterialize(ctx, MaterializeTask{User: user, ChunkID: c.ID, Seq: seq})
+	}
+	return out, nil
+}
+
+// inFeed reports, for each item of c, whether its pin is in user's feed already: on the page
+// read (page), in a pending chunk, or in the pin index.
+func (s *Service) inFeed(ctx context.Context, user zen.ID, c Chunk, page pageRead, fromPrimary bool) ([]bool, error) {
 	// The pins of the user's chunks served but not yet materialized are not in the pin index.
 	// The generator offers such a pin again only after a machine crash undid its chunk there
 	// (generator.Options.CallerRecords: the pending row is the chunk's durable record). Such a
@@ -129,35 +167,7 @@ func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk,
 	for j, i := range at {
 		present[i] = vals[j] != nil
 	}
-	pc := pendingChunk{ChunkID: c.ID, ServedMs: s.now().UnixMilli(), Prepared: prepared}
-	if prepared {
-		pc.Owner = s.incarnation
-	}
-	seen := make(map[zen.ID]bool, len(c.Items))
-	var out []entry
-	for i, it := range c.Items {
-		if present[i] || seen[it.Pin] || it.Pin == 0 {
-			continue
-		}
-		seen[it.Pin] = true
-		if len(it.Reason) > maxReason {
-			it.Reason = it.Reason[:maxReason]
-		}
-		pc.Items = append(pc.Items, it)
-		pc.Pos = append(pc.Pos, uint32(i))
-		out = append(out, entry{Item: it})
-	}
-	seq, err := s.record(ctx, user, c.ID, encodePending(pc))
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		out[i].at = position{Seq: seq, Pos: pc.Pos[i]}
-	}
-	if !prepared {
-		s.enqueueMaterialize(ctx, MaterializeTask{User: user, ChunkID: c.ID, Seq: seq})
-	}
-	return out, nil
+	return present, nil
 }
 
 // pendingPins returns the pins of the user's pending chunks (served, not yet materialized), found
