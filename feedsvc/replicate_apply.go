@@ -93,69 +93,93 @@ func (r *Replicator) pass(ctx context.Context) (left int, more bool, err error) 
 		}
 	}
 	r.oldest.Store(int64(binary.BigEndian.Uint64(rows[0].Key[len(logPrefix):])))
+	pg := r.sortEntries(rows, floor)
+	if err := r.copyKeys(ctx, pg.keys); err != nil {
+		return pg.left, false, err
+	}
+	if len(pg.acks) > 0 {
+		if err := r.primary.Apply(ctx, pg.acks); err != nil {
+			return pg.left, false, fmt.Errorf("acknowledge %d change-log entries: %w", len(pg.acks), err)
+		}
+	}
+	r.floor.Store(pg.floor)
+	done := time.Now()
+	lags := make([]time.Duration, len(pg.ackTimes))
+	for i, at := range pg.ackTimes {
+		lags[i] = done.Sub(time.Unix(0, at))
+		r.m.lag.Observe(lags[i].Seconds())
+	}
+	r.lags.add(lags...)
+	r.m.applied.Add(float64(len(pg.ackTimes)))
+	if pg.left == 0 && len(rows) < r.maxBatch {
+		r.oldest.Store(0)
+	}
+	return pg.left, len(rows) == r.maxBatch && len(pg.acks) > 0, nil
+}
+
+// logPage is what one page of the change log asks of a pass.
+type logPage struct {
+	keys     [][]byte       // the keys the entries name, each once: to copy
+	acks     []zen.Mutation // deletes of the entries to acknowledge once their keys are copied
+	ackTimes []int64        // the write times of those entries
+	left     int            // pending entries left in place
+	floor    uint64         // the next pass's floor, lowered below each entry left in place
+}
+
+// sortEntries sorts a page of log rows into the keys to copy, the entries to acknowledge (committed
+// ones, pending ones past PendingTimeout, and corrupt ones, dropped) and those left in place.
+func (r *Replicator) sortEntries(rows []zen.KV, floor uint64) logPage {
+	pg := logPage{floor: floor}
 	seen := map[string]bool{}
-	var keys [][]byte
-	var acks []zen.Mutation
-	var ackTimes []int64
 	now := time.Now()
 	for _, kv := range rows {
 		if len(kv.Key) != len(logPrefix)+8 {
 			r.log.Error("corrupt change-log key; dropped", zap.Int("len", len(kv.Key)))
-			acks = append(acks, zen.Mutation{Key: kv.Key, Delete: true})
+			pg.acks = append(pg.acks, zen.Mutation{Key: kv.Key, Delete: true})
 			continue
 		}
 		at := int64(binary.BigEndian.Uint64(kv.Key[len(logPrefix):]))
 		state, ks, err := decodeEntry(kv.Value)
 		if err != nil {
 			r.log.Error("corrupt change-log entry; dropped (run smartfeed resync)", zap.Int64("seq", at))
-			acks = append(acks, zen.Mutation{Key: kv.Key, Delete: true})
+			pg.acks = append(pg.acks, zen.Mutation{Key: kv.Key, Delete: true})
 			continue
 		}
 		for _, k := range ks {
 			if !seen[string(k)] {
 				seen[string(k)] = true
-				keys = append(keys, k)
+				pg.keys = append(pg.keys, k)
 			}
 		}
 		if state == entryPending && now.Sub(time.Unix(0, at)) < r.pendingTimeout {
-			left++
-			floor = min(floor, uint64(at))
+			pg.left++
+			pg.floor = min(pg.floor, uint64(at))
 			continue
 		}
-		acks = append(acks, zen.Mutation{Key: kv.Key, Delete: true})
-		ackTimes = append(ackTimes, at)
+		pg.acks = append(pg.acks, zen.Mutation{Key: kv.Key, Delete: true})
+		pg.ackTimes = append(pg.ackTimes, at)
 	}
-	if len(keys) > 0 {
-		vals, err := zen.GetMany(ctx, r.primary, keys)
-		if err != nil {
-			return left, false, fmt.Errorf("read primary: %w", err)
-		}
-		muts := make([]zen.Mutation, len(keys))
-		for i, k := range keys {
-			muts[i] = zen.Mutation{Key: k, Value: vals[i], Delete: vals[i] == nil}
-		}
-		if err := r.standby.Apply(ctx, muts); err != nil {
-			return left, false, fmt.Errorf("apply %d rows to the standby: %w", len(muts), err)
-		}
+	return pg
+}
+
+// copyKeys copies the primary's current value of each key to the standby (a delete where the
+// primary has none).
+func (r *Replicator) copyKeys(ctx context.Context, keys [][]byte) error {
+	if len(keys) == 0 {
+		return nil
 	}
-	if len(acks) > 0 {
-		if err := r.primary.Apply(ctx, acks); err != nil {
-			return left, false, fmt.Errorf("acknowledge %d change-log entries: %w", len(acks), err)
-		}
+	vals, err := zen.GetMany(ctx, r.primary, keys)
+	if err != nil {
+		return fmt.Errorf("read primary: %w", err)
 	}
-	r.floor.Store(floor)
-	done := time.Now()
-	lags := make([]time.Duration, len(ackTimes))
-	for i, at := range ackTimes {
-		lags[i] = done.Sub(time.Unix(0, at))
-		r.m.lag.Observe(lags[i].Seconds())
+	muts := make([]zen.Mutation, len(keys))
+	for i, k := range keys {
+		muts[i] = zen.Mutation{Key: k, Value: vals[i], Delete: vals[i] == nil}
 	}
-	r.lags.add(lags...)
-	r.m.applied.Add(float64(len(ackTimes)))
-	if left == 0 && len(rows) < r.maxBatch {
-		r.oldest.Store(0)
+	if err := r.standby.Apply(ctx, muts); err != nil {
+		return fmt.Errorf("apply %d rows to the standby: %w", len(muts), err)
 	}
-	return left, len(rows) == r.maxBatch && len(acks) > 0, nil
+	return nil
 }
 
 // Flush waits until every write that completed before the call is on the standby, or ctx is
