@@ -9,7 +9,9 @@ import (
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// Recording a served chunk: its sequence and the compare-and-set of its pending row.
+// Recording a served chunk before the page answers: the pins already in the feed dropped
+// (persist, inFeed), its sequence taken and its pending row written with a compare-and-set
+// (record).
 
 // unsureRecording is persist's error when the write of the chunk's pending rows failed without
 // an answer: the rows may or may not be in the store.
