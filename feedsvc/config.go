@@ -213,6 +213,45 @@ type Deps struct {
 	HeadCacheBytes int64
 }
 
+// setDefaults replaces the zero values of d's bounds by their defaults and checks those that
+// have a range (the required collaborators, the hedger and the metrics are New's).
+func (d *Deps) setDefaults() error {
+	if d.LiveTimeout <= 0 {
+		d.LiveTimeout = DefaultLiveTimeout
+	}
+	if d.ActivityWait <= 0 {
+		d.ActivityWait = DefaultActivityWait
+	}
+	if d.IndexShards == 0 {
+		d.IndexShards = DefaultIndexShards
+	}
+	if d.UnsureGrace <= 0 {
+		d.UnsureGrace = DefaultUnsureGrace
+	}
+	if d.TrimEvery == 0 {
+		d.TrimEvery = DefaultTrimEvery
+	}
+	if d.TrimEvery < 1 || d.TrimEvery > 1<<16 {
+		return fmt.Errorf("feedsvc: trim every %d is not in [1, 65536]", d.TrimEvery)
+	}
+	if d.BackgroundLanes == 0 {
+		d.BackgroundLanes = defaultBackgroundLanes()
+	}
+	if d.BackgroundLanes < 1 || d.BackgroundLanes > MaxBackgroundLanes {
+		return fmt.Errorf("feedsvc: background lanes %d is not in [1, %d]", d.BackgroundLanes, MaxBackgroundLanes)
+	}
+	if d.QuietBound == 0 {
+		d.QuietBound = DefaultQuietBound
+	}
+	if d.QuietBound < 0 || d.QuietBound > time.Second {
+		return fmt.Errorf("feedsvc: quiet bound %v is not in [0, 1s]", d.QuietBound)
+	}
+	if d.HeadCacheBytes == 0 {
+		d.HeadCacheBytes = DefaultHeadCacheBytes
+	}
+	return nil
+}
+
 // Quiet tells background work when the process's requests leave the processors free
 // (internal/quiet.Gate).
 type Quiet interface {

@@ -117,38 +117,8 @@ func New(d Deps, c Config) (*Service, error) {
 		return nil, err
 	}
 	d.Enqueuer = timedEnqueuer{Enqueuer: d.Enqueuer, m: m}
-	if d.LiveTimeout <= 0 {
-		d.LiveTimeout = DefaultLiveTimeout
-	}
-	if d.ActivityWait <= 0 {
-		d.ActivityWait = DefaultActivityWait
-	}
-	if d.IndexShards == 0 {
-		d.IndexShards = DefaultIndexShards
-	}
-	if d.UnsureGrace <= 0 {
-		d.UnsureGrace = DefaultUnsureGrace
-	}
-	if d.TrimEvery == 0 {
-		d.TrimEvery = DefaultTrimEvery
-	}
-	if d.TrimEvery < 1 || d.TrimEvery > 1<<16 {
-		return nil, fmt.Errorf("feedsvc: trim every %d is not in [1, 65536]", d.TrimEvery)
-	}
-	if d.BackgroundLanes == 0 {
-		d.BackgroundLanes = defaultBackgroundLanes()
-	}
-	if d.BackgroundLanes < 1 || d.BackgroundLanes > MaxBackgroundLanes {
-		return nil, fmt.Errorf("feedsvc: background lanes %d is not in [1, %d]", d.BackgroundLanes, MaxBackgroundLanes)
-	}
-	if d.QuietBound == 0 {
-		d.QuietBound = DefaultQuietBound
-	}
-	if d.QuietBound < 0 || d.QuietBound > time.Second {
-		return nil, fmt.Errorf("feedsvc: quiet bound %v is not in [0, 1s]", d.QuietBound)
-	}
-	if d.HeadCacheBytes == 0 {
-		d.HeadCacheBytes = DefaultHeadCacheBytes
+	if err := d.setDefaults(); err != nil {
+		return nil, err
 	}
 	head, err := newHeadCache(d.HeadCacheBytes, d.Registerer)
 	if err != nil {
