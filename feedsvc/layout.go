@@ -1,7 +1,6 @@
 package feedsvc
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,7 +20,7 @@ import (
 //	user(8) | 'p' | pin(8)              pin index: where the pin sits, seq(8) | pos(4)
 //	user(8) | 'c'                       reserved (a per-user counter; not written: see below)
 //	user(8) | 'd' | chunk ID            chunk marker: seq(8) | state(1), 0 pending, 1 done
-//	base(8) | 'q' | user(8) | seq(8)    pending-chunk index (below); base = BE64(shard<<46)
+//	base(8) | 'q' | user(8) | seq(8)    pending-chunk index (live.go); base = BE64(shard<<46)
 //
 // base is the "ID" of type 0 and local 0 on the user's shard: it sorts before every real ID
 // of the shard (whose type is at least 1), so the index of a shard is one contiguous range in
@@ -336,48 +335,4 @@ func decodeMarker(b []byte) (chunkMarker, error) {
 		return chunkMarker{}, fmt.Errorf("%w: chunk marker of %d bytes", errCorrupt, len(b))
 	}
 	return chunkMarker{seq: binary.BigEndian.Uint64(b), done: b[8] == 1}, nil
-}
-
-// Pending-chunk index of the "feed" table, one row per pending row, written just before it and
-// deleted with it (Materialize):
-//
-//	base(8) | 'q' | user(8) | seq(8)    (empty value), base = BE64(uint64(user.Shard())<<46)
-//
-// It lets RecoverAll find the users with pending chunks without scanning every feed. The rows
-// of a shard sit in that shard's region (base is the type-0 "ID" that sorts before every real
-// ID of the shard), so index writes spread across regions like the feed rows themselves.
-const (
-	prefixPendingIndex = 'q'
-	indexKeyLen        = 8 + 1 + 8 + 8
-	// DefaultIndexShards is the number of shards RecoverAll walks when Deps.IndexShards is 0:
-	// the shards of the default shard map (zen.DefaultShardMap, 0–4095).
-	DefaultIndexShards = 4096
-	// maxIndexShards is every shard a zen.ID can name.
-	maxIndexShards = zen.MaxShard + 1
-)
-
-// shardBase returns the first 8 bytes of the pending index rows of shard: BE64(shard<<46).
-func shardBase(shard uint16) []byte {
-	return binary.BigEndian.AppendUint64(make([]byte, 0, indexKeyLen), uint64(shard)<<46)
-}
-
-// indexPrefix returns base(8) | 'q' of shard: the start of the shard's pending index range.
-func indexPrefix(shard uint16) []byte { return append(shardBase(shard), prefixPendingIndex) }
-
-func pendingIndexKey(user zen.ID, seq uint64) []byte {
-	k := binary.BigEndian.AppendUint64(indexPrefix(user.Shard()), uint64(user))
-	return binary.BigEndian.AppendUint64(k, seq)
-}
-
-// indexRow splits a pending index key of shard: the user and the sequence. ok is false for a
-// key that is not one (wrong length, or a user of another shard).
-func indexRow(shard uint16, k []byte) (user zen.ID, seq uint64, ok bool) {
-	if len(k) != indexKeyLen || k[8] != prefixPendingIndex {
-		return 0, 0, false
-	}
-	user = zen.ID(binary.BigEndian.Uint64(k[9:17]))
-	if user.Shard() != shard || !bytes.Equal(k[:8], shardBase(shard)) {
-		return 0, 0, false
-	}
-	return user, binary.BigEndian.Uint64(k[17:]), true
 }

@@ -182,6 +182,50 @@ func (s *Service) liveOf(ctx context.Context, es []entry) (map[zen.ID]bool, erro
 	return s.live.Live(ctx, pins)
 }
 
+// Pending-chunk index of the "feed" table, one row per pending row, written just before it and
+// deleted with it (Materialize):
+//
+//	base(8) | 'q' | user(8) | seq(8)    (empty value), base = BE64(uint64(user.Shard())<<46)
+//
+// It lets RecoverAll find the users with pending chunks without scanning every feed. The rows
+// of a shard sit in that shard's region (base is the type-0 "ID" that sorts before every real
+// ID of the shard), so index writes spread across regions like the feed rows themselves.
+const (
+	prefixPendingIndex = 'q'
+	indexKeyLen        = 8 + 1 + 8 + 8
+	// DefaultIndexShards is the number of shards RecoverAll walks when Deps.IndexShards is 0:
+	// the shards of the default shard map (zen.DefaultShardMap, 0–4095).
+	DefaultIndexShards = 4096
+	// maxIndexShards is every shard a zen.ID can name.
+	maxIndexShards = zen.MaxShard + 1
+)
+
+// shardBase returns the first 8 bytes of the pending index rows of shard: BE64(shard<<46).
+func shardBase(shard uint16) []byte {
+	return binary.BigEndian.AppendUint64(make([]byte, 0, indexKeyLen), uint64(shard)<<46)
+}
+
+// indexPrefix returns base(8) | 'q' of shard: the start of the shard's pending index range.
+func indexPrefix(shard uint16) []byte { return append(shardBase(shard), prefixPendingIndex) }
+
+func pendingIndexKey(user zen.ID, seq uint64) []byte {
+	k := binary.BigEndian.AppendUint64(indexPrefix(user.Shard()), uint64(user))
+	return binary.BigEndian.AppendUint64(k, seq)
+}
+
+// indexRow splits a pending index key of shard: the user and the sequence. ok is false for a
+// key that is not one (wrong length, or a user of another shard).
+func indexRow(shard uint16, k []byte) (user zen.ID, seq uint64, ok bool) {
+	if len(k) != indexKeyLen || k[8] != prefixPendingIndex {
+		return 0, 0, false
+	}
+	user = zen.ID(binary.BigEndian.Uint64(k[9:17]))
+	if user.Shard() != shard || !bytes.Equal(k[:8], shardBase(shard)) {
+		return 0, 0, false
+	}
+	return user, binary.BigEndian.Uint64(k[17:]), true
+}
+
 // RecoverAll runs Recover (pending chunks served more than olderThan ago, whose materialize
 // job was lost) for the users of up to limit pending-index rows after user `after` (0: from the
 // start), and drops index rows whose pending row is gone. The index is kept per shard, so it
