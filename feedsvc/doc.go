@@ -15,6 +15,31 @@
 // Later pages read the materialized feed after the cursor; pending rows are merged in their
 // place, so a refresh before materialization shows each pin once.
 //
+// # Stages and their files
+//
+// A GetFeed goes down these stages, each in a file of its own:
+//
+//   - service.go: the Service, its construction and lifetime, the request and page types, and
+//     GetFeed itself (validation, admission in admit.go, the user's liveness and activity in
+//     live.go); config.go holds Config, Deps and their defaults.
+//   - page.go: composing a page. firstPage picks one of four ways (the feed alone while the
+//     primary's breaker is open; this process's prepared chunk; the feed as it stands when the
+//     generator was asked a moment ago; a fresh chunk from the generator read beside the feed);
+//     laterPage reads after the cursor; fill merges fresh and materialized items.
+//   - read.go: reading the materialized feed, hedged between the stores, pending chunks merged
+//     in place; the head cache (headcache.go) answers repeated first pages, and the read is
+//     filtered for deleted pins (live.go) and removals (removed.go).
+//   - record.go: recording a served chunk before the answer: the pins already in the feed
+//     dropped, its sequence taken, its pending row written (persist, record).
+//   - settle.go: settling chunks with the generator: given back when the page could not keep
+//     them, delivered once materialized, and, when a recording's outcome is unknown, once it
+//     is known.
+//   - background.go: the work a page leaves behind it: the chunk's materialization (inline in
+//     a background lane, or as a job), and the lanes and quiet gaps that bound such work.
+//   - materialize.go: materializing a chunk into the feed (the job, and the inline run).
+//   - prepare.go: preparing the user's next chunk ahead of the visit (Config.PrepareAfter),
+//     serving prepared chunks, and the per-user marks that space generator calls out.
+//
 // # Cursor
 //
 // A cursor is URL-safe base64 of version | user | seq | pos | crc32 (the project's one cursor

@@ -18,7 +18,7 @@ import (
 //	user(8) | 'f' | ^seq(8)             a pending chunk: served, not yet materialized
 //	user(8) | 'f' | ^seq(8) | pos(4)    one materialized item
 //	user(8) | 'p' | pin(8)              pin index: where the pin sits, seq(8) | pos(4)
-//	user(8) | 'c'                       the user's chunk sequence counter
+//	user(8) | 'c'                       reserved (a per-user counter; not written: see below)
 //	user(8) | 'd' | chunk ID            chunk marker: seq(8) | state(1), 0 pending, 1 done
 //	base(8) | 'q' | user(8) | seq(8)    pending-chunk index (live.go); base = BE64(shard<<46)
 //
@@ -28,8 +28,10 @@ import (
 //
 // A forward scan of user | 'f' is newest chunk first, each chunk's items in the generator's
 // order, and a pending chunk sorts just before the item rows its materialization writes.
-// Sequences come from the counter when the chunk is served, so a chunk's place in the feed is
-// fixed before the user sees it, and a cursor (seq, pos) is stable while newer chunks arrive.
+// A chunk's sequence is taken from the clock when it is served (nextSeq; the pending row's
+// compare-and-set makes it unique per user), so its place in the feed is fixed before the user
+// sees it, and a cursor (seq, pos) is stable while newer chunks arrive. No counter row is
+// written; the 'c' kind stays reserved, and Resync copies such rows like any other.
 const (
 	prefixFeed    = 'f'
 	prefixPin     = 'p'

@@ -95,32 +95,9 @@ func (s *Service) Materialize(ctx context.Context, t MaterializeTask) error {
 		pc = withoutPins(pc, removed)
 		s.m.preparedRemoved.Add(float64(n - len(pc.Items)))
 	}
-	// The claims and the item rows do not wait for their own fsync (zen.Lazily): the close
-	// below is a synced write to the same table, on the same log (every row here is led by
-	// the user's ID, so a router keeps them on one store), which makes them durable before
-	// the pending row goes. A machine crash before it leaves a prefix of them, which a retry
-	// completes: a claim for this position counts as ours, and item rows are rewritten the
-	// same. A chunk of n pins cost n+2 synced commits, each waiting its turn in the WAL that
-	// GetFeed's recordings sync through; now it costs one.
-	lctx := zen.Lazily(ctx)
-	var rows []zen.Mutation
-	skipped := 0
-	for i, it := range pc.Items {
-		at := position{Seq: t.Seq, Pos: pc.Pos[i]}
-		mine, err := s.claim(lctx, t.User, it.Pin, at)
-		if err != nil {
-			return err
-		}
-		if !mine {
-			skipped++
-			continue
-		}
-		rows = append(rows, zen.Mutation{Key: itemKey(t.User, at), Value: encodeItem(it)})
-	}
-	if len(rows) > 0 {
-		if err := s.primary.Apply(lctx, rows); err != nil {
-			return fmt.Errorf("write chunk %s: %w", t.ChunkID, err)
-		}
+	skipped, err := s.writeItems(ctx, t, pc)
+	if err != nil {
+		return err
 	}
 	if err := s.closeChunk(ctx, t); err != nil {
 		return err
@@ -133,6 +110,39 @@ func (s *Service) Materialize(ctx context.Context, t MaterializeTask) error {
 		s.m.duplicatePins.Add(float64(skipped))
 	}
 	return nil
+}
+
+// writeItems claims each of pc's pins in the pin index at its position in task t's chunk and
+// writes the item rows of those it claimed; skipped counts the pins claimed elsewhere in the
+// feed already.
+func (s *Service) writeItems(ctx context.Context, t MaterializeTask, pc pendingChunk) (skipped int, err error) {
+	// The claims and the item rows do not wait for their own fsync (zen.Lazily): the chunk's
+	// close (closeChunk, after this) is a synced write to the same table, on the same log
+	// (every row here is led by the user's ID, so a router keeps them on one store), which
+	// makes them durable before the pending row goes. A machine crash before it leaves a prefix
+	// of them, which a retry completes: a claim for this position counts as ours, and item rows
+	// are rewritten the same. Synced one by one, a chunk of n pins would cost n+2 commits, each
+	// waiting its turn in the WAL that GetFeed's recordings sync through; this way it costs one.
+	lctx := zen.Lazily(ctx)
+	var rows []zen.Mutation
+	for i, it := range pc.Items {
+		at := position{Seq: t.Seq, Pos: pc.Pos[i]}
+		mine, err := s.claim(lctx, t.User, it.Pin, at)
+		if err != nil {
+			return 0, err
+		}
+		if !mine {
+			skipped++
+			continue
+		}
+		rows = append(rows, zen.Mutation{Key: itemKey(t.User, at), Value: encodeItem(it)})
+	}
+	if len(rows) > 0 {
+		if err := s.primary.Apply(lctx, rows); err != nil {
+			return 0, fmt.Errorf("write chunk %s: %w", t.ChunkID, err)
+		}
+	}
+	return skipped, nil
 }
 
 // closeChunk replaces a materialized chunk's pending row by its done marker. Until then its item

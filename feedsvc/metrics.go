@@ -113,6 +113,8 @@ func (m *metrics) observeStage(stage string, d time.Duration) {
 	m.stage.WithLabelValues(stage).Observe(d.Seconds())
 }
 
+// newMetrics makes the service's metrics: those of the read path here, those of the work a page
+// leaves behind it in addBackground. It registers them with reg; nil registers nothing.
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -130,20 +132,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "smartfeed_feed_generator_late_total", Help: "Generator calls abandoned at the deadline."}),
 		persistFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_feed_persist_failed_total", Help: "Fresh chunks not served because they could not be recorded."}),
-		enqueueFailed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smartfeed_feed_enqueue_failed_total", Help: "Materialize jobs that could not be enqueued (left to recovery)."}),
-		reenqueued: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smartfeed_feed_reenqueued_total", Help: "Stale pending chunks re-enqueued by reads."}),
-		materialized: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smartfeed_feed_materialized_total", Help: "Materialize runs by result (done, already)."},
-			[]string{"result"}),
-		materializeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "smartfeed_feed_materialize_seconds", Help: "Materialize job latency.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
-		duplicatePins: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smartfeed_feed_duplicate_pins_total", Help: "Pins skipped at materialization because already in the feed."}),
-		trimmed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "smartfeed_feed_trimmed_total", Help: "Items dropped by trimming to the maximum length."}),
 		deletedSkipped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "smartfeed_feed_deleted_skipped_total", Help: "Materialized items skipped on read because their pin was deleted."}),
 		liveErrors: prometheus.NewCounter(prometheus.CounterOpts{
@@ -165,27 +153,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "smartfeed_feed_stage_seconds", Help: "Time spent in each stage of GetFeed (generator, read (pins_live: its liveness check), persist, enqueue, flip, user_live, activity_wait; page_prepared, page_generated and page_recent: a whole first page by its path; prepare: a preparation in the background).",
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16)}, []string{"stage"}),
-		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smartfeed_feed_prepared_total",
-			Help: "Chunks prepared ahead of a visit, by outcome (recorded, empty, failed; then served, stale, lost or foreign)."},
-			[]string{"outcome"}),
-		prepSchedule: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smartfeed_feed_prepare_scheduled_total",
-			Help: "Preparations asked for by pages, by what became of them: queued (then run: smartfeed_feed_prepared_total), coalesced (one was scheduled for the user already), empty_pool (the user's last generator call found the pools empty), dropped (the queue was full; 0 below saturation)."},
-			[]string{"result"}),
-		prepQueued: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "smartfeed_feed_prepare_queued", Help: "Preparations due and waiting for a worker."}),
-		prepRunning: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "smartfeed_feed_prepare_running", Help: "Preparations running (in a background lane)."}),
 		shed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "smartfeed_feed_shed_total",
 			Help: "GetFeed calls shed by admission control (RESOURCE_EXHAUSTED, nothing done), by reason: queue_full (the line of calls waiting for a slot was full), queue_timeout (no slot within feed.admission_wait)."},
 			[]string{"reason"}),
-		inline: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "smartfeed_feed_materialize_inline_total",
-			Help: "Served chunks by where their materialization went: done in process, or enqueued as a job (failed, busy, off)."},
-			[]string{"path"}),
 	}
+	m.addBackground()
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
@@ -196,6 +169,41 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// addBackground makes the metrics of the work a page leaves behind it: the materializations
+// (inline or as jobs), the preparations ahead of a visit and their queue.
+func (m *metrics) addBackground() {
+	m.enqueueFailed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "smartfeed_feed_enqueue_failed_total", Help: "Materialize jobs that could not be enqueued (left to recovery)."})
+	m.reenqueued = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "smartfeed_feed_reenqueued_total", Help: "Stale pending chunks re-enqueued by reads."})
+	m.materialized = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "smartfeed_feed_materialized_total", Help: "Materialize runs by result (done, already)."},
+		[]string{"result"})
+	m.materializeSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "smartfeed_feed_materialize_seconds", Help: "Materialize job latency.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)})
+	m.duplicatePins = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "smartfeed_feed_duplicate_pins_total", Help: "Pins skipped at materialization because already in the feed."})
+	m.trimmed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "smartfeed_feed_trimmed_total", Help: "Items dropped by trimming to the maximum length."})
+	m.prepared = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "smartfeed_feed_prepared_total",
+		Help: "Chunks prepared ahead of a visit, by outcome (recorded, empty, failed; then served, stale, lost or foreign)."},
+		[]string{"outcome"})
+	m.prepSchedule = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "smartfeed_feed_prepare_scheduled_total",
+		Help: "Preparations asked for by pages, by what became of them: queued (then run: smartfeed_feed_prepared_total), coalesced (one was scheduled for the user already), empty_pool (the user's last generator call found the pools empty), dropped (the queue was full; 0 below saturation)."},
+		[]string{"result"})
+	m.prepQueued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "smartfeed_feed_prepare_queued", Help: "Preparations due and waiting for a worker."})
+	m.prepRunning = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "smartfeed_feed_prepare_running", Help: "Preparations running (in a background lane)."})
+	m.inline = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "smartfeed_feed_materialize_inline_total",
+		Help: "Served chunks by where their materialization went: done in process, or enqueued as a job (failed, busy, off)."},
+		[]string{"path"})
 }
 
 // observe counts a GetFeed by outcome and, when it succeeded, observes its latency; a call of a

@@ -2,13 +2,16 @@ package feedsvc
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/smartfeed/smartfeed/zen"
 )
 
-// Recording a served chunk: its sequence and the compare-and-set of its pending row.
+// Recording a served chunk before the page answers: the pins already in the feed dropped
+// (persist, inFeed), its sequence taken and its pending row written with a compare-and-set
+// (record).
 
 // unsureRecording is persist's error when the write of the chunk's pending rows failed without
 // an answer: the rows may or may not be in the store.
@@ -73,3 +76,140 @@ func (s *Service) record(ctx context.Context, user zen.ID, chunkID string, pendi
 	}
 	return 0, fmt.Errorf("pending chunk: %d sequences taken in a row", attempts)
 }
+
+// persist records the served chunk as pending before the user sees it: it drops pins already
+// in the feed (pin index) or on this page, takes the chunk's sequence, writes one pending row,
+// and enqueues the materialization. It returns the chunk's entries as served.
+func (s *Service) persist(ctx context.Context, cfg Config, user zen.ID, c Chunk, page pageRead, fromPrimary, prepared bool) ([]entry, error) {
+	if c.ID == "" || len(c.ID) > maxChunkID {
+		return nil, fmt.Errorf("chunk id of %d bytes", len(c.ID))
+	}
+	if len(c.Items) > maxChunkItems {
+		return nil, fmt.Errorf("chunk of %d items, at most %d", len(c.Items), maxChunkItems)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.PersistTimeout)
+	defer cancel()
+	present, err := s.inFeed(ctx, user, c, page, fromPrimary)
+	if err != nil {
+		return nil, err
+	}
+	pc := pendingChunk{ChunkID: c.ID, ServedMs: s.now().UnixMilli(), Prepared: prepared}
+	if prepared {
+		pc.Owner = s.incarnation
+	}
+	seen := make(map[zen.ID]bool, len(c.Items))
+	var out []entry
+	for i, it := range c.Items {
+		if present[i] || seen[it.Pin] || it.Pin == 0 {
+			continue
+		}
+		seen[it.Pin] = true
+		if len(it.Reason) > maxReason {
+			it.Reason = it.Reason[:maxReason]
+		}
+		pc.Items = append(pc.Items, it)
+		pc.Pos = append(pc.Pos, uint32(i))
+		out = append(out, entry{Item: it})
+	}
+	seq, err := s.record(ctx, user, c.ID, encodePending(pc))
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].at = position{Seq: seq, Pos: pc.Pos[i]}
+	}
+	if !prepared {
+		s.enqueueMaterialize(ctx, MaterializeTask{User: user, ChunkID: c.ID, Seq: seq})
+	}
+	return out, nil
+}
+
+// inFeed reports, for each item of c, whether its pin is in user's feed already: on the page
+// read (page), in a pending chunk, or in the pin index.
+func (s *Service) inFeed(ctx context.Context, user zen.ID, c Chunk, page pageRead, fromPrimary bool) ([]bool, error) {
+	// The pins of the user's chunks served but not yet materialized are not in the pin index.
+	// The generator offers such a pin again only after a machine crash undid its chunk there
+	// (generator.Options.CallerRecords: the pending row is the chunk's durable record). Such a
+	// chunk is newer than every materialized one (a materialization settles its chunk with a
+	// synced write to the generator's log, which makes the earlier chunks durable there too),
+	// so a page read from the primary that went past the pending chunks met it. Otherwise (the
+	// standby answered, or the page filled up with pending items) the pending chunks are read
+	// from the primary, through their index.
+	var onPage map[zen.ID]bool
+	if fromPrimary && page.pastPending {
+		onPage = make(map[zen.ID]bool, len(page.entries)+len(page.pendingPins))
+	} else {
+		var err error
+		if onPage, err = s.pendingPins(ctx, user); err != nil {
+			return nil, fmt.Errorf("pending chunks: %w", err)
+		}
+	}
+	for _, e := range page.entries {
+		onPage[e.Pin] = true
+	}
+	for _, p := range page.pendingPins {
+		onPage[p] = true
+	}
+	// One batched read of the chunk's pins in the pin index, not a goroutine per pin.
+	present := make([]bool, len(c.Items))
+	var keys [][]byte
+	var at []int
+	for i, it := range c.Items {
+		if onPage[it.Pin] {
+			present[i] = true
+			continue
+		}
+		keys = append(keys, pinKey(user, it.Pin))
+		at = append(at, i)
+	}
+	vals, idxErr := zen.GetMany(ctx, s.primary, keys)
+	if idxErr != nil {
+		return nil, fmt.Errorf("pin index: %w", idxErr)
+	}
+	for j, i := range at {
+		present[i] = vals[j] != nil
+	}
+	return present, nil
+}
+
+// pendingPins returns the pins of the user's pending chunks (served, not yet materialized), found
+// through the pending-chunk index: usually none or one chunk.
+func (s *Service) pendingPins(ctx context.Context, user zen.ID) (map[zen.ID]bool, error) {
+	prefix := binary.BigEndian.AppendUint64(indexPrefix(user.Shard()), uint64(user))
+	rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: prefix, Stop: zen.PrefixEnd(prefix), Limit: maxPendingChecked})
+	if err != nil {
+		return nil, err
+	}
+	pins := make(map[zen.ID]bool)
+	if len(rows) == 0 {
+		return pins, nil
+	}
+	keys := make([][]byte, 0, len(rows))
+	for _, kv := range rows {
+		if u, seq, ok := indexRow(user.Shard(), kv.Key); ok && u == user {
+			keys = append(keys, pendingKey(user, seq))
+		}
+	}
+	vals, err := zen.GetMany(ctx, s.primary, keys)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vals {
+		if v == nil {
+			continue // materialized: its pins are in the pin index
+		}
+		pc, err := decodePending(v)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range pc.Items {
+			pins[it.Pin] = true
+		}
+	}
+	return pins, nil
+}
+
+// maxPendingChecked bounds the pending chunks pendingPins reads. A user has one or two unless
+// materialization is down; past the bound, the pin index and Materialize still keep each pin
+// once in the feed.
+const maxPendingChecked = 64

@@ -1,0 +1,180 @@
+package feedsvc
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Background work after the answer: the served chunk's materialization, inline in a lane of
+// this process or through a job, and the lanes that bound such work.
+
+// enqueueMaterialize materializes a served chunk in the background: in this process while
+// fewer than Config.InlineMaterialize run here, else (or when that fails) through a materialize
+// job.
+func (s *Service) enqueueMaterialize(ctx context.Context, task MaterializeTask) {
+	s.afterAnswer(func() { s.materializeNow(ctx, task) })
+}
+
+// afterAnswer runs f in a goroutine of its own behind the page's response writer, counted in
+// bg and enqueues (tests wait for them). It is for what a page leaves to do after its answer:
+// the pending row is durable already, and what f does (the served mark, the materialization)
+// is made good later when it is lost (a later read, the recovery pass), so neither its Redis
+// round trips nor its writes hold the reader.
+func (s *Service) afterAnswer(f func()) {
+	s.bg.Add(1)
+	s.enqueues.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.enqueues.Done()
+		// Behind whatever is runnable: the page's response writer first (see prepareLater).
+		runtime.Gosched()
+		f()
+	}()
+}
+
+// materializeNow materializes task inline if a slot is free, else enqueues its job (bounded by
+// materializeEnqueueBound).
+func (s *Service) materializeNow(ctx context.Context, task MaterializeTask) {
+	if s.materializeInline(ctx, task) {
+		return
+	}
+	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), materializeEnqueueBound)
+	defer ecancel()
+	if err := s.enq.EnqueueMaterialize(ectx, task); err != nil {
+		s.m.enqueueFailed.Inc()
+		s.log.Warn("enqueue materialize", zap.Stringer("user", task.User), zap.String("chunk", task.ChunkID), zap.Error(err))
+	}
+}
+
+// materializeInline materializes task in this process if an inline slot is free, and reports
+// whether it is done. Materialize is safe to run twice, concurrently or after a crash, so a
+// job for the same chunk (a read that found it stale, the recovery pass) may run beside it.
+func (s *Service) materializeInline(ctx context.Context, task MaterializeTask) bool {
+	select {
+	case <-s.closing:
+		return false // shutting down: the job (or the pending row) outlives this process
+	default:
+	}
+	limit := int64(s.Config().InlineMaterialize)
+	if limit <= 0 {
+		s.m.inline.WithLabelValues(inlineOff).Inc()
+		return false
+	}
+	if s.inlineRunning.Add(1) > limit {
+		s.inlineRunning.Add(-1)
+		s.m.inline.WithLabelValues(inlineBusy).Inc()
+		return false
+	}
+	defer s.inlineRunning.Add(-1)
+	if !s.acquireLane() {
+		s.m.inline.WithLabelValues(inlineBusy).Inc()
+		return false
+	}
+	defer s.releaseLane()
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), materializeInlineBound)
+	defer cancel()
+	if err := s.Materialize(mctx, task); err != nil {
+		s.m.inline.WithLabelValues(inlineFailed).Inc()
+		s.log.Debug("materialize inline: enqueueing", zap.Stringer("user", task.User), zap.String("chunk", task.ChunkID), zap.Error(err))
+		return false
+	}
+	s.m.inline.WithLabelValues(inlineDone).Inc()
+	return true
+}
+
+// materializeEnqueueBound bounds the materialize enqueue of a first page, made after the page
+// is answered (a Redis call that takes well under a millisecond when Redis is healthy): a hung
+// or unreachable Redis holds no reader, and costs at most this long a goroutine per fresh first
+// page; the chunk's pending row, already written, is enqueued again by a later read or the
+// recovery pass.
+const materializeEnqueueBound = time.Second
+
+// materializeInlineBound bounds an inline materialization; past it the chunk is enqueued as a
+// job (which runs Materialize again: it is idempotent).
+const materializeInlineBound = 10 * time.Second
+
+// timedEnqueuer times the materialize enqueue (smartfeed_feed_stage_seconds{stage="enqueue"}).
+type timedEnqueuer struct {
+	Enqueuer
+	m *metrics
+}
+
+func (t timedEnqueuer) EnqueueMaterialize(ctx context.Context, task MaterializeTask) error {
+	start := time.Now()
+	err := t.Enqueuer.EnqueueMaterialize(ctx, task)
+	t.m.observeStage(stageEnqueue, time.Since(start))
+	return err
+}
+
+// laneWait bounds how long an inline materialization waits for a lane before it gives up and
+// goes to the queue as a job.
+const laneWait = 250 * time.Millisecond
+
+// defaultBackgroundLanes is Deps.BackgroundLanes's default: half the processors, at least one.
+// Go's scheduler has no priorities: a page's handler, its response writer and a client's reader
+// queue for a processor behind whatever is runnable, so background work that could fill every
+// processor makes the pages wait behind it, as execution traces of the bench show
+// (docs/read-path.md, "Background work waits its turn"). Bounded to half, a processor is left
+// for the requests.
+func defaultBackgroundLanes() int {
+	return max(1, runtime.GOMAXPROCS(0)/2)
+}
+
+// acquireLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
+// up to laneWait for a background lane; false when none came free or the service is closing.
+func (s *Service) acquireLane() bool {
+	s.waitQuiet()
+	select {
+	case <-s.closing:
+		return false
+	default:
+	}
+	return s.acquire(s.lanes)
+}
+
+// waitLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
+// for a background lane, however long that takes; false when the service is closing.
+func (s *Service) waitLane() bool {
+	s.waitQuiet()
+	select {
+	case s.lanes <- struct{}{}:
+		return true
+	case <-s.closing:
+		return false
+	}
+}
+
+// waitQuiet holds background work until no request is in flight, for at most quietBound (see
+// Deps.Quiet); it returns at once when the service is closing.
+func (s *Service) waitQuiet() {
+	if s.quiet == nil {
+		return
+	}
+	s.quiet.Wait(s.closingCtx, s.quietBound)
+}
+
+// acquire waits up to laneWait to put a token in sem; false when it stayed full or the service
+// is closing.
+func (s *Service) acquire(sem chan struct{}) bool {
+	select {
+	case sem <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(laneWait)
+	defer t.Stop()
+	select {
+	case sem <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
+	case <-s.closing:
+		return false
+	}
+}
+
+// releaseLane gives a lane back.
+func (s *Service) releaseLane() { <-s.lanes }
