@@ -91,7 +91,8 @@ func (d *DeletedSet) WithLogger(l *zap.Logger) *DeletedSet {
 // Wait blocks until a compaction running in the background ends.
 func (d *DeletedSet) Wait() { d.wg.Wait() }
 
-// Live implements Liveness: the valid pins the deletion log does not name, as of the call.
+// Live implements Liveness: the valid pins the deletion log does not name, as of the call (as of
+// the page's start for a page's check: see CatchUp).
 func (d *DeletedSet) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool, error) {
 	if err := d.CatchUp(ctx); err != nil {
 		return nil, err
