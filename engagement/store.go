@@ -21,6 +21,7 @@ import (
 //	user | 'h' | pin   -> the user hid pin (value: the pin's author, 8 bytes)
 //	user | 'l' | pin   -> the impression log row of pin shown to user (JSON LogRow)
 //	user | 'q' | hash  -> mark of an applied batch (the first 16 bytes of sha256 of its request ID)
+//	user | 'v'         -> the hide set's version: 8 random bytes written after each hide (HideCache)
 const Table = "engagement"
 
 const (
@@ -28,6 +29,7 @@ const (
 	rowHidden  = 'h'
 	rowLog     = 'l'
 	rowMark    = 'q'
+	rowHideVer = 'v'
 )
 
 // Limits of one user's profile: beyond them the weakest affinities, and the oldest hidden
@@ -249,6 +251,10 @@ func (s *Store) updateProfile(ctx context.Context, user zen.ID, fn func(p *Profi
 func (s *Store) Hide(ctx context.Context, user, pin, author zen.ID) error {
 	if err := s.t.Apply(ctx, []zen.Mutation{{Key: key(user, rowHidden, idBytes(pin)), Value: idBytes(author)}}); err != nil {
 		return fmt.Errorf("hide %d for %d: %w", pin, user, err)
+	}
+	// After the hide row, not with it: a reader that finds the new version finds the row.
+	if err := s.t.Apply(ctx, []zen.Mutation{newHideVersion(user)}); err != nil {
+		return fmt.Errorf("hide %d for %d: version: %w", pin, user, err)
 	}
 	if author == 0 {
 		return nil

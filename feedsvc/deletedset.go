@@ -61,6 +61,9 @@ type DeletedSet struct {
 	seen    uint64 // rows of the log applied to deleted
 	loaded  bool   // the snapshot was loaded once
 	base    uint64 // the position of the latest snapshot this set knows of
+	// asOf is when the latest read of the log that found nothing past the rows applied began
+	// (monotonic clock): every deletion acknowledged before asOf is in deleted.
+	asOf time.Time
 
 	compacting sync.Mutex // held by the one compaction running
 	wg         sync.WaitGroup
@@ -88,7 +91,8 @@ func (d *DeletedSet) WithLogger(l *zap.Logger) *DeletedSet {
 // Wait blocks until a compaction running in the background ends.
 func (d *DeletedSet) Wait() { d.wg.Wait() }
 
-// Live implements Liveness: the valid pins the deletion log does not name, as of the call.
+// Live implements Liveness: the valid pins the deletion log does not name, as of the call (as of
+// the page's start for a page's check: see CatchUp).
 func (d *DeletedSet) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool, error) {
 	if err := d.CatchUp(ctx); err != nil {
 		return nil, err
@@ -115,10 +119,21 @@ func (d *DeletedSet) Deleted(id zen.ID) bool {
 // CatchUp applies the log's rows past those already applied: first the snapshot, when the set
 // has not loaded it yet or the rows it needs were trimmed. Concurrent calls may read the same
 // rows; each row is applied once, in order.
+//
+// A page's checks (ctx carries when the page began: GetFeed) read nothing when a catch-up that
+// began after the page began has completed, its own first check's or another page's: the set
+// already names every deletion acknowledged before the page began. So a page reads the log at
+// most once, however many checks it makes (the reader, its items, its prepared chunks), and
+// concurrent pages share reads.
 func (d *DeletedSet) CatchUp(ctx context.Context) error {
+	since, isPage := pageStartOf(ctx)
 	d.mu.RLock()
 	loaded := d.loaded
+	current := isPage && loaded && !d.asOf.Before(since)
 	d.mu.RUnlock()
+	if current {
+		return nil
+	}
 	if !loaded {
 		if err := d.loadSnapshot(ctx); err != nil {
 			return err
@@ -128,6 +143,7 @@ func (d *DeletedSet) CatchUp(ctx context.Context) error {
 		d.mu.RLock()
 		after := d.seen
 		d.mu.RUnlock()
+		began := time.Now()
 		ids, err := d.log.DeletionsAfter(ctx, after, d.page)
 		if errors.Is(err, zen.ErrDeletionsTrimmed) && trimmed < 3 {
 			// Compacted past this set's position: the snapshot names the trimmed rows.
@@ -146,6 +162,10 @@ func (d *DeletedSet) CatchUp(ctx context.Context) error {
 				d.deleted[id] = struct{}{}
 				d.seen = n
 			}
+		}
+		if len(ids) < d.page && began.After(d.asOf) {
+			// Nothing was past these rows when the read began (the log has no gaps).
+			d.asOf = began
 		}
 		d.mu.Unlock()
 		if len(ids) < d.page {

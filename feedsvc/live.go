@@ -226,9 +226,10 @@ func indexRow(shard uint16, k []byte) (user zen.ID, seq uint64, ok bool) {
 	return user, binary.BigEndian.Uint64(k[17:]), true
 }
 
-// RecoverAll runs Recover (pending chunks served more than olderThan ago, whose materialize
-// job was lost) for the users of up to limit pending-index rows after user `after` (0: from the
-// start), and drops index rows whose pending row is gone. The index is kept per shard, so it
+// RecoverAll completes the pending chunks served more than olderThan ago (whose materialize job
+// was lost) named by up to limit pending-index rows after user `after` (0: from the start), and
+// those rows' users' further rows, and drops index rows whose pending row is gone. Each chunk
+// costs a point read of its pending row; a chunk younger than olderThan costs nothing more. The index is kept per shard, so it
 // walks the shards in order from the shard of `after` to the last one of Deps.IndexShards
 // (default DefaultIndexShards), one scan per shard, until it has read limit rows. It returns
 // the last user it looked at (0 when it reached the end of the index: start again from 0 next
@@ -249,6 +250,7 @@ func (s *Service) recoverAll(ctx context.Context, after zen.ID, olderThan time.D
 		return 0, 0, fmt.Errorf("%w: user %d is not an ID", ErrInvalid, uint64(after))
 	}
 	read := 0
+	cut := s.now().Add(-olderThan).UnixMilli()
 	var users []zen.ID
 	var tick *time.Ticker
 	if pace > 0 {
@@ -273,41 +275,108 @@ func (s *Service) recoverAll(ctx context.Context, after zen.ID, olderThan time.D
 			return after, n, fmt.Errorf("scan pending index of shard %d: %w", shard, err)
 		}
 		read += len(rows)
-		var orphans []zen.Mutation
 		for _, kv := range rows {
-			u, seq, ok := indexRow(uint16(shard), kv.Key)
-			if !ok {
-				continue
-			}
-			if len(users) == 0 || users[len(users)-1] != u {
+			if u, _, ok := indexRow(uint16(shard), kv.Key); ok && (len(users) == 0 || users[len(users)-1] != u) {
 				users = append(users, u)
 			}
-			if _, err := s.primary.Get(ctx, pendingKey(u, seq)); errors.Is(err, zen.ErrNotFound) {
-				orphans = append(orphans, zen.Mutation{Key: bytes.Clone(kv.Key), Delete: true})
-			} else if err != nil {
-				return after, n, fmt.Errorf("read pending chunk of %d: %w", u, err)
-			}
 		}
-		if len(orphans) > 0 {
-			if err := s.primary.Apply(ctx, orphans); err != nil {
-				return after, n, fmt.Errorf("drop stale pending index rows of shard %d: %w", shard, err)
-			}
-		}
-	}
-	for _, u := range users {
-		if u.Check(zen.TypeUser) != nil {
-			continue
-		}
-		k, err := s.Recover(ctx, u, olderThan)
+		k, err := s.recoverIndexRows(ctx, uint16(shard), rows, cut)
 		n += k
 		if err != nil {
 			return after, n, err
+		}
+		if read >= limit && len(users) > 0 {
+			// The rows may end inside the last user's, and the next call starts after that user:
+			// finish them.
+			last := users[len(users)-1]
+			_, seq, _ := indexRow(uint16(shard), rows[len(rows)-1].Key)
+			k, err := s.recoverIndexOf(ctx, last, seq+1, cut)
+			n += k
+			if err != nil {
+				return after, n, err
+			}
 		}
 	}
 	if read < limit || len(users) == 0 {
 		return 0, n, nil
 	}
 	return users[len(users)-1], n, nil
+}
+
+// recoverIndexRows recovers the chunks named by rows, pending-index rows of shard
+// (recoverIndexed), and drops those whose pending row is gone.
+func (s *Service) recoverIndexRows(ctx context.Context, shard uint16, rows []zen.KV, cutMs int64) (int, error) {
+	n := 0
+	var orphans []zen.Mutation
+	for _, kv := range rows {
+		u, seq, ok := indexRow(shard, kv.Key)
+		if !ok {
+			continue
+		}
+		done, err := s.recoverIndexed(ctx, u, seq, cutMs)
+		n += done
+		switch {
+		case errors.Is(err, zen.ErrNotFound):
+			orphans = append(orphans, zen.Mutation{Key: bytes.Clone(kv.Key), Delete: true})
+		case err != nil:
+			return n, err
+		}
+	}
+	if len(orphans) > 0 {
+		if err := s.primary.Apply(ctx, orphans); err != nil {
+			return n, fmt.Errorf("drop stale pending index rows of shard %d: %w", shard, err)
+		}
+	}
+	return n, nil
+}
+
+// recoverIndexOf recovers the chunks of user's pending-index rows from sequence seq on.
+func (s *Service) recoverIndexOf(ctx context.Context, user zen.ID, seq uint64, cutMs int64) (int, error) {
+	prefix := binary.BigEndian.AppendUint64(indexPrefix(user.Shard()), uint64(user))
+	start := pendingIndexKey(user, seq)
+	n := 0
+	for {
+		rows, err := s.primary.Scan(ctx, zen.ScanOptions{Start: start, Stop: zen.PrefixEnd(prefix), Limit: maxPendingChecked})
+		if err != nil {
+			return n, fmt.Errorf("scan pending index of %d: %w", user, err)
+		}
+		k, err := s.recoverIndexRows(ctx, user.Shard(), rows, cutMs)
+		n += k
+		if err != nil || len(rows) < maxPendingChecked {
+			return n, err
+		}
+		start = append(bytes.Clone(rows[len(rows)-1].Key), 0)
+	}
+}
+
+// recoverIndexed completes the pending chunk of user at seq, named by a pending-index row, when
+// it was served before cutMs, and reports whether it did (1) or not (0). The pending row is read
+// by its key: the pass costs a point read per pending chunk, not a scan of each user's feed
+// (Recover). An error wrapping zen.ErrNotFound says the pending row is gone (materialized): the
+// index row is stale.
+func (s *Service) recoverIndexed(ctx context.Context, user zen.ID, seq uint64, cutMs int64) (int, error) {
+	raw, err := s.primary.Get(ctx, pendingKey(user, seq))
+	if errors.Is(err, zen.ErrNotFound) {
+		return 0, err
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read pending chunk of %d: %w", user, err)
+	}
+	if user.Check(zen.TypeUser) != nil {
+		return 0, nil
+	}
+	pc, err := decodePending(raw)
+	if err != nil {
+		s.log.Warn("undecodable pending chunk", zap.Stringer("user", user), zap.Uint64("seq", seq), zap.Error(err))
+		return 0, nil
+	}
+	if pc.ServedMs >= cutMs {
+		return 0, nil
+	}
+	if err := s.Materialize(ctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: seq}); err != nil {
+		return 0, err
+	}
+	return 1, nil
 }
 
 // ChunkState is what the feed knows of a chunk the generator handed out.

@@ -229,6 +229,7 @@ type Page struct {
 func (s *Service) GetFeed(ctx context.Context, req Request) (Page, error) {
 	cfg := s.Config()
 	start := time.Now()
+	ctx = withPageStart(ctx, start)
 	if req.User == 0 || !req.User.Valid() {
 		return Page{}, fmt.Errorf("%w: user %d is not a valid ID", ErrInvalid, uint64(req.User))
 	}

@@ -139,20 +139,35 @@ func (a *app) hidingPools(ctx context.Context) generator.Pools {
 	return generator.NewHidingPools(a.pools, store)
 }
 
+// hiddenPins answers what a user hid (engagement.HideCache: one point read per call while the
+// user's hide set is unchanged).
+type hiddenPins interface {
+	HiddenPins(ctx context.Context, user zen.ID) (map[zen.ID]bool, error)
+}
+
+// feedHides is the feed's view of the users' hide sets: one cache for both filters (nil when the
+// engagement table cannot be opened, which is logged: pages are served without hide sets).
+func (a *app) feedHides(ctx context.Context) hiddenPins {
+	store, err := a.engagementStore(ctx)
+	if err != nil {
+		a.log.Error("engagement table: feed pages and prepared chunks are served without hide sets", zap.Error(err))
+		return nil
+	}
+	return engagement.NewHideCache(store, 0)
+}
+
 // hidingLiveness is the feed's Liveness that also leaves out, from a user's pages, the pins the
 // user hid (feedsvc.ReaderOf names the user).
 type hidingLiveness struct {
 	inner feedsvc.Liveness
-	hides *engagement.Store
+	hides hiddenPins
 }
 
-func (a *app) hidingLiveness(ctx context.Context, inner feedsvc.Liveness) feedsvc.Liveness {
-	store, err := a.engagementStore(ctx)
-	if err != nil {
-		a.log.Error("engagement table: feed pages are served without hide sets", zap.Error(err))
+func withHidingLiveness(inner feedsvc.Liveness, hides hiddenPins) feedsvc.Liveness {
+	if hides == nil {
 		return inner
 	}
-	return hidingLiveness{inner: inner, hides: store}
+	return hidingLiveness{inner: inner, hides: hides}
 }
 
 func (h hidingLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]bool, error) {
@@ -168,8 +183,8 @@ func (h hidingLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]boo
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("hide set of %d", user), err)
 	}
-	for p := range hidden {
-		if live[p] {
+	for _, p := range pins {
+		if hidden[p] && live[p] {
 			live[p] = false
 		}
 	}
@@ -180,16 +195,14 @@ func (h hidingLiveness) Live(ctx context.Context, pins []zen.ID) (map[zen.ID]boo
 // the pins the user hid after the chunk was composed.
 type hidingEligibility struct {
 	inner feedsvc.Eligibility
-	hides *engagement.Store
+	hides hiddenPins
 }
 
-func (a *app) hidingEligibility(ctx context.Context, inner feedsvc.Eligibility) feedsvc.Eligibility {
-	store, err := a.engagementStore(ctx)
-	if err != nil {
-		a.log.Error("engagement table: prepared chunks are served without hide sets", zap.Error(err))
+func withHidingEligibility(inner feedsvc.Eligibility, hides hiddenPins) feedsvc.Eligibility {
+	if hides == nil {
 		return inner
 	}
-	return hidingEligibility{inner: inner, hides: store}
+	return hidingEligibility{inner: inner, hides: hides}
 }
 
 func (h hidingEligibility) Removed(ctx context.Context, user zen.ID, items []feedsvc.Item) (map[zen.ID]bool, error) {

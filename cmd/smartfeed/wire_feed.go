@@ -80,8 +80,9 @@ func (a *app) buildFeed(ctx context.Context) error {
 	switch {
 	case a.graph != nil:
 		// Deleted pins are known from the graph's deletion log (a.delLog: past the cache).
-		deps.Liveness = a.hidingLiveness(ctx, a.deleted)
-		deps.Eligibility = a.hidingEligibility(ctx, graphEligibility{g: a.graph, deleted: a.deleted})
+		hides := a.feedHides(ctx)
+		deps.Liveness = withHidingLiveness(a.deleted, hides)
+		deps.Eligibility = withHidingEligibility(graphEligibility{g: a.graph, deleted: a.deleted}, hides)
 	case remote != nil:
 		deps.Liveness, deps.Eligibility = *remote, *remote
 	}
