@@ -4,6 +4,10 @@ import (
 	"context"
 	"io"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/smartfeed/smartfeed/engagement"
 	"github.com/smartfeed/smartfeed/engagementsvc"
 	"github.com/smartfeed/smartfeed/feedsvc"
 )
@@ -56,4 +60,21 @@ func (s servedImpressions) Served(_ context.Context, p feedsvc.ServedPage) {
 		items[i] = engagementsvc.Impression{Pin: it.Pin, Position: i, Fresh: it.Fresh, Source: it.Source}
 	}
 	s.l.Log(p.User, p.Cursor, items)
+}
+
+// experimentArms publishes smartfeed_experiment_arm_percent{arm, model}: each arm's share of
+// the users and the model that scores them (the console's experiment table reads it beside
+// smartfeed_engagement_events_total). The default arm is scored with the weights; learned(label)
+// names the learned arm's model each time the model file is loaded.
+func (a *app) experimentArms(exp engagement.Experiment) (learned func(label string)) {
+	g := promauto.With(a.reg).NewGaugeVec(prometheus.GaugeOpts{Name: "smartfeed_experiment_arm_percent",
+		Help: "Percent of users in each experiment arm, by arm and the model scoring it (name@version; weights: the configured weights)."},
+		[]string{"arm", "model"})
+	set := func(label string) {
+		g.Reset()
+		g.WithLabelValues(engagement.ArmDefault, "weights").Set(float64(100 - exp.LearnedPercent))
+		g.WithLabelValues(engagement.ArmLearned, label).Set(float64(exp.LearnedPercent))
+	}
+	set("weights")
+	return set
 }
