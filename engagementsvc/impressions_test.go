@@ -145,3 +145,22 @@ func TestImpressionLogNeverBlocksOrFails(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkImpressionLogLog is what a page of 25 pins costs GetFeed: Log's queueing alone
+// (the senders enqueue into a queue that answers at once).
+func BenchmarkImpressionLogLog(b *testing.B) {
+	q := funcQueue(func(_ context.Context, task *pinlater.Task) (*pinlater.Info, error) {
+		return &pinlater.Info{ID: task.ID()}, nil
+	})
+	l, err := NewImpressionLog(q, ImpressionOptions{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	user := id(zen.TypeUser, 7)
+	items := page(25)
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Log(user, "", items)
+	}
+}
