@@ -28,13 +28,18 @@ type GRPCServer struct {
 	svc *Service
 	// objects answers include_objects; nil refuses it.
 	objects *pageObjects
+	// impressions receives every page answered (WithImpressions); nil records none.
+	impressions Impressions
 }
 
 // RegisterFeed registers FeedService alone on s, with objects answering include_objects (nil:
 // such a request is refused with FailedPrecondition, naming GraphService.GetObjects instead).
 // reg receives the metrics of include_objects (nil registers nothing).
-func RegisterFeed(s grpc.ServiceRegistrar, svc *Service, objects ObjectLookup, reg prometheus.Registerer) error {
+func RegisterFeed(s grpc.ServiceRegistrar, svc *Service, objects ObjectLookup, reg prometheus.Registerer, opts ...FeedOption) error {
 	g := &GRPCServer{svc: svc}
+	for _, o := range opts {
+		o(g)
+	}
 	if objects != nil {
 		po, err := newPageObjects(objects, reg)
 		if err != nil {
@@ -172,6 +177,7 @@ func (g *GRPCServer) GetFeed(ctx context.Context, req *feedv1.GetFeedRequest) (*
 	if req.GetIncludeObjects() {
 		g.objects.attach(ctx, resp)
 	}
+	g.served(ctx, user, req.GetCursor(), p)
 	return resp, nil
 }
 

@@ -621,7 +621,7 @@ func (a *app) buildGRPC() error {
 	}
 	if a.feed != nil {
 		// FeedAdmin is on the admin port only (buildAdminGRPC).
-		if err := feedsvc.RegisterFeed(a.grpc, a.feed, a.objects, a.reg); err != nil {
+		if err := a.registerFeed(); err != nil { // wire_impressions.go
 			return err
 		}
 	}

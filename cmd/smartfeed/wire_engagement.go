@@ -52,6 +52,7 @@ func (a *app) scoringOptions(ctx context.Context, opts *worker.Options) error {
 		return fmt.Errorf("engagement: %w", err)
 	}
 	opts.Engagement, opts.Experiment, opts.NoOnlineFeatures = store, exp, !a.cfg.Engagement.OnlineFeatures
+	armModel := a.experimentArms(exp) // wire_impressions.go
 	f := a.cfg.Engagement.ModelFile
 	if f == "" {
 		return nil
@@ -75,6 +76,7 @@ func (a *app) scoringOptions(ctx context.Context, opts *worker.Options) error {
 		}
 		info.Reset()
 		info.WithLabelValues(m.Label()).Set(1)
+		armModel(m.Label())
 		log.Info("model loaded", zap.String("file", f), zap.String("model", m.Label()))
 	}
 	live.OnChange(live.Model(), nil)

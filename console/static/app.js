@@ -63,6 +63,7 @@ function route() {
   timer = null;
   if (page === 'failover') { pollFailover(); timer = setInterval(pollFailover, 2000); }
   if (page === 'queues') { pollQueues(); timer = setInterval(pollQueues, 3000); }
+  if (page === 'feed') { pollExperiment(); timer = setInterval(pollExperiment, 5000); }
   if (page === 'feed' && !feed.userId && $('feed-user').value) loadFeed();
 }
 window.addEventListener('hashchange', route);
@@ -306,6 +307,62 @@ async function metrics() {
   const r = await fetch('/metrics');
   if (!r.ok) throw new Error('/metrics: HTTP ' + r.status);
   return parseMetrics(await r.text());
+}
+
+// ---- experiment (feed page) ----
+// wilson returns k/n and its Wilson score 95% interval (engagement.Wilson in Go).
+function wilson(k, n) {
+  if (!n) return [0, 0, 0];
+  const z = 1.96, p = k / n, z2 = z * z;
+  const d = 1 + z2 / n, c = (p + z2 / (2 * n)) / d;
+  const h = z * Math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / d;
+  return [p, Math.max(0, c - h), Math.min(1, c + h)];
+}
+const POSITIVE = ['closeup', 'click', 'save', 'like'];
+
+// experimentArms reads each arm's model, share of users, impressions and engagements from the
+// metrics: smartfeed_experiment_arm_percent{arm, model} and smartfeed_engagement_events_total.
+function experimentArms(ms) {
+  const arms = new Map();
+  const arm = (name) => {
+    if (!arms.has(name)) arms.set(name, { arm: name, model: '–', percent: NaN, impressions: 0, engagements: 0 });
+    return arms.get(name);
+  };
+  for (const m of ms) {
+    if (m.name === 'smartfeed_experiment_arm_percent') {
+      const a = arm(m.labels.arm);
+      a.model = m.labels.model; a.percent = m.value;
+    } else if (m.name === 'smartfeed_engagement_events_total') {
+      const a = arm(m.labels.arm);
+      if (m.labels.action === 'impression') a.impressions += m.value;
+      else if (POSITIVE.includes(m.labels.action)) a.engagements += m.value;
+    }
+  }
+  return [...arms.values()].sort((x, y) => x.arm.localeCompare(y.arm));
+}
+
+async function pollExperiment() {
+  let ms;
+  try { ms = await metrics(); } catch (e) { $('exp-note').textContent = e.message; return; }
+  const tb = $('exp-arms').tBodies[0];
+  tb.replaceChildren();
+  const pct = (v) => (100 * v).toFixed(2) + '%';
+  for (const a of experimentArms(ms)) {
+    // Several engagements of one impression count once each: the interval treats the rate as
+    // a proportion, so it is capped at one engagement per impression.
+    const [rate, lo, hi] = wilson(Math.min(a.engagements, a.impressions), a.impressions);
+    const tr = el('tr');
+    tr.dataset.arm = a.arm;
+    tr.append(el('td', '', a.arm), el('td', 'model', a.model),
+      el('td', '', Number.isFinite(a.percent) ? a.percent + '%' : '–'),
+      el('td', 'impressions', String(a.impressions)), el('td', 'engagements', String(a.engagements)),
+      el('td', 'rate', a.impressions ? pct(rate) : '–'),
+      el('td', 'ci', a.impressions ? pct(lo) + ' – ' + pct(hi) : '–'));
+    tb.append(tr);
+  }
+  $('exp-logged').textContent = sum(ms, 'smartfeed_impressions_logged_total');
+  $('exp-dropped').textContent = sum(ms, 'smartfeed_impressions_dropped_total');
+  $('exp-note').textContent = tb.rows.length ? '' : '(no experiment metrics in this process: open the console of a worker)';
 }
 
 // ---- failover ----

@@ -457,7 +457,7 @@ func DefaultConfig() Config {
 		Auth: Auth{UserRate: 50, UserBurst: 100, ProducerRate: 1000, ProducerBurst: 2000,
 			MaxTokenLifetime: jsontime.Duration(auth.DefaultMaxLifetime)},
 		Log:        Log{Level: "info", Format: "auto"},
-		Engagement: Engagement{LearnedPercent: DefaultLearnedPercent, OnlineFeatures: true},
+		Engagement: Engagement{LearnedPercent: DefaultLearnedPercent, OnlineFeatures: true, ServedImpressions: true},
 		Worker: Worker{
 			Concurrency:         pinlater.DefaultConcurrency,
 			Dequeuers:           pinlater.DefaultDequeuers,

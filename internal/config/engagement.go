@@ -25,6 +25,12 @@ type Engagement struct {
 	// per page of receivers) and scores with it. false records engagement and hides but scores
 	// everyone as a user without engagement. Default true.
 	OnlineFeatures bool `json:"online_features"`
+	// ServedImpressions: GetFeed records the pins of every page it serves as impressions
+	// (positions, fresh status, the user's arm), through the engagement task a client's Report
+	// enqueues, queued in memory and enqueued in the background (best effort: a full queue or a
+	// failed enqueue drops the page's impressions and counts them; a page never waits or fails
+	// for them). Default true.
+	ServedImpressions bool `json:"served_impressions"`
 }
 
 // bindScoring defines the flags of the scorer's weights and the engagement settings.
@@ -34,5 +40,6 @@ func bindScoring(fs *pflag.FlagSet, c *Config) {
 	s(&c.Engagement.ModelFile, "model-file", c.Engagement.ModelFile, "learned scoring model file (smartfeed train), reloaded live; empty: the weights for everyone")
 	i(&c.Engagement.LearnedPercent, "learned-percent", c.Engagement.LearnedPercent, "percent of users (stable hash) scored with --model-file: the learned arm")
 	s(&c.Engagement.Salt, "experiment-salt", c.Engagement.Salt, "salt of the experiment's arm hash (another salt reshuffles users)")
+	b(&c.Engagement.ServedImpressions, "served-impressions", c.Engagement.ServedImpressions, "GetFeed records the pins of every page it serves as impressions (in the background, best effort)")
 	b(&c.Engagement.OnlineFeatures, "online-features", c.Engagement.OnlineFeatures, "score with each receiver's engagement profile (one batched read per page of receivers at fanout)")
 }
