@@ -80,6 +80,9 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	// The admin port (loopback, a free port) serves /metrics to the load generator, which
 	// waits on it for an idle server between its windows.
 	base.GRPC.Addr, base.Admin.Addr, base.Admin.GRPCAddr, base.Feed.Faults = "127.0.0.1:0", "127.0.0.1:0", "", true
+	// The peers (Redis, the raw store) log nothing per page: the bench's GetFeed records no
+	// impressions unless --served-impressions asks for it.
+	base.Engagement.ServedImpressions = false
 	resolve := configFlags(fs, base, getenv)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := resolve(cmd)
