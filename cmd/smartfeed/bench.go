@@ -77,11 +77,8 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	fs.BoolVar(&bf.loadgen, "loadgen", true, "measure the read rates with the load generator in a process of its own (smartfeed loadgen); false: in process, as before")
 	fs.DurationVar(&bf.loadgenWindow, "loadgen-window", 20*time.Second, "each load-generator window's length")
 	base := config.DefaultConfig()
-	// The admin port (loopback, a free port) serves /metrics to the load generator, which
-	// waits on it for an idle server between its windows.
+	// Admin serves /metrics to the loadgen's idle waits; the peers log nothing per page, so no impressions.
 	base.GRPC.Addr, base.Admin.Addr, base.Admin.GRPCAddr, base.Feed.Faults = "127.0.0.1:0", "127.0.0.1:0", "", true
-	// The peers (Redis, the raw store) log nothing per page: the bench's GetFeed records no
-	// impressions unless --served-impressions asks for it.
 	base.Engagement.ServedImpressions = false
 	resolve := configFlags(fs, base, getenv)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
