@@ -173,9 +173,77 @@ func (s *profileScan) object(field func(k []byte) bool) bool {
 // entry reads one affinity entry, converting v and t only when (k, id) is wanted or their
 // text could be refused by the full decoder (a float outside its range, an int64 overflow).
 func (s *profileScan) entry(want *Want) (e AffinityEntry, keep, ok bool) {
-	var seen [4]bool
 	var vTok, tTok []byte
 	var vExp bool
+	if e, vTok, tTok, vExp, ok = s.marshalled(); !ok {
+		e, vTok, tTok, vExp, ok = s.anyEntry()
+	}
+	if !ok {
+		return e, false, false
+	}
+	keep = want.keeps(e.Kind, e.ID)
+	// Without an exponent and at most 300 characters, a number is a finite float64 (no
+	// conversion error to find); t of at most 18 digits fits an int64.
+	if vTok != nil && (keep || vExp || len(vTok) > 300) {
+		v, err := strconv.ParseFloat(string(vTok), 64)
+		if err != nil {
+			return e, false, false
+		}
+		e.V = v
+	}
+	if tTok != nil && (keep || len(tTok) > 18) {
+		t, err := strconv.ParseInt(string(tTok), 10, 64)
+		if err != nil {
+			return e, false, false
+		}
+		e.T = t
+	}
+	return e, keep, true
+}
+
+// lit consumes l if the row continues with it.
+func (s *profileScan) lit(l string) bool {
+	if len(s.b)-s.i < len(l) || string(s.b[s.i:s.i+len(l)]) != l {
+		return false
+	}
+	s.i += len(l)
+	return true
+}
+
+// marshalled reads an entry laid out as json.Marshal writes it, {"k":…,"id":…,"v":…,"t":…};
+// on any other layout it leaves the cursor where it was and ok false.
+func (s *profileScan) marshalled() (e AffinityEntry, vTok, tTok []byte, vExp, ok bool) {
+	start := s.i
+	var k uint64
+	var tInt bool
+	ok = s.lit(`{"k":`)
+	if ok {
+		k, ok = s.uint(8)
+	}
+	ok = ok && s.lit(`,"id":`)
+	if ok {
+		e.ID, ok = s.uint(64)
+	}
+	ok = ok && s.lit(`,"v":`)
+	if ok {
+		vTok, _, vExp, ok = s.number()
+	}
+	ok = ok && s.lit(`,"t":`)
+	if ok {
+		tTok, tInt, _, ok = s.number()
+	}
+	if !ok || !tInt || !s.lit("}") {
+		s.i = start
+		return AffinityEntry{}, nil, nil, false, false
+	}
+	e.Kind = Kind(k)
+	return e, vTok, tTok, vExp, true
+}
+
+// anyEntry reads an entry object with its fields in any order, each at most once, any of
+// them absent; only k and id are converted.
+func (s *profileScan) anyEntry() (e AffinityEntry, vTok, tTok []byte, vExp, ok bool) {
+	var seen [4]bool
 	ok = s.object(func(k []byte) bool {
 		var f int
 		switch string(k) {
@@ -211,27 +279,7 @@ func (s *profileScan) entry(want *Want) (e AffinityEntry, keep, ok bool) {
 		}
 		return good
 	})
-	if !ok {
-		return e, false, false
-	}
-	keep = want.keeps(e.Kind, e.ID)
-	// Without an exponent and at most 300 characters, a number is a finite float64 (no
-	// conversion error to find); t of at most 18 digits fits an int64.
-	if vTok != nil && (keep || vExp || len(vTok) > 300) {
-		v, err := strconv.ParseFloat(string(vTok), 64)
-		if err != nil {
-			return e, false, false
-		}
-		e.V = v
-	}
-	if tTok != nil && (keep || len(tTok) > 18) {
-		t, err := strconv.ParseInt(string(tTok), 10, 64)
-		if err != nil {
-			return e, false, false
-		}
-		e.T = t
-	}
-	return e, keep, true
+	return e, vTok, tTok, vExp, ok
 }
 
 // scanWanted scans row b for the entries want names, appending them to aff and hid; ok is
