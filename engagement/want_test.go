@@ -186,3 +186,31 @@ func BenchmarkProfilesWanted(b *testing.B) {
 		}
 	})
 }
+
+// FuzzScanWanted: whatever the row, the in-place scan either gives up (and the full decode is
+// used) or finds exactly the wanted entries of the full decode; it never accepts a row the
+// full decode refuses.
+func FuzzScanWanted(f *testing.F) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for range 4 {
+		b, _ := json.Marshal(randomProfile(r))
+		f.Add(b)
+	}
+	f.Add([]byte(`{"hidden_authors":[3,4],"aff":[{"t":5,"v":-2.5e-3,"id":3,"k":97}]}`))
+	f.Add([]byte(`{"aff":[{"k":97,"id":3,"v":1e999,"t":2}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		aff, hid, ok := scanWanted(b, &testWant, nil, nil)
+		var p Profile
+		err := json.Unmarshal(b, &p)
+		if !ok {
+			return
+		}
+		if err != nil {
+			t.Fatalf("scan accepted %q, which encoding/json refuses: %v", b, err)
+		}
+		waff, whid := testWant.filter(p, nil, nil)
+		if diff := cmp.Diff(Profile{Affinities: waff, HiddenAuthors: whid}, Profile{Affinities: aff, HiddenAuthors: hid}); diff != "" {
+			t.Fatalf("row %q: scan differs from the full decode (-full +scan):\n%s", b, diff)
+		}
+	})
+}
