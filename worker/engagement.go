@@ -34,14 +34,22 @@ func newEngagementMetrics(reg prometheus.Registerer) (*engagementMetrics, error)
 }
 
 // receivers is loadReceivers with, when the worker has an engagement store, each delivered
-// receiver's online features (one batched read of their profiles).
+// receiver's online features for scoring pi: one batched read of their profiles, each holding
+// only the entries pi's scores look up (wantFor).
 func (w *Worker) receivers(ctx context.Context, users []zen.ID, pi *pinInfo, followedInterest zen.ID, feats *featureCache) ([]receiver, error) {
+	want := wantFor(pi)
+	return w.readReceivers(ctx, users, pi, followedInterest, feats, &want)
+}
+
+// readReceivers is receivers with the profiles restricted to want, or whole with want nil (for
+// a receiver scored for several pins).
+func (w *Worker) readReceivers(ctx context.Context, users []zen.ID, pi *pinInfo, followedInterest zen.ID, feats *featureCache, want *engagement.Want) ([]receiver, error) {
 	rs, err := w.loadReceivers(ctx, users, pi, followedInterest, feats)
 	if err != nil || w.eng == nil || w.noOnline {
 		return rs, err
 	}
-	var us []zen.ID
-	var at []int
+	us := make([]zen.ID, 0, len(rs))
+	at := make([]int, 0, len(rs))
 	for i := range rs {
 		if rs[i].skip == "" {
 			us, at = append(us, rs[i].user), append(at, i)
@@ -50,7 +58,12 @@ func (w *Worker) receivers(ctx context.Context, users []zen.ID, pi *pinInfo, fol
 	if len(us) == 0 {
 		return rs, nil
 	}
-	ps, err := w.eng.Profiles(ctx, us)
+	var ps []engagement.Profile
+	if want != nil {
+		ps, err = w.eng.ProfilesWanted(ctx, us, *want)
+	} else {
+		ps, err = w.eng.Profiles(ctx, us)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read receivers: %w", err)
 	}
@@ -58,6 +71,19 @@ func (w *Worker) receivers(ctx context.Context, users []zen.ID, pi *pinInfo, fol
 		rs[i].prof = &ps[j]
 	}
 	return rs, nil
+}
+
+// wantFor names the profile entries engagementFeatures reads to score pi: the affinities for
+// its author, board and interests, those of every source (the source is the caller's), and
+// whether its author is hidden.
+func wantFor(pi *pinInfo) engagement.Want {
+	keys := make([]engagement.Key, 0, 2+len(pi.interests))
+	keys = append(keys, engagement.Key{Kind: engagement.KindAuthor, ID: uint64(pi.author)},
+		engagement.Key{Kind: engagement.KindBoard, ID: uint64(pi.board)})
+	for _, in := range pi.interests {
+		keys = append(keys, engagement.Key{Kind: engagement.KindInterest, ID: uint64(in)})
+	}
+	return engagement.Want{Keys: keys, Kinds: []engagement.Kind{engagement.KindSource}, Authors: []uint64{uint64(pi.author)}}
 }
 
 // engagementFeatures fills f's engagement features from r's profile (none: all zero).

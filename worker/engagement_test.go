@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -9,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/smartfeed/smartfeed/engagement"
 	"github.com/smartfeed/smartfeed/pinlater"
@@ -19,8 +23,16 @@ import (
 // engagementWorld is newWorld with a worker that reads and writes an engagement store.
 func engagementWorld(t *testing.T, opts ...func(*Options)) (*world, *engagement.Store) {
 	t.Helper()
+	w, store, _ := engagementWorldN(t, 2, opts...)
+	return w, store
+}
+
+// engagementWorldN is engagementWorld with n followers of alice; it also returns the
+// engagement table.
+func engagementWorldN(t *testing.T, n int, opts ...func(*Options)) (*world, *engagement.Store, zen.Table) {
+	t.Helper()
 	s := zenmem.New()
-	w := newWorld(t, s, Config{FeatureTTL: -1, ActiveTTL: -1}, 2, nil)
+	w := newWorld(t, s, Config{FeatureTTL: -1, ActiveTTL: -1}, n, nil)
 	et, err := s.Table(t.Context(), engagement.Table)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +49,7 @@ func engagementWorld(t *testing.T, opts ...func(*Options)) (*world, *engagement.
 	}
 	wk.Register(q)
 	w.w, w.q = wk, q
-	return w, store
+	return w, store, et
 }
 
 func (w *world) scoreOf(t *testing.T, user, pin zen.ID) (float64, bool) {
@@ -222,6 +234,97 @@ func TestExperimentScorerKeepsModel(t *testing.T) {
 		}
 		if got := s.Score(fd); got != wantDefault {
 			t.Errorf("%s: the default arm scores %v, want the weights' %v", tc.name, got, wantDefault)
+		}
+	}
+}
+
+// TestWantedProfilesScoreAsWhole: the fanout reads only the profile entries a pin's scores
+// look up (Worker.receivers, engagement.Store.ProfilesWanted); every receiver's features, and
+// so its score, are those of its whole profile read on its own (engagement.Store.Profile), for
+// every source, for profiles with entries for the pin's author, board, interest and source
+// among many others, hidden authors, and none; and the pools hold those scores after a fanout.
+func TestWantedProfilesScoreAsWhole(t *testing.T) {
+	w, store, et := engagementWorldN(t, 40)
+	ctx := t.Context()
+	r := rand.New(rand.NewPCG(5, 6))
+	now := w.clk.now().UnixMilli()
+	related := []engagement.Key{{Kind: engagement.KindAuthor, ID: uint64(w.alice)},
+		{Kind: engagement.KindBoard, ID: uint64(w.travel)}, {Kind: engagement.KindInterest, ID: uint64(w.cats)},
+		{Kind: engagement.KindSource, ID: uint64(zen.SourceFollowing)}, {Kind: engagement.KindSource, ID: uint64(zen.SourceInterest)},
+		{Kind: engagement.KindSource, ID: uint64(zen.SourceRelated)}}
+	var muts []zen.Mutation
+	for i, u := range w.followers {
+		if i%5 == 4 {
+			continue // no profile
+		}
+		var p engagement.Profile
+		for j := range r.IntN(60) {
+			k := engagement.Key{Kind: engagement.Kind("abis"[r.IntN(4)]), ID: r.Uint64N(1 << 40)}
+			if j%7 == 0 {
+				k = related[r.IntN(len(related))]
+			}
+			p.Affinities = append(p.Affinities, engagement.AffinityEntry{Kind: k.Kind, ID: k.ID,
+				V: r.NormFloat64() * 3, T: now - r.Int64N(30*24*3600_000)})
+		}
+		if i%3 == 0 {
+			p.HiddenAuthors = append(p.HiddenAuthors, r.Uint64N(1<<40), uint64(w.alice))
+		}
+		v, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := binary.BigEndian.AppendUint64(nil, uint64(u))
+		muts = append(muts, zen.Mutation{Key: append(k, 'p'), Value: v})
+	}
+	if err := et.Apply(ctx, muts); err != nil {
+		t.Fatal(err)
+	}
+	// The pin as a fanout's delivery reads it (pinFacts.load).
+	o, err := w.g.Get(ctx, w.pins[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinfo := pinFromObject(o, 0)
+	pi := &pinfo
+	if err := w.w.loadPinInfo(ctx, pi); err != nil || len(pi.interests) != 1 {
+		t.Fatalf("pin facts %+v, %v: want the pin's interest", pi, err)
+	}
+	rs, err := w.w.receivers(ctx, w.followers, pi, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engaged := 0
+	for i, u := range w.followers {
+		whole, err := store.Profile(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := rs[i]
+		ref.prof = &whole
+		for _, src := range []zen.Source{zen.SourceFollowing, zen.SourceInterest, zen.SourceRelated} {
+			got, want := w.w.features(rs[i], pi, src, 1800_000, 0), w.w.features(ref, pi, src, 1800_000, 0)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("receiver %d, source %v: features differ from the whole profile's (-whole +read):\n%s", i, src, diff)
+			}
+			if want.EngAuthor != 0 || want.EngSource != 0 || want.HiddenAuthor {
+				engaged++
+			}
+		}
+	}
+	if engaged == 0 {
+		t.Fatal("no receiver has an engagement feature: the test compares nothing")
+	}
+	w.fanout(t, 0)
+	for i, u := range w.followers[:40] {
+		whole, err := store.Profile(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := rs[i]
+		ref.prof = &whole
+		want := w.w.scorer.Score(w.w.features(ref, pi, zen.SourceFollowing, 0, 0))
+		if got, ok := w.scoreOf(t, u, w.pins[0]); !ok || got != want {
+			t.Errorf("receiver %d: pool score %v (%v), want %v as scored with the whole profile", i, got, ok, want)
 		}
 	}
 }

@@ -68,7 +68,8 @@ func (w *Worker) relatedForSaver(ctx context.Context, saver, pin, board zen.ID, 
 	if err != nil {
 		return fmt.Errorf("related %d: pins: %w", pin, err)
 	}
-	rs, err := w.receivers(ctx, []zen.ID{saver}, &pinInfo{}, 0, w.feats)
+	// One read of the saver for all the candidates: the whole profile.
+	rs, err := w.readReceivers(ctx, []zen.ID{saver}, &pinInfo{}, 0, w.feats, nil)
 	if err != nil {
 		return fmt.Errorf("related %d: %w", pin, err)
 	}
