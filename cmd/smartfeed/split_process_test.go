@@ -341,7 +341,8 @@ func buildBinary(t *testing.T) string {
 			return
 		}
 		b.bin = filepath.Join(b.dir, "smartfeed")
-		if out, err := exec.Command("go", "build", "-o", b.bin, ".").CombinedOutput(); err != nil {
+		// -trimpath as TestDocsCommandsRun's builds: they then share the compiled packages.
+		if out, err := exec.Command("go", "build", "-trimpath", "-o", b.bin, ".").CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build: %w\n%s", err, out)
 		}
 	})
