@@ -55,17 +55,17 @@ func runCrashChild() int {
 func TestKill9MidTask(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
-	_, leaseEnd := killChildMidTask(t, e, 4242)
+	id, leaseEnd := killChildMidTask(t, e, 4242)
 	killed := time.Now()
 
 	// asynq's recoverer requeues tasks whose lease expired more than 30 s ago; it runs when a
-	// server starts and then every minute. Start the fresh server once that point has passed, from
-	// the lease expiry recorded in Redis, so the test does not depend on the recoverer's phase.
-	ready := leaseEnd.Add(31 * time.Second)
-	t.Logf("killed; lease expires %v after the kill; fresh server starts in %v",
-		leaseEnd.Sub(killed).Round(time.Second), time.Until(ready).Round(time.Second))
+	// server starts and then every minute. The fresh servers start once that point has passed:
+	// the lease recorded in Redis is moved back to end 31 s ago, which is what a minute of
+	// waiting would leave (a dead worker's lease is never extended, and asynq's 30 s lease
+	// length is a constant), so the test does not depend on the recoverer's phase.
+	t.Logf("killed; lease expires %v after the kill; moved back to 31s ago", leaseEnd.Sub(killed).Round(time.Second))
 	// Nothing runs it in the meantime: the task stays active, owned by a dead process.
-	time.Sleep(time.Until(ready))
+	endLease(t, e, id, time.Now().Add(-31*time.Second))
 
 	var runs atomic.Int32
 	var attempt atomic.Int32
@@ -138,6 +138,21 @@ func killChildMidTask(t *testing.T, e *env, board uint64) (string, time.Time) {
 		t.Fatalf("lease of the killed task: %v", err)
 	}
 	return info.ID, time.Unix(int64(exp), 0)
+}
+
+// endLease makes the lease of the killed worker's task id end at `at` instead: what waiting for
+// asynq's 30 s lease to run out would leave in Redis, since no live worker extends it. The task
+// stays active, held by no one.
+func endLease(t *testing.T, e *env, id string, at time.Time) {
+	t.Helper()
+	n, err := e.rdb.ZAddArgs(t.Context(), e.client.keys.asynqQ(QueueDefault).lease(),
+		redis.ZAddArgs{XX: true, Ch: true, Members: []redis.Z{{Score: float64(at.Unix()), Member: id}}}).Result()
+	if err != nil || n != 1 {
+		t.Fatalf("move the lease of %s: %d changed, %v; want 1", id, n, err)
+	}
+	if ts, err := e.admin.Task(t.Context(), QueueDefault, id); err != nil || ts.State != "active" {
+		t.Fatalf("task after its lease was moved = %+v, %v; want active", ts, err)
+	}
 }
 
 // TestOrphanReclaimed: a task whose worker died (or whose dequeue's answer Redis never sent, as
@@ -224,10 +239,13 @@ func TestOrphanReclaimed(t *testing.T) {
 // minute).
 func TestReclaimerRuns(t *testing.T) {
 	if testing.Short() {
-		t.Skip("waits out a 30 s lease")
+		t.Skip("kills a worker process")
 	}
 	e := newEnv(t)
-	_, leaseEnd := killChildMidTask(t, e, 4444)
+	id, _ := killChildMidTask(t, e, 4444)
+	// The orphan's 30 s lease runs out now rather than in 30 s (see endLease).
+	leaseEnd := time.Now().Truncate(time.Second)
+	endLease(t, e, id, leaseEnd)
 	var runs atomic.Int32
 	cfg := e.config()
 	cfg.ReclaimAfter = time.Second

@@ -328,7 +328,8 @@ func freeAddr(t *testing.T) string {
 // background until it is ready. What the test changes, and only that: the documents' default
 // addresses (127.0.0.1:9090, :9091, :9092) become free ports, through the flags' environment
 // twins and in the commands; placeholders (<ada>, <board>, <id>) and a transcript's IDs are
-// filled from the answers before them; `git clone <the repository> DIR` makes another sandbox.
+// filled from the answers before them; `git clone <the repository> DIR` makes another sandbox;
+// the go command builds with -trimpath (GOFLAGS), so that a sandbox's build uses the build cache.
 // Blocks marked no-run are counted, not run.
 func TestDocsCommandsRun(t *testing.T) {
 	if testing.Short() {
@@ -379,6 +380,11 @@ func TestDocsCommandsRun(t *testing.T) {
 	// A Redis at the default address (another user's) must not answer the "forgot Redis" step.
 	base["SMARTFEED_REDIS_ADDR"] = freeAddr(t)
 	base["PATH"] = filepath.Join(main, "bin") + ":" + base["PATH"]
+	// The sandboxes are new directories in every run, and without -trimpath the go command keys
+	// its build cache on a package's directory: each `make build` compiled the module's packages
+	// anew (minutes of CPU under make test). With it, the sandboxes' builds and every run's share
+	// the cache; the binary differs only in the file names of its debug information.
+	base["GOFLAGS"] = strings.TrimSpace(base["GOFLAGS"] + " -trimpath")
 
 	var ran, skipped, blocks int
 	for _, doc := range runDocs {

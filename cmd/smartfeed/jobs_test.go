@@ -229,7 +229,7 @@ func TestJobsRefusesUnknownQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Purge(context.Background()); admin.Close() })
-	bin := buildBinary(t, t.TempDir())
+	bin := buildBinary(t)
 	smartfeed := func(args ...string) (string, int) {
 		t.Helper()
 		full := append([]string{"jobs", "--redis-addr", addr, "--redis-db", "11", "--redis-namespace", ns}, args...)

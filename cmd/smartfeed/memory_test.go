@@ -128,7 +128,7 @@ func TestMemoryPlateau(t *testing.T) {
 	}
 	redis := testenv.Redis(t)
 	dir := t.TempDir()
-	bin := buildBinary(t, dir)
+	bin := buildBinary(t)
 	addrs := freeAddrs(t, 2)
 	grpcAddr, adminAddr := addrs[0], addrs[1]
 	env := append(os.Environ(), "SMARTFEED_STORAGE=pebble", "SMARTFEED_DATA_DIR="+filepath.Join(dir, "data"),

@@ -322,15 +322,41 @@ func freeAddrs(t *testing.T, n int) []string {
 	return addrs
 }
 
-// buildBinary builds cmd/smartfeed into dir.
-func buildBinary(t *testing.T, dir string) string {
+// builtBinary is cmd/smartfeed built once for the tests of this process (buildBinary), in a
+// directory TestMain removes.
+var builtBinary struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+// buildBinary returns cmd/smartfeed built from this package's source. It is built once per
+// test process: every test that runs the binary runs the same source, and each build would
+// link it again (seconds of CPU each under make test).
+func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(dir, "smartfeed")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	b := &builtBinary
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "smartfeed-test-bin-"); b.err != nil {
+			return
+		}
+		b.bin = filepath.Join(b.dir, "smartfeed")
+		// -trimpath as TestDocsCommandsRun's builds: they then share the compiled packages.
+		if out, err := exec.Command("go", "build", "-trimpath", "-o", b.bin, ".").CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return bin
+	return b.bin
+}
+
+// removeBuiltBinary removes what buildBinary built (called by TestMain).
+func removeBuiltBinary() {
+	if builtBinary.dir != "" {
+		_ = os.RemoveAll(builtBinary.dir)
+	}
 }
 
 // newSplit starts the four role processes in the Redis namespace ns; extraEnv is added to (and
@@ -342,7 +368,7 @@ func newSplit(t *testing.T, redis, ns, zk string, extraEnv ...string) *split {
 		expected: map[zen.ID]map[zen.ID]bool{}, dropped: map[zen.ID]map[zen.ID]string{},
 		chunks: map[zen.ID][][]zen.ID{}},
 		dir: dir, conns: map[string]*grpc.ClientConn{}}
-	s.bin = buildBinary(t, dir)
+	s.bin = buildBinary(t)
 	stamp := time.Now().UnixNano()
 	prefix := fmt.Sprintf("split%d_", stamp)
 	base := append(os.Environ(),

@@ -42,6 +42,7 @@ func set(t *testing.T, addr string, db int, keys ...string) {
 // once the test ends; another namespace whose name starts the same way is left alone. Likewise
 // for RedisKeyPrefix.
 func TestRedisNamespacePurged(t *testing.T) {
+	testenv.Redis(t) // the checks after the writer need the Redis too: skipped with -short
 	var addr, ns, prefix string
 	t.Run("writer", func(t *testing.T) {
 		addr, ns = testenv.RedisNamespace(t, "purgetest")

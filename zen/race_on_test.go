@@ -1,0 +1,6 @@
+//go:build race
+
+package zen_test
+
+// raceEnabled reports a -race build.
+const raceEnabled = true
