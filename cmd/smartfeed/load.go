@@ -172,8 +172,8 @@ func (s *modelSource) Next() (graphsvc.LoadRecord, error) {
 // On HBase the bench's bulk load writes hbaseLoadBatch rows a store write, and its calls are
 // bounded by hbaseLoadBound as a whole instead of the store's per-call timeout (5 s, for a
 // context without a deadline): on a busy machine a standalone region server, still opening the
-// regions of the tables just created, took longer than that for a write of the default 50,000
-// rows, and for 5,000, and the load failed. A load is a batch job: it waits for the store.
+// regions of the tables just created, can take longer than that for one write of thousands of
+// rows. A load is a batch job: it waits for the store.
 const (
 	hbaseLoadBatch = 5000
 	hbaseLoadBound = 2 * time.Hour

@@ -50,10 +50,10 @@ func (c *client) SendBatch(ctx context.Context, calls []hrpc.Call) []hrpc.RPCRes
 		}
 		// Regions not in the cache yet (a new client, a new table): look one up by sending its
 		// first call through SendRPC, then batch the calls its region now covers and repeat,
-		// so a cold batch costs one hbase:meta lookup per region instead of one per call (five
-		// thousand concurrent lookups swamp a region server: every one timed out in make
-		// bench-hbase's bulk load). When the call fails, or leaves its region uncached, the
-		// rest go through SendRPC concurrently, as before.
+		// so a cold batch costs one hbase:meta lookup per region instead of one per call
+		// (thousands of concurrent lookups swamp the region server holding hbase:meta, and
+		// time out). When the call fails, or leaves its region uncached, the rest go through
+		// SendRPC concurrently.
 		lead := cold[0]
 		msg, err := c.SendRPC(calls[lead])
 		res[lead] = hrpc.RPCResult{Msg: msg, Error: err}
