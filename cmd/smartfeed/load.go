@@ -169,6 +169,16 @@ func (s *modelSource) Next() (graphsvc.LoadRecord, error) {
 	return graphsvc.LoadRecord{Follow: &graphsvc.LoadFollow{User: modelUsername(f), Target: modelUsername(s.target - 1)}}, nil
 }
 
+// On HBase the bench's bulk load writes hbaseLoadBatch rows a store write, and its calls are
+// bounded by hbaseLoadBound as a whole instead of the store's per-call timeout (5 s, for a
+// context without a deadline): on a busy machine a standalone region server, still opening the
+// regions of the tables just created, can take longer than that for one write of thousands of
+// rows. A load is a batch job: it waits for the store.
+const (
+	hbaseLoadBatch = 5000
+	hbaseLoadBound = 2 * time.Hour
+)
+
 // LoadModel writes the model's users, a "pins" board each, and its follows with the bulk
 // loader (bench.ModelLoader), and returns the users' IDs by model index.
 func (s *benchSystem) LoadModel(ctx context.Context, m *bench.Model, progress bench.Progress) ([]uint64, *bench.LoadReport, error) {
@@ -177,7 +187,14 @@ func (s *benchSystem) LoadModel(ctx context.Context, m *bench.Model, progress be
 	src := newModelSource(m)
 	src.boards = true
 	total := m.Edges()
-	l := graphsvc.NewLoader(s.a.graph, nil,
+	var batch []graphsvc.LoaderOption
+	if s.a.cfg.Storage.Backend == config.BackendHBase {
+		batch = append(batch, graphsvc.WithLoadBatch(hbaseLoadBatch))
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, hbaseLoadBound)
+		defer cancel()
+	}
+	l := graphsvc.NewLoader(s.a.graph, nil, append(batch,
 		graphsvc.WithLoadIDs(func(kind, key string, id zen.ID) {
 			name, _ := strings.CutSuffix(key, "-pins")
 			i, err := strconv.Atoi(strings.TrimPrefix(name, "u"))
@@ -197,7 +214,7 @@ func (s *benchSystem) LoadModel(ctx context.Context, m *bench.Model, progress be
 			if progress != nil {
 				progress("graph", int(st.Follows), total)
 			}
-		}))
+		}))...)
 	st, err := l.Load(ctx, src)
 	if err == nil {
 		err = bad

@@ -364,11 +364,11 @@ func checkKey(k []byte) error {
 	return nil
 }
 
-// Get returns the value at key, or zen.ErrNotFound.
 // Log identifies the store's write-ahead log (zen.Logged): the tables of one Store share it.
 func (t *Table) Log() any { return t.s }
 
-func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
+// getRow is Get, untraced.
+func (t *Table) getRow(ctx context.Context, key []byte) ([]byte, error) {
 	if err := t.s.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -401,12 +401,8 @@ func (t *Table) get(key []byte) ([]byte, error) {
 	return out, nil
 }
 
-// Apply writes the batch atomically: after a crash either all or none of it is there. When a
-// key appears more than once the last mutation wins.
-//
-// Under zen.Lazily the write does not wait for its WAL fsync: it is in the log and visible, and
-// the store's next synced commit makes it durable. So for every write below.
-func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
+// apply is Apply, untraced.
+func (t *Table) apply(ctx context.Context, muts []zen.Mutation) error {
 	if err := t.s.enter(ctx); err != nil {
 		return err
 	}
@@ -485,8 +481,8 @@ func (s *Store) applyVisible(ctx context.Context, b *pebble.Batch) (wait func() 
 	}, nil
 }
 
-// Scan returns the rows in [Start, Stop), forward or reversed, up to Limit.
-func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
+// scan is Scan, untraced.
+func (t *Table) scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 	if err := t.s.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -569,15 +565,8 @@ func step(it *pebble.Iterator, reverse bool) bool {
 	return it.Next()
 }
 
-// CheckAndSet writes value (nil = delete) at key if the current value equals expected (nil =
-// absent), under the key's stripe lock.
-func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
-	return t.CheckAndSetWith(ctx, key, expected, value, nil)
-}
-
-// CheckAndSetWith is CheckAndSet that also writes extra, in the same atomic batch, when the
-// compare-and-set holds.
-func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
+// checkAndSet is CheckAndSetWith, untraced.
+func (t *Table) checkAndSet(ctx context.Context, key, expected, value []byte, extra []zen.Mutation) (bool, error) {
 	if err := t.s.enter(ctx); err != nil {
 		return false, err
 	}
@@ -631,15 +620,8 @@ func (t *Table) CheckAndSetWith(ctx context.Context, key, expected, value []byte
 	return true, nil
 }
 
-// Increment adds delta to the 8-byte big-endian counter at key (absent = 0) under the key's
-// stripe lock, and returns the new value. A value that is not 8 bytes is an error and is left
-// unchanged.
-func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
-	return t.IncrementWith(ctx, key, delta, nil)
-}
-
-// IncrementWith is Increment that also writes extra in the same atomic batch.
-func (t *Table) IncrementWith(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
+// increment is IncrementWith, untraced.
+func (t *Table) increment(ctx context.Context, key []byte, delta int64, extra []zen.Mutation) (int64, error) {
 	if err := t.s.enter(ctx); err != nil {
 		return 0, err
 	}
@@ -741,9 +723,8 @@ func (t *Table) batchExtra(b *pebble.Batch, extra []zen.Mutation) error {
 
 var _ zen.MultiGetter = (*Table)(nil)
 
-// GetMany reads the keys one after the other: a Pebble point read is a memory or block-cache
-// lookup, cheaper than any goroutine fan-out. Absent rows give nil entries.
-func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
+// getMany is GetMany, untraced.
+func (t *Table) getMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	if err := t.s.enter(ctx); err != nil {
 		return nil, err
 	}
@@ -826,13 +807,8 @@ func (t *Table) seekMany(keys [][]byte, out [][]byte) error {
 
 var _ zen.CondBatcher = (*Table)(nil)
 
-// CheckAndSetMany evaluates every condition under the stripe locks of all its keys (taken in
-// ascending stripe order, as Apply takes them, and held until the batch is visible), and writes those that
-// hold as one Pebble batch: one commit, so one fsync, for the whole call. Conditions on the same
-// key are evaluated in order, each against the value the earlier ones of the call left (their
-// pending writes), exactly as successive CheckAndSets would. A bad key fails the call before any
-// read; a failed commit writes nothing.
-func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
+// checkAndSetMany is CheckAndSetMany, untraced.
+func (t *Table) checkAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
 	if err := t.s.enter(ctx); err != nil {
 		return nil, err
 	}
