@@ -129,8 +129,10 @@ func runDemo(ctx context.Context, cfg config.Config, df demo.Flags, stdout io.Wr
 	if aerr := <-appErr; aerr != nil {
 		err = errors.Join(err, aerr)
 	}
-	if err == nil {
+	if err == nil && cfg.Storage.Backend == config.BackendPebble {
 		fmt.Fprintf(stdout, "stopped cleanly; the data stays in %s for the next run (delete it to start afresh)\n", cfg.Storage.DataDir)
+	} else if err == nil {
+		fmt.Fprintln(stdout, "stopped cleanly; the data stays in HBase")
 	}
 	return err
 }

@@ -78,6 +78,9 @@ func Run(ctx context.Context, a Env, df Flags, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "graph: reusing %d users, %d interests, %d follows from %s\n", len(g.Users), len(g.Interests), g.Follows, filepath.Join(a.DataDir, GraphFile))
 	} else {
 		start := time.Now()
+		if !tty {
+			fmt.Fprintf(stdout, "graph: building %d users, %d boards each, %d interests\n", df.Spec.Users, df.Spec.BoardsPerUser, df.Spec.Interests)
+		}
 		g, err = BuildGraph(ctx, a.Graph, df.Spec, func(done, total int) {
 			if tty {
 				fmt.Fprintf(stdout, "\r\033[Kgraph: %s %d/%d", Bar(int64(done), int64(total), 30), done, total)
