@@ -48,7 +48,8 @@ trap cleanup EXIT
 
 args=()
 if [ "$hbase" = cluster ]; then
-	if scripts/hbase-cluster.sh status >/dev/null 2>&1; then
+	# Running: its ZooKeeper and master are (a killed region server is not started again).
+	if { scripts/hbase-cluster.sh status 2>&1 || true; } | grep -q '] master up'; then
 		log "HBase cluster already running (run/hbase-cluster): left running after the demo"
 		[ -z "$kill_rs" ] || stops+=("scripts/hbase-cluster.sh start-rs $kill_rs >/dev/null")
 	else
@@ -64,9 +65,11 @@ if [ "$hbase" = cluster ]; then
 	standby=$(sed -n 's/^SMARTFEED_HBASE_DEMO_STANDBY_ZK=//p' "$RUN_DIR/hbase-demo-standby/env")
 	[ -n "$zk" ] && [ -n "$standby" ] || die "no ZooKeeper address in run/hbase-cluster/env or run/hbase-demo-standby/env"
 	# Its own Redis namespace and data dir: the Pebble demo's tasks and graph.json (run/demo) name
-	# objects this one does not have.
+	# objects this one does not have. The namespace is taken over: its owner can only be an
+	# earlier HBase demo, on this cluster (the same deployment: nothing to take) or on one since
+	# wiped (gone for good).
 	args+=(--storage hbase --hbase-pools-zk "$zk" --hbase-primary-zk "$zk" --hbase-standby-zk "$standby"
-		--hbase-replication app --redis-namespace demo_hbase --data-dir run/demo-hbase)
+		--hbase-replication app --redis-namespace demo_hbase --redis-namespace-takeover --data-dir run/demo-hbase)
 	log "demo on the HBase cluster at $zk (pools, primary feed), standby feed on $standby"
 fi
 
