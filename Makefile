@@ -80,9 +80,9 @@ bench-micro: ## the Go microbenchmarks (-benchtime 1x each), with Redis and HBas
 fuzz: ## run each Fuzz target for FUZZTIME (default 10s)
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
-demo: ## start Redis and run the smartfeed demo (Pebble under run/demo; DEMO_ARGS="--duration 1m" to bound it; REDIS=sentinel or REDIS=cluster for Redis with failover)
+demo: ## start Redis and run the smartfeed demo (Pebble under run/demo; DEMO_ARGS="--duration 1m" to bound it; REDIS=sentinel or REDIS=cluster for Redis with failover; HBASE=cluster for the stores on three HBase region servers, KILL_RS=2@30 to kill one 30 s in)
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
-	REDIS="$(REDIS)" scripts/demo.sh $(DEMO_ARGS)
+	REDIS="$(REDIS)" HBASE="$(HBASE)" KILL_RS="$(KILL_RS)" scripts/demo.sh $(DEMO_ARGS)
 
 rules: ## promtool check rules and test rules on the chart's Prometheus rules (promtool built into bin/tools/ the first time, scripts/promtool.sh)
 	scripts/promtool.sh check rules charts/smartfeed/files/prometheus/rules.yaml

@@ -79,15 +79,12 @@ func runDemo(ctx context.Context, cfg config.Config, df demo.Flags, stdout io.Wr
 			// demo namespace name objects that no longer exist; take the namespace over.
 			cfg.Redis.NamespaceTakeover = true
 		}
-		if err := os.MkdirAll(cfg.Storage.DataDir, 0o755); err != nil {
-			return fmt.Errorf("demo data dir: %w", err)
-		}
 	}
-	logDir := cfg.Storage.DataDir
-	if cfg.Storage.Backend != config.BackendPebble {
-		logDir = os.TempDir()
+	// On HBase the data dir holds only the log.
+	if err := os.MkdirAll(cfg.Storage.DataDir, 0o755); err != nil {
+		return fmt.Errorf("demo data dir: %w", err)
 	}
-	logPath := filepath.Join(logDir, "smartfeed.log")
+	logPath := filepath.Join(cfg.Storage.DataDir, "smartfeed.log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("demo log: %w", err)
@@ -129,8 +126,10 @@ func runDemo(ctx context.Context, cfg config.Config, df demo.Flags, stdout io.Wr
 	if aerr := <-appErr; aerr != nil {
 		err = errors.Join(err, aerr)
 	}
-	if err == nil {
+	if err == nil && cfg.Storage.Backend == config.BackendPebble {
 		fmt.Fprintf(stdout, "stopped cleanly; the data stays in %s for the next run (delete it to start afresh)\n", cfg.Storage.DataDir)
+	} else if err == nil {
+		fmt.Fprintln(stdout, "stopped cleanly; the data stays in HBase")
 	}
 	return err
 }

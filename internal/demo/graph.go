@@ -9,6 +9,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -84,28 +87,44 @@ func AddBoth(ctx context.Context, g GraphWriter, e zen.Edge) error {
 	return nil
 }
 
+// buildWriters is how many goroutines write the graph: each write waits for a synced commit
+// (Pebble) or a round trip to a region server (HBase), so one writer leaves the store idle; on
+// an HBase cluster one writer took minutes to write the demo's 500-user graph.
+const buildWriters = 16
+
 // createUsers creates the users of out.Users ("demo<i>"), each with boardsPerUser boards
-// (out.Boards), calling step after each object.
+// (out.Boards), calling step after each object. Users are created on buildWriters goroutines;
+// user i is out.Users[i] whatever the order.
 func createUsers(ctx context.Context, g GraphWriter, boardsPerUser int, out *Graph, step func()) error {
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(buildWriters)
 	for i := range out.Users {
-		u, err := g.Create(ctx, zen.TypeUser, 0, map[string]any{"username": fmt.Sprintf("demo%d", i)})
-		if err != nil {
-			return fmt.Errorf("create user: %w", err)
-		}
-		out.Users[i] = u.ID
-		step()
-		for j := range boardsPerUser {
-			b, err := g.Create(ctx, zen.TypeBoard, u.ID, map[string]any{"name": fmt.Sprintf("board %d of demo%d", j, i), "owner": u.ID.String()})
-			if err != nil {
-				return fmt.Errorf("create board: %w", err)
-			}
-			if err := AddBoth(ctx, g, zen.Edge{From: u.ID, Type: zen.EdgeUserBoards, To: b.ID}); err != nil {
-				return fmt.Errorf("user boards: %w", err)
-			}
-			out.Boards[i] = append(out.Boards[i], b.ID)
-			step()
-		}
+		eg.Go(func() error { return createUser(ctx, g, i, boardsPerUser, out, step) })
 	}
+	return eg.Wait()
+}
+
+// createUser creates user i of out and its boards.
+func createUser(ctx context.Context, g GraphWriter, i, boardsPerUser int, out *Graph, step func()) error {
+	u, err := g.Create(ctx, zen.TypeUser, 0, map[string]any{"username": fmt.Sprintf("demo%d", i)})
+	if err != nil {
+		return fmt.Errorf("create user: %w", err)
+	}
+	out.Users[i] = u.ID
+	step()
+	boards := make([]zen.ID, 0, boardsPerUser)
+	for j := range boardsPerUser {
+		b, err := g.Create(ctx, zen.TypeBoard, u.ID, map[string]any{"name": fmt.Sprintf("board %d of demo%d", j, i), "owner": u.ID.String()})
+		if err != nil {
+			return fmt.Errorf("create board: %w", err)
+		}
+		if err := AddBoth(ctx, g, zen.Edge{From: u.ID, Type: zen.EdgeUserBoards, To: b.ID}); err != nil {
+			return fmt.Errorf("user boards: %w", err)
+		}
+		boards = append(boards, b.ID)
+		step()
+	}
+	out.Boards[i] = boards
 	return nil
 }
 
@@ -118,8 +137,11 @@ func BuildGraph(ctx context.Context, g GraphWriter, spec GraphSpec, progress fun
 	n := spec.Users
 	out := Graph{Users: make([]zen.ID, n), Boards: make([][]zen.ID, n), Interests: make([]zen.ID, spec.Interests)}
 	total := n*(1+spec.BoardsPerUser) + spec.Interests + n
+	var mu sync.Mutex
 	done := 0
-	step := func() {
+	step := func() { // called from the writers
+		mu.Lock()
+		defer mu.Unlock()
 		done++
 		if done%50 == 0 || done == total {
 			progress(done, total)
@@ -136,45 +158,60 @@ func BuildGraph(ctx context.Context, g GraphWriter, spec GraphSpec, progress fun
 	if err := createUsers(ctx, g, spec.BoardsPerUser, &out, step); err != nil {
 		return out, err
 	}
+	// The follows are drawn in order (the same graph for a seed) and written by buildWriters
+	// goroutines, one user's edges at a time.
+	eg, ectx := errgroup.WithContext(ctx)
+	eg.SetLimit(buildWriters)
 	zipf := rand.NewZipf(r, 1.2, 1, uint64(n-1))
 	best, bestCount := 0, -1
 	for i := range n {
-		follows := map[int]bool{}
-		want := min(spec.FollowsPerUser/2+r.IntN(spec.FollowsPerUser+1), n-1)
-		for tries := 0; len(follows) < want && tries < want*10; tries++ {
-			// Rank k of the Zipf law maps to a fixed user, so low ranks gather the followers.
-			j := int(zipf.Uint64())
-			if j == i || follows[j] {
-				continue
-			}
-			follows[j] = true
-			if err := AddBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsUser, To: out.Users[j]}); err != nil {
-				return out, fmt.Errorf("follow user: %w", err)
-			}
-			out.Follows++
-		}
-		if len(follows) > 0 && spec.BoardsPerUser > 0 {
-			for j := range follows {
-				b := out.Boards[j][r.IntN(len(out.Boards[j]))]
-				if err := AddBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsBoard, To: b}); err != nil {
-					return out, fmt.Errorf("follow board: %w", err)
+		edges, nUsers := drawFollows(r, zipf, spec, &out, i)
+		out.Follows += len(edges)
+		eg.Go(func() error {
+			for _, e := range edges {
+				if err := AddBoth(ectx, g, e); err != nil {
+					return fmt.Errorf("follow: %w", err)
 				}
-				out.Follows++
-				break
 			}
+			step()
+			return nil
+		})
+		if nUsers > bestCount {
+			best, bestCount = i, nUsers
 		}
-		for range min(2, spec.Interests) {
-			in := out.Interests[r.IntN(spec.Interests)]
-			if err := AddBoth(ctx, g, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsInterest, To: in}); err != nil {
-				return out, fmt.Errorf("follow interest: %w", err)
-			}
-			out.Follows++
-		}
-		if len(follows) > bestCount {
-			best, bestCount = i, len(follows)
-		}
-		step()
+	}
+	if err := eg.Wait(); err != nil {
+		return out, err
 	}
 	out.Showcase = out.Users[best]
 	return out, nil
+}
+
+// drawFollows draws user i's follows: users from the Zipf law, one board of a followed user
+// and up to two interests. nUsers is how many users i follows.
+func drawFollows(r *rand.Rand, zipf *rand.Zipf, spec GraphSpec, out *Graph, i int) (edges []zen.Edge, nUsers int) {
+	n := len(out.Users)
+	follows := map[int]bool{}
+	want := min(spec.FollowsPerUser/2+r.IntN(spec.FollowsPerUser+1), n-1)
+	for tries := 0; len(follows) < want && tries < want*10; tries++ {
+		// Rank k of the Zipf law maps to a fixed user, so low ranks gather the followers.
+		j := int(zipf.Uint64())
+		if j == i || follows[j] {
+			continue
+		}
+		follows[j] = true
+		edges = append(edges, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsUser, To: out.Users[j]})
+	}
+	if len(follows) > 0 && spec.BoardsPerUser > 0 {
+		for j := range follows {
+			b := out.Boards[j][r.IntN(len(out.Boards[j]))]
+			edges = append(edges, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsBoard, To: b})
+			break
+		}
+	}
+	for range min(2, spec.Interests) {
+		in := out.Interests[r.IntN(spec.Interests)]
+		edges = append(edges, zen.Edge{From: out.Users[i], Type: zen.EdgeFollowsInterest, To: in})
+	}
+	return edges, len(follows)
 }

@@ -70,35 +70,9 @@ type Env struct {
 // drawing the live line on stdout.
 func Run(ctx context.Context, a Env, df Flags, stdout io.Writer) error {
 	tty := IsTerminal(stdout)
-	g, ok, err := LoadGraph(a.DataDir)
-	if err != nil {
+	g, ok, err := graphFor(ctx, a, df, stdout, tty)
+	if err != nil || !ok {
 		return err
-	}
-	if ok {
-		fmt.Fprintf(stdout, "graph: reusing %d users, %d interests, %d follows from %s\n", len(g.Users), len(g.Interests), g.Follows, filepath.Join(a.DataDir, GraphFile))
-	} else {
-		start := time.Now()
-		g, err = BuildGraph(ctx, a.Graph, df.Spec, func(done, total int) {
-			if tty {
-				fmt.Fprintf(stdout, "\r\033[Kgraph: %s %d/%d", Bar(int64(done), int64(total), 30), done, total)
-			}
-		})
-		if tty {
-			fmt.Fprintln(stdout)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil // interrupted while building: the next run builds it again
-			}
-			return err
-		}
-		if a.SaveGraph {
-			if err := g.Save(a.DataDir); err != nil {
-				return err
-			}
-		}
-		fmt.Fprintf(stdout, "graph: built %d users, %d boards each, %d interests, %d follows in %s\n",
-			len(g.Users), df.Spec.BoardsPerUser, len(g.Interests), g.Follows, time.Since(start).Round(time.Millisecond))
 	}
 
 	st := &stats{start: time.Now(), readTarget: df.ReadsPerSec}
@@ -490,4 +464,43 @@ func IsTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// graphFor loads the demo's graph from a.DataDir or builds it, telling stdout which; ok is false
+// (with no error) when ctx ended while building.
+func graphFor(ctx context.Context, a Env, df Flags, stdout io.Writer, tty bool) (Graph, bool, error) {
+	g, ok, err := LoadGraph(a.DataDir)
+	if err != nil {
+		return g, false, err
+	}
+	if ok {
+		fmt.Fprintf(stdout, "graph: reusing %d users, %d interests, %d follows from %s\n", len(g.Users), len(g.Interests), g.Follows, filepath.Join(a.DataDir, GraphFile))
+	} else {
+		start := time.Now()
+		if !tty {
+			fmt.Fprintf(stdout, "graph: building %d users, %d boards each, %d interests\n", df.Spec.Users, df.Spec.BoardsPerUser, df.Spec.Interests)
+		}
+		g, err = BuildGraph(ctx, a.Graph, df.Spec, func(done, total int) {
+			if tty {
+				fmt.Fprintf(stdout, "\r\033[Kgraph: %s %d/%d", Bar(int64(done), int64(total), 30), done, total)
+			}
+		})
+		if tty {
+			fmt.Fprintln(stdout)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return g, false, nil // interrupted while building: the next run builds it again
+			}
+			return g, false, err
+		}
+		if a.SaveGraph {
+			if err := g.Save(a.DataDir); err != nil {
+				return g, false, err
+			}
+		}
+		fmt.Fprintf(stdout, "graph: built %d users, %d boards each, %d interests, %d follows in %s\n",
+			len(g.Users), df.Spec.BoardsPerUser, len(g.Interests), g.Follows, time.Since(start).Round(time.Millisecond))
+	}
+	return g, true, nil
 }
