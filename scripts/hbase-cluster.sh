@@ -68,10 +68,11 @@ running() {
 
 zk_addr() { echo "127.0.0.1:$(port_of zk)"; }
 
-# zk_cmd WORD: a ZooKeeper four-letter command, answered on stdout.
+# zk_cmd WORD: a ZooKeeper four-letter command, answered on stdout; a ZooKeeper that accepts the
+# connection but does not answer within 10 s counts as not answering (callers poll again).
 zk_cmd() {
 	local out
-	out=$({ exec 3<>"/dev/tcp/127.0.0.1/$(port_of zk)"; } 2>/dev/null && printf '%s' "$1" >&3 && cat <&3) || return 1
+	out=$(timeout 10 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1" && printf "%s" "$2" >&3 && cat <&3' zk_cmd "$(port_of zk)" "$1" 2>/dev/null) || return 1
 	printf '%s\n' "$out"
 }
 
