@@ -53,7 +53,7 @@ empty (cached graph rows are not invalidated). Takes the same storage flags as t
 	fs.IntVar(&lf.users, "users", 100000, "with --model: users of the network")
 	fs.Uint64Var(&lf.seed, "seed", 8, "with --model: the model's seed")
 	fs.IntVar(&lf.maxFollowers, "max-followers", 0, "with --model: cap every bucket's followers per user (0: the model's counts)")
-	fs.IntVar(&lf.batch, "batch", 50000, "rows per store write")
+	fs.IntVar(&lf.batch, "batch", 0, "rows per store write (0: 50,000 on Pebble, 5,000 on HBase)")
 	fs.IntVar(&lf.chunk, "chunk", 10000, "users or boards checked and given IDs together")
 	fs.DurationVar(&lf.every, "progress", 5*time.Second, "how often to print progress on stderr")
 	for _, n := range []string{"file", "model", "users", "seed", "max-followers", "batch", "chunk", "progress"} {
@@ -120,7 +120,19 @@ func runLoad(ctx context.Context, cfg config.Config, src graphsvc.LoadSource, lf
 	if err != nil {
 		return graphsvc.LoadStats{}, fmt.Errorf("load: %w", err)
 	}
-	opts := []graphsvc.LoaderOption{graphsvc.WithLoadBatch(lf.batch), graphsvc.WithLoadChunk(lf.chunk),
+	batch := lf.batch
+	if cfg.Storage.Backend == config.BackendHBase {
+		if batch == 0 {
+			batch = hbaseLoadBatch
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, hbaseLoadBound)
+		defer cancel()
+	}
+	if batch == 0 {
+		batch = 50000
+	}
+	opts := []graphsvc.LoaderOption{graphsvc.WithLoadBatch(batch), graphsvc.WithLoadChunk(lf.chunk),
 		graphsvc.WithLoadProgress(lf.every, func(s graphsvc.LoadStats) { fmt.Fprintf(stderr, "load: %s\n", s) })}
 	if ids != nil {
 		opts = append(opts, graphsvc.WithLoadIDs(ids))
@@ -169,7 +181,7 @@ func (s *modelSource) Next() (graphsvc.LoadRecord, error) {
 	return graphsvc.LoadRecord{Follow: &graphsvc.LoadFollow{User: modelUsername(f), Target: modelUsername(s.target - 1)}}, nil
 }
 
-// On HBase the bench's bulk load writes hbaseLoadBatch rows a store write, and its calls are
+// On HBase a bulk load (smartfeed load's, the bench's) writes hbaseLoadBatch rows a store write, and its calls are
 // bounded by hbaseLoadBound as a whole instead of the store's per-call timeout (5 s, for a
 // context without a deadline): on a busy machine a standalone region server, still opening the
 // regions of the tables just created, can take longer than that for one write of thousands of
