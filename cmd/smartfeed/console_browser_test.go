@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -86,8 +88,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		base, user, adminGRPC, adminHTTP = m[1], m[3], h[1], h[2]
 		return true
 	})
-	// Let the demo stream events and read feeds for a moment: the showcase user's feed grows.
-	time.Sleep(5 * time.Second)
+	// The feed test scrolls to page 3 of 10 pins: wait until the showcase user's feed holds 30.
+	// A first page of 30 reads what a first page of 10 would, and its pins stay in the feed.
+	waitFor(t, 120*time.Second, "30 pins in the showcase user's feed", func() bool {
+		return feedPins(t, base, user, 30) >= 30
+	})
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
 		chromedp.WindowSize(1280, 1000), chromedp.Flag("disable-dev-shm-usage", true))
@@ -334,4 +339,29 @@ func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// feedPins is how many pins a first page of size pins of user's feed holds, read through the
+// console's Connect endpoint as the page does (0 on any error: the caller polls).
+func feedPins(t *testing.T, base, user string, size int) int {
+	t.Helper()
+	body := fmt.Sprintf(`{"userIdStr":%q,"pageSize":%d}`, user, size)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"rpc/smartfeed.feed.v1.FeedService/GetFeed", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Connect-Protocol-Version", "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	defer resp.Body.Close()
+	var page struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&page) != nil {
+		return 0
+	}
+	return len(page.Items)
 }
