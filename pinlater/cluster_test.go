@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/smartfeed/smartfeed/internal/testenv"
 )
 
 // clusterEnv names the run folder of scripts/redis-cluster.sh (the script prints it).
@@ -35,6 +37,7 @@ func clusterConfig(t *testing.T) (RedisConfig, string) {
 	if err != nil {
 		t.Fatalf("%s=%s: %v (is scripts/redis-cluster.sh up?)", clusterEnv, dir, err)
 	}
+	testenv.LockSetup(t, dir)
 	defer f.Close()
 	c := RedisConfig{Mode: RedisCluster}
 	sc := bufio.NewScanner(f)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/internal/jsontime"
+	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/pinlater"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
@@ -52,6 +53,7 @@ func sentinelFromEnv(t *testing.T) *sentinelSetup {
 	if err != nil {
 		t.Fatalf("%s=%s: %v (is scripts/redis-sentinel.sh up?)", sentinelEnv, dir, err)
 	}
+	testenv.LockSetup(t, dir)
 	defer f.Close()
 	s := &sentinelSetup{dir: dir}
 	sc := bufio.NewScanner(f)
@@ -141,6 +143,7 @@ func clusterFromEnv(t *testing.T) *clusterSetup {
 	if err != nil {
 		t.Fatalf("SMARTFEED_REDIS_CLUSTER=%s: %v (is scripts/redis-cluster.sh up?)", dir, err)
 	}
+	testenv.LockSetup(t, dir)
 	c := &clusterSetup{sentinelSetup: sentinelSetup{dir: dir}}
 	for _, l := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(l, "SMARTFEED_REDIS_CLUSTER_ADDRS="); ok {
