@@ -73,7 +73,9 @@ type headCache struct {
 	lru     list.List // of *headEntry, most recent first
 
 	results *prometheus.CounterVec
-	bytes   prometheus.Gauge
+	// resultOf is results' child of each result, looked up once.
+	resultOf map[string]prometheus.Counter
+	bytes    prometheus.Gauge
 	// versionErrors counts the head version writes that failed.
 	versionErrors prometheus.Counter
 }
@@ -113,8 +115,9 @@ func newHeadCache(budget int64, reg prometheus.Registerer) (*headCache, error) {
 			Name: "smartfeed_feed_head_version_errors_total",
 			Help: "Writes of a feed's head version (after a write to the feed) that failed: other feed processes may serve that feed's head as it was before the write until its next write.",
 		})}
+	c.resultOf = map[string]prometheus.Counter{}
 	for _, r := range []string{headHit, headMiss, headStale, headNoVersion, headVersionError} {
-		c.results.WithLabelValues(r)
+		c.resultOf[r] = c.results.WithLabelValues(r)
 	}
 	if reg != nil {
 		for _, col := range []prometheus.Collector{c.results, c.bytes, c.versionErrors} {
@@ -245,7 +248,7 @@ func (s *Service) headReadFrom(primary zen.Table, user zen.ID, size int, cutMs i
 			case err == nil:
 				var res pageRead
 				if res, result = c.get(user, size, version); result == headHit {
-					c.results.WithLabelValues(headHit).Inc()
+					c.resultOf[headHit].Inc()
 					res.stale = staleAt(res.served, cutMs)
 					return res, nil
 				}
@@ -266,7 +269,7 @@ func (s *Service) headReadFrom(primary zen.Table, user zen.ID, size int, cutMs i
 		} else {
 			c.put(user, size, res.version, res)
 		}
-		c.results.WithLabelValues(result).Inc()
+		c.resultOf[result].Inc()
 		return res, nil
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 )
 
 type metrics struct {
@@ -49,6 +51,14 @@ type metrics struct {
 	prepRunning  prometheus.Gauge
 	// shed counts the GetFeed calls admission control refused, by reason.
 	shed *prometheus.CounterVec
+
+	// stageOf holds stage's child of each stage, and okAs the requests' child of each fresh
+	// status of a page served, looked up once (a label lookup hashes the values and takes the
+	// vector's lock); both are read-only once made.
+	stageOf map[string]prometheus.Observer
+	okAs    map[FreshStatus]prometheus.Counter
+	// servedAs is servedFrom's child of each store, by hedge.Store.
+	servedAs [2]prometheus.Counter
 }
 
 // Stages of GetFeed, the label values of smartfeed_feed_stage_seconds.
@@ -110,7 +120,11 @@ const (
 
 // observeStage records d under stage.
 func (m *metrics) observeStage(stage string, d time.Duration) {
-	m.stage.WithLabelValues(stage).Observe(d.Seconds())
+	o, ok := m.stageOf[stage]
+	if !ok {
+		o = m.stage.WithLabelValues(stage)
+	}
+	o.Observe(d.Seconds())
 }
 
 // newMetrics makes the service's metrics: those of the read path here, those of the work a page
@@ -159,6 +173,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			[]string{"reason"}),
 	}
 	m.addBackground()
+	m.stageOf = map[string]prometheus.Observer{}
+	for _, st := range []string{stageGenerator, stageRead, stagePersist, stageEnqueue, stagePrepare, stageFlip,
+		stagePagePrepared, stagePageGenerated, stagePageRecent, stagePinsLive, stagePreparedCheck, stageUserLive, stageActivity} {
+		m.stageOf[st] = m.stage.WithLabelValues(st)
+	}
+	for _, st := range []hedge.Store{hedge.Primary, hedge.Standby} {
+		m.servedAs[st] = m.servedFrom.WithLabelValues(st.String())
+	}
+	m.okAs = map[FreshStatus]prometheus.Counter{}
+	for f := range freshStatuses {
+		m.okAs[f] = m.requests.WithLabelValues("ok", string(f))
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
@@ -219,10 +245,14 @@ func (m *metrics) observe(ctx context.Context, p Page, err error, took time.Dura
 	case err != nil:
 		outcome = "unavailable"
 	}
-	m.requests.WithLabelValues(outcome, string(p.FreshStatus)).Inc()
+	if c, ok := m.okAs[p.FreshStatus]; ok && err == nil {
+		c.Inc()
+	} else {
+		m.requests.WithLabelValues(outcome, string(p.FreshStatus)).Inc()
+	}
 	if err == nil {
 		observeWithTrace(ctx, m.latency, took.Seconds())
-		m.servedFrom.WithLabelValues(p.From.String()).Inc()
+		m.servedAs[p.From].Inc()
 	}
 }
 

@@ -263,7 +263,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 	began := h.now() // on the breaker's clock
 	rt := h.br.route(p, began)
 	h.sched() // keeps the scheduling latency current (a clock read between its samples)
-	h.m.routed.WithLabelValues([...]string{"primary", "probe", "standby"}[rt]).Inc()
+	h.m.routedAs[rt].Inc()
 	if rt == routeStandby {
 		return failover(ctx, h, p, primary, standby)
 	}
@@ -330,7 +330,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 	if won {
 		// The standby answered first and cancelled the primary, whose answer is dropped.
 		r := <-sres
-		h.m.latency.WithLabelValues(Standby.String()).Observe(r.took.Seconds())
+		h.m.latencyOf[Standby].Observe(r.took.Seconds())
 		h.m.won.Inc()
 		// The primary lost: record how long it had run, a lower bound on its latency, so a
 		// stuck primary still pushes the percentile up. The loss counts against the primary
@@ -347,7 +347,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 		out.From = Standby
 		return r.v, out, nil
 	}
-	h.m.latency.WithLabelValues(Primary.String()).Observe(took.Seconds())
+	h.m.latencyOf[Primary].Observe(took.Seconds())
 	if perr == nil {
 		h.win.add(took)
 	}
@@ -378,7 +378,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 		case r = <-sres:
 		}
 	}
-	h.m.latency.WithLabelValues(Standby.String()).Observe(r.took.Seconds())
+	h.m.latencyOf[Standby].Observe(r.took.Seconds())
 	if r.err == nil {
 		h.m.won.Inc()
 		out.From = Standby
@@ -529,7 +529,7 @@ func failover[T any](ctx context.Context, h *Hedger, p Policy, primary, standby 
 	out := Outcome{From: Standby, Failover: true}
 	start := time.Now()
 	v, err := standby(ctx)
-	h.m.latency.WithLabelValues(Standby.String()).Observe(time.Since(start).Seconds())
+	h.m.latencyOf[Standby].Observe(time.Since(start).Seconds())
 	if err == nil {
 		h.m.won.Inc()
 		return v, out, nil
@@ -540,7 +540,7 @@ func failover[T any](ctx context.Context, h *Hedger, p Policy, primary, standby 
 	serr := err
 	start = time.Now()
 	v, err = primary(ctx)
-	h.m.latency.WithLabelValues(Primary.String()).Observe(time.Since(start).Seconds())
+	h.m.latencyOf[Primary].Observe(time.Since(start).Seconds())
 	if err == nil {
 		out.From = Primary
 		return v, out, nil
@@ -563,7 +563,7 @@ func warm[T any](ctx context.Context, h *Hedger, standby ReadFunc[T]) {
 		defer cancel()
 		start := time.Now()
 		_, err := standby(wctx)
-		h.m.latency.WithLabelValues(Standby.String()).Observe(time.Since(start).Seconds())
+		h.m.latencyOf[Standby].Observe(time.Since(start).Seconds())
 		if err != nil {
 			h.m.warmupErrors.Inc()
 		}

@@ -23,6 +23,11 @@ type metrics struct {
 	// excused counts the primary reads judged on their time that the breaker did not count,
 	// because the process was saturated, by kind (late, beaten, timeout).
 	excused *prometheus.CounterVec
+
+	// The children every call touches, looked up once: a label lookup hashes the values and
+	// takes the vector's lock on each call.
+	latencyOf [2]prometheus.Observer // by Store
+	routedAs  [3]prometheus.Counter  // by route
 }
 
 // newMetrics makes the Hedger's metrics and registers them on reg (if not nil), with a gauge of
@@ -64,6 +69,12 @@ func newMetrics(reg prometheus.Registerer, sched func() time.Duration) (*metrics
 			Name: "smartfeed_hedge_routed_total",
 			Help: "Calls by the breaker's route: primary (closed), probe (half-open), standby (open: failover, no budget)."},
 			[]string{"route"}),
+	}
+	for _, st := range []Store{Primary, Standby} {
+		m.latencyOf[st] = m.latency.WithLabelValues(st.String())
+	}
+	for rt, name := range [...]string{routePrimary: "primary", routeProbe: "probe", routeStandby: "standby"} {
+		m.routedAs[rt] = m.routed.WithLabelValues(name)
 	}
 	if reg != nil {
 		schedGauge := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

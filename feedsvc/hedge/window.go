@@ -7,7 +7,7 @@ import (
 )
 
 // window is a ring of the most recent primary latencies, with the percentile recomputed every
-// refreshEvery samples (a sort of a copy: cheap at a few thousand samples) and cached.
+// refreshEvery samples (a selection over a copy, linear in the window) and cached.
 type window struct {
 	mu       sync.Mutex
 	ring     []time.Duration
@@ -50,10 +50,54 @@ func (w *window) percentile(q float64) (time.Duration, int) {
 		return w.cached, w.n
 	}
 	w.sorted = append(w.sorted[:0], w.ring[:w.n]...)
-	slices.Sort(w.sorted)
 	// Nearest rank: the smallest sample with at least q% of the samples at or below it.
 	rank := int(float64(w.n)*q/100+0.999999999) - 1
 	rank = max(0, min(rank, w.n-1))
-	w.cached, w.cachedAt, w.valid, w.since = w.sorted[rank], q, true, 0
+	w.cached, w.cachedAt, w.valid, w.since = nth(w.sorted, rank), q, true, 0
 	return w.cached, w.n
+}
+
+// nth returns the value s would hold at index k (0 <= k < len(s)) once sorted, reordering s:
+// a quickselect with three-way partitions (so runs of equal latencies, common at a coarse
+// clock, stay linear) around a middle pivot.
+func nth(s []time.Duration, k int) time.Duration {
+	lo, hi := 0, len(s)
+	for hi-lo > 16 {
+		pivot := median3(s[lo], s[lo+(hi-lo)/2], s[hi-1])
+		// s[lo:lt] < pivot, s[lt:i] == pivot, s[gt:hi] > pivot.
+		lt, i, gt := lo, lo, hi
+		for i < gt {
+			switch {
+			case s[i] < pivot:
+				s[lt], s[i] = s[i], s[lt]
+				lt++
+				i++
+			case s[i] > pivot:
+				gt--
+				s[gt], s[i] = s[i], s[gt]
+			default:
+				i++
+			}
+		}
+		switch {
+		case k < lt:
+			hi = lt
+		case k >= gt:
+			lo = gt
+		default:
+			return pivot
+		}
+	}
+	slices.Sort(s[lo:hi])
+	return s[k]
+}
+
+func median3(a, b, c time.Duration) time.Duration {
+	if a > b {
+		a, b = b, a
+	}
+	if b > c {
+		b = c
+	}
+	return max(a, b)
 }
