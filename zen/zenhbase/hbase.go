@@ -237,7 +237,7 @@ func (s *Store) Table(ctx context.Context, name string) (zen.Table, error) {
 	if err := s.create(ctx, s.HBaseName(name)); err != nil {
 		return nil, fmt.Errorf("table %s: %w", name, err)
 	}
-	t := &Table{s: s, name: []byte(s.HBaseName(name)), fam: s.opts.Family,
+	t := &Table{s: s, zname: name, name: []byte(s.HBaseName(name)), fam: s.opts.Family,
 		families: hrpc.Families(map[string][]string{s.opts.Family: {qualifier}})}
 	s.tables[name] = t
 	return t, nil
@@ -340,6 +340,7 @@ func (s *Store) Drop(ctx context.Context, name string) error {
 // Table is one HBase table.
 type Table struct {
 	s        *Store
+	zname    string // the zen table name, for the spans
 	name     []byte
 	fam      string
 	families func(hrpc.Call) error
@@ -408,8 +409,8 @@ func (t *Table) cell(r *hrpc.Result) ([]byte, bool, error) {
 	return nil, false, nil
 }
 
-// Get returns the value at key, or zen.ErrNotFound.
-func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
+// getKey is Get's work, without its span.
+func (t *Table) getKey(ctx context.Context, key []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -449,10 +450,8 @@ func (t *Table) getVia(ctx context.Context, c gohbase.Client, key []byte) ([]byt
 	return v, nil
 }
 
-// Apply writes the batch: one HBase Put or row Delete per key, sent concurrently. When a key
-// appears more than once only its last mutation is sent. It is atomic per row only: on error
-// some rows may have been written.
-func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
+// apply is Apply's work, without its span.
+func (t *Table) apply(ctx context.Context, muts []zen.Mutation) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -515,13 +514,13 @@ func (t *Table) Apply(ctx context.Context, muts []zen.Mutation) error {
 	return nil
 }
 
-// Scan returns the rows in [Start, Stop), forward or reversed, up to Limit.
+// scan is Scan's work, without its span.
 //
 // HBase's reversed scan runs from an inclusive start row down to an exclusive stop row, the
 // mirror of zen's half-open range, so a reverse scan starts at Stop and drops a row equal to
 // Stop (or at a row above every valid key when Stop is nil), drops a row equal to Stop, stops at
 // a proper prefix of Start (which sorts before Start) and ends at the first row below Start.
-func (t *Table) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
+func (t *Table) scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -612,9 +611,8 @@ func (c checkAndDelete) CellBlocksEnabled() bool { return false }
 // SkipBatch is true: a batched (multi) response does not say whether the condition held.
 func (c checkAndDelete) SkipBatch() bool { return true }
 
-// CheckAndSet writes value (nil = delete) at key if the current value equals expected (nil =
-// absent), atomically on the region server.
-func (t *Table) CheckAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
+// checkAndSetKey is CheckAndSet's work, without its span.
+func (t *Table) checkAndSetKey(ctx context.Context, key, expected, value []byte) (bool, error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
@@ -674,10 +672,8 @@ func (t *Table) checkAndSet(ctx context.Context, key, expected, value []byte) (b
 	}
 }
 
-// Increment adds delta to the 8-byte big-endian counter at key (absent = 0) with HBase's
-// Increment, once however often gohbase sends it (a nonce: increment.go), and returns the new
-// value. A value that is not 8 bytes is an error.
-func (t *Table) Increment(ctx context.Context, key []byte, delta int64) (int64, error) {
+// incrementKey is Increment's work, without its span.
+func (t *Table) incrementKey(ctx context.Context, key []byte, delta int64) (int64, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -705,11 +701,8 @@ var _ zen.MultiGetter = (*Table)(nil)
 // call by call they were 31% of the process's CPU (docs/pools.md, "HBase").
 const batchFrom = 8
 
-// GetMany reads keys under one call deadline: from batchFrom keys with one SendBatch through
-// the reader (multi requests per region server, sent at once), below it one Get per key, sent
-// concurrently (gohbase coalesces concurrent Gets to a region server). Absent rows give nil
-// entries.
-func (t *Table) GetMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
+// getMany is GetMany's work, without its span.
+func (t *Table) getMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -773,9 +766,9 @@ var _ zen.MultiScanner = (*Table)(nil)
 // maxInflightScans bounds the scans one ScanMany has in flight.
 const maxInflightScans = 16
 
-// ScanMany runs every scan at once (up to maxInflightScans), each as Scan would, so that the
-// sources of a user's pools read in about one round trip instead of one per source.
-func (t *Table) ScanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.KV, error) {
+// scanMany is ScanMany's work, without its span. Its scans make no spans of their own: the
+// call is one span, with the scans' RPCs under it.
+func (t *Table) scanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.KV, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -787,7 +780,7 @@ func (t *Table) ScanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.K
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			out[i], errs[i] = t.Scan(ctx, o)
+			out[i], errs[i] = t.scan(ctx, o)
 		})
 	}
 	wg.Wait()
@@ -804,12 +797,8 @@ var _ zen.CondBatcher = (*Table)(nil)
 // maxInflightCAS bounds the check-and-mutates one CheckAndSetMany has in flight.
 const maxInflightCAS = 64
 
-// CheckAndSetMany sends the check-and-mutates concurrently (up to maxInflightCAS) under one call
-// deadline, each atomic on its region server. Conditions on the same key run one after the other
-// in the order given, so each sees the value the earlier ones left, as successive CheckAndSets
-// would. A bad key fails the call before any write; on another error some conditions may have
-// been applied.
-func (t *Table) CheckAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
+// checkAndSetMany is CheckAndSetMany's work, without its span.
+func (t *Table) checkAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

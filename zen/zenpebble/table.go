@@ -2,13 +2,11 @@ package zenpebble
 
 import (
 	"context"
-	"errors"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/internal/zentrace"
 )
 
 // The methods of zen.Table and its extensions. Each one is a span, "zen <method>", when its
@@ -19,39 +17,17 @@ import (
 // context lookup more than the untraced work and allocates nothing more (BenchmarkTableTracing).
 // A call outside any traced request makes no span: the store's own upkeep is not traced.
 
-// tracerName is the instrumentation scope of the table calls' spans.
-const tracerName = "github.com/smartfeed/smartfeed/zen/zenpebble"
-
-// backendAttr is the backend attribute of every span, as the HBase backend's calls would name
-// theirs, so one query sees both.
-var backendAttr = attribute.String("zen.backend", "pebble")
+// spans makes the table calls' spans.
+var spans = zentrace.NewBackend("github.com/smartfeed/smartfeed/zen/zenpebble", "pebble")
 
 // startSpan starts the span of one call, "zen " + method, under ctx's span when it records;
 // otherwise it returns ctx and a nil span.
 func (t *Table) startSpan(ctx context.Context, method string) (context.Context, trace.Span) {
-	parent := trace.SpanFromContext(ctx)
-	if !parent.IsRecording() {
-		return ctx, nil
-	}
-	return parent.TracerProvider().Tracer(tracerName).Start(ctx, "zen "+method,
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(backendAttr, attribute.String("zen.table", t.name)))
+	return spans.Start(ctx, t.name, method)
 }
 
-// endSpan ends sp (nil: none) with the call's rows (negative: not reported) and error; a row
-// that is not there (zen.ErrNotFound) is an answer, not an error.
-func endSpan(sp trace.Span, rows int, err error) {
-	if sp == nil {
-		return
-	}
-	if rows >= 0 {
-		sp.SetAttributes(attribute.Int("zen.rows", rows))
-	}
-	if err != nil && !errors.Is(err, zen.ErrNotFound) {
-		sp.RecordError(err)
-		sp.SetStatus(codes.Error, err.Error())
-	}
-	sp.End()
-}
+// endSpan ends sp (nil: none) with the call's rows (negative: not reported) and error.
+func endSpan(sp trace.Span, rows int, err error) { zentrace.End(sp, rows, err) }
 
 // Get returns the value at key, or zen.ErrNotFound.
 func (t *Table) Get(ctx context.Context, key []byte) ([]byte, error) {
