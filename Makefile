@@ -32,11 +32,14 @@ test-failover: ## kill -9 the primary feed HBase under read and write load, rest
 	SMARTFEED_HBASE_FAILOVER=1 SMARTFEED_NO_HBASE_STANDBY=1 $(TEST_SERVICES) $(GO) test -count=1 -timeout 20m -run TestHBasePrimaryKill -v ./cmd/smartfeed/
 
 CLUSTER_TESTS ?= TestClusterRegionsBalanced|TestRegionServerKill
-test-hbase-cluster: ## kill -9 one of three HBase region servers under a fanout and a read load: nothing acknowledged lost or duplicated, recovery time logged (starts a cluster of its own, run/hbase-cluster-test, wiped after)
+test-hbase-cluster: ## kill -9 one of three HBase region servers under a fanout and a read load: nothing acknowledged lost or duplicated, recovery time logged; then under GetFeed: every page answered, by the standby while the regions move (starts a cluster of its own, run/hbase-cluster-test, wiped after)
 	@scripts/hbase-cluster.sh wipe hbase-cluster-test >/dev/null 2>&1; \
 	trap 'scripts/hbase-cluster.sh wipe hbase-cluster-test >/dev/null 2>&1' EXIT; \
-	scripts/hbase-cluster.sh up hbase-cluster-test >/dev/null && set -a && . run/hbase-cluster-test/env && set +a && \
-	$(GO) test -count=1 -timeout 20m -run '$(CLUSTER_TESTS)' -v ./zen/zenhbase/
+	scripts/hbase-cluster.sh up hbase-cluster-test >/dev/null || exit 1; \
+	set -a && . run/hbase-cluster-test/env && set +a; \
+	rc=0; $(GO) test -count=1 -timeout 20m -run '$(CLUSTER_TESTS)' -v ./zen/zenhbase/ || rc=1; \
+	$(GO) test -count=1 -timeout 10m -run 'TestGetFeedDuringRegionTransit' -v ./cmd/smartfeed/ || rc=1; \
+	exit $$rc
 
 test-short: ## fast loop: unit tests only, no Redis or HBase
 	$(GO) test -short ./...

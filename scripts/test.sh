@@ -9,9 +9,9 @@
 #   4. the user's Redis (run/redis) untouched by the run
 #   5. the tests over 20 s, by name
 #   6. make helm-lint
-#   7. make test-hbase-cluster: a region server of a three-server HBase cluster killed under load
-#      (its own cluster, run/hbase-cluster-test; 1.5–2.5 min; skipped with SMARTFEED_NO_HBASE=1 or
-#      a TEST_PKGS other than ./...)
+#   7. make test-hbase-cluster: a region server of a three-server HBase cluster killed under load,
+#      then under GetFeed with a standby (its own cluster, run/hbase-cluster-test; 1.5–3 min;
+#      skipped with SMARTFEED_NO_HBASE=1 or a TEST_PKGS other than ./...)
 # Steps 1–3 run under scripts/with-services.sh with SMARTFEED_SERVICES=test: a Redis and two
 # HBases of the run's own (run/redis-test, run/hbase-test, run/hbase-test-standby), wiped before
 # and after, never the ones of `scripts/redis.sh up`, `make services-up` or `make demo`.
