@@ -88,16 +88,7 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 	if feats != nil {
 		active = w.active
 	}
-	var actVals []int64
-	var actCached []bool
-	if active != nil {
-		aks := make([]featureKey, len(users))
-		for i, u := range users {
-			aks[i] = featureKey{kind: featActive, user: u}
-		}
-		actVals, actCached = make([]int64, len(users)), make([]bool, len(users))
-		active.get(aks, actVals, actCached)
-	}
+	actVals, actCached := cachedActive(active, users)
 	actAt := make([]int, 0, len(users)) // the receivers whose last-active row is read
 	for i, u := range users {
 		rs[i].user = u
@@ -162,8 +153,31 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 		}
 		feats.put(put, got)
 	}
+	if err := w.matchInterests(ctx, rs, pi, followedInterest, feats); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// cachedActive looks the users' last-active rows up in active: nil slices without a cache.
+func cachedActive(active *featureCache, users []zen.ID) (vals []int64, cached []bool) {
+	if active == nil {
+		return nil, nil
+	}
+	aks := make([]featureKey, len(users))
+	for i, u := range users {
+		aks[i] = featureKey{kind: featActive, user: u}
+	}
+	vals, cached = make([]int64, len(users)), make([]bool, len(users))
+	active.get(aks, vals, cached)
+	return vals, cached
+}
+
+// matchInterests sets each receiver's interest match: the share of the pin's interests it
+// follows (followedInterest, the list it came from, counts as followed).
+func (w *Worker) matchInterests(ctx context.Context, rs []receiver, pi *pinInfo, followedInterest zen.ID, feats *featureCache) error {
 	if len(pi.interests) == 0 {
-		return rs, nil
+		return nil
 	}
 	// Whether each receiver follows each of the pin's interests: from the cache, and the rest in
 	// one batched read of the follow edges, not a goroutine per receiver.
@@ -198,7 +212,7 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 		if len(eks) > 0 {
 			has, err := w.g.HasEdges(ctx, eks)
 			if err != nil {
-				return nil, fmt.Errorf("interest match: %w", err)
+				return fmt.Errorf("interest match: %w", err)
 			}
 			put, putVals := make([]featureKey, len(missed)), make([]int64, len(missed))
 			for m, j := range missed {
@@ -220,7 +234,7 @@ func (w *Worker) loadReceivers(ctx context.Context, users []zen.ID, pi *pinInfo,
 			rs[i].match = float64(hits[i]) / float64(len(pi.interests))
 		}
 	}
-	return rs, nil
+	return nil
 }
 
 func (w *Worker) entry(r receiver, pi *pinInfo, src zen.Source, ageMs int64, co float64, reason string) zen.PoolEntry {
@@ -262,33 +276,11 @@ func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPa
 // order (zen.Graph.Members: the point rows only, half the rows of a page of edges), and reports
 // whether the list holds more.
 func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload, facts *pinFacts) (more bool, err error) {
-	pin, err := checkID("chunk pin", p.Pin, zen.TypePin)
+	c, err := checkChunk(p)
 	if err != nil {
 		return false, err
 	}
-	author, err := checkID("chunk author", p.Author, zen.TypeUser)
-	if err != nil {
-		return false, err
-	}
-	board, err := checkID("chunk board", p.Board, zen.TypeBoard)
-	if err != nil {
-		return false, err
-	}
-	var interest zen.ID
-	if p.Interest != 0 {
-		if interest, err = checkID("chunk interest", p.Interest, zen.TypeInterest); err != nil {
-			return false, err
-		}
-	}
-	src := zen.Source(p.Source)
-	if src != zen.SourceFollowing && src != zen.SourceInterest && src != zen.SourceRelated {
-		return false, invalid("chunk source %d", p.Source)
-	}
-	et := zen.EdgeType(p.EdgeType)
-	_, to, ok := et.Endpoints()
-	if !ok || to != zen.TypeUser {
-		return false, invalid("chunk edge type %d does not list users", p.EdgeType)
-	}
+	pin, author, board, interest, src, et := c.pin, c.author, c.board, c.interest, c.src, c.et
 	// Only lists delivered inline (at most InlineReceivers receivers: the common author, board
 	// or interest) use the feature cache. A list long enough for chunk tasks would mostly fill
 	// it with pairs that do not recur within the TTL: with it, a 1,000,000-follower fanout's
@@ -300,23 +292,9 @@ func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload
 	if err := facts.load(ctx, w, pin, author); err != nil || facts.gone {
 		return false, err
 	}
-	var users []zen.ID
-	if inline {
-		if users, more, err = w.g.Members(ctx, zen.ID(p.ListFrom), et, p.Limit); err != nil {
-			return false, fmt.Errorf("chunk %d: members %d/%d: %w", pin, p.ListFrom, et, err)
-		}
-	} else {
-		edges, _, err := w.g.ListEdges(ctx, zen.ID(p.ListFrom), et, p.Cursor, p.Limit, false)
-		if errors.Is(err, zen.ErrBadCursor) {
-			return false, invalid("chunk cursor: %v", err)
-		}
-		if err != nil {
-			return false, fmt.Errorf("chunk %d: list %d/%d: %w", pin, p.ListFrom, et, err)
-		}
-		users = make([]zen.ID, 0, len(edges))
-		for _, e := range edges {
-			users = append(users, e.To)
-		}
+	users, more, err := w.chunkUsers(ctx, p, pin, et, inline)
+	if err != nil {
+		return false, err
 	}
 	users = slices.DeleteFunc(users, func(u zen.ID) bool { return u == author })
 	pi := &pinInfo{pin: pin, author: author, board: board, interest: interest, createdMs: p.CreatedMs,
@@ -412,4 +390,61 @@ func pinFromObject(o zen.Object, board zen.ID) pinInfo {
 		pi.createdMs, _ = strconv.ParseInt(v, 10, 64)
 	}
 	return pi
+}
+
+// chunkIDs are a fanout chunk's checked IDs, source and edge type.
+type chunkIDs struct {
+	pin, author, board, interest zen.ID
+	src                          zen.Source
+	et                           zen.EdgeType
+}
+
+// checkChunk checks a fanout chunk's IDs, source and edge type; an error is invalid input.
+func checkChunk(p pinlater.FanoutChunkPayload) (c chunkIDs, err error) {
+	if c.pin, err = checkID("chunk pin", p.Pin, zen.TypePin); err != nil {
+		return c, err
+	}
+	if c.author, err = checkID("chunk author", p.Author, zen.TypeUser); err != nil {
+		return c, err
+	}
+	if c.board, err = checkID("chunk board", p.Board, zen.TypeBoard); err != nil {
+		return c, err
+	}
+	if p.Interest != 0 {
+		if c.interest, err = checkID("chunk interest", p.Interest, zen.TypeInterest); err != nil {
+			return c, err
+		}
+	}
+	c.src = zen.Source(p.Source)
+	if c.src != zen.SourceFollowing && c.src != zen.SourceInterest && c.src != zen.SourceRelated {
+		return c, invalid("chunk source %d", p.Source)
+	}
+	c.et = zen.EdgeType(p.EdgeType)
+	if _, to, ok := c.et.Endpoints(); !ok || to != zen.TypeUser {
+		return c, invalid("chunk edge type %d does not list users", p.EdgeType)
+	}
+	return c, nil
+}
+
+// chunkUsers lists the chunk's receivers: the members of a short list delivered inline, or
+// one page of a long list from the chunk's cursor; more says an inline list has more members.
+func (w *Worker) chunkUsers(ctx context.Context, p pinlater.FanoutChunkPayload, pin zen.ID, et zen.EdgeType, inline bool) (users []zen.ID, more bool, err error) {
+	if inline {
+		if users, more, err = w.g.Members(ctx, zen.ID(p.ListFrom), et, p.Limit); err != nil {
+			return nil, false, fmt.Errorf("chunk %d: members %d/%d: %w", pin, p.ListFrom, et, err)
+		}
+		return users, more, nil
+	}
+	edges, _, err := w.g.ListEdges(ctx, zen.ID(p.ListFrom), et, p.Cursor, p.Limit, false)
+	if errors.Is(err, zen.ErrBadCursor) {
+		return nil, false, invalid("chunk cursor: %v", err)
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("chunk %d: list %d/%d: %w", pin, p.ListFrom, et, err)
+	}
+	users = make([]zen.ID, 0, len(edges))
+	for _, e := range edges {
+		users = append(users, e.To)
+	}
+	return users, false, nil
 }

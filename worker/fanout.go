@@ -32,39 +32,12 @@ type receiverList struct {
 // related pool (a recommender's suggestion). Running it twice enqueues the same chunk tasks
 // (deduplicated by pinlater, and idempotent anyway) and writes the same rows.
 func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) error {
-	pin, err := checkID("fanout pin", p.Pin, zen.TypePin)
+	f, err := checkFanout(p)
 	if err != nil {
 		return err
 	}
-	author, err := checkID("fanout author", p.Author, zen.TypeUser)
-	if err != nil {
-		return err
-	}
-	board, err := checkID("fanout board", p.Board, zen.TypeBoard)
-	if err != nil {
-		return err
-	}
-	interests := make([]zen.ID, 0, len(p.Interests))
-	for _, v := range p.Interests {
-		id, err := checkID("fanout interest", v, zen.TypeInterest)
-		if err != nil {
-			return err
-		}
-		interests = append(interests, id)
-	}
-	var relatedFor zen.ID
-	if p.RelatedFor != 0 {
-		if relatedFor, err = checkID("fanout related_for", p.RelatedFor, zen.TypeUser); err != nil {
-			return err
-		}
-	}
-	lists := []receiverList{
-		{from: author, typ: zen.EdgeFollowedByUser, src: zen.SourceFollowing},
-		{from: board, typ: zen.EdgeBoardFollowers, src: zen.SourceFollowing},
-	}
-	for _, in := range interests {
-		lists = append(lists, receiverList{from: in, typ: zen.EdgeInterestFollowers, src: zen.SourceInterest, interest: in})
-	}
+	pin, author, board, relatedFor := f.pin, f.author, f.board, f.relatedFor
+	lists := f.receiverLists()
 	obj, gone, err := w.getPin(ctx, pinlater.TypeFanout, pin)
 	if err != nil || gone {
 		if err == nil && relatedFor == 0 {
@@ -134,6 +107,52 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 	w.m.observeDelay(w.now(), p.CreatedMs)
 	w.m.tasks.WithLabelValues(pinlater.TypeFanout).Inc()
 	return nil
+}
+
+// fanoutIDs are a fanout task's checked IDs.
+type fanoutIDs struct {
+	pin, author, board, relatedFor zen.ID
+	interests                      []zen.ID
+}
+
+// receiverLists are the lists a pin fans out to: its author's followers, its board's and each
+// of its interests'.
+func (f fanoutIDs) receiverLists() []receiverList {
+	lists := []receiverList{
+		{from: f.author, typ: zen.EdgeFollowedByUser, src: zen.SourceFollowing},
+		{from: f.board, typ: zen.EdgeBoardFollowers, src: zen.SourceFollowing},
+	}
+	for _, in := range f.interests {
+		lists = append(lists, receiverList{from: in, typ: zen.EdgeInterestFollowers, src: zen.SourceInterest, interest: in})
+	}
+	return lists
+}
+
+// checkFanout checks a fanout task's IDs; an error is invalid input.
+func checkFanout(p pinlater.FanoutPayload) (f fanoutIDs, err error) {
+	if f.pin, err = checkID("fanout pin", p.Pin, zen.TypePin); err != nil {
+		return f, err
+	}
+	if f.author, err = checkID("fanout author", p.Author, zen.TypeUser); err != nil {
+		return f, err
+	}
+	if f.board, err = checkID("fanout board", p.Board, zen.TypeBoard); err != nil {
+		return f, err
+	}
+	f.interests = make([]zen.ID, 0, len(p.Interests))
+	for _, v := range p.Interests {
+		id, err := checkID("fanout interest", v, zen.TypeInterest)
+		if err != nil {
+			return f, err
+		}
+		f.interests = append(f.interests, id)
+	}
+	if p.RelatedFor != 0 {
+		if f.relatedFor, err = checkID("fanout related_for", p.RelatedFor, zen.TypeUser); err != nil {
+			return f, err
+		}
+	}
+	return f, nil
 }
 
 // enqueueChunks walks list l (of n receivers, as counted when the task started) page by page

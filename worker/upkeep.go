@@ -359,54 +359,14 @@ func (w *Worker) HandleUserDelete(ctx context.Context, p pinlater.UserDeletePayl
 	if err := w.g.DeleteOwned(ctx, user); err != nil {
 		return fmt.Errorf("user delete %d: %w", user, err)
 	}
-	var last zen.ID
-	for {
-		// Always the first page: each purge removes the pin's user→pins edge.
-		es, _, err := w.g.ListEdges(ctx, user, zen.EdgeUserPins, "", zen.MaxEdgePage, false)
-		if err != nil {
-			return fmt.Errorf("user delete %d: %w", user, err)
-		}
-		if len(es) == 0 {
-			break
-		}
-		if es[0].To == last { // the purge did not take the pin off the list: no progress
-			return fmt.Errorf("user delete %d: pin %d stays on the user's list after its purge", user, last)
-		}
-		last = es[0].To
-		for _, e := range es {
-			if err := w.HandlePinDelete(ctx, pinlater.PinDeletePayload{V: pinlater.PayloadVersion, Pin: uint64(e.To), Author: uint64(user)}); err != nil {
-				return fmt.Errorf("user delete %d: %w", user, err)
-			}
-		}
+	if err := w.purgeUserPins(ctx, user); err != nil {
+		return fmt.Errorf("user delete %d: %w", user, err)
 	}
 	if err := w.pools.DeleteUser(ctx, user); err != nil {
 		return fmt.Errorf("user delete %d: %w", user, err)
 	}
-	// The rest of the user's state rows (affinity, marks, rebuild marker), keeping the tombstone.
-	prefix := stateKey(user, 0, 0)
-	stop := stateKey(user+1, 0, 0)
-	start := prefix
-	for {
-		rows, err := w.state.Scan(ctx, zen.ScanOptions{Start: start, Stop: stop, Limit: 1000})
-		if err != nil {
-			return fmt.Errorf("user delete %d: %w", user, err)
-		}
-		var dels []zen.Mutation
-		for _, r := range rows {
-			if len(r.Key) == 9 && r.Key[8] == rowActive {
-				continue
-			}
-			dels = append(dels, zen.Mutation{Key: r.Key, Delete: true})
-		}
-		if len(dels) > 0 {
-			if err := w.state.Apply(ctx, dels); err != nil {
-				return fmt.Errorf("user delete %d: %w", user, err)
-			}
-		}
-		if len(rows) < 1000 {
-			break
-		}
-		start = append(append([]byte{}, rows[len(rows)-1].Key...), 0)
+	if err := w.deleteUserState(ctx, user); err != nil {
+		return fmt.Errorf("user delete %d: %w", user, err)
 	}
 	if w.feeds != nil {
 		if err := w.feeds.DeleteFeed(ctx, user); err != nil {
@@ -451,4 +411,57 @@ func (w *Worker) upkeep(ctx context.Context, user zen.ID) error {
 		return err
 	}
 	return nil
+}
+
+// purgeUserPins purges each of user's pins from the pools it was fanned out to and takes it off
+// its lists, until the user's pin list is empty.
+func (w *Worker) purgeUserPins(ctx context.Context, user zen.ID) error {
+	var last zen.ID
+	for {
+		// Always the first page: each purge removes the pin's user→pins edge.
+		es, _, err := w.g.ListEdges(ctx, user, zen.EdgeUserPins, "", zen.MaxEdgePage, false)
+		if err != nil {
+			return err
+		}
+		if len(es) == 0 {
+			return nil
+		}
+		if es[0].To == last { // the purge did not take the pin off the list: no progress
+			return fmt.Errorf("pin %d stays on the user's list after its purge", last)
+		}
+		last = es[0].To
+		for _, e := range es {
+			if err := w.HandlePinDelete(ctx, pinlater.PinDeletePayload{V: pinlater.PayloadVersion, Pin: uint64(e.To), Author: uint64(user)}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// deleteUserState deletes the rest of user's state rows (affinity, marks, rebuild marker),
+// keeping the tombstone.
+func (w *Worker) deleteUserState(ctx context.Context, user zen.ID) error {
+	start, stop := stateKey(user, 0, 0), stateKey(user+1, 0, 0)
+	for {
+		rows, err := w.state.Scan(ctx, zen.ScanOptions{Start: start, Stop: stop, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		var dels []zen.Mutation
+		for _, r := range rows {
+			if len(r.Key) == 9 && r.Key[8] == rowActive {
+				continue
+			}
+			dels = append(dels, zen.Mutation{Key: r.Key, Delete: true})
+		}
+		if len(dels) > 0 {
+			if err := w.state.Apply(ctx, dels); err != nil {
+				return err
+			}
+		}
+		if len(rows) < 1000 {
+			return nil
+		}
+		start = append(append([]byte{}, rows[len(rows)-1].Key...), 0)
+	}
 }
