@@ -70,28 +70,9 @@ func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (Move
 		if err != nil {
 			return res, err
 		}
-		var seqs [3]seq.Seq
-		var pinPoint point
-		for i, name := range []string{"pin", "before", "after"} {
-			id := []ID{pin, before, after}[i]
-			if id == 0 {
-				continue
-			}
-			p, ok, err := livePoint(pts[i])
-			if err != nil {
-				return res, err
-			}
-			if !ok {
-				return res, fmt.Errorf("%s %d: %w", name, id, ErrNotOnBoard)
-			}
-			seqs[i] = p.seq
-			v.note(id, pts[i])
-			if _, ok := v.known[id]; ok {
-				seqs[i] = v.ovrOf[id].seq
-			}
-			if i == 0 {
-				pinPoint = p
-			}
+		seqs, pinPoint, err := v.moveSeqs(pts, [3]ID{pin, before, after})
+		if err != nil {
+			return res, err
 		}
 		// The pins following before (or the first pins): the moved pin is skipped.
 		cur := ""
@@ -105,14 +86,7 @@ func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (Move
 		if err != nil {
 			return res, err
 		}
-		var succ ID
-		for _, e := range next {
-			if e.To != pin {
-				succ = e.To
-				break
-			}
-		}
-		if succ != after {
+		if succ := firstOther(next, pin); succ != after {
 			return res, notAdjacent(before, after, succ)
 		}
 		if len(next) > 0 && next[0].To == pin {
@@ -134,13 +108,7 @@ func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (Move
 			return res, err
 		}
 		// The new row: the overrides (those found void are dropped for free) and the pin's.
-		ovr := make([]override, 0, len(v.st.ovr)+1)
-		for _, x := range v.st.ovr {
-			if !v.void[x.pin] {
-				ovr = append(ovr, x)
-			}
-		}
-		ovr = withOverride(ovr, override{pin: pin, seq: ns, nonce: pinPoint.nonce})
+		ovr := v.overridesWith(override{pin: pin, seq: ns, nonce: pinPoint.nonce})
 		if len(ovr) > o.maxOvr {
 			n, err := o.fold(ctx, board)
 			if err != nil {
@@ -164,6 +132,33 @@ func (o *Order) reorder(ctx context.Context, board, pin, before, after ID) (Move
 		return res, nil
 	}
 	return res, fmt.Errorf("still conflicting after %d attempts", maxCASAttempts)
+}
+
+// moveSeqs reads a move's pin, before and after (ids, 0 for none) from their point rows pts,
+// as v sees them: each one's seq (its override's when v has one), and the moved pin's point.
+func (v *view) moveSeqs(pts [][]byte, ids [3]ID) (seqs [3]seq.Seq, pinPoint point, err error) {
+	for i, name := range []string{"pin", "before", "after"} {
+		id := ids[i]
+		if id == 0 {
+			continue
+		}
+		p, ok, err := livePoint(pts[i])
+		if err != nil {
+			return seqs, pinPoint, err
+		}
+		if !ok {
+			return seqs, pinPoint, fmt.Errorf("%s %d: %w", name, id, ErrNotOnBoard)
+		}
+		seqs[i] = p.seq
+		v.note(id, pts[i])
+		if _, ok := v.known[id]; ok {
+			seqs[i] = v.ovrOf[id].seq
+		}
+		if i == 0 {
+			pinPoint = p
+		}
+	}
+	return seqs, pinPoint, nil
 }
 
 // livePoint decodes a point row read by getAll; ok is false when it is absent or being removed.
@@ -225,4 +220,25 @@ func (o *Order) place(before, after ID, bs, as seq.Seq) (seq.Seq, error) {
 		return seq.Between(seq.Seq{}, as)
 	}
 	return seq.Seq{}, fmt.Errorf("%w: no neighbour given", ErrBadMove)
+}
+
+// firstOther is the first edge of next that is not pin's, 0 when there is none.
+func firstOther(next []Edge, pin ID) ID {
+	for _, e := range next {
+		if e.To != pin {
+			return e.To
+		}
+	}
+	return 0
+}
+
+// overridesWith is v's order row's overrides without those found void, and x.
+func (v *view) overridesWith(x override) []override {
+	ovr := make([]override, 0, len(v.st.ovr)+1)
+	for _, o := range v.st.ovr {
+		if !v.void[o.pin] {
+			ovr = append(ovr, o)
+		}
+	}
+	return withOverride(ovr, x)
 }
