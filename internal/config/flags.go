@@ -104,14 +104,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	i(&c.Feed.MaxInflight, "feed-max-inflight", c.Feed.MaxInflight, "GetFeed calls run at once; past it a call waits in line up to --feed-admission-wait, then is shed with RESOURCE_EXHAUSTED (0: 64 per GOMAXPROCS)")
 	d(&c.Feed.AdmissionWait, "feed-admission-wait", c.Feed.AdmissionWait, "how long a GetFeed call past --feed-max-inflight waits for a slot before it is shed (0: shed at once)")
 	b(&c.Feed.Faults, "feed-faults", c.Feed.Faults, "enable FeedAdmin fault injection on the feed stores")
-	h := &c.Feed.Hedge
-	s((*string)(&h.Mode), "hedge-mode", string(h.Mode), "hedging mode: off, fixed or percentile")
-	d((*jsontime.Duration)(&h.Delay), "hedge-delay", jsontime.Duration(h.Delay), "hedging cutoff in fixed mode")
-	f(&h.Percentile, "hedge-percentile", h.Percentile, "percentile of the primary's latency used as the cutoff")
-	d((*jsontime.Duration)(&h.Min), "hedge-min", jsontime.Duration(h.Min), "lowest percentile cutoff")
-	d((*jsontime.Duration)(&h.Max), "hedge-max", jsontime.Duration(h.Max), "highest percentile cutoff")
-	f(&c.Feed.Hedge.Budget, "hedge-budget", c.Feed.Hedge.Budget, "largest fraction of calls that may hedge on the cutoff")
-	f(&c.Feed.Hedge.Warmup, "hedge-warmup", c.Feed.Hedge.Warmup, "fraction of calls that also read the standby")
+	bindHedge(fs, c)
 	d(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "bound of the whole graceful shutdown")
 	i(&c.MaxProcs, "max-procs", c.MaxProcs, "GOMAXPROCS (0: twice the CPUs, unless the GOMAXPROCS environment variable is set)")
 	i(&c.GCHeapFloorMB, "gc-heap-floor-mb", c.GCHeapFloorMB, "least heap goal of Go's collector, in MiB: GOGC is raised while the live heap is small (0: GOGC as set)")
@@ -428,4 +421,17 @@ func editDistance(a, b string, limit int) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// bindHedge binds the hedged reads' flags.
+func bindHedge(fs *pflag.FlagSet, c *Config) {
+	s, d, f := fs.StringVar, durVar(fs), fs.Float64Var
+	h := &c.Feed.Hedge
+	s((*string)(&h.Mode), "hedge-mode", string(h.Mode), "hedging mode: off, fixed or percentile")
+	d((*jsontime.Duration)(&h.Delay), "hedge-delay", jsontime.Duration(h.Delay), "hedging cutoff in fixed mode")
+	f(&h.Percentile, "hedge-percentile", h.Percentile, "percentile of the primary's latency used as the cutoff")
+	d((*jsontime.Duration)(&h.Min), "hedge-min", jsontime.Duration(h.Min), "lowest percentile cutoff")
+	d((*jsontime.Duration)(&h.Max), "hedge-max", jsontime.Duration(h.Max), "highest percentile cutoff")
+	f(&c.Feed.Hedge.Budget, "hedge-budget", c.Feed.Hedge.Budget, "largest fraction of calls that may hedge on the cutoff")
+	f(&c.Feed.Hedge.Warmup, "hedge-warmup", c.Feed.Hedge.Warmup, "fraction of calls that also read the standby")
 }
