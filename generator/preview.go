@@ -81,22 +81,8 @@ func (g *Generator) Preview(ctx context.Context, user zen.ID, max int) (Preview,
 		}
 	}
 	lists = zen.BestAcrossSources(lists)
-	if g.live != nil && len(ask) > 0 {
-		live, err := g.live.Live(ctx, ask)
-		if err != nil {
-			return Preview{}, fmt.Errorf("liveness of %d pins of %d: %w", len(ask), uint64(user), err)
-		}
-		for i, l := range lists {
-			kept := l[:0]
-			for _, e := range l {
-				if live[e.Pin] {
-					kept = append(kept, e)
-				} else {
-					dbg.add("deleted: %s, left out (the next chunk drops it from the pools)", describe(e))
-				}
-			}
-			lists[i] = kept
-		}
+	if err := g.previewLive(ctx, user, lists, ask, dbg); err != nil {
+		return Preview{}, err
 	}
 
 	out := Preview{Wanted: n, Chunk: Chunk{User: user, CreatedMs: nowMs}}
@@ -104,26 +90,7 @@ func (g *Generator) Preview(ctx context.Context, user zen.ID, max int) (Preview,
 	for _, s := range sel.notes {
 		dbg.add("%s", s)
 	}
-	full := make([]int, len(plan))
-	for i := range full {
-		full[i] = n
-	}
-	quota := allocate(plan, full, nil, n)
-	for i, p := range plan {
-		se := SourceExplain{Source: p.src, Name: p.name, Rate: p.rate, Threshold: p.threshold,
-			Quota: quota[i], Candidates: len(lists[i])}
-		for _, pk := range sel.picks {
-			if pk.e.Source == p.src {
-				se.Chosen++
-			}
-		}
-		for _, e := range sel.deferred {
-			if e.Source == p.src {
-				se.Deferred++
-			}
-		}
-		out.Sources = append(out.Sources, se)
-	}
+	out.Sources = explainSources(plan, lists, sel, n)
 	for _, e := range sel.deferred {
 		dbg.add("defer: %s under threshold %.4g, left for a later session", describe(e), g.threshold(plan, e.Source))
 		out.Deferred = append(out.Deferred, itemOf(e, fmt.Sprintf("%s under threshold %.4g", e.Source.String(), g.threshold(plan, e.Source))))
@@ -139,4 +106,54 @@ func (g *Generator) Preview(ctx context.Context, user zen.ID, max int) (Preview,
 	dbg.add("preview: %d of %d wanted; nothing taken", len(out.Chunk.Items), n)
 	out.Chunk.Debug = dbg.lines
 	return out, nil
+}
+
+// previewLive leaves the deleted pins out of lists, in place, with a debug line for each.
+func (g *Generator) previewLive(ctx context.Context, user zen.ID, lists [][]zen.PoolEntry, ask []zen.ID, dbg *debugLog) error {
+	if g.live == nil || len(ask) == 0 {
+		return nil
+	}
+	live, err := g.live.Live(ctx, ask)
+	if err != nil {
+		return fmt.Errorf("liveness of %d pins of %d: %w", len(ask), uint64(user), err)
+	}
+	for i, l := range lists {
+		kept := l[:0]
+		for _, e := range l {
+			if live[e.Pin] {
+				kept = append(kept, e)
+			} else {
+				dbg.add("deleted: %s, left out (the next chunk drops it from the pools)", describe(e))
+			}
+		}
+		lists[i] = kept
+	}
+	return nil
+}
+
+// explainSources says, for each source of plan, its rate, threshold, quota of an n-pin chunk,
+// candidates and how many of them sel chose and deferred.
+func explainSources(plan []sourcePlan, lists [][]zen.PoolEntry, sel selection, n int) []SourceExplain {
+	full := make([]int, len(plan))
+	for i := range full {
+		full[i] = n
+	}
+	quota := allocate(plan, full, nil, n)
+	var out []SourceExplain
+	for i, p := range plan {
+		se := SourceExplain{Source: p.src, Name: p.name, Rate: p.rate, Threshold: p.threshold,
+			Quota: quota[i], Candidates: len(lists[i])}
+		for _, pk := range sel.picks {
+			if pk.e.Source == p.src {
+				se.Chosen++
+			}
+		}
+		for _, e := range sel.deferred {
+			if e.Source == p.src {
+				se.Deferred++
+			}
+		}
+		out = append(out, se)
+	}
+	return out
 }

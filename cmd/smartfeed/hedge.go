@@ -60,6 +60,12 @@ Alone, hedge is hedge show.`,
 			return hedgeShow(cmd.Context(), hf, cmd.OutOrStdout())
 		},
 	})
+	cmd.AddCommand(newHedgeSetCmd(&hf), newHedgeSuggestCmd(&hf))
+	return cmd
+}
+
+// newHedgeSetCmd is hedge set: a live change of the flags given, over the admin ports of hf.
+func newHedgeSetCmd(hf *hedgeFlags) *cobra.Command {
 	set := &cobra.Command{
 		Use:   "set",
 		Short: "change the policy live; only the flags given change",
@@ -91,7 +97,7 @@ Alone, hedge is hedge show.`,
 		if given["cutoff"] && (cutoff <= 0 || cutoff > hedge.MaxDelay) {
 			return fmt.Errorf("hedge set: --cutoff %v: want a duration in (0, %v]", cutoff, hedge.MaxDelay)
 		}
-		return hedgeSet(cmd.Context(), hf, cmd.OutOrStdout(), func(p *hedge.Policy) {
+		return hedgeSet(cmd.Context(), *hf, cmd.OutOrStdout(), func(p *hedge.Policy) {
 			if given["cutoff"] {
 				p.Delay = cutoff
 				if !given["mode"] {
@@ -118,7 +124,11 @@ Alone, hedge is hedge show.`,
 			}
 		}, nflags)
 	}
-	cmd.AddCommand(set)
+	return set
+}
+
+// newHedgeSuggestCmd is hedge suggest: the recorded latencies replayed for candidate cutoffs.
+func newHedgeSuggestCmd(hf *hedgeFlags) *cobra.Command {
 	suggest := &cobra.Command{
 		Use:   "suggest",
 		Short: "replay the recorded latencies for candidate cutoffs and print the expected hedge rate, extra load and p99.9 of each",
@@ -133,10 +143,9 @@ Alone, hedge is hedge show.`,
 		if err != nil {
 			return err
 		}
-		return hedgeSuggest(cmd.Context(), hf, cmd.OutOrStdout(), cs, samples)
+		return hedgeSuggest(cmd.Context(), *hf, cmd.OutOrStdout(), cs, samples)
 	}
-	cmd.AddCommand(suggest)
-	return cmd
+	return suggest
 }
 
 func parseCutoffs(s string) ([]time.Duration, error) {

@@ -88,7 +88,7 @@ func newJobsCmd(getenv func(string) string) *cobra.Command {
 	}
 	jc.bindFlags(cmd.PersistentFlags())
 	// withAdmin runs fn with an admin of the flags' Redis and namespace.
-	withAdmin := func(fn func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error) func(*cobra.Command, []string) error {
+	withAdmin := func(fn jobsFn) func(*cobra.Command, []string) error {
 		return func(cmd *cobra.Command, args []string) error {
 			if jc.db < 0 || jc.db > 1024 {
 				return fmt.Errorf("jobs: --redis-db %d out of range", jc.db)
@@ -108,11 +108,25 @@ func newJobsCmd(getenv func(string) string) *cobra.Command {
 			return fn(cmd.Context(), admin, cmd.OutOrStdout(), args)
 		}
 	}
-	sub := func(use, short string, args cobra.PositionalArgs, fn func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error) *cobra.Command {
+	sub := func(use, short string, args cobra.PositionalArgs, fn jobsFn) *cobra.Command {
 		c := &cobra.Command{Use: use, Short: short, Args: args, RunE: withAdmin(fn)}
 		cmd.AddCommand(c)
 		return c
 	}
+	addJobsReadCmds(sub)
+	addJobsTaskCmds(sub)
+	addJobsQueueCmds(sub)
+	return cmd
+}
+
+// jobsFn runs one jobs subcommand with an admin of the flags' Redis and namespace.
+type jobsFn func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error
+
+// jobsSub adds a jobs subcommand running fn.
+type jobsSub func(use, short string, args cobra.PositionalArgs, fn jobsFn) *cobra.Command
+
+// addJobsReadCmds adds the subcommands that read: queues, history, list, dead.
+func addJobsReadCmds(sub jobsSub) {
 	sub("queues", "list queues: sizes, latency, paused, draining, rate, done and failed today", cobra.NoArgs,
 		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, _ []string) error {
 			return jobsQueues(ctx, admin, out)
@@ -144,6 +158,10 @@ func newJobsCmd(getenv func(string) string) *cobra.Command {
 			return jobsDead(ctx, admin, args[0], page, size, out)
 		})
 	pageFlags(dead)
+}
+
+// addJobsTaskCmds adds the subcommands that act on tasks: inspect, run, archive, retry, delete.
+func addJobsTaskCmds(sub jobsSub) {
 	sub("inspect QUEUE ID", "show one task", queueIDArgs("inspect"),
 		func(ctx context.Context, admin *pinlater.Admin, out io.Writer, args []string) error {
 			return jobsInspect(ctx, admin, args[0], args[1], out)
@@ -177,6 +195,10 @@ func newJobsCmd(getenv func(string) string) *cobra.Command {
 		c.Flags().BoolVar(&all, "all", false, "every dead task of QUEUE (no environment twin: a variable left set must not do this)")
 		noEnv(c.Flags(), "all")
 	}
+}
+
+// addJobsQueueCmds adds the subcommands that act on queues: pause, resume, undrain, rate, drain.
+func addJobsQueueCmds(sub jobsSub) {
 	for _, verb := range []string{"pause", "resume", "undrain"} {
 		short := map[string]string{"pause": "stop every worker taking tasks of QUEUE",
 			"resume": "undo pause (and a rate of 0)", "undrain": "accept enqueues of QUEUE again"}[verb]
@@ -214,7 +236,6 @@ func newJobsCmd(getenv func(string) string) *cobra.Command {
 			return jobsDrain(ctx, admin, args[0], wait, out)
 		})
 	drain.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the queue to empty")
-	return cmd
 }
 
 // queueIDArgs wants QUEUE ID.

@@ -77,16 +77,7 @@ func Run(ctx context.Context, a Env, df Flags, stdout io.Writer) error {
 
 	st := &stats{start: time.Now(), readTarget: df.ReadsPerSec}
 	pub := a.Publisher
-	fmt.Fprintf(stdout, "events: %s at %.0f/s; reads: GetFeed at %.0f/s on loopback gRPC %s\n", pub.Name(), df.EventsPerSec, df.ReadsPerSec, a.GRPCAddr)
-	fmt.Fprintf(stdout, "\nfetch a feed (reflection, no proto files):\n  go -C charts tool grpcurl -plaintext -d '{\"user_id_str\":\"%s\"}' %s smartfeed.feed.v1.FeedService/GetFeed\n", g.Showcase, a.GRPCAddr)
-	if ad := a.AdminAddr; ad != "" {
-		fmt.Fprintf(stdout, "metrics: http://%s/metrics   hedging: bin/smartfeed hedge --admin-grpc-addr %s --admin-addr %s\n", ad, a.AdminGRPCAddr, ad)
-		fmt.Fprintf(stdout, "console: http://%s/console/#feed?user=%s\n", ad, g.Showcase)
-	}
-	fmt.Fprintln(stdout, "Ctrl-C stops everything cleanly.")
-	fmt.Fprintln(stdout)
-
-	client := a.Feed
+	printIntro(stdout, a, df, g)
 
 	var wg sync.WaitGroup
 	// Events come from eventMakers makers, each pin's writes in sequence (each a synced
@@ -126,24 +117,7 @@ func Run(ctx context.Context, a Env, df Flags, stdout io.Writer) error {
 		})
 	})
 	if df.ReadsPerSec > 0 {
-		readers := make(chan struct{})
-		for range readersFor(df.ReadsPerSec) {
-			wg.Go(func() {
-				r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
-				for range readers {
-					st.read(ctx, client, pickReader(r, g), a.Log)
-				}
-			})
-		}
-		wg.Go(func() {
-			defer close(readers)
-			every(ctx, df.ReadsPerSec, func() {
-				select {
-				case readers <- struct{}{}:
-				default: // all readers busy: skip this tick rather than queue up
-				}
-			})
-		})
+		startReads(ctx, &wg, a, g, df.ReadsPerSec, st)
 	}
 	ticker := time.NewTicker(500 * time.Millisecond)
 	defer ticker.Stop()
@@ -236,6 +210,42 @@ func LabelValue(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
+}
+
+// printIntro prints what the demo runs and where to look: the fetch command, the metrics,
+// hedging and console addresses.
+func printIntro(stdout io.Writer, a Env, df Flags, g Graph) {
+	fmt.Fprintf(stdout, "events: %s at %.0f/s; reads: GetFeed at %.0f/s on loopback gRPC %s\n", a.Publisher.Name(), df.EventsPerSec, df.ReadsPerSec, a.GRPCAddr)
+	fmt.Fprintf(stdout, "\nfetch a feed (reflection, no proto files):\n  go -C charts tool grpcurl -plaintext -d '{\"user_id_str\":\"%s\"}' %s smartfeed.feed.v1.FeedService/GetFeed\n", g.Showcase, a.GRPCAddr)
+	if ad := a.AdminAddr; ad != "" {
+		fmt.Fprintf(stdout, "metrics: http://%s/metrics   hedging: bin/smartfeed hedge --admin-grpc-addr %s --admin-addr %s\n", ad, a.AdminGRPCAddr, ad)
+		fmt.Fprintf(stdout, "console: http://%s/console/#feed?user=%s\n", ad, g.Showcase)
+	}
+	fmt.Fprintln(stdout, "Ctrl-C stops everything cleanly.")
+	fmt.Fprintln(stdout)
+}
+
+// startReads starts the readers: GetFeed of a picked reader at perSec, a tick skipped when
+// every reader is busy; they stop with ctx.
+func startReads(ctx context.Context, wg *sync.WaitGroup, a Env, g Graph, perSec float64, st *stats) {
+	readers := make(chan struct{})
+	for range readersFor(perSec) {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+			for range readers {
+				st.read(ctx, a.Feed, pickReader(r, g), a.Log)
+			}
+		})
+	}
+	wg.Go(func() {
+		defer close(readers)
+		every(ctx, perSec, func() {
+			select {
+			case readers <- struct{}{}:
+			default: // all readers busy: skip this tick rather than queue up
+			}
+		})
+	})
 }
 
 // pickReader picks the showcase user a tenth of the time and a random user otherwise.
