@@ -35,7 +35,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"regexp"
 	"slices"
 	"strings"
@@ -43,7 +42,6 @@ import (
 	"time"
 
 	"github.com/tsuna/gohbase"
-	"github.com/tsuna/gohbase/filter"
 	"github.com/tsuna/gohbase/hrpc"
 	"github.com/tsuna/gohbase/pb"
 	"google.golang.org/protobuf/proto"
@@ -399,57 +397,6 @@ func decodeValue(b []byte) ([]byte, error) {
 	return bytes.Clone(v), nil
 }
 
-func (t *Table) cell(r *hrpc.Result) ([]byte, bool, error) {
-	for _, c := range r.Cells {
-		if string(c.Family) == t.fam && string(c.Qualifier) == qualifier {
-			v, err := decodeValue(c.Value)
-			return v, true, err
-		}
-	}
-	return nil, false, nil
-}
-
-// getKey is Get's work, without its span.
-func (t *Table) getKey(ctx context.Context, key []byte) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := checkKey(key); err != nil {
-		return nil, fmt.Errorf("get %s: %w", t.name, err)
-	}
-	ctx, cancel := t.s.callCtx(ctx)
-	defer cancel()
-	v, err := t.get(ctx, key)
-	if err != nil && !errors.Is(err, zen.ErrNotFound) {
-		return nil, fmt.Errorf("get %s %x: %w", t.name, key, err)
-	}
-	return v, err
-}
-
-func (t *Table) get(ctx context.Context, key []byte) ([]byte, error) {
-	return t.getVia(ctx, t.s.reader, key)
-}
-
-// getVia is get through client c.
-func (t *Table) getVia(ctx context.Context, c gohbase.Client, key []byte) ([]byte, error) {
-	g, err := hrpc.NewGet(ctx, t.name, key, t.families)
-	if err != nil {
-		return nil, err
-	}
-	r, err := c.Get(g)
-	if err != nil {
-		return nil, ctxErr(ctx, err)
-	}
-	v, ok, err := t.cell(r)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, zen.ErrNotFound
-	}
-	return v, nil
-}
-
 // apply is Apply's work, without its span.
 func (t *Table) apply(ctx context.Context, muts []zen.Mutation) error {
 	if err := ctx.Err(); err != nil {
@@ -514,181 +461,6 @@ func (t *Table) apply(ctx context.Context, muts []zen.Mutation) error {
 	return nil
 }
 
-// scan is Scan's work, without its span.
-//
-// HBase's reversed scan runs from an inclusive start row down to an exclusive stop row, the
-// mirror of zen's half-open range, so a reverse scan starts at Stop and drops a row equal to
-// Stop (or at a row above every valid key when Stop is nil), drops a row equal to Stop, stops at
-// a proper prefix of Start (which sorts before Start) and ends at the first row below Start.
-func (t *Table) scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if o.Limit < 0 {
-		return nil, fmt.Errorf("scan %s: negative limit %d", t.name, o.Limit)
-	}
-	if o.Stop != nil && (len(o.Stop) == 0 || bytes.Compare(o.Start, o.Stop) >= 0) {
-		return nil, nil
-	}
-	ctx, cancel := t.s.callCtx(ctx)
-	defer cancel()
-	opts := []func(hrpc.Call) error{t.families}
-	if o.Limit > 0 {
-		opts = append(opts, hrpc.NumberOfRows(uint32(min(o.Limit+1, 1000))))
-	}
-	var sc *hrpc.Scan
-	var err error
-	if o.Reverse {
-		start, stop := bytes.Clone(o.Stop), []byte(nil)
-		if o.Stop == nil {
-			start = endRow
-		}
-		if len(o.Start) > 0 {
-			stop = bytes.Clone(o.Start[:len(o.Start)-1])
-		}
-		sc, err = hrpc.NewScanRange(ctx, t.name, start, stop, append(opts, hrpc.Reversed())...)
-	} else {
-		sc, err = hrpc.NewScanRange(ctx, t.name, bytes.Clone(o.Start), bytes.Clone(o.Stop), opts...)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("scan %s: %w", t.name, err)
-	}
-	scanner := t.s.reader.Scan(sc)
-	defer scanner.Close()
-	var out []zen.KV
-	for {
-		r, err := scanner.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("scan %s: %w", t.name, ctxErr(ctx, err))
-		}
-		if len(r.Cells) == 0 {
-			continue
-		}
-		row := r.Cells[0].Row
-		if o.Reverse {
-			if o.Stop != nil && bytes.Equal(row, o.Stop) {
-				continue
-			}
-			if bytes.Compare(row, o.Start) < 0 {
-				break
-			}
-		}
-		v, ok, err := t.cell(r)
-		if err != nil {
-			return nil, fmt.Errorf("scan %s %x: %w", t.name, row, err)
-		}
-		if !ok {
-			continue
-		}
-		out = append(out, zen.KV{Key: bytes.Clone(row), Value: v})
-		if o.Limit > 0 && len(out) >= o.Limit {
-			break
-		}
-	}
-	return out, nil
-}
-
-// checkAndDelete is an HBase check-and-delete: a row Delete sent as a MutateRequest with a
-// Condition, which the region server applies under the row lock only if the condition holds.
-// This gohbase version only builds the conditional Put, so the condition is added here.
-type checkAndDelete struct {
-	*hrpc.Mutate
-	cond *pb.Condition
-}
-
-func (c checkAndDelete) ToProto() proto.Message {
-	req := c.Mutate.ToProto().(*pb.MutateRequest)
-	req.Condition = c.cond
-	return req
-}
-
-// CellBlocksEnabled is false: the condition travels in the protobuf, not in cell blocks.
-func (c checkAndDelete) CellBlocksEnabled() bool { return false }
-
-// SkipBatch is true: a batched (multi) response does not say whether the condition held.
-func (c checkAndDelete) SkipBatch() bool { return true }
-
-// checkAndSetKey is CheckAndSet's work, without its span.
-func (t *Table) checkAndSetKey(ctx context.Context, key, expected, value []byte) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	if err := checkKey(key); err != nil {
-		return false, fmt.Errorf("check-and-set %s: %w", t.name, err)
-	}
-	ctx, cancel := t.s.callCtx(ctx)
-	defer cancel()
-	ok, err := t.checkAndSet(ctx, bytes.Clone(key), expected, value)
-	if err != nil {
-		return false, fmt.Errorf("check-and-set %s %x: %w", t.name, key, ctxErr(ctx, err))
-	}
-	return ok, nil
-}
-
-func (t *Table) checkAndSet(ctx context.Context, key, expected, value []byte) (bool, error) {
-	var exp []byte // nil: HBase's "the cell does not exist"; stored cells are never empty
-	if expected != nil {
-		exp = encodeValue(expected)
-	}
-	switch {
-	case expected == nil && value == nil: // delete if absent: nothing to write
-		_, err := t.get(ctx, key)
-		if errors.Is(err, zen.ErrNotFound) {
-			return true, nil
-		}
-		return false, err
-	case value == nil:
-		del, err := hrpc.NewDel(ctx, t.name, key, nil)
-		if err != nil {
-			return false, err
-		}
-		cmp, err := filter.NewBinaryComparator(filter.NewByteArrayComparable(exp)).ConstructPBComparator()
-		if err != nil {
-			return false, err
-		}
-		call := checkAndDelete{Mutate: del, cond: &pb.Condition{
-			Row: key, Family: []byte(t.fam), Qualifier: []byte(qualifier),
-			CompareType: pb.CompareType_EQUAL.Enum(), Comparator: cmp,
-		}}
-		msg, err := t.s.rpc.SendRPC(call)
-		if err != nil {
-			return false, err
-		}
-		res, ok := msg.(*pb.MutateResponse)
-		if !ok || res.Processed == nil {
-			return false, fmt.Errorf("check-and-delete: response %T without processed flag", msg)
-		}
-		return res.GetProcessed(), nil
-	default:
-		put, err := hrpc.NewPut(ctx, t.name, key,
-			map[string]map[string][]byte{t.fam: {qualifier: encodeValue(value)}})
-		if err != nil {
-			return false, err
-		}
-		return t.s.reader.CheckAndPut(put, t.fam, qualifier, exp)
-	}
-}
-
-// incrementKey is Increment's work, without its span.
-func (t *Table) incrementKey(ctx context.Context, key []byte, delta int64) (int64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	if err := checkKey(key); err != nil {
-		return 0, fmt.Errorf("increment %s: %w", t.name, err)
-	}
-	ctx, cancel := t.s.callCtx(ctx)
-	defer cancel()
-	n, err := t.increment(ctx, bytes.Clone(key), delta)
-	if err != nil {
-		return 0, fmt.Errorf("increment %s %x: %w", t.name, key, ctxErr(ctx, err))
-	}
-	return n, nil
-}
-
 var _ zen.MultiGetter = (*Table)(nil)
 
 // batchFrom is the size from which Apply and GetMany send their calls with SendBatch (the
@@ -701,151 +473,12 @@ var _ zen.MultiGetter = (*Table)(nil)
 // call by call they were 31% of the process's CPU (docs/pools.md, "HBase").
 const batchFrom = 8
 
-// getMany is GetMany's work, without its span.
-func (t *Table) getMany(ctx context.Context, keys [][]byte) ([][]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	for _, k := range keys {
-		if err := checkKey(k); err != nil {
-			return nil, fmt.Errorf("get many %s: %w", t.name, err)
-		}
-	}
-	ctx, cancel := t.s.callCtx(ctx)
-	defer cancel()
-	out := make([][]byte, len(keys))
-	if len(keys) >= batchFrom {
-		gets := make([]hrpc.Call, len(keys))
-		for i, k := range keys {
-			g, err := hrpc.NewGet(ctx, t.name, k, t.families)
-			if err != nil {
-				return nil, fmt.Errorf("get many %s: %w", t.name, err)
-			}
-			gets[i] = g
-		}
-		for i, r := range t.s.reader.SendBatch(ctx, gets) {
-			if r.Error != nil {
-				return nil, fmt.Errorf("get many %s %x: %w", t.name, keys[i], ctxErr(ctx, r.Error))
-			}
-			gr, ok := r.Msg.(*pb.GetResponse)
-			if !ok {
-				return nil, fmt.Errorf("get many %s %x: a %T, not a GetResponse", t.name, keys[i], r.Msg)
-			}
-			v, found, err := t.cell(hrpc.ToLocalResult(gr.Result))
-			if err != nil {
-				return nil, fmt.Errorf("get many %s %x: %w", t.name, keys[i], err)
-			}
-			if found {
-				out[i] = v
-			}
-		}
-		return out, nil
-	}
-	errs := make([]error, len(keys))
-	var wg sync.WaitGroup
-	for i, k := range keys {
-		wg.Go(func() {
-			v, err := t.getVia(ctx, t.s.reader, k)
-			if errors.Is(err, zen.ErrNotFound) {
-				return
-			}
-			out[i], errs[i] = v, err
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("get many %s %x: %w", t.name, keys[i], err)
-		}
-	}
-	return out, nil
-}
-
 var _ zen.MultiScanner = (*Table)(nil)
 
 // maxInflightScans bounds the scans one ScanMany has in flight.
 const maxInflightScans = 16
 
-// scanMany is ScanMany's work, without its span. Its scans make no spans of their own: the
-// call is one span, with the scans' RPCs under it.
-func (t *Table) scanMany(ctx context.Context, opts []zen.ScanOptions) ([][]zen.KV, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	out := make([][]zen.KV, len(opts))
-	errs := make([]error, len(opts))
-	sem := make(chan struct{}, maxInflightScans)
-	var wg sync.WaitGroup
-	for i, o := range opts {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			out[i], errs[i] = t.scan(ctx, o)
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
 var _ zen.CondBatcher = (*Table)(nil)
 
 // maxInflightCAS bounds the check-and-mutates one CheckAndSetMany has in flight.
 const maxInflightCAS = 64
-
-// checkAndSetMany is CheckAndSetMany's work, without its span.
-func (t *Table) checkAndSetMany(ctx context.Context, conds []zen.Cond) ([]bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	out := make([]bool, len(conds))
-	if len(conds) == 0 {
-		return out, nil
-	}
-	// groups lists the conditions of each distinct key, in order.
-	var groups [][]int
-	byKey := make(map[string]int, len(conds))
-	for i, c := range conds {
-		if err := checkKey(c.Key); err != nil {
-			return nil, fmt.Errorf("check-and-set many %s: condition %d: %w", t.name, i, err)
-		}
-		g, ok := byKey[string(c.Key)]
-		if !ok {
-			g = len(groups)
-			byKey[string(c.Key)] = g
-			groups = append(groups, nil)
-		}
-		groups[g] = append(groups[g], i)
-	}
-	ctx, cancel := t.s.callCtx(ctx)
-	defer cancel()
-	errs := make([]error, len(conds))
-	sem := make(chan struct{}, maxInflightCAS)
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			for _, i := range g {
-				c := conds[i]
-				ok, err := t.checkAndSet(ctx, bytes.Clone(c.Key), c.Expected, c.Value)
-				if err != nil {
-					errs[i] = err
-					return // later conditions on the key would not see this one's outcome
-				}
-				out[i] = ok
-			}
-		})
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return nil, fmt.Errorf("check-and-set many %s %x: %w", t.name, conds[i].Key, ctxErr(ctx, err))
-		}
-	}
-	return out, nil
-}
