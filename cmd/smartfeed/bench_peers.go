@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/smartfeed/smartfeed/bench"
 	"github.com/smartfeed/smartfeed/bench/loadgen"
+	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/worker/baseline"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -202,4 +205,76 @@ func (r *redisAlways) stop() {
 		<-r.exited
 	}
 	_ = os.RemoveAll(r.dir)
+}
+
+// benchHBaseJava times zen Gets of the bench's users and boards and Top(50) of their following
+// pools, one at a time, then runs script (scripts/hbase-pe.sh: HBase's own Java client,
+// PerformanceEvaluation randomRead) on the HBase holding them.
+func benchHBaseJava(ctx context.Context, sys *benchSystem, h config.HBase, script string, logw io.Writer) (*bench.HBaseJava, error) {
+	if _, err := os.Stat(script); err != nil {
+		return nil, fmt.Errorf("--hbase-pe: %w", err)
+	}
+	zk := strings.Split(h.PoolsZK, ",")[0]
+	sys.mu.Lock()
+	var users, objs []zen.ID
+	for u, b := range sys.boards {
+		users = append(users, zen.ID(u))
+		objs = append(objs, zen.ID(u), b)
+	}
+	sys.mu.Unlock()
+	if len(users) == 0 {
+		return nil, errors.New("no users to read")
+	}
+	slices.Sort(users)
+	slices.Sort(objs)
+	// A graph straight on the main store: the service's may sit behind the join cache.
+	main, err := sys.a.stores.get(ctx, storeMain)
+	if err != nil {
+		return nil, err
+	}
+	g, err := zen.NewGraph(ctx, main, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	r := rand.New(rand.NewPCG(17, 1))
+	get := func(ctx context.Context, _ int) error {
+		_, err := g.Get(ctx, objs[r.IntN(len(objs))])
+		return err
+	}
+	top := func(ctx context.Context, _ int) error {
+		_, err := sys.a.pools.Top(ctx, users[r.IntN(len(users))], zen.SourceFollowing, 50)
+		return err
+	}
+	pe := func(ctx context.Context) (bench.PEResult, string, error) { return runPE(ctx, h, script, logw) }
+	return bench.HBaseJavaReads(ctx, zk, benchHBaseJavaReads, benchHBaseJavaWarmup, get, top, pe)
+}
+
+// runPE runs script (scripts/hbase-pe.sh: PerformanceEvaluation randomRead, HBase's own Java
+// client) against the pools' HBase, on a table of its own, and returns its result and command.
+func runPE(ctx context.Context, h config.HBase, script string, logw io.Writer) (bench.PEResult, string, error) {
+	zk := strings.Split(h.PoolsZK, ",")[0]
+	args := []string{"--zk", zk, "--rows", fmt.Sprint(benchHBaseJavaReads + benchHBaseJavaWarmup), "--warmup", fmt.Sprint(benchHBaseJavaWarmup),
+		"--table", fmt.Sprintf("benchpe%d", time.Now().UnixNano())}
+	return runJavaScript(ctx, h, script, args, logw)
+}
+
+// runJavaScript runs script (one of HBase's own Java client's: scripts/hbase-pe.sh,
+// scripts/hbase-scan.sh) with args and the HBase's znode, its log lines to logw, and returns the
+// JSON line it printed and its command line.
+func runJavaScript(ctx context.Context, h config.HBase, script string, args []string, logw io.Writer) (bench.PEResult, string, error) {
+	if h.ZookeeperRoot != "" {
+		args = append(args, "--znode", h.ZookeeperRoot)
+	}
+	cmdline := script + " " + strings.Join(args, " ")
+	cmd := exec.CommandContext(ctx, script, args...)
+	cmd.Stderr = logw
+	out, err := cmd.Output()
+	if err != nil {
+		return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w (its log lines are in smartfeed.log)", cmdline, err)
+	}
+	res, err := bench.ParsePE(out)
+	if err != nil {
+		return bench.PEResult{}, cmdline, fmt.Errorf("%s: %w", cmdline, err)
+	}
+	return res, cmdline, nil
 }
