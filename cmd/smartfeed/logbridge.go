@@ -11,6 +11,9 @@ import (
 	"github.com/sirupsen/logrus"
 	"go.opentelemetry.io/otel"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/smartfeed/smartfeed/internal/config"
 )
 
 // libLogs routes the logs of the libraries that only have a process-wide logger (go-redis's,
@@ -77,4 +80,24 @@ func (h logrusHook) Fire(e *logrus.Entry) error {
 		l.Debug(e.Message, fields...)
 	}
 	return nil
+}
+
+// newLogger builds the zap logger of cfg, writing to w.
+func newLogger(cfg config.Log, w io.Writer) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(cfg.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log level: %w", err)
+	}
+	ec := zap.NewProductionEncoderConfig()
+	ec.EncodeTime = zapcore.ISO8601TimeEncoder
+	var enc zapcore.Encoder
+	if cfg.Format == "console" || cfg.Format == "auto" && isTerminal(w) {
+		ec.EncodeLevel = zapcore.CapitalLevelEncoder
+		enc = zapcore.NewConsoleEncoder(ec)
+	} else {
+		enc = zapcore.NewJSONEncoder(ec)
+	}
+	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl))
+	bridge.use(log) // the libraries' own logs join this stream (main installs the bridge)
+	return log, nil
 }

@@ -25,7 +25,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -183,26 +182,6 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// newLogger builds the zap logger of cfg, writing to w.
-func newLogger(cfg config.Log, w io.Writer) (*zap.Logger, error) {
-	lvl, err := zapcore.ParseLevel(cfg.Level)
-	if err != nil {
-		return nil, fmt.Errorf("log level: %w", err)
-	}
-	ec := zap.NewProductionEncoderConfig()
-	ec.EncodeTime = zapcore.ISO8601TimeEncoder
-	var enc zapcore.Encoder
-	if cfg.Format == "console" || cfg.Format == "auto" && isTerminal(w) {
-		ec.EncodeLevel = zapcore.CapitalLevelEncoder
-		enc = zapcore.NewConsoleEncoder(ec)
-	} else {
-		enc = zapcore.NewJSONEncoder(ec)
-	}
-	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl))
-	bridge.use(log) // the libraries' own logs join this stream (main installs the bridge)
-	return log, nil
-}
-
 // app is one process: the services of its role over shared stores, a gRPC listener and an
 // admin HTTP listener.
 type app struct {
@@ -323,42 +302,8 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 	}
 	uses := storesOf(role, cfg)
 	if uses.Main {
-		main, err := a.stores.get(ctx, storeMain)
-		if err != nil {
+		if err := a.buildMain(ctx); err != nil {
 			return nil, err
-		}
-		// With extra stores (--stores) the shard-keyed tables are routed by the shard map.
-		var zstore zen.Store = main
-		if a.router, err = a.buildRouter(ctx, main); err != nil {
-			return nil, err
-		}
-		if a.router != nil {
-			zstore = a.router
-		}
-		poolsT, err := a.shardTable(ctx, tablePools)
-		if err != nil {
-			return nil, err
-		}
-		a.pools = zen.NewPools(poolsT, nil)
-		if err := a.buildGraph(ctx, zstore); err != nil {
-			return nil, err
-		}
-		if err := a.buildShardWatch(ctx); err != nil {
-			return nil, err
-		}
-		// The read path asks whether every candidate pin is live on every chunk; the answers
-		// are kept a moment. Deletes through this process are seen at once, those of a graph
-		// service in another process within liveCacheTTL.
-		a.graph.CacheLiveness(liveCacheTTL, liveCacheEntries)
-		if a.has(roleWorker, roleGraph) {
-			if err := a.buildWorker(ctx); err != nil {
-				return nil, err
-			}
-		}
-		if a.role != roleGraph {
-			if err := a.buildGenerator(ctx); err != nil {
-				return nil, err
-			}
 		}
 	}
 	if uses.Feed {
@@ -400,6 +345,49 @@ func newApp(ctx context.Context, role string, cfg config.Config, log *zap.Logger
 		a.conns = append(a.conns, a.admLis)
 	}
 	return a, nil
+}
+
+// buildMain opens the main store (routed by the shard map with extra stores) and builds what
+// lives on it: the pools, the graph, the shard watch, and the worker and generator roles.
+func (a *app) buildMain(ctx context.Context) error {
+	main, err := a.stores.get(ctx, storeMain)
+	if err != nil {
+		return err
+	}
+	// With extra stores (--stores) the shard-keyed tables are routed by the shard map.
+	var zstore zen.Store = main
+	if a.router, err = a.buildRouter(ctx, main); err != nil {
+		return err
+	}
+	if a.router != nil {
+		zstore = a.router
+	}
+	poolsT, err := a.shardTable(ctx, tablePools)
+	if err != nil {
+		return err
+	}
+	a.pools = zen.NewPools(poolsT, nil)
+	if err := a.buildGraph(ctx, zstore); err != nil {
+		return err
+	}
+	if err := a.buildShardWatch(ctx); err != nil {
+		return err
+	}
+	// The read path asks whether every candidate pin is live on every chunk; the answers
+	// are kept a moment. Deletes through this process are seen at once, those of a graph
+	// service in another process within liveCacheTTL.
+	a.graph.CacheLiveness(liveCacheTTL, liveCacheEntries)
+	if a.has(roleWorker, roleGraph) {
+		if err := a.buildWorker(ctx); err != nil {
+			return err
+		}
+	}
+	if a.role != roleGraph {
+		if err := a.buildGenerator(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
