@@ -248,28 +248,14 @@ func dialKinds(o Options) ([]Kind, func(), error) {
 				closeAll()
 				return nil, nil, err
 			}
-			feed := feedv1.NewFeedServiceClient(c)
-			size := int32(o.PageSize)
-			kinds = append(kinds, Kind{Name: name, Call: func(ctx context.Context, user uint64) Outcome {
-				resp, err := feed.GetFeed(withToken(ctx), &feedv1.GetFeedRequest{UserId: user, PageSize: size})
-				if err != nil {
-					return Outcome{Code: status.Code(err).String()}
-				}
-				return Outcome{Code: CodeOK, Fresh: freshName(resp.GetFreshStatus())}
-			}})
+			kinds = append(kinds, Kind{Name: name, Call: getFeedCall(feedv1.NewFeedServiceClient(c), withToken, int32(o.PageSize))})
 		case KindFloor:
 			c, err := grpcConn()
 			if err != nil {
 				closeAll()
 				return nil, nil, err
 			}
-			health := healthpb.NewHealthClient(c)
-			kinds = append(kinds, Kind{Name: name, Call: func(ctx context.Context, _ uint64) Outcome {
-				if _, err := health.Check(withToken(ctx), &healthpb.HealthCheckRequest{}); err != nil {
-					return Outcome{Code: status.Code(err).String()}
-				}
-				return Outcome{Code: CodeOK}
-			}})
+			kinds = append(kinds, Kind{Name: name, Call: floorCall(healthpb.NewHealthClient(c), withToken)})
 		case KindRedis:
 			if o.RedisAddr == "" || o.RedisPrefix == "" {
 				closeAll()
@@ -277,22 +263,47 @@ func dialKinds(o Options) ([]Kind, func(), error) {
 			}
 			rdb := goredis.NewClient(&goredis.Options{Addr: o.RedisAddr, Password: o.RedisPass, DB: o.RedisDB, PoolSize: o.InFlight})
 			closers = append(closers, func() { _ = rdb.Close() })
-			prefix, stop := o.RedisPrefix, int64(o.PageSize-1)
-			kinds = append(kinds, Kind{Name: name, Call: func(ctx context.Context, user uint64) Outcome {
-				if err := rdb.ZRangeArgs(ctx, goredis.ZRangeArgs{Key: prefix + strconv.FormatUint(user, 10), Start: 0, Stop: stop, Rev: true}).Err(); err != nil {
-					if errors.Is(err, context.DeadlineExceeded) {
-						return Outcome{Code: "DeadlineExceeded"}
-					}
-					return Outcome{Code: "Redis"}
-				}
-				return Outcome{Code: CodeOK}
-			}})
+			kinds = append(kinds, Kind{Name: name, Call: redisCall(rdb, o.RedisPrefix, int64(o.PageSize-1))})
 		default:
 			closeAll()
 			return nil, nil, fmt.Errorf("loadgen: kind %s: want %s, %s or %s", quote.Q(name), KindGetFeed, KindRedis, KindFloor)
 		}
 	}
 	return kinds, closeAll, nil
+}
+
+// getFeedCall is the GetFeed kind's call: one page of size pins of the user.
+func getFeedCall(feed feedv1.FeedServiceClient, withToken func(context.Context) context.Context, size int32) Call {
+	return func(ctx context.Context, user uint64) Outcome {
+		resp, err := feed.GetFeed(withToken(ctx), &feedv1.GetFeedRequest{UserId: user, PageSize: size})
+		if err != nil {
+			return Outcome{Code: status.Code(err).String()}
+		}
+		return Outcome{Code: CodeOK, Fresh: freshName(resp.GetFreshStatus())}
+	}
+}
+
+// floorCall is the empty call's: a health check on GetFeed's connection, the transport's floor.
+func floorCall(health healthpb.HealthClient, withToken func(context.Context) context.Context) Call {
+	return func(ctx context.Context, _ uint64) Outcome {
+		if _, err := health.Check(withToken(ctx), &healthpb.HealthCheckRequest{}); err != nil {
+			return Outcome{Code: status.Code(err).String()}
+		}
+		return Outcome{Code: CodeOK}
+	}
+}
+
+// redisCall is the Redis peer's call: ZREVRANGE 0..stop of the user's sorted set under prefix.
+func redisCall(rdb *goredis.Client, prefix string, stop int64) Call {
+	return func(ctx context.Context, user uint64) Outcome {
+		if err := rdb.ZRangeArgs(ctx, goredis.ZRangeArgs{Key: prefix + strconv.FormatUint(user, 10), Start: 0, Stop: stop, Rev: true}).Err(); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return Outcome{Code: "DeadlineExceeded"}
+			}
+			return Outcome{Code: "Redis"}
+		}
+		return Outcome{Code: CodeOK}
+	}
 }
 
 // freshName is a fresh status without its enum prefix, in lower case ("included").
