@@ -37,56 +37,7 @@ func (a *app) run(ctx context.Context) error {
 	bg, bgCancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer bgCancel()
 	g, gctx := errgroup.WithContext(bg)
-	if a.repl != nil {
-		g.Go(func() error {
-			if err := a.repl.Run(gctx); err != nil && !errors.Is(err, context.Canceled) {
-				return fmt.Errorf("replicator: %w", err)
-			}
-			return nil
-		})
-	}
-	if a.durable != nil {
-		g.Go(func() error { a.relayAndWatch(gctx); return nil })
-	}
-	if a.claimPending {
-		g.Go(func() error { return a.namespaceClaim().Loop(gctx) })
-	}
-	if a.shardWatch != nil {
-		sm := a.cfg.Storage.ShardMap
-		if sm.File != "" {
-			g.Go(func() error { _ = a.shardWatch.WatchFile(gctx, sm.File, 2*time.Second); return nil })
-		}
-		if sm.ZK != "" {
-			g.Go(func() error { _ = a.shardWatch.WatchZK(gctx, sm.ZK, sm.ZKPath); return nil })
-		}
-	}
-	if a.shardAdmin != nil && a.shardAdmin.Moves() {
-		// A move that crashed while fenced must not keep its shards' writes waiting: lift the
-		// fence (the shards stay on the source; rerunning the move finishes it).
-		g.Go(func() error { a.shardAdmin.Recover(gctx); return nil })
-	}
-	if a.canary != nil {
-		g.Go(func() error {
-			if err := a.canary.Run(gctx); err != nil && !errors.Is(err, context.Canceled) {
-				return fmt.Errorf("replication canary: %w", err)
-			}
-			return nil
-		})
-	}
-	if a.feed != nil && a.cfg.Feed.KnobsFile != "" {
-		g.Go(func() error {
-			if err := a.feed.WatchKnobs(gctx, a.cfg.Feed.KnobsFile, 2*time.Second); err != nil && !errors.Is(err, context.Canceled) {
-				return fmt.Errorf("knobs: %w", err)
-			}
-			return nil
-		})
-	}
-	if a.feed != nil {
-		// Startup recovery, then a periodic sweep: chunks a crash left behind.
-		r := feedsvc.NewRecoverer(a.feed, a.inflight, feedsvc.RecoverOptions{OlderThan: a.cfg.Feed.RecoverAfter.D(),
-			Logger: a.log.Named("recovery")})
-		g.Go(func() error { r.Run(gctx, a.cfg.Feed.RecoverEvery.D()); return nil })
-	}
+	a.startBackground(gctx, g)
 	if a.pinServer != nil {
 		if err := a.pinServer.Start(); err != nil {
 			bgCancel()
@@ -156,6 +107,62 @@ func (a *app) run(ctx context.Context) error {
 	err = errors.Join(runErr, err)
 	a.log.Info("stopped", zap.Duration("shutdown", time.Since(stopStart)), zap.Error(err))
 	return err
+}
+
+// startBackground starts the process's background loops in g: the replicator, the outbox
+// relay, the namespace claim, the shard map watches, a fenced move's recovery, the replication
+// canary, the knobs watch and the feed's crash recovery, each as configured.
+func (a *app) startBackground(gctx context.Context, g *errgroup.Group) {
+	if a.repl != nil {
+		g.Go(func() error {
+			if err := a.repl.Run(gctx); err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("replicator: %w", err)
+			}
+			return nil
+		})
+	}
+	if a.durable != nil {
+		g.Go(func() error { a.relayAndWatch(gctx); return nil })
+	}
+	if a.claimPending {
+		g.Go(func() error { return a.namespaceClaim().Loop(gctx) })
+	}
+	if a.shardWatch != nil {
+		sm := a.cfg.Storage.ShardMap
+		if sm.File != "" {
+			g.Go(func() error { _ = a.shardWatch.WatchFile(gctx, sm.File, 2*time.Second); return nil })
+		}
+		if sm.ZK != "" {
+			g.Go(func() error { _ = a.shardWatch.WatchZK(gctx, sm.ZK, sm.ZKPath); return nil })
+		}
+	}
+	if a.shardAdmin != nil && a.shardAdmin.Moves() {
+		// A move that crashed while fenced must not keep its shards' writes waiting: lift the
+		// fence (the shards stay on the source; rerunning the move finishes it).
+		g.Go(func() error { a.shardAdmin.Recover(gctx); return nil })
+	}
+	if a.canary != nil {
+		g.Go(func() error {
+			if err := a.canary.Run(gctx); err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("replication canary: %w", err)
+			}
+			return nil
+		})
+	}
+	if a.feed != nil && a.cfg.Feed.KnobsFile != "" {
+		g.Go(func() error {
+			if err := a.feed.WatchKnobs(gctx, a.cfg.Feed.KnobsFile, 2*time.Second); err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("knobs: %w", err)
+			}
+			return nil
+		})
+	}
+	if a.feed != nil {
+		// Startup recovery, then a periodic sweep: chunks a crash left behind.
+		r := feedsvc.NewRecoverer(a.feed, a.inflight, feedsvc.RecoverOptions{OlderThan: a.cfg.Feed.RecoverAfter.D(),
+			Logger: a.log.Named("recovery")})
+		g.Go(func() error { r.Run(gctx, a.cfg.Feed.RecoverEvery.D()); return nil })
+	}
 }
 
 // setReady is the lifecycle's readiness: true once serving, false from the first shutdown
