@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -80,36 +81,90 @@ func Markdown(r *Results, plotDir string) string {
 	p("Run `%s` on %s, commit %s, started %s, %.0f s. Every figure below comes from this one run;", "smartfeed bench --profile "+r.Profile+" --storage "+r.Storage, r.Machine, r.Commit, r.Started.UTC().Format(time.RFC3339), r.Seconds)
 	p("the peers ran on the same events and reads, so compare ratios, not absolute figures (the machine is shared).")
 	p("")
+	b.WriteString(ratiosMarkdown(r))
+	p("## Model")
+	p("")
+	p("%d users, %d follows, after Stream-Framework-Bench's social model (10%% daily active; followers 5/50/100/5%% capped at 1,000/10%% with a minimum of 1,000 by percentile bucket; posts 0/1/5/10/25 and reads 1/5/10/20/50 per day).", r.Model["users"], r.Model["follows"])
+	p("")
+	p("%s", loadMethod)
+	if l := r.Load; l != nil {
+		p("")
+		p("The graph was written by the bulk loader (`smartfeed load`'s: the rows the graph API writes, in batched writes): %d users and %d follows, %d rows in %.1f s, **%.0f rows/s**, the process's peak RSS %.0f MiB after it.", l.Users, l.Follows, l.Rows, l.Seconds, l.RowsPerSec, l.PeakRSSMiB)
+	}
+	p("")
+	b.WriteString(fanoutMarkdown(r, img))
+	b.WriteString(lagUnderReadsMarkdown(r, img))
+	b.WriteString(servingMarkdown(r, img))
+	b.WriteString(rateStepsMarkdown(r, img))
+	p("## Tail under trouble")
+	p("")
+	p("| hedging | GetFeed p50 | p99 | p99.9 | extra load | cutoff | standby p99.9 |")
+	p("|---|---|---|---|---|---|---|")
+	for _, h := range r.Hedging {
+		p("| %v | %.2f ms | %.2f ms | %.1f ms | %.2f%% | %.1f ms | %.1f ms |", h.Hedging, h.GetFeed.P50, h.GetFeed.P99, h.GetFeed.P999, 100*h.ExtraLoad, h.CutoffMs, h.StandbyP999)
+	}
+	p("")
+	p("![hedging](%s)", img("hedging.png"))
+	p("")
+	b.WriteString(replicationMarkdown(r.Replication))
+	b.WriteString(graphReadsMarkdown(r.GraphReads))
+	b.WriteString(hbaseJavaMarkdown(r.HBaseJava, r.Reads.BesidePeer))
+	p("## Growth")
+	p("")
+	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed pages | CPU ms per page | GetFeed p99 |")
+	p("|---|---|---|---|---|---|---|---|---|")
+	for _, s := range r.Scale {
+		p("| %d | %d | %d | %.0f | %.2f | %.1f | %d | %.2f | %.1f ms |", s.Users, s.Follows, s.Events, s.Inserts, s.CPUSecPerEvent, s.WallPerInsert,
+			s.Reads, s.CPUMsPerRead, s.GetFeedP99Ms)
+	}
+	p("")
+	p("![scale](%s)", img("scale.png"))
+	p("")
+	p("Peak RSS of the process (system and peers): %.0f MiB.", r.RSSMiB)
+	p("")
+	b.WriteString(machineMarkdown(r))
+	for _, n := range r.Notes {
+		p("")
+		p("Note: %s", n)
+	}
+	return b.String()
+}
+
+// ratioMeanings says what each ratio of results.json measures (the peers' in peerRatioMeanings).
+var ratioMeanings = map[string]string{
+	"getfeed_max_rate_vs_redis": "highest offered GetFeed rate held with p99 under the bound over the same for Redis ZREVRANGE, same steps " +
+		"(when Redis held every step this is an upper bound)",
+	"getfeed_max_rate_vs_grpc_floor": "highest offered GetFeed rate held with p99 under the bound over the same for an empty call on GetFeed's gRPC connection, same steps " +
+		"(when the empty call held every step this is an upper bound)",
+	"getfeed_p99_vs_redis_200":       "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 200/s",
+	"getfeed_p99_vs_redis_1000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 1,000/s",
+	"getfeed_p99_vs_redis_5000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 5,000/s",
+	"getfeed_p99_vs_grpc_floor_1000": "load generator in its own process: GetFeed p99 counted from each call's scheduled start over an empty call's on GetFeed's connection, both offered 1,000/s",
+	"scale_cost_growth_100k":         "CPU per event (the bench process's, server and in-process publisher) at 100,000 users over 10,000",
+	"scale_cost_growth_1m":           "CPU per event (the bench process's, server and in-process publisher) at 1,000,000 users over 10,000 (the full profile)",
+	"scale_read_cost_growth_100k":    "CPU per GetFeed page (the bench process's, server and in-process client) at 100,000 users over 10,000",
+	"scale_read_cost_growth_1m":      "CPU per GetFeed page (the bench process's, server and in-process client) at 1,000,000 users over 10,000",
+	"getfeed_p99_vs_redis":           "in process (no load generator): GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
+	"hbase_get_p99_vs_java":          "zen Get p99 (the worse of before and after PE) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, one at a time",
+	"hbase_top50_p99_vs_java":        "zen Top(50) p99 over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
+	"getfeed_p99_vs_hbase_java":      "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, the Java client alone",
+	"getfeed_p99_vs_hbase_java_under_fanout": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, " +
+		"the Java client with the fanout running at the serving phase's rate",
+	"getfeed_p99_vs_hbase_java_feed_scan": "GetFeed p99 over HBase's own Java client's p99 making GetFeed's reads of the feed " +
+		"(a Scan of each reader's feed rows, a page's worth), both at the serving phase's offered load and concurrency at the same time, right after it with its fanout still running",
+	"hbase_feed_scan_p99_vs_java": "zen's Scan of a feed page (gohbase) p99 over HBase's own Java client's for the same Scans, one at a time, right after the serving phase with its fanout still running",
+}
+
+// ratiosMarkdown is the report's ratio table: every ratio of r with its meaning.
+func ratiosMarkdown(r *Results) string {
+	var b strings.Builder
+	p := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
 	p("## Ratios")
 	p("")
 	p("| ratio | value | meaning |")
 	p("|---|---|---|")
-	meaning := map[string]string{
-		"getfeed_max_rate_vs_redis": "highest offered GetFeed rate held with p99 under the bound over the same for Redis ZREVRANGE, same steps " +
-			"(when Redis held every step this is an upper bound)",
-		"getfeed_max_rate_vs_grpc_floor": "highest offered GetFeed rate held with p99 under the bound over the same for an empty call on GetFeed's gRPC connection, same steps " +
-			"(when the empty call held every step this is an upper bound)",
-		"getfeed_p99_vs_redis_200":       "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 200/s",
-		"getfeed_p99_vs_redis_1000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 1,000/s",
-		"getfeed_p99_vs_redis_5000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 5,000/s",
-		"getfeed_p99_vs_grpc_floor_1000": "load generator in its own process: GetFeed p99 counted from each call's scheduled start over an empty call's on GetFeed's connection, both offered 1,000/s",
-		"scale_cost_growth_100k":         "CPU per event (the bench process's, server and in-process publisher) at 100,000 users over 10,000",
-		"scale_cost_growth_1m":           "CPU per event (the bench process's, server and in-process publisher) at 1,000,000 users over 10,000 (the full profile)",
-		"scale_read_cost_growth_100k":    "CPU per GetFeed page (the bench process's, server and in-process client) at 100,000 users over 10,000",
-		"scale_read_cost_growth_1m":      "CPU per GetFeed page (the bench process's, server and in-process client) at 1,000,000 users over 10,000",
-		"getfeed_p99_vs_redis":           "in process (no load generator): GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",
-		"hbase_get_p99_vs_java":          "zen Get p99 (the worse of before and after PE) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, one at a time",
-		"hbase_top50_p99_vs_java":        "zen Top(50) p99 over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase",
-		"getfeed_p99_vs_hbase_java":      "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, the Java client alone",
-		"getfeed_p99_vs_hbase_java_under_fanout": "GetFeed p99 (serving phase) over HBase's own Java client's Get p99 (PerformanceEvaluation randomRead), same HBase, " +
-			"the Java client with the fanout running at the serving phase's rate",
-		"getfeed_p99_vs_hbase_java_feed_scan": "GetFeed p99 over HBase's own Java client's p99 making GetFeed's reads of the feed " +
-			"(a Scan of each reader's feed rows, a page's worth), both at the serving phase's offered load and concurrency at the same time, right after it with its fanout still running",
-		"hbase_feed_scan_p99_vs_java": "zen's Scan of a feed page (gohbase) p99 over HBase's own Java client's for the same Scans, one at a time, right after the serving phase with its fanout still running",
-	}
-	for k, v := range peerRatioMeanings {
-		meaning[k] = v
-	}
+	meaning := maps.Clone(ratioMeanings)
+	maps.Copy(meaning, peerRatioMeanings)
 	keys := make([]string, 0, len(r.Ratios))
 	for k := range r.Ratios {
 		keys = append(keys, k)
@@ -123,16 +178,14 @@ func Markdown(r *Results, plotDir string) string {
 		p("| `%s` | %.3f | %s |", k, r.Ratios[k], meaning[k])
 	}
 	p("")
-	p("## Model")
-	p("")
-	p("%d users, %d follows, after Stream-Framework-Bench's social model (10%% daily active; followers 5/50/100/5%% capped at 1,000/10%% with a minimum of 1,000 by percentile bucket; posts 0/1/5/10/25 and reads 1/5/10/20/50 per day).", r.Model["users"], r.Model["follows"])
-	p("")
-	p("%s", loadMethod)
-	if l := r.Load; l != nil {
-		p("")
-		p("The graph was written by the bulk loader (`smartfeed load`'s: the rows the graph API writes, in batched writes): %d users and %d follows, %d rows in %.1f s, **%.0f rows/s**, the process's peak RSS %.0f MiB after it.", l.Users, l.Follows, l.Rows, l.Seconds, l.RowsPerSec, l.PeakRSSMiB)
-	}
-	p("")
+	return b.String()
+}
+
+// fanoutMarkdown is the report's fanout section: the figures, the lag plot, the equal-work
+// comparison and the sustainable event rates.
+func fanoutMarkdown(r *Results, img func(string) string) string {
+	var b strings.Builder
+	p := func(f string, a ...any) { fmt.Fprintf(&b, f+"\n", a...) }
 	f := r.Fanout
 	p("## Fanout")
 	p("")
@@ -168,40 +221,6 @@ func Markdown(r *Results, plotDir string) string {
 		p("")
 		p("Highest sustainable rate tried: **%.0f events/s**.", best)
 		p("")
-	}
-	b.WriteString(lagUnderReadsMarkdown(r, img))
-	b.WriteString(servingMarkdown(r, img))
-	b.WriteString(rateStepsMarkdown(r, img))
-	p("## Tail under trouble")
-	p("")
-	p("| hedging | GetFeed p50 | p99 | p99.9 | extra load | cutoff | standby p99.9 |")
-	p("|---|---|---|---|---|---|---|")
-	for _, h := range r.Hedging {
-		p("| %v | %.2f ms | %.2f ms | %.1f ms | %.2f%% | %.1f ms | %.1f ms |", h.Hedging, h.GetFeed.P50, h.GetFeed.P99, h.GetFeed.P999, 100*h.ExtraLoad, h.CutoffMs, h.StandbyP999)
-	}
-	p("")
-	p("![hedging](%s)", img("hedging.png"))
-	p("")
-	b.WriteString(replicationMarkdown(r.Replication))
-	b.WriteString(graphReadsMarkdown(r.GraphReads))
-	b.WriteString(hbaseJavaMarkdown(r.HBaseJava, r.Reads.BesidePeer))
-	p("## Growth")
-	p("")
-	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed pages | CPU ms per page | GetFeed p99 |")
-	p("|---|---|---|---|---|---|---|---|---|")
-	for _, s := range r.Scale {
-		p("| %d | %d | %d | %.0f | %.2f | %.1f | %d | %.2f | %.1f ms |", s.Users, s.Follows, s.Events, s.Inserts, s.CPUSecPerEvent, s.WallPerInsert,
-			s.Reads, s.CPUMsPerRead, s.GetFeedP99Ms)
-	}
-	p("")
-	p("![scale](%s)", img("scale.png"))
-	p("")
-	p("Peak RSS of the process (system and peers): %.0f MiB.", r.RSSMiB)
-	p("")
-	b.WriteString(machineMarkdown(r))
-	for _, n := range r.Notes {
-		p("")
-		p("Note: %s", n)
 	}
 	return b.String()
 }
