@@ -302,6 +302,76 @@ type acc struct {
 	fresh       map[string]int
 }
 
+// startCallers starts cfg.InFlight callers of k taking their jobs from jobs, each counting
+// into its acc; wait returns once jobs is closed and every call has returned.
+func startCallers(ctx context.Context, cfg Config, k Kind) (accs []*acc, jobs chan job, wait func()) {
+	accs = make([]*acc, cfg.InFlight)
+	jobs = make(chan job)
+	var wg sync.WaitGroup
+	for i := range accs {
+		a := &acc{sched: newHist(), send: newHist(), codes: map[string]int{}, fresh: map[string]int{}}
+		accs[i] = a
+		wg.Go(func() { a.serve(ctx, k.Call, cfg.CallTimeout, jobs) })
+	}
+	return accs, jobs, wg.Wait
+}
+
+// recordUnsent records the calls i.. of n (due every interval from start) that were never sent
+// and returns how many there were. They waited at least until cut, the end of the overrun (or
+// the cancellation): their lower bound goes into the from-schedule histogram. Calls due after
+// the cut (a window cancelled early) were never scheduled.
+func recordUnsent(unsent *hdrhistogram.Histogram, start time.Time, interval float64, i, n int, cut time.Time) int {
+	k := i
+	for due := start.Add(time.Duration(float64(i) * interval)); k < n && due.Before(cut); due = start.Add(time.Duration(float64(k) * interval)) {
+		record(unsent, cut.Sub(due))
+		k++
+	}
+	return k - i
+}
+
+// serve makes the calls of jobs, each with timeout (0: none), and counts them in a: its code,
+// its fresh status, and an OK call's latency from its due time and from its send.
+func (a *acc) serve(ctx context.Context, call Call, timeout time.Duration, jobs <-chan job) {
+	for j := range jobs {
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if timeout > 0 {
+			cctx, cancel = context.WithTimeout(ctx, timeout)
+		}
+		sent := time.Now()
+		out := call(cctx, j.user)
+		end := time.Now()
+		cancel()
+		a.codes[out.Code]++
+		if out.Fresh != "" {
+			a.fresh[out.Fresh]++
+		}
+		if out.Code == CodeOK {
+			record(a.sched, end.Sub(j.due))
+			record(a.send, end.Sub(sent))
+		}
+	}
+}
+
+// merge sums the callers' counts into w, with the unsent calls' lower bounds in the
+// from-schedule histogram.
+func (w *Window) merge(accs []*acc, unsent *hdrhistogram.Histogram) {
+	w.sched, w.send = unsent, newHist()
+	w.Fresh = map[string]int{}
+	for _, a := range accs {
+		w.sched.Merge(a.sched)
+		w.send.Merge(a.send)
+		for c, v := range a.codes {
+			w.Errors[c] += v
+		}
+		for f, v := range a.fresh {
+			w.Fresh[f] += v
+		}
+	}
+	if len(w.Fresh) == 0 {
+		w.Fresh = nil
+	}
+}
+
 // runWindow offers k at rate for cfg.Window (its calls sent until cfg.Overrun past it) after
 // waiting for an idle server.
 func runWindow(ctx context.Context, cfg Config, k Kind, rate float64, round int) Window {
@@ -313,46 +383,17 @@ func runWindow(ctx context.Context, cfg Config, k Kind, rate float64, round int)
 		}
 		w.IdleWaitSeconds = time.Since(t).Seconds()
 	}
-	cores := cfg.Cores
+	cores, readLoad := cfg.Cores, cfg.LoadAvg
 	if cores <= 0 {
 		cores = runtime.NumCPU()
 	}
-	readLoad := cfg.LoadAvg
 	if readLoad == nil {
 		readLoad = ProcLoadAvg
 	}
 	stopLoad := sampleLoad(readLoad, &w.LoadAvg)
 
 	n := int(rate * cfg.Window.Seconds())
-	accs := make([]*acc, cfg.InFlight)
-	jobs := make(chan job)
-	var wg sync.WaitGroup
-	for i := range accs {
-		a := &acc{sched: newHist(), send: newHist(), codes: map[string]int{}, fresh: map[string]int{}}
-		accs[i] = a
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				cctx, cancel := ctx, context.CancelFunc(func() {})
-				if cfg.CallTimeout > 0 {
-					cctx, cancel = context.WithTimeout(ctx, cfg.CallTimeout)
-				}
-				sent := time.Now()
-				out := k.Call(cctx, j.user)
-				end := time.Now()
-				cancel()
-				a.codes[out.Code]++
-				if out.Fresh != "" {
-					a.fresh[out.Fresh]++
-				}
-				if out.Code == CodeOK {
-					record(a.sched, end.Sub(j.due))
-					record(a.send, end.Sub(sent))
-				}
-			}
-		}()
-	}
+	accs, jobs, wait := startCallers(ctx, cfg, k)
 	users := map[uint64]struct{}{}
 	start := time.Now()
 	stopAt := start.Add(cfg.Window + cfg.Overrun)
@@ -386,39 +427,18 @@ send:
 			break send
 		}
 	}
-	// The calls never sent waited at least until the end of the overrun (or the
-	// cancellation): their lower bound goes into the from-schedule histogram. Calls due after
-	// the cut (a window cancelled early) were never scheduled.
 	cut := time.Now()
 	if cut.After(stopAt) {
 		cut = stopAt
 	}
-	scheduled := i
-	for due := start.Add(time.Duration(float64(i) * interval)); scheduled < n && due.Before(cut); due = start.Add(time.Duration(float64(scheduled) * interval)) {
-		record(unsent, cut.Sub(due))
-		w.Unsent++
-		scheduled++
-	}
+	w.Unsent = recordUnsent(unsent, start, interval, i, n, cut)
+	scheduled := i + w.Unsent
 	close(jobs)
-	wg.Wait()
+	wait()
 	el := time.Since(start)
 	stopLoad()
 
-	w.sched, w.send = unsent, newHist()
-	w.Fresh = map[string]int{}
-	for _, a := range accs {
-		w.sched.Merge(a.sched)
-		w.send.Merge(a.send)
-		for c, v := range a.codes {
-			w.Errors[c] += v
-		}
-		for f, v := range a.fresh {
-			w.Fresh[f] += v
-		}
-	}
-	if len(w.Fresh) == 0 {
-		w.Fresh = nil
-	}
+	w.merge(accs, unsent)
 	w.Scheduled, w.Seconds, w.DistinctUsers = scheduled, el.Seconds(), len(users)
 	if el > 0 {
 		w.Achieved = float64(w.Errors[CodeOK]) / el.Seconds()
