@@ -224,27 +224,67 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	if res.Load = w.Load; w.Load != nil {
 		say("graph: loaded %d rows in %.1f s (%.0f rows/s, peak RSS %.0f MiB)", w.Load.Rows, w.Load.Seconds, w.Load.RowsPerSec, w.Load.PeakRSSMiB)
 	}
+	r := &runner{sys: sys, base: base, opts: opts, res: res, m: m, w: w, repl: newReplRecorder(sys), t0: t0, say: say, progress: progress}
+	events := r.sustained(ctx)
+	if err := r.capacity(ctx, events); err != nil {
+		return nil, err
+	}
+	r.steps(ctx)
+	if err := r.readPhases(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.hedging(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.scale(ctx); err != nil {
+		return nil, err
+	}
+	res.PhaseLoad = mon.results()
+	r.finish()
+	return res, nil
+}
 
-	repl := newReplRecorder(sys)
+// runner runs Run's phases one after the other on one system, world and results.
+type runner struct {
+	sys      System
+	base     Baseline
+	opts     Options
+	res      *Results
+	m        *Model
+	w        *World
+	repl     *replRecorder
+	t0       time.Time
+	say      func(string, ...any)
+	progress Progress
+	readers  []int // the serving phase's readers, by model index, read again by hedging
+}
 
-	// 1. Sustained fanout, with the lag of sampled followers.
-	repl.begin()
+// sustained is phase 1: the sustained fanout, with the lag of sampled followers; it returns the
+// events published.
+func (r *runner) sustained(ctx context.Context) int {
+	sys, opts, res, w, say, t0 := r.sys, r.opts, r.res, r.w, r.say, r.t0
+	r.repl.begin()
 	say("fanout: %.0f events/s for %v", opts.EventRate, opts.FanoutFor)
-	ins0, cpu0, start := sys.PoolInserts(), cpuTime(), time.Now()
-	end = opts.phase("fanout")
+	ins0, start := sys.PoolInserts(), time.Now()
+	end := opts.phase("fanout")
 	events, lags, err := fanout(ctx, sys, w, opts.EventRate, opts.FanoutFor, 1, &res.lagSeries, t0)
 	if err != nil {
 		res.Notes = append(res.Notes, "fanout: "+err.Error())
 	}
 	dr := drain(ctx, sys, time.Minute)
 	end()
-	repl.end("fanout")
+	r.repl.end("fanout")
 	el := time.Since(start).Seconds()
 	inserts := sys.PoolInserts() - ins0
 	res.Fanout = FanoutResult{Events: events, EventRate: opts.EventRate, Inserts: inserts, InsertsPerSec: inserts / el,
 		LagMs: lags.Summary(), DrainSeconds: dr.Seconds()}
-	_ = cpu0
+	return events
+}
 
+// capacity publishes BurstEvents events at once, with the peers on the same events, each as
+// fast as it can.
+func (r *runner) capacity(ctx context.Context, events int) error {
+	sys, base, opts, res, w, m, say := r.sys, r.base, r.opts, r.res, r.w, r.m, r.say
 	// Capacity: BurstEvents events published at once, and the peers on the same events, each
 	// as fast as it can: the Redis sorted sets, and the store's raw batched writes.
 	nburst := opts.BurstEvents
@@ -267,12 +307,12 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 	if len(peers) == 0 {
 		peers = []RedisPeer{{Base: base, Durability: "unknown", TrimEvery: 1}}
 	}
-	end = opts.phase("peers")
+	end := opts.phase("peers")
 	eq, err := equalWork(ctx, sys, peers, recv, authorIDs, opts, say)
 	end()
 	res.EqualWork = eq
 	if err != nil {
-		return nil, fmt.Errorf("fanout peers: %w", err)
+		return fmt.Errorf("fanout peers: %w", err)
 	}
 	if len(eq.Redis) > 0 {
 		res.Fanout.RedisInsertsPerSec = eq.Redis[0].InsertsPerSec
@@ -315,11 +355,16 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Fanout.BurstInsertsPerSec, res.Fanout.BurstSeconds, res.Fanout.BurstPublishSeconds)
 	say("fanout: %.0f pool inserts/s (lag p50 %.0f ms, p99 %.0f ms); Redis %.0f inserts/s; raw store %.0f rows/s",
 		res.Fanout.InsertsPerSec, res.Fanout.LagMs.P50, res.Fanout.LagMs.P99, res.Fanout.RedisInsertsPerSec, raw)
+	return nil
+}
 
+// steps is phase 2: the highest event rate whose fanout lag p99 stays under the bound.
+func (r *runner) steps(ctx context.Context) {
+	sys, opts, res, w, say, t0 := r.sys, r.opts, r.res, r.w, r.say, r.t0
 	// 2. The highest event rate whose lag p99 stays under the bound: while the load generator
 	// offers GetFeed at LagReadRate when it can (lagUnderReads), alone otherwise.
-	repl.begin()
-	end = opts.phase("steps")
+	r.repl.begin()
+	end := opts.phase("steps")
 	if opts.ReadLoad != nil {
 		lr, err := lagUnderReads(ctx, sys, w, w.IDs, opts, say)
 		res.LagUnderReads = lr
@@ -344,14 +389,20 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		}
 	}
 	end()
-	repl.end("rate steps")
+	r.repl.end("rate steps")
+}
 
+// readPhases is phase 3: GetFeed, Redis and the empty call, in process (serving) and from the
+// load generator (read rates), fanout running.
+func (r *runner) readPhases(ctx context.Context) error {
+	sys, base, opts, res, w, m, say, t0 := r.sys, r.base, r.opts, r.res, r.w, r.m, r.say, r.t0
 	// 3. Reads while fanout runs: GetFeed against Redis ZREVRANGE (and an empty gRPC call),
 	// same offered load, in turns.
 	readers := m.Readers(int(opts.ReadRate*opts.ReadFor.Seconds())+1, 3)
+	r.readers = readers
 	if servesInProcess(opts) {
-		if err := serving(ctx, sys, base, w, readers, opts, res, repl, t0, say); err != nil {
-			return nil, err
+		if err := serving(ctx, sys, base, w, readers, opts, res, r.repl, t0, say); err != nil {
+			return err
 		}
 	}
 
@@ -379,16 +430,21 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.RateStepBoundMs, res.RateStepConc = ms(opts.ReadP99Bound), opts.ReadStepConcurrency
 		end()
 	}
+	return nil
+}
 
+// hedging is phase 4: a slice of the primary's reads slowed, hedging off then on.
+func (r *runner) hedging(ctx context.Context) error {
+	sys, opts, res, w, readers, say := r.sys, r.opts, r.res, r.w, r.readers, r.say
 	// 4. Tail under trouble: a slice of the primary's reads slowed, hedging off then on.
 	if err := sys.SlowPrimary(ctx, opts.SlowFraction, opts.SlowBy); err != nil {
 		res.Notes = append(res.Notes, "hedging: "+err.Error())
 	} else {
-		repl.begin()
+		r.repl.begin()
 		end := opts.phase("hedging")
 		for _, on := range []bool{false, true} {
 			if err := sys.Hedging(ctx, on); err != nil {
-				return nil, err
+				return err
 			}
 			h0, c0 := sys.Hedges()
 			hl, _, _, _ := reads(ctx, opts.ReadRate, opts.HedgeFor, opts.Concurrency, func(i int) error {
@@ -403,17 +459,22 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		}
 		_ = sys.SlowPrimary(ctx, 0, 0)
 		end()
-		repl.end("hedging")
+		r.repl.end("hedging")
 	}
-	res.Replication = repl.result()
+	res.Replication = r.repl.result()
 	if r := res.Replication; r != nil {
 		say("replication (%s): lag p50 %.0f ms, p99 %.0f ms, max %.0f ms over %d measurements under write load",
 			r.Mechanism, r.UnderLoad.P50, r.UnderLoad.P99, r.UnderLoad.Max, r.UnderLoad.N)
 	}
+	return nil
+}
 
+// scale is phase 5: the cost per event and per page as the users grow.
+func (r *runner) scale(ctx context.Context) error {
+	sys, opts, res, w, say, t0, progress := r.sys, r.opts, r.res, r.w, r.say, r.t0, r.progress
 	// 5. Scale: cost per event as users grow.
 	sizes := opts.Users
-	end = opts.phase("scale")
+	end := opts.phase("scale")
 	for i, n := range sizes {
 		s, closeS := sys, func() {}
 		sw := w
@@ -423,12 +484,12 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 			}
 			var err error
 			if s, closeS, err = opts.Scale(ctx, n); err != nil {
-				return nil, fmt.Errorf("scale %d users: %w", n, err)
+				return fmt.Errorf("scale %d users: %w", n, err)
 			}
 			say("scale: building %d users", n)
 			if sw, err = Build(ctx, s, NewModelSpec(n, opts.Seed, opts.MaxFollowers), progress); err != nil {
 				closeS()
-				return nil, err
+				return err
 			}
 		}
 		ins0, c0, st := s.PoolInserts(), cpuTime(), time.Now()
@@ -452,8 +513,13 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		closeS()
 	}
 	end()
+	return nil
+}
+
+// finish stamps the run's peak RSS, processes and duration, and sets the ratios.
+func (r *runner) finish() {
+	opts, res := r.opts, r.res
 	res.RSSMiB = peakRSSMiB()
-	res.PhaseLoad = mon.results()
 	res.Processes = append(processRSS(opts.Processes), res.Processes...)
 	res.Seconds = time.Since(res.Started).Seconds()
 
@@ -473,7 +539,6 @@ func Run(ctx context.Context, sys System, base Baseline, opts Options, log io.Wr
 		res.Ratios["fanout_lag_p99_s_at_read_load"] = lr.LagP99AtEventRate
 	}
 	res.setScaleRatios()
-	return res, nil
 }
 
 // setScaleRatios sets scale_cost_growth_<size>: CPU per event at the largest graph over the
