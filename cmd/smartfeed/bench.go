@@ -129,20 +129,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		// One tuner for the process, whichever of the bench's systems runs.
 		defer startGCFloor(cfg, blog, nil)()
 	}
-	newSys := func(ctx context.Context, tag string) (*benchSystem, func(), error) {
-		c := cfg
-		c.Redis.Namespace = fmt.Sprintf("bench%s%d", tag, time.Now().UnixNano())
-		var tmp string
-		if c.Storage.Backend == config.BackendPebble {
-			if tmp, err = os.MkdirTemp("", "smartfeed-bench-"); err != nil {
-				return nil, nil, err
-			}
-			c.Storage.DataDir = tmp
-		} else {
-			c.Storage.HBase.TablePrefix = c.Redis.Namespace + "_"
-		}
-		return startBenchSystem(ctx, c, logFile, tmp)
-	}
+	newSys := benchSystems(cfg, logFile)
 	sys, closeSys, err := newSys(ctx, "")
 	if err != nil {
 		return err
@@ -152,59 +139,9 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		s, c, err := newSys(ctx, fmt.Sprint(users))
 		return s, c, err
 	}
-	// HBase's own Java client right after the serving phase, its fanout still writing: GetFeed's
-	// feed scans (FeedScan), then PE randomRead (below, PE once more after the run with nothing
-	// else running).
-	var peFanout *bench.PEResult
-	var scanner *feedScanner
-	defer func() {
-		if scanner != nil {
-			scanner.Close()
-		}
-	}()
-	withPE := cfg.Storage.Backend == config.BackendHBase && bf.hbasePE != ""
-	withScan := cfg.Storage.Backend == config.BackendHBase && bf.hbaseScan != ""
-	if withScan {
-		opts.Beside = func(ctx context.Context, readers []uint64) error {
-			sc, err := newFeedScanner(ctx, sys, cfg.Storage.HBase, bf.hbaseScan, readers, opts.PageSize, logFile)
-			if err != nil {
-				return fmt.Errorf("GetFeed's feed scans: %w", err)
-			}
-			if err := sc.loaded(ctx, opts); err != nil {
-				sc.Close()
-				return fmt.Errorf("GetFeed's feed scans: %w", err)
-			}
-			scanner = sc
-			j := sc.fs.Java.Summary()
-			fmt.Fprintf(stdout, "hbase java beside GetFeed: GetFeed's feed scans by the Java client at %.0f/s p50 %.3f p99 %.3f ms (%d failed)\n",
-				sc.fs.Java.Offered, j.P50, j.P99, sc.fs.Java.Failed)
-			return nil
-		}
-	}
-	if withPE || withScan {
-		opts.UnderFanout = func(ctx context.Context, readers []uint64) error {
-			var errs []error
-			if scanner != nil {
-				if err := scanner.serial(ctx); err != nil {
-					errs = append(errs, fmt.Errorf("GetFeed's feed scans one at a time: %w", err))
-				} else {
-					js, z := scanner.fs.JavaSerial.Summary(), scanner.fs.Zen
-					fmt.Fprintf(stdout, "hbase java under fanout: GetFeed's feed scans one at a time: Java p50 %.3f p99 %.3f ms, zen p50 %.3f p99 %.3f ms\n",
-						js.P50, js.P99, z.P50, z.P99)
-				}
-			}
-			if withPE {
-				res, _, err := runPE(ctx, cfg.Storage.HBase, bf.hbasePE, logFile)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("HBase's Java client: %w", err))
-				} else {
-					peFanout = &res
-					fmt.Fprintf(stdout, "hbase java under fanout: PE randomRead p50 %.3f p99 %.3f ms (%d)\n", res.P50Us/1000, res.P99Us/1000, res.N)
-				}
-			}
-			return errors.Join(errs...)
-		}
-	}
+	hp := &hbasePeers{}
+	defer hp.close()
+	withPE := hp.hook(&opts, sys, cfg, bf, logFile, stdout)
 	rdb := goredis.NewClient(&goredis.Options{Addr: cfg.Redis.Addr, Password: cfg.Redis.Password, DB: cfg.Redis.DB})
 	defer rdb.Close()
 	zsPrefix := fmt.Sprintf("benchzset%d:", time.Now().UnixNano())
@@ -215,39 +152,188 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	peers := &benchPeerSetup{opts: &opts, sys: sys, rdb: rdb, prefix: zsPrefix, out: bf.out, stdout: stdout}
 	defer peers.close()
 	if bf.loadgen {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("bench: the load generator's binary: %w", err)
+		if err := peers.loadGen(cfg, bf, zsPrefix); err != nil {
+			return err
 		}
-		o := loadgen.DefaultOptions()
-		o.GRPCAddr, o.RedisAddr, o.RedisPass, o.RedisDB, o.RedisPrefix = sys.a.grpcAddr(), cfg.Redis.Addr, cfg.Redis.Password, cfg.Redis.DB, zsPrefix
-		o.MetricsURL, o.Window, o.PageSize = "http://"+sys.a.adminAddr()+"/metrics", bf.loadgenWindow, opts.PageSize
-		if len(opts.LoadGenRates) > 0 {
-			o.Rates = opts.LoadGenRates
-		}
-		if opts.LoadGenIdleMax > 0 {
-			o.IdleMax = opts.LoadGenIdleMax
-		}
-		opts.LoadGen = func(ctx context.Context, users []uint64) (*loadgen.Report, error) {
-			return loadgen.Exec(ctx, exe, o, users, bf.out, stdout)
-		}
-		peers.exe, peers.lg = exe, o
 	}
 	peers.setup(ctx, cfg.Worker.Concurrency)
-	// The peer's sets (800 pins for each of hundreds of users) would otherwise stay in a Redis
-	// that outlives the run: 106 runs had left 21 million members (2.2 GB) in run/redis.
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		if n, err := zs.ClearAll(cctx); err != nil {
-			fmt.Fprintf(stdout, "smartfeed bench: removing the Redis peer's sets: %v (%d removed)\n", err, n)
-		}
-	}()
+	defer clearPeerSets(ctx, zs, stdout)
 	fmt.Fprintf(stdout, "smartfeed bench: profile %s, storage %s (fsync on), Redis %s; logs in %s\n",
 		opts.Profile, opts.Storage, cfg.Redis.Addr, logFile.Name())
+	stopProfiles, err := benchProfiles(bf, &opts, stdout)
+	defer stopProfiles()
+	if err != nil {
+		return err
+	}
+	res, err := bench.Run(ctx, sys, zs, opts, stdout, benchProgress(stdout))
+	if err != nil {
+		return err
+	}
+	if err := benchGraphReads(ctx, sys, rdb, res, stdout); err != nil {
+		return err
+	}
+	if withPE {
+		hp.javaResults(ctx, res, sys, cfg.Storage.HBase, bf.hbasePE, logFile, stdout)
+	}
+	if err := bench.Write(bf.out, res); err != nil {
+		return err
+	}
+	printBenchResults(stdout, bf.out, res)
+	if bf.docs != "" {
+		if err := writeBenchDocs(bf.docs, bf.out, res); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "docs: %s\n", filepath.Join(bf.docs, "benchmarks.md"))
+	}
+	return nil
+}
+
+// benchSystems returns what starts a bench system of cfg (each in a Redis namespace of its own,
+// on Pebble in a temporary directory, on HBase under a table prefix of its own), tag naming it.
+func benchSystems(cfg config.Config, logFile *os.File) func(ctx context.Context, tag string) (*benchSystem, func(), error) {
+	return func(ctx context.Context, tag string) (*benchSystem, func(), error) {
+		c := cfg
+		c.Redis.Namespace = fmt.Sprintf("bench%s%d", tag, time.Now().UnixNano())
+		var tmp string
+		if c.Storage.Backend == config.BackendPebble {
+			var err error
+			if tmp, err = os.MkdirTemp("", "smartfeed-bench-"); err != nil {
+				return nil, nil, err
+			}
+			c.Storage.DataDir = tmp
+		} else {
+			c.Storage.HBase.TablePrefix = c.Redis.Namespace + "_"
+		}
+		return startBenchSystem(ctx, c, logFile, tmp)
+	}
+}
+
+// clearPeerSets removes the Redis peer's sets (800 pins for each of hundreds of users), which
+// would otherwise stay in a Redis that outlives the run.
+func clearPeerSets(ctx context.Context, zs *baseline.ZSetFeeds, stdout io.Writer) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	if n, err := zs.ClearAll(cctx); err != nil {
+		fmt.Fprintf(stdout, "smartfeed bench: removing the Redis peer's sets: %v (%d removed)\n", err, n)
+	}
+}
+
+// hbasePeers runs HBase's own Java client beside the bench's phases: GetFeed's feed scans
+// (FeedScan) right after the serving phase with its fanout still writing, and PE randomRead under
+// the fanout and once more after the run.
+type hbasePeers struct {
+	peFanout *bench.PEResult
+	scanner  *feedScanner
+}
+
+// close closes the feed scanner, if one ran.
+func (h *hbasePeers) close() {
+	if h.scanner != nil {
+		h.scanner.Close()
+	}
+}
+
+// hook sets opts' Beside and UnderFanout hooks for the Java client the flags ask for, on HBase;
+// withPE says PE runs.
+func (h *hbasePeers) hook(opts *bench.Options, sys *benchSystem, cfg config.Config, bf benchFlags, logFile *os.File, stdout io.Writer) (withPE bool) {
+	withPE = cfg.Storage.Backend == config.BackendHBase && bf.hbasePE != ""
+	withScan := cfg.Storage.Backend == config.BackendHBase && bf.hbaseScan != ""
+	if withScan {
+		opts.Beside = func(ctx context.Context, readers []uint64) error {
+			sc, err := newFeedScanner(ctx, sys, cfg.Storage.HBase, bf.hbaseScan, readers, opts.PageSize, logFile)
+			if err != nil {
+				return fmt.Errorf("GetFeed's feed scans: %w", err)
+			}
+			if err := sc.loaded(ctx, *opts); err != nil {
+				sc.Close()
+				return fmt.Errorf("GetFeed's feed scans: %w", err)
+			}
+			h.scanner = sc
+			j := sc.fs.Java.Summary()
+			fmt.Fprintf(stdout, "hbase java beside GetFeed: GetFeed's feed scans by the Java client at %.0f/s p50 %.3f p99 %.3f ms (%d failed)\n",
+				sc.fs.Java.Offered, j.P50, j.P99, sc.fs.Java.Failed)
+			return nil
+		}
+	}
+	if withPE || withScan {
+		opts.UnderFanout = func(ctx context.Context, readers []uint64) error {
+			var errs []error
+			if h.scanner != nil {
+				if err := h.scanner.serial(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("GetFeed's feed scans one at a time: %w", err))
+				} else {
+					js, z := h.scanner.fs.JavaSerial.Summary(), h.scanner.fs.Zen
+					fmt.Fprintf(stdout, "hbase java under fanout: GetFeed's feed scans one at a time: Java p50 %.3f p99 %.3f ms, zen p50 %.3f p99 %.3f ms\n",
+						js.P50, js.P99, z.P50, z.P99)
+				}
+			}
+			if withPE {
+				res, _, err := runPE(ctx, cfg.Storage.HBase, bf.hbasePE, logFile)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("HBase's Java client: %w", err))
+				} else {
+					h.peFanout = &res
+					fmt.Fprintf(stdout, "hbase java under fanout: PE randomRead p50 %.3f p99 %.3f ms (%d)\n", res.P50Us/1000, res.P99Us/1000, res.N)
+				}
+			}
+			return errors.Join(errs...)
+		}
+	}
+	return withPE
+}
+
+// javaResults measures zen against HBase's Java client after the run and puts it in res, with
+// what the hooks measured during it.
+func (h *hbasePeers) javaResults(ctx context.Context, res *bench.Results, sys *benchSystem, hc config.HBase, pe string, logFile *os.File, stdout io.Writer) {
+	j, err := benchHBaseJava(ctx, sys, hc, pe, logFile)
+	if err != nil {
+		res.Notes = append(res.Notes, "zen against HBase's Java client: "+err.Error())
+		fmt.Fprintf(stdout, "hbase java: not measured: %v\n", err)
+		return
+	}
+	if h.peFanout != nil {
+		sum := h.peFanout.Summary()
+		j.PEUnderFanout, j.JavaUnderFanout = h.peFanout, &sum
+	}
+	if h.scanner != nil {
+		j.FeedScans = h.scanner.fs
+	}
+	res.SetHBaseJava(j)
+	fmt.Fprintf(stdout, "hbase java: zen Get p50 %.3f p99 %.3f ms (%d), zen Top(50) p50 %.3f p99 %.3f ms (%d); "+
+		"Java client (PE randomRead) p50 %.3f p99 %.3f ms (%d); zen Get after PE p50 %.3f p99 %.3f ms\n", j.ZenGet.P50, j.ZenGet.P99, j.ZenGet.N,
+		j.ZenTop50.P50, j.ZenTop50.P99, j.ZenTop50.N, j.JavaRandomRead.P50, j.JavaRandomRead.P99, j.JavaRandomRead.N,
+		j.ZenGetAfter.P50, j.ZenGetAfter.P99)
+}
+
+// loadGen makes the run's reads come from the load generator, this binary's loadgen command in
+// a process of its own, against the bench system and the Redis peer's sets under zsPrefix.
+func (p *benchPeerSetup) loadGen(cfg config.Config, bf benchFlags, zsPrefix string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("bench: the load generator's binary: %w", err)
+	}
+	opts, sys, stdout := p.opts, p.sys, p.stdout
+	o := loadgen.DefaultOptions()
+	o.GRPCAddr, o.RedisAddr, o.RedisPass, o.RedisDB, o.RedisPrefix = sys.a.grpcAddr(), cfg.Redis.Addr, cfg.Redis.Password, cfg.Redis.DB, zsPrefix
+	o.MetricsURL, o.Window, o.PageSize = "http://"+sys.a.adminAddr()+"/metrics", bf.loadgenWindow, opts.PageSize
+	if len(opts.LoadGenRates) > 0 {
+		o.Rates = opts.LoadGenRates
+	}
+	if opts.LoadGenIdleMax > 0 {
+		o.IdleMax = opts.LoadGenIdleMax
+	}
+	opts.LoadGen = func(ctx context.Context, users []uint64) (*loadgen.Report, error) {
+		return loadgen.Exec(ctx, exe, o, users, bf.out, stdout)
+	}
+	p.exe, p.lg = exe, o
+	return nil
+}
+
+// benchProgress prints a phase's progress: a bar on a terminal, a line every 5 s otherwise.
+func benchProgress(stdout io.Writer) bench.Progress {
 	tty := isTerminal(stdout)
 	last := time.Time{}
-	progress := func(phase string, done, total int) {
+	return func(phase string, done, total int) {
 		if tty {
 			fmt.Fprintf(stdout, "\r\033[K%s %s %d/%d", phase, bar(int64(done), int64(total), 30), done, total)
 			if done >= total {
@@ -258,13 +344,23 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 			last = time.Now()
 		}
 	}
+}
+
+// benchProfiles starts the execution trace, allocation and CPU profiles the flags ask for (over
+// the whole run, or one phase: --cpu-phase); stop ends them and closes their files.
+func benchProfiles(bf benchFlags, opts *bench.Options, stdout io.Writer) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, f := range slices.Backward(stops) {
+			f()
+		}
+	}
 	if bf.trace != "" {
 		f, err := os.Create(bf.trace)
 		if err != nil {
-			return err
+			return stop, err
 		}
-		defer f.Close()
-		defer trace.Stop() // a phase a failed run left open
+		stops = append(stops, func() { _ = f.Close() }, trace.Stop) // a phase a failed run left open
 		opts.Phase = thenPhase(opts.Phase, onlyPhase(bf.cpuPhase, "trace", stdout, func() error { return trace.Start(f) }, trace.Stop))
 	}
 	if bf.memprofile != "" {
@@ -282,22 +378,23 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	if bf.cpuprofile != "" {
 		f, err := os.Create(bf.cpuprofile)
 		if err != nil {
-			return err
+			return stop, err
 		}
-		defer f.Close()
-		defer pprof.StopCPUProfile() // a phase a failed run left open
+		stops = append(stops, func() { _ = f.Close() }, pprof.StopCPUProfile) // a phase a failed run left open
 		if bf.cpuPhase == "" {
 			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
+				return stop, err
 			}
 		} else {
 			opts.Phase = thenPhase(opts.Phase, onlyPhase(bf.cpuPhase, "cpu profile", stdout, func() error { return pprof.StartCPUProfile(f) }, pprof.StopCPUProfile))
 		}
 	}
-	res, err := bench.Run(ctx, sys, zs, opts, stdout, progress)
-	if err != nil {
-		return err
-	}
+	return stop, nil
+}
+
+// benchGraphReads measures the graph's reads (objects and edge pages, with and without the
+// cache) on the bench system's main store and prints them.
+func benchGraphReads(ctx context.Context, sys *benchSystem, rdb *goredis.Client, res *bench.Results, stdout io.Writer) error {
 	main, err := sys.a.stores.get(ctx, storeMain)
 	if err != nil {
 		return err
@@ -309,30 +406,12 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		fmt.Fprintf(stdout, "graph reads: %s cache %v: p50 %.3f ms, p99 %.3f ms, %.2f store calls a read\n",
 			r.Read, r.Cache, r.Latency.P50, r.Latency.P99, r.StoreCallsPer)
 	}
-	if withPE {
-		h, err := benchHBaseJava(ctx, sys, cfg.Storage.HBase, bf.hbasePE, logFile)
-		if err != nil {
-			res.Notes = append(res.Notes, "zen against HBase's Java client: "+err.Error())
-			fmt.Fprintf(stdout, "hbase java: not measured: %v\n", err)
-		} else {
-			if peFanout != nil {
-				sum := peFanout.Summary()
-				h.PEUnderFanout, h.JavaUnderFanout = peFanout, &sum
-			}
-			if scanner != nil {
-				h.FeedScans = scanner.fs
-			}
-			res.SetHBaseJava(h)
-			fmt.Fprintf(stdout, "hbase java: zen Get p50 %.3f p99 %.3f ms (%d), zen Top(50) p50 %.3f p99 %.3f ms (%d); "+
-				"Java client (PE randomRead) p50 %.3f p99 %.3f ms (%d); zen Get after PE p50 %.3f p99 %.3f ms\n", h.ZenGet.P50, h.ZenGet.P99, h.ZenGet.N,
-				h.ZenTop50.P50, h.ZenTop50.P99, h.ZenTop50.N, h.JavaRandomRead.P50, h.JavaRandomRead.P99, h.JavaRandomRead.N,
-				h.ZenGetAfter.P50, h.ZenGetAfter.P99)
-		}
-	}
-	if err := bench.Write(bf.out, res); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "\nresults: %s\nreport:  %s\nratios:", filepath.Join(bf.out, "results.json"), filepath.Join(bf.out, "report.md"))
+	return nil
+}
+
+// printBenchResults prints where the results are and every ratio (the RatioKeys first).
+func printBenchResults(stdout io.Writer, out string, res *bench.Results) {
+	fmt.Fprintf(stdout, "\nresults: %s\nreport:  %s\nratios:", filepath.Join(out, "results.json"), filepath.Join(out, "report.md"))
 	for _, k := range bench.RatioKeys {
 		fmt.Fprintf(stdout, " %s=%.3f", k, res.Ratios[k])
 	}
@@ -350,13 +429,6 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	if len(res.GetFeedRateSteps) > 0 {
 		fmt.Fprintf(stdout, "read rates: %s\n", res.RateStepsSummary())
 	}
-	if bf.docs != "" {
-		if err := writeBenchDocs(bf.docs, bf.out, res); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "docs: %s\n", filepath.Join(bf.docs, "benchmarks.md"))
-	}
-	return nil
 }
 
 // benchHBaseJavaReads is how many zen Gets (and a quarter as many Top(50)s) are timed against
