@@ -285,30 +285,9 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 		warm(ctx, h, standby)
 	}
 
-	var pctx context.Context
-	var pcancel context.CancelFunc
-	if p.PrimaryTimeout > 0 {
-		pctx, pcancel = context.WithTimeout(ctx, p.PrimaryTimeout)
-	} else {
-		pctx, pcancel = context.WithCancel(ctx)
-	}
-	defer pcancel()
-	c := &call[T]{h: h, p: p, ctx: ctx, rt: rt, began: began, start: time.Now(), standby: standby, pcancel: pcancel,
-		horizon: p.PrimaryTimeout}
-	if c.horizon == 0 {
-		c.horizon = p.Max
-	}
-	// The cutoff hedge may not spend the last half of the budget: that reserve is kept for the
-	// calls still outstanding at Max, which are the likeliest to be stuck (gRPC's throttling
-	// stops hedges at half its tokens in the same spirit). A call refused at the cutoff gets
-	// a second chance at Max.
-	d, on := h.cutoff(p)
-	if on {
-		c.d, c.secondChance = d, d < p.Max
-		c.mu.Lock()
-		c.t = time.AfterFunc(d, c.fire)
-		c.mu.Unlock()
-	}
+	pctx, c := startCall(ctx, h, p, rt, began, standby)
+	defer c.pcancel()
+	d := c.d
 
 	pv, perr := primary(pctx)
 	took := time.Since(c.start)
@@ -330,18 +309,7 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 	if won {
 		// The standby answered first and cancelled the primary, whose answer is dropped.
 		r := <-sres
-		h.m.latencyOf[Standby].Observe(r.took.Seconds())
-		h.m.won.Inc()
-		// The primary lost: record how long it had run, a lower bound on its latency, so a
-		// stuck primary still pushes the percentile up. The loss counts against the primary
-		// only when the standby answered within the cutoff itself: then the primary was the
-		// slow one. A standby as slow as that shares the trouble (a process short of
-		// processors, both stores behind one loaded server), and opening the breaker would
-		// gain nothing and cost the pages their fresh chunks; a primary that hangs meanwhile
-		// still opens it through its PrimaryTimeout failures. A probe's loss counts whatever
-		// the standby took: it is the probe's verdict.
-		h.win.add(lost)
-		if rt == routeProbe || r.took <= d {
+		if h.standbyWon(r.took, lost, d, rt == routeProbe) {
 			record(h.judge(p, slow, excuseBeaten))
 		}
 		out.From = Standby
@@ -361,6 +329,29 @@ func Do[T any](ctx context.Context, h *Hedger, primary, standby ReadFunc[T]) (T,
 	if err := ctx.Err(); err != nil {
 		return zero, out, err
 	}
+	return afterPrimaryError(ctx, h, out, perr, sres, standby)
+}
+
+// standbyWon counts a call the standby won in took, the primary having run for lost, and says
+// whether the loss counts against the primary, for a call whose cutoff was d. The primary's run is
+// recorded, a lower bound on its latency, so a stuck primary still pushes the percentile up. The
+// loss counts against the primary only when the standby answered within the cutoff itself: then
+// the primary was the slow one. A standby as slow as that shares the trouble (a process short
+// of processors, both stores behind one loaded server), and opening the breaker would gain
+// nothing and cost the pages their fresh chunks; a primary that hangs meanwhile still opens it
+// through its PrimaryTimeout failures. A probe's loss counts whatever the standby took: it is
+// the probe's verdict.
+func (h *Hedger) standbyWon(took, lost, d time.Duration, probe bool) (againstPrimary bool) {
+	h.m.latencyOf[Standby].Observe(took.Seconds())
+	h.m.won.Inc()
+	h.win.add(lost)
+	return probe || took <= d
+}
+
+// afterPrimaryError answers a call whose primary read failed (perr) with the standby's answer:
+// the hedge's (sres) when one was started, or a standby read made now.
+func afterPrimaryError[T any](ctx context.Context, h *Hedger, out Outcome, perr error, sres chan result[T], standby ReadFunc[T]) (T, Outcome, error) {
+	var zero T
 	out.PrimaryErr = perr
 	errs := []error{fmt.Errorf("%s: %w", Primary, perr)}
 	var r result[T]
@@ -431,6 +422,34 @@ type call[T any] struct {
 	won            bool               // the standby answered well before the primary
 	lost           time.Duration      // how long the primary had run when the standby won
 	standbyStarted bool
+}
+
+// startCall starts a call's primary context (bounded by the policy's PrimaryTimeout) and, when
+// hedging is on, the timer of its cutoff.
+func startCall[T any](ctx context.Context, h *Hedger, p Policy, rt route, began time.Time, standby ReadFunc[T]) (context.Context, *call[T]) {
+	var pctx context.Context
+	var pcancel context.CancelFunc
+	if p.PrimaryTimeout > 0 {
+		pctx, pcancel = context.WithTimeout(ctx, p.PrimaryTimeout)
+	} else {
+		pctx, pcancel = context.WithCancel(ctx)
+	}
+	c := &call[T]{h: h, p: p, ctx: ctx, rt: rt, began: began, start: time.Now(), standby: standby, pcancel: pcancel,
+		horizon: p.PrimaryTimeout}
+	if c.horizon == 0 {
+		c.horizon = p.Max
+	}
+	// The cutoff hedge may not spend the last half of the budget: that reserve is kept for the
+	// calls still outstanding at Max, which are the likeliest to be stuck (gRPC's throttling
+	// stops hedges at half its tokens in the same spirit). A call refused at the cutoff gets
+	// a second chance at Max.
+	if d, on := h.cutoff(p); on {
+		c.d, c.secondChance = d, d < p.Max
+		c.mu.Lock()
+		c.t = time.AfterFunc(d, c.fire)
+		c.mu.Unlock()
+	}
+	return pctx, c
 }
 
 // fire runs when the cutoff passes with the primary still out (on the timer's goroutine).
