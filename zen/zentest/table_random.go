@@ -39,41 +39,6 @@ func RunRandomized(t *testing.T, a, b zen.Table, seed uint64, n int) {
 	values := [][]byte{{}, []byte("x"), []byte("yy"), []byte("1234567"), []byte("123456789"),
 		tableCounter(0), tableCounter(-1), tableCounter(42)}
 	value := func() []byte { return values[r.IntN(len(values))] }
-	type result struct {
-		Value []byte
-		Rows  []zen.KV
-		OK    bool
-		N     int64
-		Err   string // "" = none, "notfound", "error"
-	}
-	errKind := func(err error) string {
-		switch {
-		case err == nil:
-			return ""
-		case errors.Is(err, zen.ErrNotFound):
-			return "notfound"
-		default:
-			return "error"
-		}
-	}
-	run := func(tb zen.Table, op int, args []any) result {
-		switch op {
-		case 0:
-			v, err := tb.Get(ctx, args[0].([]byte))
-			return result{Value: v, Err: errKind(err)}
-		case 1:
-			return result{Err: errKind(tb.Apply(ctx, args[0].([]zen.Mutation)))}
-		case 2:
-			rows, err := tb.Scan(ctx, args[0].(zen.ScanOptions))
-			return result{Rows: rows, Err: errKind(err)}
-		case 3:
-			ok, err := tb.CheckAndSet(ctx, args[0].([]byte), args[1].([]byte), args[2].([]byte))
-			return result{OK: ok, Err: errKind(err)}
-		default:
-			v, err := tb.Increment(ctx, args[0].([]byte), args[1].(int64))
-			return result{N: v, Err: errKind(err)}
-		}
-	}
 	for i := range n {
 		op := r.IntN(5)
 		var args []any
@@ -110,7 +75,7 @@ func RunRandomized(t *testing.T, a, b zen.Table, seed uint64, n int) {
 		default:
 			args = []any{key(), int64(r.IntN(11) - 5)}
 		}
-		ra, rb := run(a, op, args), run(b, op, args)
+		ra, rb := runRandomOp(ctx, a, op, args), runRandomOp(ctx, b, op, args)
 		if diff := cmp.Diff(ra, rb, cmpopts.EquateEmpty()); diff != "" {
 			t.Fatalf("seed %d op %d: %s%q: results differ (-model +backend):\n%s",
 				seed, i, [...]string{"Get", "Apply", "Scan", "CheckAndSet", "Increment"}[op], args, diff)
@@ -128,6 +93,48 @@ func RunRandomized(t *testing.T, a, b zen.Table, seed uint64, n int) {
 	}
 }
 
+// randomResult is what one of RunRandomized's operations returned, compared across tables.
+type randomResult struct {
+	Value []byte
+	Rows  []zen.KV
+	OK    bool
+	N     int64
+	Err   string // "" = none, "notfound", "error"
+}
+
+// tableErrKind is how RunRandomized compares errors: none, not found, or any other.
+func tableErrKind(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, zen.ErrNotFound):
+		return "notfound"
+	default:
+		return "error"
+	}
+}
+
+// runRandomOp runs RunRandomized's operation op (Get, Apply, Scan, CheckAndSet, Increment) with
+// args on tb.
+func runRandomOp(ctx context.Context, tb zen.Table, op int, args []any) randomResult {
+	switch op {
+	case 0:
+		v, err := tb.Get(ctx, args[0].([]byte))
+		return randomResult{Value: v, Err: tableErrKind(err)}
+	case 1:
+		return randomResult{Err: tableErrKind(tb.Apply(ctx, args[0].([]zen.Mutation)))}
+	case 2:
+		rows, err := tb.Scan(ctx, args[0].(zen.ScanOptions))
+		return randomResult{Rows: rows, Err: tableErrKind(err)}
+	case 3:
+		ok, err := tb.CheckAndSet(ctx, args[0].([]byte), args[1].([]byte), args[2].([]byte))
+		return randomResult{OK: ok, Err: tableErrKind(err)}
+	default:
+		v, err := tb.Increment(ctx, args[0].([]byte), args[1].(int64))
+		return randomResult{N: v, Err: tableErrKind(err)}
+	}
+}
+
 // tableCASMany checks the optional zen.CondBatcher against sequential CheckAndSets on a second
 // table (ref) holding the same rows: the same results, in order, and the same rows afterwards.
 func tableCASMany(t *testing.T, tb, ref zen.Table) {
@@ -140,33 +147,9 @@ func tableCASMany(t *testing.T, tb, ref zen.Table) {
 	tableMustApply(t, tb, seed...)
 	tableMustApply(t, ref, seed...)
 	b := func(s string) []byte { return []byte(s) }
-	// check runs conds on both tables and compares results and contents.
 	check := func(name string, conds []zen.Cond) {
 		t.Helper()
-		got, err := cb.CheckAndSetMany(ctx, conds)
-		if err != nil {
-			t.Fatalf("%s: CheckAndSetMany: %v", name, err)
-		}
-		want := make([]bool, len(conds))
-		for i, c := range conds {
-			if want[i], err = ref.CheckAndSet(ctx, c.Key, c.Expected, c.Value); err != nil {
-				t.Fatalf("%s: CheckAndSet %d: %v", name, i, err)
-			}
-		}
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Fatalf("%s: results (-sequential CheckAndSet +CheckAndSetMany):\n%s", name, diff)
-		}
-		wantRows, err := ref.Scan(ctx, zen.ScanOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gotRows, err := tb.Scan(ctx, zen.ScanOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(wantRows, gotRows); diff != "" {
-			t.Fatalf("%s: rows (-sequential CheckAndSet +CheckAndSetMany):\n%s", name, diff)
-		}
+		checkCASMany(ctx, t, cb, tb, ref, name, conds)
 	}
 	got, err := cb.CheckAndSetMany(ctx, nil)
 	if err != nil || len(got) != 0 {
@@ -196,26 +179,11 @@ func tableCASMany(t *testing.T, tb, ref zen.Table) {
 	tableWant(t, tb, "k", b("v5"))
 	tableWant(t, tb, "empty", []byte{})
 	tableWant(t, tb, "a", nil)
-	// Random rounds over a few keys: expected values are the current one, a stale one, absent
-	// or empty; values are puts (some empty) and deletes.
+	// Random rounds over a few keys.
 	rng := rand.New(rand.NewPCG(7, 11))
 	vals := [][]byte{nil, {}, b("p"), b("q"), b("r"), tableCounter(3)}
 	for round := range 20 {
-		conds := make([]zen.Cond, 1+rng.IntN(40))
-		for i := range conds {
-			k := fmt.Appendf(nil, "r%d", rng.IntN(8))
-			var exp []byte
-			if rng.IntN(2) == 0 {
-				cur, err := ref.Get(ctx, k)
-				if err == nil {
-					exp = cur
-				}
-			} else {
-				exp = vals[rng.IntN(len(vals))]
-			}
-			conds[i] = zen.Cond{Key: k, Expected: exp, Value: vals[rng.IntN(len(vals))]}
-		}
-		check(fmt.Sprintf("round %d", round), conds)
+		check(fmt.Sprintf("round %d", round), randomConds(ctx, rng, ref, vals))
 	}
 	// A bad key fails the call before any write.
 	before, err := tb.Scan(ctx, zen.ScanOptions{})
@@ -298,4 +266,55 @@ func tableConcurrentCASMany(t *testing.T, tb zen.Table) {
 			tableWant(t, tb, string(key(k)), []byte(winners[k][0]))
 		}
 	}
+}
+
+// checkCASMany runs conds on tb's CheckAndSetMany (cb) and as sequential CheckAndSets on ref, and
+// fails t unless the results and the tables' contents are the same.
+func checkCASMany(ctx context.Context, t *testing.T, cb zen.CondBatcher, tb, ref zen.Table, name string, conds []zen.Cond) {
+	t.Helper()
+	got, err := cb.CheckAndSetMany(ctx, conds)
+	if err != nil {
+		t.Fatalf("%s: CheckAndSetMany: %v", name, err)
+	}
+	want := make([]bool, len(conds))
+	for i, c := range conds {
+		if want[i], err = ref.CheckAndSet(ctx, c.Key, c.Expected, c.Value); err != nil {
+			t.Fatalf("%s: CheckAndSet %d: %v", name, i, err)
+		}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("%s: results (-sequential CheckAndSet +CheckAndSetMany):\n%s", name, diff)
+	}
+	wantRows, err := ref.Scan(ctx, zen.ScanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotRows, err := tb.Scan(ctx, zen.ScanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(wantRows, gotRows); diff != "" {
+		t.Fatalf("%s: rows (-sequential CheckAndSet +CheckAndSetMany):\n%s", name, diff)
+	}
+
+}
+
+// randomConds draws up to 40 conditions over a few keys: expected values are ref's current one,
+// a stale one, absent or empty; values are puts (some empty) and deletes.
+func randomConds(ctx context.Context, rng *rand.Rand, ref zen.Table, vals [][]byte) []zen.Cond {
+	conds := make([]zen.Cond, 1+rng.IntN(40))
+	for i := range conds {
+		k := fmt.Appendf(nil, "r%d", rng.IntN(8))
+		var exp []byte
+		if rng.IntN(2) == 0 {
+			cur, err := ref.Get(ctx, k)
+			if err == nil {
+				exp = cur
+			}
+		} else {
+			exp = vals[rng.IntN(len(vals))]
+		}
+		conds[i] = zen.Cond{Key: k, Expected: exp, Value: vals[rng.IntN(len(vals))]}
+	}
+	return conds
 }
