@@ -1,6 +1,7 @@
 package zentest
 
 import (
+	"context"
 	"encoding/binary"
 	"math"
 	"sync"
@@ -72,27 +73,49 @@ func modelPoolsBasic(t *testing.T, s zen.Store) {
 		t.Errorf("Top related (-want +got):\n%s", diff)
 	}
 	// Across sources a pin's best row wins: 5 stays in following, 3 moved to related.
-	tops := func() [][]modelSP {
-		var lists [][]zen.PoolEntry
-		for _, src := range []zen.Source{zen.SourceFollowing, zen.SourceRelated} {
-			es, err := p.Top(ctx, u, src, 100)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lists = append(lists, es)
-		}
-		var out [][]modelSP
-		for _, l := range zen.BestAcrossSources(lists) {
-			out = append(out, modelScorePins(l))
-		}
-		return out
-	}
-	if diff := cmp.Diff([][]modelSP{{{1, 5, 1}, {0.93, 1, 1}, {0.93, 2, 1}, {-0.1, 4, 1}}, {{0.8, 3, 3}, {0.7, 6, 3}}}, tops()); diff != "" {
+	if diff := cmp.Diff([][]modelSP{{{1, 5, 1}, {0.93, 1, 1}, {0.93, 2, 1}, {-0.1, 4, 1}}, {{0.8, 3, 3}, {0.7, 6, 3}}}, modelBestTops(ctx, t, p, u)); diff != "" {
 		t.Errorf("best across sources (-want +got):\n%s", diff)
 	}
 	if n, err := p.Size(ctx, u, zen.SourceRelated); err != nil || n != 2 {
 		t.Errorf("Size related = %d, %v; want 2", n, err)
 	}
+	modelPoolsTakeAndRemove(ctx, t, p, u, pin)
+	if _, err := p.Insert(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteUser(ctx, u); err != nil {
+		t.Fatal(err)
+	}
+	if got := top(zen.SourceFollowing); len(got) != 0 {
+		t.Errorf("Top after DeleteUser = %v", got)
+	}
+	if _, err := p.Insert(ctx, []zen.PoolEntry{{User: u, Source: 1, Score: math.NaN(), Pin: pin(1)}}); err == nil {
+		t.Error("NaN score accepted")
+	}
+}
+
+// modelBestTops is the best of u's following and related pools across the two sources.
+func modelBestTops(ctx context.Context, t *testing.T, p *zen.Pools, u zen.ID) [][]modelSP {
+	t.Helper()
+	var lists [][]zen.PoolEntry
+	for _, src := range []zen.Source{zen.SourceFollowing, zen.SourceRelated} {
+		es, err := p.Top(ctx, u, src, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lists = append(lists, es)
+	}
+	var out [][]modelSP
+	for _, l := range zen.BestAcrossSources(lists) {
+		out = append(out, modelScorePins(l))
+	}
+	return out
+}
+
+// modelPoolsTakeAndRemove continues modelPoolsBasic on its pools: Take, Trim, Expire, Remove and
+// RemoveWhere, until the pools are empty.
+func modelPoolsTakeAndRemove(ctx context.Context, t *testing.T, p *zen.Pools, u zen.ID, pin func(uint64) zen.ID) {
+	t.Helper()
 	got, err := p.Take(ctx, u, []zen.PoolEntry{{Pin: pin(5)}, {Pin: pin(3)}, {Pin: pin(5)}})
 	if err != nil {
 		t.Fatal(err)
@@ -117,18 +140,6 @@ func modelPoolsBasic(t *testing.T, s zen.Store) {
 	}
 	if n, _ := p.Size(ctx, u, 0); n != 0 {
 		t.Errorf("Size after removing all = %d", n)
-	}
-	if _, err := p.Insert(ctx, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.DeleteUser(ctx, u); err != nil {
-		t.Fatal(err)
-	}
-	if got := top(zen.SourceFollowing); len(got) != 0 {
-		t.Errorf("Top after DeleteUser = %v", got)
-	}
-	if _, err := p.Insert(ctx, []zen.PoolEntry{{User: u, Source: 1, Score: math.NaN(), Pin: pin(1)}}); err == nil {
-		t.Error("NaN score accepted")
 	}
 }
 
