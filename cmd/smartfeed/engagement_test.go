@@ -7,6 +7,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/jsontime"
 	engagementv1 "github.com/smartfeed/smartfeed/proto/engagement/v1"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
@@ -114,7 +116,14 @@ func TestHideHonouredInPreparedChunk(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Redis and runs every service; skipped with -short")
 	}
-	a, conn := startAll(t) // feed.prepare_after: the default 500ms
+	// The preparation after bob's page tries three times, feed.prepare_after apart, before it
+	// takes his pools as empty: 2 s apart, ann's later pins have 6 s to be fanned out to him on
+	// a loaded machine (500 ms apart they had 1.5 s). The generator gets the time a loaded
+	// machine needs too, or the preparation fails rather than waits.
+	a, conn := startAllWith(t, func(c *config.Config) {
+		c.Feed.PrepareAfter = jsontime.Duration(2 * time.Second)
+		c.Feed.GeneratorDeadline = jsontime.Duration(5 * time.Second)
+	})
 	ctx := t.Context()
 	g, f, e := graphv1.NewGraphServiceClient(conn), feedv1.NewFeedServiceClient(conn), engagementv1.NewEngagementServiceClient(conn)
 	mk := func(name string) *graphv1.User {
