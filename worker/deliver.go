@@ -394,20 +394,15 @@ func pinFromObject(o zen.Object, board zen.ID) pinInfo {
 
 // chunkIDs are a fanout chunk's checked IDs, source and edge type.
 type chunkIDs struct {
-	pin, author, board, interest zen.ID
-	src                          zen.Source
-	et                           zen.EdgeType
+	pinRefs
+	interest zen.ID
+	src      zen.Source
+	et       zen.EdgeType
 }
 
 // checkChunk checks a fanout chunk's IDs, source and edge type; an error is invalid input.
 func checkChunk(p pinlater.FanoutChunkPayload) (c chunkIDs, err error) {
-	if c.pin, err = checkID("chunk pin", p.Pin, zen.TypePin); err != nil {
-		return c, err
-	}
-	if c.author, err = checkID("chunk author", p.Author, zen.TypeUser); err != nil {
-		return c, err
-	}
-	if c.board, err = checkID("chunk board", p.Board, zen.TypeBoard); err != nil {
+	if c.pinRefs, err = checkPinRefs("chunk", p.Pin, p.Author, p.Board); err != nil {
 		return c, err
 	}
 	if p.Interest != 0 {

@@ -111,8 +111,26 @@ func (w *Worker) HandleFanout(ctx context.Context, p pinlater.FanoutPayload) err
 
 // fanoutIDs are a fanout task's checked IDs.
 type fanoutIDs struct {
-	pin, author, board, relatedFor zen.ID
-	interests                      []zen.ID
+	pinRefs
+	relatedFor zen.ID
+	interests  []zen.ID
+}
+
+// pinRefs are a fanout task's pin, its author and its board, checked.
+type pinRefs struct{ pin, author, board zen.ID }
+
+// checkPinRefs checks a task's pin, author and board IDs (task names it in the error).
+func checkPinRefs(task string, pin, author, board uint64) (r pinRefs, err error) {
+	if r.pin, err = checkID(task+" pin", pin, zen.TypePin); err != nil {
+		return r, err
+	}
+	if r.author, err = checkID(task+" author", author, zen.TypeUser); err != nil {
+		return r, err
+	}
+	if r.board, err = checkID(task+" board", board, zen.TypeBoard); err != nil {
+		return r, err
+	}
+	return r, nil
 }
 
 // receiverLists are the lists a pin fans out to: its author's followers, its board's and each
@@ -130,13 +148,7 @@ func (f fanoutIDs) receiverLists() []receiverList {
 
 // checkFanout checks a fanout task's IDs; an error is invalid input.
 func checkFanout(p pinlater.FanoutPayload) (f fanoutIDs, err error) {
-	if f.pin, err = checkID("fanout pin", p.Pin, zen.TypePin); err != nil {
-		return f, err
-	}
-	if f.author, err = checkID("fanout author", p.Author, zen.TypeUser); err != nil {
-		return f, err
-	}
-	if f.board, err = checkID("fanout board", p.Board, zen.TypeBoard); err != nil {
+	if f.pinRefs, err = checkPinRefs("fanout", p.Pin, p.Author, p.Board); err != nil {
 		return f, err
 	}
 	f.interests = make([]zen.ID, 0, len(p.Interests))

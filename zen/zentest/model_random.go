@@ -77,8 +77,8 @@ type modelOutcome struct {
 	Err string
 }
 
-// modelErrKind is how RunModelRandomized compares errors.
-func modelErrKind(err error) string {
+// errKind is how the randomized runs compare errors: by kind, not by text.
+func errKind(err error) string {
 	switch {
 	case err == nil:
 		return ""
@@ -151,7 +151,7 @@ func (w *modelWorld) objectOp(op int) (what string, run func(s modelSide) modelO
 		what = fmt.Sprintf("Create(%d, near %d)", typ, near)
 		run = func(s modelSide) modelOutcome {
 			o, err := s.g.Create(w.ctx, typ, near, data)
-			return modelOutcome{o, modelErrKind(err)}
+			return modelOutcome{o, errKind(err)}
 		}
 	case 2:
 		if len(w.objects) == 0 {
@@ -161,7 +161,7 @@ func (w *modelWorld) objectOp(op int) (what string, run func(s modelSide) modelO
 		what = fmt.Sprintf("Get(%d)", id)
 		run = func(s modelSide) modelOutcome {
 			o, err := s.g.Get(w.ctx, id)
-			return modelOutcome{o, modelErrKind(err)}
+			return modelOutcome{o, errKind(err)}
 		}
 	case 3:
 		if len(w.objects) == 0 {
@@ -171,7 +171,7 @@ func (w *modelWorld) objectOp(op int) (what string, run func(s modelSide) modelO
 		what = fmt.Sprintf("Update(%d)", id)
 		run = func(s modelSide) modelOutcome {
 			o, err := s.g.Update(w.ctx, id, func(d map[string]any) error { d["v"] = v; return nil })
-			return modelOutcome{o, modelErrKind(err)}
+			return modelOutcome{o, errKind(err)}
 		}
 	case 4:
 		if len(w.objects) == 0 {
@@ -179,13 +179,13 @@ func (w *modelWorld) objectOp(op int) (what string, run func(s modelSide) modelO
 		}
 		id := w.objects[w.r.IntN(len(w.objects))]
 		what = fmt.Sprintf("Delete(%d)", id)
-		run = func(s modelSide) modelOutcome { return modelOutcome{nil, modelErrKind(s.g.Delete(w.ctx, id))} }
+		run = func(s modelSide) modelOutcome { return modelOutcome{nil, errKind(s.g.Delete(w.ctx, id))} }
 	case 5:
 		ids := append([]zen.ID(nil), w.objects...)
 		what = "GetMany"
 		run = func(s modelSide) modelOutcome {
 			m, err := s.g.GetMany(w.ctx, ids)
-			return modelOutcome{m, modelErrKind(err)}
+			return modelOutcome{m, errKind(err)}
 		}
 	case 14:
 		key, id := fmt.Sprint("k", w.r.IntN(6)), w.pick(w.users)
@@ -193,7 +193,7 @@ func (w *modelWorld) objectOp(op int) (what string, run func(s modelSide) modelO
 		run = func(s modelSide) modelOutcome {
 			ok, err := s.g.MapKey(w.ctx, "username", key, id)
 			got, lerr := s.g.LookupKey(w.ctx, "username", key)
-			return modelOutcome{[]any{ok, got, modelErrKind(lerr)}, modelErrKind(err)}
+			return modelOutcome{[]any{ok, got, errKind(lerr)}, errKind(err)}
 		}
 	}
 	return what, run, nil
@@ -209,13 +209,13 @@ func (w *modelWorld) edgeOp(op int) (what string, run func(s modelSide) modelOut
 			e.Seq = seq.Seq{Lo: uint64(w.r.IntN(5))}
 		}
 		what = fmt.Sprintf("AddEdge(%+v)", e)
-		run = func(s modelSide) modelOutcome { return modelOutcome{nil, modelErrKind(s.g.AddEdge(w.ctx, e))} }
+		run = func(s modelSide) modelOutcome { return modelOutcome{nil, errKind(s.g.AddEdge(w.ctx, e))} }
 	case 9:
 		et := w.edgeTypes[w.r.IntN(len(w.edgeTypes))]
 		from, to := w.pick(et.from), w.pick(et.to)
 		what = fmt.Sprintf("RemoveEdge(%d %d %d)", from, et.et, to)
 		run = func(s modelSide) modelOutcome {
-			return modelOutcome{nil, modelErrKind(s.g.RemoveEdge(w.ctx, from, et.et, to))}
+			return modelOutcome{nil, errKind(s.g.RemoveEdge(w.ctx, from, et.et, to))}
 		}
 	case 10:
 		et := w.edgeTypes[w.r.IntN(len(w.edgeTypes))]
@@ -223,7 +223,7 @@ func (w *modelWorld) edgeOp(op int) (what string, run func(s modelSide) modelOut
 		what = fmt.Sprintf("HasEdge(%d %d %d)", from, et.et, to)
 		run = func(s modelSide) modelOutcome {
 			e, err := s.g.HasEdge(w.ctx, from, et.et, to)
-			return modelOutcome{e, modelErrKind(err)}
+			return modelOutcome{e, errKind(err)}
 		}
 	case 11, 12:
 		et := w.edgeTypes[w.r.IntN(len(w.edgeTypes))]
@@ -236,7 +236,7 @@ func (w *modelWorld) edgeOp(op int) (what string, run func(s modelSide) modelOut
 		what = fmt.Sprintf("ListEdges(%d %d %q %d %v)", from, et.et, cur, limit, newest)
 		run = func(s modelSide) modelOutcome {
 			es, next, err := s.g.ListEdges(w.ctx, from, et.et, cur, limit, newest)
-			return modelOutcome{[]any{es, next}, modelErrKind(err)}
+			return modelOutcome{[]any{es, next}, errKind(err)}
 		}
 		post = func(o modelOutcome) {
 			if v, ok := o.Val.([]any); ok && o.Err == "" {
@@ -249,7 +249,7 @@ func (w *modelWorld) edgeOp(op int) (what string, run func(s modelSide) modelOut
 		what = fmt.Sprintf("CountEdges(%d %d)", from, et.et)
 		run = func(s modelSide) modelOutcome {
 			n, err := s.g.CountEdges(w.ctx, from, et.et)
-			return modelOutcome{n, modelErrKind(err)}
+			return modelOutcome{n, errKind(err)}
 		}
 	}
 	return what, run, post
@@ -267,14 +267,14 @@ func (w *modelWorld) poolOp(op, step int) (what string, run func(s modelSide) mo
 		what = fmt.Sprintf("Insert(%d entries)", len(es))
 		run = func(s modelSide) modelOutcome {
 			n, err := s.p.Insert(w.ctx, es)
-			return modelOutcome{n, modelErrKind(err)}
+			return modelOutcome{n, errKind(err)}
 		}
 	case 17:
 		u, src, k := w.pick(w.users), zen.Source(1+w.r.IntN(3)), 1+w.r.IntN(6)
 		what = fmt.Sprintf("Top(%d %d %d)", u, src, k)
 		run = func(s modelSide) modelOutcome {
 			es, err := s.p.Top(w.ctx, u, src, k)
-			return modelOutcome{es, modelErrKind(err)}
+			return modelOutcome{es, errKind(err)}
 		}
 		if w.r.IntN(2) == 0 {
 			// TopMany of every source reads what Top of each does.
@@ -283,7 +283,7 @@ func (w *modelWorld) poolOp(op, step int) (what string, run func(s modelSide) mo
 			run = func(s modelSide) modelOutcome {
 				lists, err := s.p.TopMany(w.ctx, u, srcs, k)
 				if err != nil {
-					return modelOutcome{nil, modelErrKind(err)}
+					return modelOutcome{nil, errKind(err)}
 				}
 				for i, src := range srcs {
 					one, err := s.p.Top(w.ctx, u, src, k)
@@ -303,7 +303,7 @@ func (w *modelWorld) poolOp(op, step int) (what string, run func(s modelSide) mo
 		what = fmt.Sprintf("Take(%d)", u)
 		run = func(s modelSide) modelOutcome {
 			got, err := s.p.Take(w.ctx, u, es)
-			return modelOutcome{got, modelErrKind(err)}
+			return modelOutcome{got, errKind(err)}
 		}
 	case 19:
 		u, src, sub := w.pick(w.users), zen.Source(1+w.r.IntN(3)), w.r.IntN(5)
@@ -326,7 +326,7 @@ func (w *modelWorld) poolOp(op, step int) (what string, run func(s modelSide) mo
 				n, m, err = s.p.Upkeep(w.ctx, u, k, cut)
 				n = 100*n + m
 			}
-			return modelOutcome{n, modelErrKind(err)}
+			return modelOutcome{n, errKind(err)}
 		}
 	}
 	return what, run

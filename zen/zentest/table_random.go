@@ -2,7 +2,6 @@ package zentest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -99,19 +98,7 @@ type randomResult struct {
 	Rows  []zen.KV
 	OK    bool
 	N     int64
-	Err   string // "" = none, "notfound", "error"
-}
-
-// tableErrKind is how RunRandomized compares errors: none, not found, or any other.
-func tableErrKind(err error) string {
-	switch {
-	case err == nil:
-		return ""
-	case errors.Is(err, zen.ErrNotFound):
-		return "notfound"
-	default:
-		return "error"
-	}
+	Err   string // errKind of the error
 }
 
 // runRandomOp runs RunRandomized's operation op (Get, Apply, Scan, CheckAndSet, Increment) with
@@ -120,18 +107,18 @@ func runRandomOp(ctx context.Context, tb zen.Table, op int, args []any) randomRe
 	switch op {
 	case 0:
 		v, err := tb.Get(ctx, args[0].([]byte))
-		return randomResult{Value: v, Err: tableErrKind(err)}
+		return randomResult{Value: v, Err: errKind(err)}
 	case 1:
-		return randomResult{Err: tableErrKind(tb.Apply(ctx, args[0].([]zen.Mutation)))}
+		return randomResult{Err: errKind(tb.Apply(ctx, args[0].([]zen.Mutation)))}
 	case 2:
 		rows, err := tb.Scan(ctx, args[0].(zen.ScanOptions))
-		return randomResult{Rows: rows, Err: tableErrKind(err)}
+		return randomResult{Rows: rows, Err: errKind(err)}
 	case 3:
 		ok, err := tb.CheckAndSet(ctx, args[0].([]byte), args[1].([]byte), args[2].([]byte))
-		return randomResult{OK: ok, Err: tableErrKind(err)}
+		return randomResult{OK: ok, Err: errKind(err)}
 	default:
 		v, err := tb.Increment(ctx, args[0].([]byte), args[1].(int64))
-		return randomResult{N: v, Err: tableErrKind(err)}
+		return randomResult{N: v, Err: errKind(err)}
 	}
 }
 
