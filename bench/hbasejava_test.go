@@ -17,6 +17,7 @@ func TestHBaseJavaReads(t *testing.T) {
 		get := func(context.Context, int) error {
 			gets++
 			if gets <= 10 { // the warm-up: slow, and not timed
+				// sleep: a warm-up call takes 20 ms on the bubble's clock, so a timed one would show.
 				time.Sleep(20 * time.Millisecond)
 			}
 			return nil

@@ -27,6 +27,7 @@ func TestPacedAt(t *testing.T) {
 				break
 			}
 		}
+		// sleep: each call holds its slot 2 ms, so the calls overlap and the conc bound is tested.
 		time.Sleep(2 * time.Millisecond)
 		running.Add(-1)
 		mu.Lock()
@@ -56,9 +57,17 @@ func TestPacedStopsWithContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var done atomic.Int64
-		go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+		go func() {
+			// sleep: the cancel comes 50 ms into an hour of pacing, on the bubble's clock.
+			time.Sleep(50 * time.Millisecond)
+			cancel()
+		}()
 		start := time.Now()
-		paced(ctx, 100, time.Hour, 0, 4, func(int) { time.Sleep(time.Millisecond); done.Add(1) })
+		paced(ctx, 100, time.Hour, 0, 4, func(int) {
+			// sleep: each call takes 1 ms on the bubble's clock, so some are in flight at the cancel.
+			time.Sleep(time.Millisecond)
+			done.Add(1)
+		})
 		if took := time.Since(start); took > 5*time.Second {
 			t.Fatalf("paced ran %v after its context was cancelled", took)
 		}
@@ -75,7 +84,11 @@ func TestPacedStartsNothingAfterCancel(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			var ran, late atomic.Int64
-			go func() { time.Sleep(55 * time.Millisecond); cancel() }() // between two due times
+			go func() {
+				// sleep: 55 ms on the bubble's clock falls between two due times (every 10 ms).
+				time.Sleep(55 * time.Millisecond)
+				cancel()
+			}()
 			got := pacedAt(ctx, 100, time.Hour, 0, 4, func(int, time.Time) {
 				if ctx.Err() != nil {
 					late.Add(1)

@@ -57,6 +57,7 @@ func (f *stepSystem) GetFeed(ctx context.Context, _ uint64, _ int) error {
 		d = f.slow
 	}
 	if d > 0 {
+		// sleep: the call's injected latency, exact on the bubble's clock.
 		time.Sleep(d)
 	}
 	return nil
@@ -203,6 +204,7 @@ type pingStepSystem struct {
 
 func (p *pingStepSystem) Ping(context.Context) error {
 	if p.pings.Add(1) > p.fastPings {
+		// sleep: the empty call's injected latency, exact on the bubble's clock.
 		time.Sleep(p.ping)
 	}
 	return nil

@@ -172,6 +172,7 @@ func TestBeside(t *testing.T) {
 			return nil
 		}
 		s, err := beside(context.Background(), 200, 4, call, func(context.Context) error {
+			// sleep: the peer runs 300 ms on the bubble's clock, the span the calls are paced in.
 			time.Sleep(300 * time.Millisecond)
 			return nil
 		})
@@ -191,7 +192,8 @@ func TestBeside(t *testing.T) {
 		if s.N != n-1 {
 			t.Errorf("%d calls counted of %d made; want all but the one cut short", s.N, n)
 		}
-		time.Sleep(50 * time.Millisecond) // ten more calls' time on the bubble's clock
+		// sleep: ten more calls' time on the bubble's clock, in which none may start.
+		time.Sleep(50 * time.Millisecond)
 		mu.Lock()
 		if len(made) != n {
 			t.Errorf("%d calls made after the peer was done", len(made)-n)

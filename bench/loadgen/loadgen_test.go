@@ -30,7 +30,7 @@ func (s *fixedServer) call(ctx context.Context, _ uint64) Outcome {
 	}
 	d := s.slow(s.n)
 	s.n++
-	time.Sleep(d) // the injected service time
+	time.Sleep(d) // sleep: the server's injected service time per call
 	<-s.slot
 	return Outcome{Code: CodeOK, Fresh: "included"}
 }
