@@ -85,7 +85,7 @@ func TestKill9MidTask(t *testing.T) {
 	s1 := e.start(cfg, map[string]Handler{TypeRespace: h})
 	e.start(cfg, map[string]Handler{TypeRespace: h})
 	waitFor(t, 60*time.Second, "the task to complete after the kill", func() bool { return runs.Load() >= 1 })
-	time.Sleep(300 * time.Millisecond)
+	e.waitQueueEmpty(t, QueueDefault)
 	if got := runs.Load(); got != 1 {
 		t.Errorf("runs after recovery = %d, want 1", got)
 	}
@@ -221,17 +221,13 @@ func TestOrphanReclaimed(t *testing.T) {
 		return nil
 	})})
 	waitFor(t, 10*time.Second, "the reclaimed task to run", func() bool { return runs.Load() >= 1 })
-	time.Sleep(300 * time.Millisecond)
+	e.waitQueueEmpty(t, QueueDefault)
 	if got := runs.Load(); got != 1 {
 		t.Errorf("runs = %d, want 1", got)
 	}
 	if got := attempt.Load(); got != 1 {
 		t.Errorf("attempt of the reclaimed run = %d, want 1 (a reclaim is not a failed run)", got)
 	}
-	waitFor(t, 5*time.Second, "the queue to empty", func() bool {
-		st, err := e.admin.Queue(ctx, QueueDefault)
-		return err == nil && st.Pending+st.Active+st.Retry+st.Dead == 0
-	})
 }
 
 // TestReclaimerRuns: a started server's reclaimer takes an orphan back on its own, soon after its

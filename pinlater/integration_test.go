@@ -11,6 +11,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/hibiken/asynq"
+
+	"github.com/smartfeed/smartfeed/internal/testenv"
 )
 
 func respaceTask(tb testing.TB, board uint64) *Task {
@@ -233,6 +235,7 @@ func TestDuplicateDelivery(t *testing.T) {
 	var runs atomic.Int32
 	e.start(e.config(), map[string]Handler{TypeMaterialize: Typed(func(ctx context.Context, p MaterializePayload) error {
 		runs.Add(1)
+		// sleep: a run lasts 100 ms, so the duplicates meet the task still queued or running.
 		time.Sleep(100 * time.Millisecond)
 		return nil
 	})})
@@ -265,7 +268,7 @@ func TestDuplicateDelivery(t *testing.T) {
 		t.Fatalf("different chunk: %+v, %v", info, err)
 	}
 	waitFor(t, 10*time.Second, "second chunk", func() bool { return runs.Load() == 2 })
-	time.Sleep(300 * time.Millisecond)
+	e.waitQueueEmpty(t, QueueCritical)
 	if got := runs.Load(); got != 2 {
 		t.Errorf("runs = %d, want 2", got)
 	}
@@ -295,7 +298,7 @@ func TestPauseAndResume(t *testing.T) {
 	if err != nil || !st.Paused || st.Rate != 0 {
 		t.Fatalf("after rate 0: %+v, %v; want paused, rate 0", st, err)
 	}
-	// The server polls every 50 ms: 20 polls see a non-empty, paused queue.
+	// sleep: 20 polls' time (50 ms each) in which the paused queue must run nothing.
 	time.Sleep(time.Second)
 	if got := runs.Load(); got != 0 {
 		t.Fatalf("%d tasks ran while paused", got)
@@ -319,6 +322,7 @@ func TestPauseAndResume(t *testing.T) {
 	if _, err := e.client.Enqueue(ctx, respaceTask(t, 6)); err != nil {
 		t.Fatal(err)
 	}
+	// sleep: 10 polls' time (50 ms each) in which the paused queue must run nothing.
 	time.Sleep(500 * time.Millisecond)
 	if got := runs.Load(); got != 5 {
 		t.Fatalf("runs while paused = %d, want 5", got)
@@ -482,6 +486,7 @@ func TestServerDrainFinishesInFlight(t *testing.T) {
 	s.Drain()
 	close(release)
 	waitFor(t, 5*time.Second, "in-flight task done", func() bool { return done.Load() == 1 })
+	// sleep: 10 polls' time (50 ms each) in which the draining server must take no task.
 	time.Sleep(500 * time.Millisecond)
 	if got := done.Load(); got != 1 {
 		t.Fatalf("a draining server ran %d tasks, want only the in-flight 1", got)
@@ -505,7 +510,12 @@ func TestQueueDrainMode(t *testing.T) {
 	if err := e.admin.SetDraining(ctx, QueueDefault, true); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond) // the client's drain-check interval
+	// The client's copy of the drain set, taken by the enqueues above, is refreshed within its
+	// drain-check interval (50 ms here).
+	testenv.WaitFor(t, testenv.WaitTimeout, "the client to see the queue draining", func() bool {
+		draining, err := e.client.isDraining(ctx, QueueDefault)
+		return err == nil && draining
+	})
 	_, err := e.client.Enqueue(ctx, respaceTask(t, 99))
 	if !errors.Is(err, ErrQueueDraining) {
 		t.Fatalf("enqueue to a draining queue: %v, want ErrQueueDraining", err)
@@ -533,7 +543,10 @@ func TestQueueDrainMode(t *testing.T) {
 	if err := e.admin.SetDraining(ctx, QueueDefault, false); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(60 * time.Millisecond)
+	testenv.WaitFor(t, testenv.WaitTimeout, "the client to see drain mode lifted", func() bool {
+		draining, err := e.client.isDraining(ctx, QueueDefault)
+		return err == nil && !draining
+	})
 	if _, err := e.client.Enqueue(ctx, respaceTask(t, 100)); err != nil {
 		t.Fatalf("enqueue after drain mode lifted: %v", err)
 	}
@@ -662,7 +675,8 @@ func TestDequeuersShareSlots(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "3 tasks running", func() bool { return running.Load() == 3 })
-	time.Sleep(300 * time.Millisecond) // a fourth slot would have taken a task by now
+	// sleep: 6 polls' time (50 ms each) in which a fourth slot would take one of the 4 pending tasks.
+	time.Sleep(300 * time.Millisecond)
 	if got := most.Load(); got != 3 {
 		t.Fatalf("%d tasks ran at once, want the 3 slots", got)
 	}
@@ -693,7 +707,7 @@ func TestDequeuersShareSlots(t *testing.T) {
 	}
 	close(release)
 	waitFor(t, 10*time.Second, "7 runs", func() bool { return runs.Load() == 7 })
-	time.Sleep(200 * time.Millisecond)
+	e.waitQueueEmpty(t, QueueDefault)
 	if got := runs.Load(); got != 7 {
 		t.Errorf("%d runs of 7 tasks, want each once", got)
 	}

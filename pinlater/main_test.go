@@ -119,6 +119,17 @@ func (e *env) start(cfg Config, handlers map[string]Handler) *Server {
 	return s
 }
 
+// waitQueueEmpty waits until queue q holds no pending, active, scheduled, retrying or dead
+// task. A task stays active until its handler has returned, so once the queue is empty every run
+// has been counted and no copy is left to run again: a count the handlers keep is final.
+func (e *env) waitQueueEmpty(tb testing.TB, q string) {
+	tb.Helper()
+	testenv.WaitFor(tb, testenv.WaitTimeout, "queue "+q+" to empty", func() bool {
+		st, err := e.admin.Queue(context.Background(), q)
+		return err == nil && st.Pending+st.Active+st.Scheduled+st.Retry+st.Dead == 0
+	})
+}
+
 // waitFor polls cond every 20 ms until it holds or timeout passes.
 func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()

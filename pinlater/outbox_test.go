@@ -210,7 +210,10 @@ func TestDurableDrainingRefused(t *testing.T) {
 	if err := e.admin.SetDraining(t.Context(), task.Policy().Queue, true); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // the client's drain-set copy (50 ms in tests)
+	testenv.WaitFor(t, testenv.WaitTimeout, "the client to see the queue draining", func() bool {
+		draining, err := e.client.isDraining(t.Context(), task.Policy().Queue)
+		return err == nil && draining
+	})
 	if _, err := d.Enqueue(t.Context(), task); !errors.Is(err, ErrQueueDraining) {
 		t.Fatalf("enqueue to a draining queue: %v", err)
 	}

@@ -64,12 +64,30 @@ func TestRedisKillOrphansReclaimed(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(1500 * time.Millisecond)
+	ranCount := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran)
+	}
+	loadStart := time.Now()
+	testenv.WaitFor(t, testenv.WaitTimeout, "the server to run 300 tasks of the load", func() bool { return ranCount() >= 300 })
+	t.Logf("%d tasks run %v into the load", ranCount(), time.Since(loadStart).Round(time.Millisecond))
 	rp.Kill()
 	killed := time.Now()
+	// sleep: Redis stays down a second, an outage the enqueuers and the server run through.
 	time.Sleep(time.Second)
 	rp.Start()
-	time.Sleep(time.Second)
+	restarted := next.Load() // later boards are enqueued after the restart
+	testenv.WaitFor(t, testenv.WaitTimeout, "a task enqueued after the restart to run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for b := range ran {
+			if b > restarted {
+				return true
+			}
+		}
+		return false
+	})
 	close(stop)
 	wg.Wait()
 
