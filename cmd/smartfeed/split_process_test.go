@@ -376,7 +376,7 @@ func newSplit(t *testing.T, redis, ns, zk string, extraEnv ...string) *split {
 		"SMARTFEED_HBASE_STANDBY_ZK="+zk, "SMARTFEED_HBASE_TABLE_PREFIX="+prefix, "SMARTFEED_HBASE_REPLICATION=app",
 		"SMARTFEED_REDIS_ADDR="+redis, "SMARTFEED_REDIS_NAMESPACE="+ns,
 		"SMARTFEED_LOG_FORMAT=json",
-		"SMARTFEED_SHUTDOWN_TIMEOUT=20s", "SMARTFEED_FEED_GENERATOR_DEADLINE=2s",
+		"SMARTFEED_SHUTDOWN_TIMEOUT=20s", "SMARTFEED_FEED_GENERATOR_DEADLINE=2s", "SMARTFEED_FEED_PERSIST_TIMEOUT=5s",
 		// Recovery looks at chunks older than a second, every second: the test waits seconds,
 		// not minutes.
 		"SMARTFEED_FEED_RECOVER_AFTER=1s", "SMARTFEED_FEED_RECOVER_EVERY=1s",

@@ -352,6 +352,10 @@ type Generator struct {
 type Feed struct {
 	// GeneratorDeadline bounds the generator call of a first page, in (0, 1m]. Default 150ms.
 	GeneratorDeadline jsontime.Duration `json:"generator_deadline"`
+	// PersistTimeout bounds recording a served chunk as pending on the primary before the
+	// page's answer, in (0, 1m]; past it the page is served without its fresh chunk
+	// (PERSIST_FAILED). Default 200ms; live in the knobs file as persist_timeout.
+	PersistTimeout jsontime.Duration `json:"persist_timeout"`
 	// MaxItems is the materialized feed's maximum length, in [1, 2^20]. Default 1000.
 	MaxItems int `json:"max_items"`
 	// KnobsFile is a feedsvc knobs document watched for live changes; empty = none.
@@ -464,6 +468,7 @@ func DefaultConfig() Config {
 		Generator: Generator{},
 		Feed: Feed{
 			GeneratorDeadline:   jsontime.Duration(fd.GeneratorDeadline),
+			PersistTimeout:      jsontime.Duration(fd.PersistTimeout),
 			MaxItems:            fd.MaxItems,
 			StandbyMaxStaleness: jsontime.Duration(30 * time.Second),
 			RecoverAfter:        jsontime.Duration(time.Minute),

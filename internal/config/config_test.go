@@ -61,6 +61,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"gc heap floor, negative", func(c *Config) { c.GCHeapFloorMB = -1 }, "gc_heap_floor_mb"},
 		{"max procs, negative", func(c *Config) { c.MaxProcs = -1 }, "max_procs"},
 		{"feed max items over the feed service's bound", func(c *Config) { c.Feed.MaxItems = 2_000_000_000 }, "feed.max_items: 2000000000 is not in [1, 1048576]"},
+		{"persist timeout of 0", func(c *Config) { c.Feed.PersistTimeout = 0 }, "feed.persist_timeout: 0s is not in (0, 1m]"},
 		{"generator deadline over a minute", func(c *Config) { c.Feed.GeneratorDeadline = jsontime.Duration(2 * time.Minute) }, "feed.generator_deadline: 2m0s is not in (0, 1m]"},
 		{"worker shutdown longer than the whole", func(c *Config) {
 			c.Worker.ShutdownTimeout = jsontime.Duration(time.Minute)

@@ -35,6 +35,7 @@ func TestDefaultsAreTheServices(t *testing.T) {
 		"worker.feature_ttl":               {c.Worker.FeatureTTL.D(), worker.DefaultFeatureTTL},
 		"worker.active_ttl":                {c.Worker.ActiveTTL.D(), worker.DefaultActiveTTL},
 		"feed.generator_deadline":          {c.Feed.GeneratorDeadline.D(), fd.GeneratorDeadline},
+		"feed.persist_timeout":             {c.Feed.PersistTimeout.D(), fd.PersistTimeout},
 		"feed.max_items":                   {c.Feed.MaxItems, fd.MaxItems},
 		"feed.prepared_max_age":            {c.Feed.PreparedMaxAge.D(), fd.PreparedMaxAge},
 		"feed.inline_materialize":          {c.Feed.InlineMaterialize, fd.InlineMaterialize},

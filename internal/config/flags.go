@@ -91,6 +91,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.Generator.Addr, "generator-addr", c.Generator.Addr, "gRPC target of the generator for feedsvc (empty: in process)")
 	s(&c.Generator.TokenFile, "generator-token-file", c.Generator.TokenFile, "file holding the token (scope generator) sent to an authenticating generator")
 	d(&c.Feed.GeneratorDeadline, "feed-generator-deadline", c.Feed.GeneratorDeadline, "deadline of the generator call of a first page")
+	d(&c.Feed.PersistTimeout, "feed-persist-timeout", c.Feed.PersistTimeout, "bound of recording a served chunk on the primary before the answer; past it the page has no fresh chunk (PERSIST_FAILED)")
 	i(&c.Feed.MaxItems, "feed-max-items", c.Feed.MaxItems, "maximum length of a materialized feed")
 	s(&c.Feed.KnobsFile, "feed-knobs", c.Feed.KnobsFile, "feedsvc knobs file, watched for live changes")
 	d(&c.Feed.StandbyMaxStaleness, "feed-standby-max-staleness", c.Feed.StandbyMaxStaleness, "refuse standby reads while replication lags more than this (0: never)")

@@ -139,6 +139,9 @@ func (c Config) validateFeed(bad func(format string, args ...any)) {
 	if c.Feed.GeneratorDeadline <= 0 || c.Feed.GeneratorDeadline > jsontime.Duration(time.Minute) {
 		bad("feed.generator_deadline: %v is not in (0, 1m]", c.Feed.GeneratorDeadline.D())
 	}
+	if c.Feed.PersistTimeout <= 0 || c.Feed.PersistTimeout > jsontime.Duration(time.Minute) {
+		bad("feed.persist_timeout: %v is not in (0, 1m]", c.Feed.PersistTimeout.D())
+	}
 	if c.Feed.RecoverAfter <= 0 || c.Feed.RecoverEvery <= 0 {
 		bad("feed.recover_after and feed.recover_every must be positive")
 	}
