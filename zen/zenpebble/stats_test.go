@@ -195,6 +195,7 @@ type slowSSTFS struct {
 
 func (f slowSSTFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	if strings.HasSuffix(name, ".sst") {
+		// sleep: a slow sstable create is what makes flushes lag the writes.
 		time.Sleep(f.delay)
 	}
 	return f.FS.Create(name, category)
