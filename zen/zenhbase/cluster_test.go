@@ -388,7 +388,8 @@ func killUnderLoad(t *testing.T, killMeta bool) {
 	}
 	defer stopLoad()
 
-	time.Sleep(steady) // the load runs on its own: the steady phase's length
+	// sleep: the load runs on its own for the steady phase's length before the kill.
+	time.Sleep(steady)
 	jobsBefore := l.jobs.Load()
 	if jobsBefore == 0 {
 		t.Fatal("no fanout job acknowledged before the kill")
@@ -419,7 +420,8 @@ func killUnderLoad(t *testing.T, killMeta bool) {
 		}
 		time.Sleep(200 * time.Millisecond) // polling interval of the recovery watch
 	}
-	time.Sleep(after) // the load runs on its own: the recovered phase's length
+	// sleep: the load runs on its own for the recovered phase's length after the recovery.
+	time.Sleep(after)
 	stopLoad()
 	m1 := clientMetrics(t)
 	relocated := m1["gohbase_region_relocations_total"] - m0["gohbase_region_relocations_total"]

@@ -195,6 +195,7 @@ func moveUnderLoad(t *testing.T, src, dst zen.Store) {
 		writes, reads, fenced atomic.Int64
 		maxOther              atomic.Int64 // slowest write that touched no moved shard, ns
 	)
+	defer func() { stop(); wg.Wait() }() // a failed wait below leaves no workload running
 	moved := func(id zen.ID) bool { return id.Shard() >= 16 && id.Shard() <= 31 }
 	for w := range 3 {
 		wg.Go(func() {
@@ -263,7 +264,9 @@ func moveUnderLoad(t *testing.T, src, dst zen.Store) {
 		})
 	}
 
-	time.Sleep(300 * time.Millisecond)
+	testenv.WaitFor(t, testenv.WaitTimeout, "the workload to be under way (30 writes and 10 reads acknowledged)", func() bool {
+		return writes.Load() >= 30 && reads.Load() >= 10
+	})
 	mv, err := zenmove.New(backs, &zenmove.Local{Router: router, Setters: []func(*zen.ShardMap){g.SetShards}},
 		zenmove.Options{State: meta, Logger: zap.NewNop(), Batch: 500, Remainder: 50})
 	if err != nil {
@@ -286,7 +289,13 @@ func moveUnderLoad(t *testing.T, src, dst zen.Store) {
 			lastPass = p.Pass
 		}
 	})
-	time.Sleep(300 * time.Millisecond) // writes and reads go on after the switch
+	if err == nil {
+		// Writes and reads go on after the switch.
+		w, r := writes.Load(), reads.Load()
+		testenv.WaitFor(t, testenv.WaitTimeout, "30 writes and 10 reads acknowledged after the move", func() bool {
+			return writes.Load() >= w+30 && reads.Load() >= r+10
+		})
+	}
 	stop()
 	wg.Wait()
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenmem"
 	"github.com/smartfeed/smartfeed/zen/zenmove"
@@ -112,10 +113,11 @@ func TestMoveUnderLoad(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	var (
-		wg     sync.WaitGroup
-		acked  sync.Map // key string -> value
-		writes atomic.Int64
+		wg            sync.WaitGroup
+		acked         sync.Map // key string -> value
+		writes, reads atomic.Int64
 	)
+	defer func() { cancel(); wg.Wait() }() // a failed wait below leaves no load running
 	shards := []uint16{0, 7, 8, 9, 12, 15, 16, 40}
 	for w := range 4 {
 		wg.Go(func() {
@@ -155,9 +157,12 @@ func TestMoveUnderLoad(t *testing.T) {
 				t.Errorf("read during the move: %v", err)
 				return
 			}
+			reads.Add(1)
 		}
 	})
-	time.Sleep(20 * time.Millisecond)
+	testenv.WaitFor(t, testenv.WaitTimeout, "the load to be under way (100 writes and a read acknowledged)", func() bool {
+		return writes.Load() >= 100 && reads.Load() > 0
+	})
 	var (
 		phases []string
 		probed bool
@@ -171,7 +176,13 @@ func TestMoveUnderLoad(t *testing.T) {
 			probeFence(t, r.tables[zen.TableEdges], &acked)
 		}
 	})
-	time.Sleep(20 * time.Millisecond)
+	if err == nil {
+		// Writes and reads go on after the switch.
+		w, rd := writes.Load(), reads.Load()
+		testenv.WaitFor(t, testenv.WaitTimeout, "100 writes and a read acknowledged after the move", func() bool {
+			return writes.Load() >= w+100 && reads.Load() > rd
+		})
+	}
 	cancel()
 	wg.Wait()
 	if err != nil {
@@ -475,11 +486,14 @@ func TestCounterUnderMove(t *testing.T) {
 			acked.Add(1)
 		}
 	}()
-	time.Sleep(10 * time.Millisecond)
+	testenv.WaitFor(t, testenv.WaitTimeout, "an increment acknowledged before the move", func() bool { return acked.Load() > 0 })
 	if _, err := mv.Move(t.Context(), zenmove.Plan{From: 8, To: 8, Target: "target"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(10 * time.Millisecond)
+	// The second increment acknowledged from here was sent after the move (the first may have
+	// been on its way already).
+	atMove := acked.Load()
+	testenv.WaitFor(t, testenv.WaitTimeout, "an increment acknowledged after the move", func() bool { return acked.Load() >= atMove+2 })
 	cancel()
 	<-done
 	dst, _ := r.backs["target"].Table(t.Context(), zen.TableCounters)
@@ -535,6 +549,7 @@ func TestRecoverLiftsAStaleFence(t *testing.T) {
 type slowScanTable struct{ zen.Table }
 
 func (s slowScanTable) Scan(ctx context.Context, o zen.ScanOptions) ([]zen.KV, error) {
+	// sleep: a slow scan makes a pass take longer than the plan's MaxFence.
 	time.Sleep(5 * time.Millisecond)
 	return s.Table.Scan(ctx, o)
 }

@@ -79,6 +79,7 @@ func (s *Store) holdStates() {
 		}
 		ring[next] = it
 		next = (next + 1) % depth
+		s.holds.Add(1)
 	}
 }
 

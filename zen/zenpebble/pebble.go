@@ -130,6 +130,9 @@ type Store struct {
 	stopOnce                    sync.Once
 	done                        chan struct{}
 	held                        chan struct{}
+	// holds counts the references holdStates has taken, each counted once its iterator is
+	// open: a test waits on it to know the holder has seen a state.
+	holds atomic.Int64
 
 	// afterRead, when set (by tests only), runs between the read and the write of CheckAndSet
 	// and Increment, to widen the window a missing lock would leave open.

@@ -45,7 +45,10 @@ func TestTableMem(t *testing.T) {
 func TestTableMemYield(t *testing.T) {
 	zentest.RunTable(t, func(t *testing.T) zen.Table {
 		s := openStore(t, "")
-		s.afterRead = func() { time.Sleep(20 * time.Microsecond) }
+		s.afterRead = func() {
+			// sleep: the pause between read and write is the window a missing lock would leave open.
+			time.Sleep(20 * time.Microsecond)
+		}
 		return openTable(t, s, "t")
 	})
 }
@@ -149,7 +152,10 @@ func TestBadInput(t *testing.T) {
 // over m, the lost update that Apply taking the row's stripe lock prevents.
 func TestApplyVersusCAS(t *testing.T) {
 	s := openStore(t, "", WithNoSync())
-	s.afterRead = func() { time.Sleep(20 * time.Microsecond) }
+	s.afterRead = func() {
+		// sleep: the pause between read and write is the window a missing lock would leave open.
+		time.Sleep(20 * time.Microsecond)
+	}
 	tb := openTable(t, s, "t")
 	ctx := t.Context()
 	k := []byte("k")

@@ -260,7 +260,10 @@ func TestPoolInsertCrash(t *testing.T) {
 func TestPoolInsertBatchedConcurrent(t *testing.T) {
 	ctx := t.Context()
 	s := openStore(t, "", WithNoSync())
-	s.afterRead = func() { time.Sleep(20 * time.Microsecond) }
+	s.afterRead = func() {
+		// sleep: the pause between read and write is the window a missing lock would leave open.
+		time.Sleep(20 * time.Microsecond)
+	}
 	tb := openTable(t, s, "pools")
 	now := time.UnixMilli(1700000000000)
 	p := zen.NewPools(tb, func() time.Time { return now })

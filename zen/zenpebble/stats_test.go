@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -161,7 +162,12 @@ func TestHoldStates(t *testing.T) {
 	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * holdEvery) // the holder has seen the state with this table
+	// The holder has a reference to the state with this table: the second reference it takes
+	// from now on was taken after the compaction (the first may have been on its way already).
+	n := s.holds.Load()
+	testenv.WaitFor(t, testenv.WaitTimeout, "the holder to take a reference to the state after the compaction", func() bool {
+		return s.holds.Load() >= n+2
+	})
 	write(1)
 	start := time.Now()
 	// The compaction rewrites the table of round 0 with the rows of round 1.
@@ -195,6 +201,7 @@ type slowSSTFS struct {
 
 func (f slowSSTFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
 	if strings.HasSuffix(name, ".sst") {
+		// sleep: a slow sstable create is what makes flushes lag the writes.
 		time.Sleep(f.delay)
 	}
 	return f.FS.Create(name, category)
