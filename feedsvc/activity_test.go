@@ -113,6 +113,7 @@ func TestHandleFeedDelete(t *testing.T) {
 type slowEnqueuer struct{ d time.Duration }
 
 func (s slowEnqueuer) Enqueue(_ context.Context, t *pinlater.Task, _ ...pinlater.Option) (*pinlater.Info, error) {
+	// sleep: the enqueue's slowness is what the page must not wait for.
 	time.Sleep(s.d)
 	return &pinlater.Info{ID: t.ID()}, nil
 }

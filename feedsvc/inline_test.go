@@ -353,6 +353,7 @@ func TestBackgroundWaitsForGap(t *testing.T) {
 	if got := gate.waits(); got != 2 {
 		t.Fatalf("background tasks waiting for a gap = %d, want 2 (the preparation, the materialization)", got)
 	}
+	// sleep: 20 ms in which neither task may call the generator or materialize before the gap.
 	time.Sleep(20 * time.Millisecond)
 	if got := e.gen.calls(); got != 1 {
 		t.Errorf("generator calls before the gap = %d, want 1 (the page's; the preparation waits)", got)

@@ -106,6 +106,7 @@ func TestMinChunkIntervalPreparation(t *testing.T) {
 		e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, interval })
 		start := time.Now()
 		e.get(t, "", 100) // pins 1-5; the preparation waits for the interval
+		// sleep: a quarter of the interval passes, in which the preparation must not run.
 		time.Sleep(interval / 4)
 		if got := e.gen.calls(); got != 1 {
 			t.Fatalf("generator calls %v after the first page = %d, want 1 (the preparation waits)", interval/4, got)
@@ -120,6 +121,7 @@ func TestMinChunkIntervalPreparation(t *testing.T) {
 		if diff := cmp.Diff(pins(6, 10), freshPins(p)); diff != "" || p.FreshStatus != FreshIncluded {
 			t.Fatalf("second visit: status %q, fresh (-want +got):\n%s", p.FreshStatus, diff)
 		}
+		// sleep: a quarter of the interval passes, in which the next preparation must not run.
 		time.Sleep(interval / 4)
 		if got := e.gen.calls(); got != 2 {
 			t.Errorf("generator calls soon after the second visit = %d, want 2 (the next preparation waits)", got)

@@ -9,8 +9,12 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/internal/testenv"
 )
 
 func TestApplyKnobs(t *testing.T) {
@@ -56,6 +60,8 @@ func TestApplyKnobs(t *testing.T) {
 
 func TestWatchKnobsReloads(t *testing.T) {
 	e := newEnv(t, nil)
+	core, logs := observer.New(zapcore.WarnLevel)
+	e.rebuild(t, func(d *Deps) { d.Logger = zap.New(core) })
 	path := filepath.Join(t.TempDir(), "knobs.json")
 	if err := os.WriteFile(path, []byte(`{"hedge": {"warmup": 0.2}}`), 0o600); err != nil {
 		t.Fatal(err)
@@ -73,7 +79,14 @@ func TestWatchKnobsReloads(t *testing.T) {
 	if err := os.WriteFile(path, []byte(`{"hedge": {"warmup": 2}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Millisecond)
+	testenv.WaitFor(t, testenv.WaitTimeout, "the watcher to refuse the file with warmup 2", func() bool {
+		for _, l := range logs.FilterMessage("knobs file refused; previous knobs kept").All() {
+			if err, _ := l.ContextMap()["error"].(string); strings.Contains(err, "warmup 2 ") {
+				return true
+			}
+		}
+		return false
+	})
 	if got := e.svc.Hedger().Policy().Warmup; got != 0.2 {
 		t.Errorf("a bad file changed warmup to %v", got)
 	}

@@ -178,6 +178,7 @@ func TestPreparedChunkStale(t *testing.T) {
 	})
 	e.get(t, "", 100)
 	e.svc.Wait()
+	// sleep: the prepared chunk grows older than its 1 ms PreparedMaxAge.
 	time.Sleep(5 * time.Millisecond)
 	p := e.get(t, "", 100)
 	if diff := cmp.Diff(cat(pins(11, 15), pins(6, 10), pins(1, 5)), pagePins(p)); diff != "" {

@@ -107,7 +107,8 @@ func TestRecoverer(t *testing.T) {
 				f.add(e.user, InFlightChunk{ID: id, CreatedMs: tt.createdMs})
 				gen = f
 			}
-			time.Sleep(5 * time.Millisecond) // past the smallest olderThan
+			// sleep: the served chunk grows older than the smallest olderThan (1 ms).
+			time.Sleep(5 * time.Millisecond)
 			r := NewRecoverer(e.svc, gen, RecoverOptions{OlderThan: tt.olderThan, Batch: 1, Now: func() time.Time { return now }})
 			n, err := r.Pass(t.Context())
 			if err != nil {
@@ -210,6 +211,7 @@ func TestRecovererRunSpreadsPasses(t *testing.T) {
 		go func() { r.Run(ctx, every); close(done) }()
 		// The bubble's clock moves only when every goroutine in it waits: the passes' scans are
 		// timed by the recoverer's tickers alone, whatever the machine's load.
+		// sleep: two and a half intervals of the bubble's clock: the startup pass and one periodic one.
 		time.Sleep(2*every + every/2)
 		cancel()
 		<-done

@@ -14,6 +14,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/smartfeed/smartfeed/feedsvc/faults"
+	"github.com/smartfeed/smartfeed/internal/testenv"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenmem"
 )
@@ -171,6 +172,10 @@ func TestReplicatorSurvivesStandbyOutage(t *testing.T) {
 			t.Fatalf("a standby outage failed a primary write: %v", err)
 		}
 	}
+	testenv.WaitFor(t, testenv.WaitTimeout, "the applier to meet the outage", func() bool {
+		return metricValue(t, reg, "smartfeed_feed_replication_retries_total") > 0
+	})
+	// sleep: the outage lasts 20 ms more, which the staleness must show.
 	time.Sleep(20 * time.Millisecond)
 	if st := r.Staleness(); st < 10*time.Millisecond {
 		t.Errorf("staleness during the outage = %v", st)

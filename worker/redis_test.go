@@ -159,6 +159,7 @@ func TestFanoutSurvivesRedisLoss(t *testing.T) {
 	rp.Kill()
 	at := testutil.ToFloat64(w.m.inserts)
 	rp.Wipe()
+	// sleep: Redis stays down for a second, which the enqueues and the tasks in flight ride out.
 	time.Sleep(time.Second)
 	rp.Start()
 	t.Logf("Redis killed and wiped after %.0f of %d pool inserts", at, n)

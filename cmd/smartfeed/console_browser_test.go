@@ -177,8 +177,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		if e := text("#feed-error"); e != "" {
 			t.Errorf("feed error: %s", e)
 		}
-		// A refresh puts what is new on top, under a marker.
-		time.Sleep(time.Second)
+		// A refresh puts what is new on top, under a marker; the last page the scrolling asked
+		// for is in first, so that the two do not add the same pin each.
+		waitFor(t, 30*time.Second, "the scrolled pages loaded", func() bool {
+			return evalJS[bool](t, bctx, `!feed.loading && (feed.done || !visible(document.getElementById('feed-end')))`)
+		})
 		browse("refresh", chromedp.Click(chromedp.CSS("#feed-refresh")),
 			chromedp.WaitVisible(chromedp.CSS("#feed-grid > .chunk-sep:first-child")))
 		clear(seen)

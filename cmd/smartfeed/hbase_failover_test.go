@@ -186,6 +186,7 @@ func TestHBasePrimaryKill(t *testing.T) {
 
 	phase := func(name string, d time.Duration) time.Duration {
 		t.Logf("%s for %v", name, d)
+		// sleep: each phase of the run lasts d of real time under the reads and pins above.
 		time.Sleep(d)
 		return time.Since(start)
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/smartfeed/smartfeed/internal/testenv"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	graphv1 "github.com/smartfeed/smartfeed/proto/graph/v1"
 	"github.com/smartfeed/smartfeed/zen"
@@ -137,11 +138,15 @@ func TestRemovalsBeatPreparedChunks(t *testing.T) {
 					}
 				}
 				if recover {
-					// No visit: the recovery pass materializes the prepared chunk.
-					if _, err := a.feed.Recover(ctx, zen.ID(w.F), 0); err != nil {
-						t.Logf("recovery pass: %v (its removal check fails closed; tried again)", err)
-						time.Sleep(100 * time.Millisecond) // polling: a retry after a late check
-					}
+					// No visit: the recovery pass materializes the prepared chunk. A late removal
+					// check fails the pass closed (the chunk stays prepared): it is tried again.
+					testenv.WaitFor(t, testenv.WaitTimeout, "a recovery pass of F that completes", func() bool {
+						_, err := a.feed.Recover(ctx, zen.ID(w.F), 0)
+						if err != nil {
+							t.Logf("recovery pass: %v (its removal check fails closed; tried again)", err)
+						}
+						return err == nil
+					})
 				}
 				// Every page of F's feed, the first one included.
 				seen := map[uint64]int{}

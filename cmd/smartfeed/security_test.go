@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/testenv"
 	pinlaterv1 "github.com/smartfeed/smartfeed/proto/pinlater/v1"
 )
 
@@ -65,11 +66,13 @@ func TestReadinessNamesTheDependency(t *testing.T) {
 	t.Cleanup(a.grpc.Stop)
 	a.setReady(true)
 	var fail atomic.Bool
+	var failed atomic.Int64 // the failing checks so far
 	fail.Store(true)
 	deps := []dep{
 		{"redis", func(context.Context) error { return nil }},
 		{"hbase main store", func(context.Context) error {
 			if fail.Load() {
+				failed.Add(1)
 				return errors.New("region server unreachable")
 			}
 			return nil
@@ -89,7 +92,8 @@ func TestReadinessNamesTheDependency(t *testing.T) {
 		}
 	}
 	waitReady(false)
-	time.Sleep(100 * time.Millisecond) // several more failing checks
+	seen := failed.Load()
+	testenv.WaitFor(t, testenv.WaitTimeout, "several more failing checks", func() bool { return failed.Load() >= seen+5 })
 	fail.Store(false)
 	waitReady(true)
 	cancel()

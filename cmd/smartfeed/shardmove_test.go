@@ -10,12 +10,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	gozk "github.com/go-zookeeper/zk"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/internal/config"
@@ -324,11 +327,20 @@ func TestDemoWhileShardsMove(t *testing.T) {
 			t.Fatalf("demo not serving within 60s:\n%s", out.String())
 		}
 	}
-	time.Sleep(5 * time.Second) // events and reads under way
+	metricsURL := regexp.MustCompile(`metrics: (http://\S+/metrics)`).FindStringSubmatch(out.String())
+	if metricsURL == nil {
+		t.Fatalf("no metrics address in the demo's output:\n%s", out.String())
+	}
+	testenv.WaitFor(t, testenv.WaitTimeout, "the demo's events fanned out and its GetFeed calls answered", func() bool {
+		s := metricSums(t, metricsURL[1], "smartfeed_worker_pool_inserts_total", "smartfeed_feed_requests_total")
+		return s[0] > 0 && s[1] > 0
+	})
 	adm := config.DefaultConfig().Admin
 	adm.GRPCAddr = admAddr
 	moveInPieces(t, adm, 8, 15, "cold")
-	time.Sleep(5 * time.Second)
+	// Writes after the switch: the demo's new pins on shards 8–15 reach HBase, a few seconds'
+	// worth of them.
+	waitNewObjects(t, zk, namedStorePrefix(prefix, "cold"), 8, 15, 50)
 	stopDemo()
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v\n%s", err, out.String())
@@ -410,6 +422,53 @@ func TestDemoWhileShardsMove(t *testing.T) {
 		t.Error("no row written to shards 8–15 after the switch reached HBase")
 	}
 	t.Logf("%d rows moved; %d rows written to the moved shards after the switch, on HBase only", moved, after)
+}
+
+// waitNewObjects waits until the objects table of the HBase store at zk with tablePrefix holds n
+// more rows of shards from–to than when it is called.
+func waitNewObjects(t *testing.T, zk, tablePrefix string, from, to uint16, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*testenv.WaitTimeout)
+	defer cancel()
+	hb, err := zenhbase.Open(ctx, zk, zenhbase.Options{TablePrefix: tablePrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hb.Close()
+	tb, err := hb.Table(ctx, zen.TableObjects)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, stop := zen.ShardKeyRange(from, to)
+	rows := func() int {
+		kvs, err := tb.Scan(ctx, zen.ScanOptions{Start: start, Stop: stop})
+		if err != nil {
+			t.Fatalf("scan objects of shards %d–%d: %v", from, to, err)
+		}
+		return len(kvs)
+	}
+	before := rows()
+	testenv.WaitFor(t, testenv.WaitTimeout, fmt.Sprintf("%d objects written to shards %d–%d after the switch", n, from, to), func() bool {
+		return rows() >= before+n
+	})
+}
+
+// metricSums scrapes the /metrics at url once and returns the sum of each named family's series
+// (0 for a family with none).
+func metricSums(t *testing.T, url string, names ...string) []float64 {
+	t.Helper()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(fetchOK(t, url)))
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	sums := make([]float64, len(names))
+	for i, name := range names {
+		for _, m := range fams[name].GetMetric() {
+			sums[i] += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+		}
+	}
+	return sums
 }
 
 // moveInPieces runs `shards move` for from–to and, when the server refuses to fence because a
@@ -554,7 +613,16 @@ func TestShardsMoveAcrossProcesses(t *testing.T) {
 			}
 		}
 	})
-	time.Sleep(time.Second)
+	// A write on the moved shards acknowledged before the move, and one after it (below).
+	onMoved := func(id zen.ID) bool { return id.Shard() >= 4 && id.Shard() <= 7 }
+	ackedOnMoved := func(from int) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return writeErr != nil || slices.ContainsFunc(acked[from:], onMoved)
+		}
+	}
+	testenv.WaitFor(t, testenv.WaitTimeout, "the writer's first user on shards 4–7", ackedOnMoved(0))
 	adm := mover.cfg.Admin
 	adm.GRPCAddr = mover.adminGRPCAddr()
 	var out bytes.Buffer
@@ -562,7 +630,10 @@ func TestShardsMoveAcrossProcesses(t *testing.T) {
 		t.Fatalf("shards move: %v\n%s", err, out.String())
 	}
 	t.Logf("move: %s", lastLines(out.String(), 1))
-	time.Sleep(500 * time.Millisecond)
+	mu.Lock()
+	atSwitch := len(acked)
+	mu.Unlock()
+	testenv.WaitFor(t, testenv.WaitTimeout, "a user on shards 4–7 written after the switch", ackedOnMoved(atSwitch))
 	stop()
 	wg.Wait()
 	if writeErr != nil {

@@ -27,6 +27,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/smartfeed/smartfeed/internal/config"
+	"github.com/smartfeed/smartfeed/internal/testenv"
 )
 
 // testCA is a throwaway certificate authority.
@@ -136,18 +137,12 @@ func TestTLSListeners(t *testing.T) {
 	if s := serial(); s != 100 {
 		t.Fatalf("serial %d, want 100", s)
 	}
-	time.Sleep(1100 * time.Millisecond) // the reloader looks at most once a second
 	ca.issue(t, dir, "server", 101)
 	later := time.Now().Add(2 * time.Second)
 	_ = os.Chtimes(certFile, later, later)
 	_ = os.Chtimes(keyFile, later, later)
-	deadline := time.Now().Add(5 * time.Second)
-	for serial() != 101 {
-		if time.Now().After(deadline) {
-			t.Fatal("the rotated certificate was never served")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	// The reloader looks at the files at most once a second: the wait covers that too.
+	testenv.WaitFor(t, testenv.WaitTimeout, "the rotated certificate to be served", func() bool { return serial() == 101 })
 
 	// mTLS: a client CA makes the port require a client certificate.
 	b, _ := startAllWith(t, func(c *config.Config) {

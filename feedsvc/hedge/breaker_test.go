@@ -265,6 +265,7 @@ func TestCancelledProbeReleased(t *testing.T) {
 			p.BreakerFailures, p.BreakerProbes, p.BreakerOpenFor = 2, 1, 100*time.Millisecond
 		})
 		openBreaker(t, h)
+		// sleep: the breaker's 100 ms open period ends, so it lets a probe through.
 		time.Sleep(100 * time.Millisecond)
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
 		_, out, err := Do(ctx, h, answer("p", time.Second, nil), answer("s", time.Second, nil))

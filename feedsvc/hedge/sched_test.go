@@ -165,6 +165,7 @@ func TestSaturatedProbeGivesNoVerdict(t *testing.T) {
 			t.Fatal(err)
 		}
 		openBreaker(t, h)
+		// sleep: the breaker's open period ends, so it lets probes through.
 		time.Sleep(p.BreakerOpenFor)
 		sched.Store(int64(50 * time.Millisecond))
 		for i := range 3 {

@@ -88,6 +88,7 @@ func TestTunerFollowsTheLiveHeap(t *testing.T) {
 	}
 	runtime.GC()
 	runtime.GC()
+	// sleep: 50 ms for the collections' cleanups to run, in which none may set GOGC.
 	time.Sleep(50 * time.Millisecond)
 	if g := gogc(); g != 100 {
 		t.Errorf("a collection after Stop set GOGC to %d", g)

@@ -25,13 +25,21 @@ func TestRecorder(t *testing.T) {
 	}
 	// Something in the window: a goroutine that blocks and wakes.
 	done := make(chan struct{})
-	go func() { time.Sleep(5 * time.Millisecond); close(done) }()
+	go func() {
+		// sleep: a timer's block and wake, for the trace window to hold.
+		time.Sleep(5 * time.Millisecond)
+		close(done)
+	}()
 	<-done
 
 	call := r.UnaryInterceptor()
 	info := &grpc.UnaryServerInfo{FullMethod: "/smartfeed.feed.v1.FeedService/GetFeed"}
 	fast := func(context.Context, any) (any, error) { return "ok", nil }
-	slow := func(context.Context, any) (any, error) { time.Sleep(30 * time.Millisecond); return "ok", nil }
+	slow := func(context.Context, any) (any, error) {
+		// sleep: the call takes 30 ms, over the 20 ms bound.
+		time.Sleep(30 * time.Millisecond)
+		return "ok", nil
+	}
 	if resp, err := call(t.Context(), nil, info, fast); resp != "ok" || err != nil {
 		t.Fatalf("interceptor answered %v, %v", resp, err)
 	}
