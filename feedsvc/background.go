@@ -2,6 +2,7 @@ package feedsvc
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"time"
 
@@ -178,3 +179,20 @@ func (s *Service) acquire(sem chan struct{}) bool {
 
 // releaseLane gives a lane back.
 func (s *Service) releaseLane() { <-s.lanes }
+
+// materializeInLane is the recovery pass's Materialize: like the read path's own background
+// work it waits for a gap between requests and a background lane (however long the lane takes),
+// so that a pass that finds many chunks to complete does not take the processors the pages
+// need. It fails when ctx ends or the service closes first.
+func (s *Service) materializeInLane(ctx context.Context, task MaterializeTask) error {
+	s.waitQuiet()
+	select {
+	case s.lanes <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.closing:
+		return fmt.Errorf("%w: the feed service is closing", ErrUnavailable)
+	}
+	defer s.releaseLane()
+	return s.Materialize(ctx, task)
+}

@@ -373,7 +373,7 @@ func (s *Service) recoverIndexed(ctx context.Context, user zen.ID, seq uint64, c
 	if pc.ServedMs >= cutMs {
 		return 0, nil
 	}
-	if err := s.Materialize(ctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: seq}); err != nil {
+	if err := s.materializeInLane(ctx, MaterializeTask{User: user, ChunkID: pc.ChunkID, Seq: seq}); err != nil {
 		return 0, err
 	}
 	return 1, nil

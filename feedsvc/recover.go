@@ -145,7 +145,7 @@ func (r *Recoverer) settleUser(ctx context.Context, user zen.ID, cutMs int64) (i
 		switch st {
 		case ChunkPending, ChunkDone:
 			// Materialize finishes what is left and settles it as delivered.
-			err = r.feed.Materialize(ctx, MaterializeTask{User: user, ChunkID: c.ID})
+			err = r.feed.materializeInLane(ctx, MaterializeTask{User: user, ChunkID: c.ID})
 		default:
 			err = r.gen.Settle(ctx, user, c.ID, false)
 		}

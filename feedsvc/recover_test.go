@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -234,6 +235,60 @@ func TestRecovererRunSpreadsPasses(t *testing.T) {
 		}
 		if diff := cmp.Diff([]bool{true, true, false}, doneUsers(t, e, users)); diff != "" {
 			t.Errorf("users recovered (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestRecoveryTakesALane: the recovery pass completes a chunk in a background lane, as the read
+// path's own background work does. While something else holds the only lane the pass waits,
+// with nothing materialized; once the lane is free it completes the chunk and gives the lane
+// back. A pass whose context ends while it waits fails without materializing.
+func TestRecoveryTakesALane(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := newEnv(t, nil)
+		e.rebuild(t, func(d *Deps) { d.BackgroundLanes = 1 })
+		e.get(t, "", 10)
+		e.svc.Wait()
+		e.queue.take() // the materialize job is lost
+		// sleep: the served chunk grows older than the pass's olderThan (1 ms) on the bubble's clock.
+		time.Sleep(5 * time.Millisecond)
+		r := NewRecoverer(e.svc, nil, RecoverOptions{OlderThan: time.Millisecond, Batch: 1})
+		done := func() float64 { return testutil.ToFloat64(e.svc.m.materialized.WithLabelValues("done")) }
+		type result struct {
+			n   int
+			err error
+		}
+
+		e.svc.lanes <- struct{}{} // something else holds the only lane
+		ctx, cancel := context.WithCancel(t.Context())
+		out := make(chan result, 1)
+		go func() { n, err := r.Pass(ctx); out <- result{n, err} }()
+		synctest.Wait() // every goroutine of the bubble is blocked: the pass waits for the lane
+		select {
+		case res := <-out:
+			t.Fatalf("the pass ended with the lane held: %+v", res)
+		default:
+		}
+		if got := done(); got != 0 {
+			t.Fatalf("%v chunks materialized with the lane held, want 0", got)
+		}
+		cancel()
+		if res := <-out; !errors.Is(res.err, context.Canceled) || res.n != 0 {
+			t.Fatalf("cancelled pass: %+v; want 0 chunks and context.Canceled", res)
+		}
+		if got := done(); got != 0 {
+			t.Fatalf("%v chunks materialized by the cancelled pass, want 0", got)
+		}
+
+		<-e.svc.lanes // the lane is free: the next pass completes the chunk
+		if n, err := r.Pass(t.Context()); err != nil || n != 1 {
+			t.Fatalf("pass with the lane free: %d, %v; want 1, nil", n, err)
+		}
+		if got := done(); got != 1 {
+			t.Errorf("%v chunks materialized, want 1", got)
+		}
+		if got := len(e.svc.lanes); got != 0 {
+			t.Errorf("%d lanes held after the pass, want 0", got)
 		}
 	})
 }
