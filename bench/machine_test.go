@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -100,5 +101,24 @@ func TestMachineReport(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("machine report lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+// TestRunCPUCountsTheOtherProcesses: the run's CPU is this process's plus each other process's
+// of the run that can be read, and a process that cannot (gone) adds nothing. Listing this
+// process as another one counts its CPU twice, which shows the other processes are added.
+func TestRunCPUCountsTheOtherProcesses(t *testing.T) {
+	for end := time.Now().Add(50 * time.Millisecond); time.Now().Before(end); { // burn some CPU to count
+	}
+	own := cpuTime()
+	gone := runCPU([]Process{{Name: "gone", PID: 1 << 30}})
+	twice := runCPU([]Process{{Name: "self", PID: os.Getpid()}})
+	after := cpuTime()
+	if gone < own || gone > after {
+		t.Errorf("runCPU with a gone process = %v, want this process's alone (%v..%v)", gone, own, after)
+	}
+	// /proc/PID/stat counts in clock ticks (10 ms): allow one tick each way.
+	if lo, hi := 2*own-10*time.Millisecond, 2*after+10*time.Millisecond; twice < lo || twice > hi {
+		t.Errorf("runCPU listing this process = %v, want about twice its CPU (%v..%v)", twice, lo, hi)
 	}
 }

@@ -306,6 +306,20 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// runCPU is the CPU the run has spent: this process's (the server and the harness) and the
+// other processes' of the run (the Redis servers the worker's queues and the peers use), so that
+// a cost per event or per page counts the queue's work too. A process that cannot be read
+// counts 0 at both ends.
+func runCPU(procs []Process) time.Duration {
+	c := cpuTime()
+	for _, p := range procs {
+		if v, err := procCPU(p.PID); err == nil {
+			c += v
+		}
+	}
+	return c
+}
+
 func peakRSSMiB() float64 {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)

@@ -111,6 +111,8 @@ func Markdown(r *Results, plotDir string) string {
 	b.WriteString(hbaseJavaMarkdown(r.HBaseJava, r.Reads.BesidePeer))
 	p("## Growth")
 	p("")
+	p("CPU is the bench process's (the server and the in-process publisher or reader) and the Redis servers' of the run (/proc/PID/stat), over the phase's events or pages.")
+	p("")
 	p("| users | follows | events | inserts | CPU ms per event | wall µs per insert | GetFeed pages | CPU ms per page | GetFeed p99 |")
 	p("|---|---|---|---|---|---|---|---|---|")
 	for _, s := range r.Scale {
@@ -140,8 +142,8 @@ var ratioMeanings = map[string]string{
 	"getfeed_p99_vs_redis_1000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 1,000/s",
 	"getfeed_p99_vs_redis_5000":      "load generator in its own process: GetFeed p99 counted from each call's scheduled start over Redis ZREVRANGE's, both offered 5,000/s",
 	"getfeed_p99_vs_grpc_floor_1000": "load generator in its own process: GetFeed p99 counted from each call's scheduled start over an empty call's on GetFeed's connection, both offered 1,000/s",
-	"scale_cost_growth_100k":         "CPU per event (the bench process's, server and in-process publisher) at 100,000 users over 10,000",
-	"scale_cost_growth_1m":           "CPU per event (the bench process's, server and in-process publisher) at 1,000,000 users over 10,000 (the full profile)",
+	"scale_cost_growth_100k":         "CPU per event (the bench process's, server and in-process publisher, and the Redis servers') at 100,000 users over 10,000",
+	"scale_cost_growth_1m":           "CPU per event (the bench process's, server and in-process publisher, and the Redis servers') at 1,000,000 users over 10,000 (the full profile)",
 	"scale_read_cost_growth_100k":    "CPU per GetFeed page (the bench process's, server and in-process client) at 100,000 users over 10,000",
 	"scale_read_cost_growth_1m":      "CPU per GetFeed page (the bench process's, server and in-process client) at 1,000,000 users over 10,000",
 	"getfeed_p99_vs_redis":           "in process (no load generator): GetFeed p99 over Redis ZREVRANGE p99 at the same offered load and concurrency",

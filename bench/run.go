@@ -492,18 +492,18 @@ func (r *runner) scale(ctx context.Context) error {
 				return err
 			}
 		}
-		ins0, c0, st := s.PoolInserts(), cpuTime(), time.Now()
+		ins0, c0, st := s.PoolInserts(), runCPU(opts.Processes), time.Now()
 		ev, _, _ := fanout(ctx, s, sw, 20, time.Duration(float64(opts.ScaleEvents)/20*float64(time.Second)), 7, nil, t0)
 		drain(ctx, s, time.Minute)
 		ins := s.PoolInserts() - ins0
-		cpu := cpuTime() - c0
+		cpu := runCPU(opts.Processes) - c0
 		wall := time.Since(st)
 		rd := sw.M.Readers(400, 9)
-		rc0 := cpuTime()
+		rc0 := runCPU(opts.Processes)
 		l, _, _, _ := reads(ctx, 100, 4*time.Second, 16, func(j int) error {
 			return s.GetFeed(ctx, sw.IDs[rd[j%len(rd)]], opts.PageSize)
 		})
-		rcpu := cpuTime() - rc0
+		rcpu := runCPU(opts.Processes) - rc0
 		ls := l.Summary()
 		sr := ScaleResult{Users: n, Follows: sw.M.Edges(), Events: ev, Inserts: ins, CPUSecPerEvent: ratio(ms(cpu), float64(ev)),
 			WallPerInsert: ratio(float64(wall.Microseconds()), ins), GetFeedP99Ms: ls.P99, Reads: ls.N, CPUMsPerRead: ratio(ms(rcpu), float64(ls.N))}
