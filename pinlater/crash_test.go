@@ -13,6 +13,7 @@ import (
 
 	"github.com/hibiken/asynq"
 	"github.com/redis/go-redis/v9"
+	"github.com/smartfeed/smartfeed/internal/testenv"
 )
 
 // The crash test re-executes the test binary as a worker process: TestMain sees crashChildEnv and
@@ -84,7 +85,7 @@ func TestKill9MidTask(t *testing.T) {
 	cfg.ReclaimAfter = -1
 	s1 := e.start(cfg, map[string]Handler{TypeRespace: h})
 	e.start(cfg, map[string]Handler{TypeRespace: h})
-	waitFor(t, 60*time.Second, "the task to complete after the kill", func() bool { return runs.Load() >= 1 })
+	testenv.WaitFor(t, 60*time.Second, "the task to complete after the kill", func() bool { return runs.Load() >= 1 })
 	e.waitQueueEmpty(t, QueueDefault)
 	if got := runs.Load(); got != 1 {
 		t.Errorf("runs after recovery = %d, want 1", got)
@@ -122,7 +123,7 @@ func killChildMidTask(t *testing.T, e *env, board uint64) (string, time.Time) {
 		t.Fatal(err)
 	}
 	defer child.Process.Kill()
-	waitFor(t, 30*time.Second, "the child to start the task", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the child to start the task", func() bool {
 		n, _ := e.rdb.Get(ctx, crashStartedKey(e.ns)).Int()
 		return n == 1
 	})
@@ -220,7 +221,7 @@ func TestOrphanReclaimed(t *testing.T) {
 		runs.Add(1)
 		return nil
 	})})
-	waitFor(t, 10*time.Second, "the reclaimed task to run", func() bool { return runs.Load() >= 1 })
+	testenv.WaitFor(t, 10*time.Second, "the reclaimed task to run", func() bool { return runs.Load() >= 1 })
 	e.waitQueueEmpty(t, QueueDefault)
 	if got := runs.Load(); got != 1 {
 		t.Errorf("runs = %d, want 1", got)
@@ -249,7 +250,7 @@ func TestReclaimerRuns(t *testing.T) {
 		runs.Add(1)
 		return nil
 	})})
-	waitFor(t, time.Until(leaseEnd)+15*time.Second, "the orphan to run again", func() bool { return runs.Load() >= 1 })
+	testenv.WaitFor(t, time.Until(leaseEnd)+15*time.Second, "the orphan to run again", func() bool { return runs.Load() >= 1 })
 	if late := time.Since(leaseEnd); late > 10*time.Second {
 		t.Errorf("orphan ran %v after its lease ended, want within a few seconds", late.Round(time.Second))
 	}

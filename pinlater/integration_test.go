@@ -39,7 +39,7 @@ func TestRetryThenSuccess(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("task did not succeed; runs = %d", runs.Load())
 	}
-	waitFor(t, 5*time.Second, "processed counter", func() bool {
+	testenv.WaitFor(t, 5*time.Second, "processed counter", func() bool {
 		return value(t, e.client.m.processed.WithLabelValues(QueueDefault, TypeRespace)) == 1
 	})
 	if got := value(t, e.client.m.retried.WithLabelValues(QueueDefault, TypeRespace)); got != 2 {
@@ -105,7 +105,7 @@ func TestExhaustionToDeadAndRetryDead(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dead []DeadTask
-	waitFor(t, 20*time.Second, "task to die", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "task to die", func() bool {
 		dead, err = e.admin.DeadTasks(t.Context(), QueueDefault, 1, 10)
 		return err == nil && len(dead) == 1
 	})
@@ -153,7 +153,7 @@ func TestDeleteDead(t *testing.T) {
 		}
 	}
 	var dead []DeadTask
-	waitFor(t, 10*time.Second, "3 dead tasks", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "3 dead tasks", func() bool {
 		dead, _ = e.admin.DeadTasks(t.Context(), QueueDefault, 1, 10)
 		return len(dead) == 3
 	})
@@ -189,7 +189,7 @@ func TestInvalidPayloadGoesStraightToDead(t *testing.T) {
 	if _, err := ac.Enqueue(asynq.NewTask("no-such-type", nil), asynq.Queue(e.client.keys.queue(QueueDefault)), asynq.MaxRetry(5)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "4 dead tasks", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "4 dead tasks", func() bool {
 		d, _ := e.admin.DeadTasks(t.Context(), QueueDefault, 1, 10)
 		return len(d) == 4
 	})
@@ -260,14 +260,14 @@ func TestDuplicateDelivery(t *testing.T) {
 	if enq.Load() != 1 || dups.Load() != 9 {
 		t.Fatalf("enqueued %d, duplicates %d; want 1 and 9", enq.Load(), dups.Load())
 	}
-	waitFor(t, 10*time.Second, "one run", func() bool { return runs.Load() == 1 })
+	testenv.WaitFor(t, 10*time.Second, "one run", func() bool { return runs.Load() == 1 })
 	// While the run is finishing, more duplicates are still dropped; a second chunk is not.
 	p2 := p
 	p2.ChunkID = "c-2"
 	if info, err := e.client.Enqueue(t.Context(), mustTask(NewMaterialize(p2))); err != nil || info.Duplicate {
 		t.Fatalf("different chunk: %+v, %v", info, err)
 	}
-	waitFor(t, 10*time.Second, "second chunk", func() bool { return runs.Load() == 2 })
+	testenv.WaitFor(t, 10*time.Second, "second chunk", func() bool { return runs.Load() == 2 })
 	e.waitQueueEmpty(t, QueueCritical)
 	if got := runs.Load(); got != 2 {
 		t.Errorf("runs = %d, want 2", got)
@@ -310,7 +310,7 @@ func TestPauseAndResume(t *testing.T) {
 	if err := e.admin.SetRate(ctx, QueueDefault, 1000); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "5 runs after resume", func() bool { return runs.Load() == 5 })
+	testenv.WaitFor(t, 10*time.Second, "5 runs after resume", func() bool { return runs.Load() == 5 })
 
 	// Pause/Resume proper.
 	if err := e.admin.Pause(ctx, QueueDefault); err != nil {
@@ -330,7 +330,7 @@ func TestPauseAndResume(t *testing.T) {
 	if err := e.admin.Resume(ctx, QueueDefault); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "run after resume", func() bool { return runs.Load() == 6 })
+	testenv.WaitFor(t, 10*time.Second, "run after resume", func() bool { return runs.Load() == 6 })
 }
 
 // TestRateLimitHeld checks the limit on counts: with the limiter's clock frozen, exactly the burst
@@ -362,17 +362,17 @@ func TestRateLimitHeld(t *testing.T) {
 	}
 	deferred := func() float64 { return value(t, e.client.m.deferred.WithLabelValues(QueueDefault, TypeRespace)) }
 	// Wait until every deferred task has come back at least once more and been refused again.
-	waitFor(t, 30*time.Second, "deferred tasks to cycle twice", func() bool { return deferred() >= 2*(total-rate) })
+	testenv.WaitFor(t, 30*time.Second, "deferred tasks to cycle twice", func() bool { return deferred() >= 2*(total-rate) })
 	if got := runs.Load(); got != rate {
 		t.Fatalf("runs with the clock frozen = %d, want the burst %d", got, rate)
 	}
 	for step := 1; step <= (total-rate)/rate; step++ {
 		clockMs.Add(1000)
 		want := int32(rate * (step + 1))
-		waitFor(t, 30*time.Second, "runs after a clock step", func() bool { return runs.Load() >= want })
+		testenv.WaitFor(t, 30*time.Second, "runs after a clock step", func() bool { return runs.Load() >= want })
 		base := deferred()
 		if step < (total-rate)/rate {
-			waitFor(t, 30*time.Second, "another cycle", func() bool { return deferred() >= base+float64(total)-float64(want) })
+			testenv.WaitFor(t, 30*time.Second, "another cycle", func() bool { return deferred() >= base+float64(total)-float64(want) })
 		}
 		if got := runs.Load(); got != want {
 			t.Fatalf("after %d s: runs = %d, want %d", step, got, want)
@@ -406,7 +406,7 @@ func TestRateChangeIsLive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, "deferrals", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "deferrals", func() bool {
 		return value(t, e.client.m.deferred.WithLabelValues(QueueDefault, TypeRespace)) >= 10
 	})
 	if got := runs.Load(); got != 1 {
@@ -419,7 +419,7 @@ func TestRateChangeIsLive(t *testing.T) {
 	if err := e.admin.SetRate(ctx, QueueDefault, -1); err != nil { // unlimited
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "all runs once unlimited", func() bool { return runs.Load() == 6 })
+	testenv.WaitFor(t, 30*time.Second, "all runs once unlimited", func() bool { return runs.Load() == 6 })
 }
 
 // TestShutdownMidTaskLosesNothing: a task still running when Shutdown's timeout ends is handed
@@ -446,7 +446,7 @@ func TestShutdownMidTaskLosesNothing(t *testing.T) {
 		t.Fatal("task did not start")
 	}
 	s1.Shutdown()
-	waitFor(t, 5*time.Second, "handler context cancelled by shutdown", firstCancelled.Load)
+	testenv.WaitFor(t, 5*time.Second, "handler context cancelled by shutdown", firstCancelled.Load)
 	ts, err := e.admin.Task(t.Context(), QueueDefault, info.ID)
 	if err != nil || ts.State != "pending" {
 		t.Fatalf("after shutdown the task is %+v, %v; want pending (handed back)", ts, err)
@@ -456,8 +456,8 @@ func TestShutdownMidTaskLosesNothing(t *testing.T) {
 		runs.Add(1)
 		return nil
 	})})
-	waitFor(t, 10*time.Second, "task completed by the second server", func() bool { return runs.Load() == 1 })
-	waitFor(t, 5*time.Second, "queue empty", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "task completed by the second server", func() bool { return runs.Load() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "queue empty", func() bool {
 		st, err := e.admin.Queue(t.Context(), QueueDefault)
 		return err == nil && st.Pending+st.Active+st.Retry+st.Dead == 0
 	})
@@ -485,7 +485,7 @@ func TestServerDrainFinishesInFlight(t *testing.T) {
 	<-started
 	s.Drain()
 	close(release)
-	waitFor(t, 5*time.Second, "in-flight task done", func() bool { return done.Load() == 1 })
+	testenv.WaitFor(t, 5*time.Second, "in-flight task done", func() bool { return done.Load() == 1 })
 	// sleep: 10 polls' time (50 ms each) in which the draining server must take no task.
 	time.Sleep(500 * time.Millisecond)
 	if got := done.Load(); got != 1 {
@@ -580,7 +580,7 @@ func TestPriorityStrict(t *testing.T) {
 	cfg.Concurrency = 1
 	cfg.StrictPriority = true
 	e.start(cfg, map[string]Handler{TypeFanout: rec, TypeMaterialize: rec})
-	waitFor(t, 10*time.Second, "6 runs", func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 6 })
+	testenv.WaitFor(t, 10*time.Second, "6 runs", func() bool { mu.Lock(); defer mu.Unlock(); return len(order) == 6 })
 	if order[0] != TypeMaterialize {
 		t.Errorf("order = %v, want materialize first", order)
 	}
@@ -642,7 +642,7 @@ func TestDeadlines(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "3 runs", func() bool { mu.Lock(); defer mu.Unlock(); return len(left) == 3 })
+	testenv.WaitFor(t, 10*time.Second, "3 runs", func() bool { mu.Lock(); defer mu.Unlock(); return len(left) == 3 })
 	pol, _ := DefaultPolicy(TypeRespace)
 	for b, want := range map[uint64]time.Duration{1: pol.Timeout, 2: 300 * time.Millisecond, 3: 20 * time.Minute} {
 		if got := left[b]; got > want || got < want-5*time.Second/2 && want > 5*time.Second || got <= 0 {
@@ -674,7 +674,7 @@ func TestDequeuersShareSlots(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "3 tasks running", func() bool { return running.Load() == 3 })
+	testenv.WaitFor(t, 10*time.Second, "3 tasks running", func() bool { return running.Load() == 3 })
 	// sleep: 6 polls' time (50 ms each) in which a fourth slot would take one of the 4 pending tasks.
 	time.Sleep(300 * time.Millisecond)
 	if got := most.Load(); got != 3 {
@@ -685,7 +685,7 @@ func TestDequeuersShareSlots(t *testing.T) {
 	in := asynq.NewInspector(e.opt)
 	defer in.Close()
 	var slots []int
-	waitFor(t, 10*time.Second, "2 processors registered", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "2 processors registered", func() bool {
 		all, err := in.Servers()
 		if err != nil {
 			return false
@@ -706,7 +706,7 @@ func TestDequeuersShareSlots(t *testing.T) {
 		t.Errorf("processors' slots (-want +got):\n%s", d)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "7 runs", func() bool { return runs.Load() == 7 })
+	testenv.WaitFor(t, 10*time.Second, "7 runs", func() bool { return runs.Load() == 7 })
 	e.waitQueueEmpty(t, QueueDefault)
 	if got := runs.Load(); got != 7 {
 		t.Errorf("%d runs of 7 tasks, want each once", got)

@@ -130,18 +130,6 @@ func (e *env) waitQueueEmpty(tb testing.TB, q string) {
 	})
 }
 
-// waitFor polls cond every 20 ms until it holds or timeout passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // mustTask unwraps a constructor's result in tests whose payloads are valid by construction.
 func mustTask(t *Task, err error) *Task {
 	if err != nil {

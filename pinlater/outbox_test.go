@@ -171,7 +171,7 @@ func TestDurableSurvivesRedisLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	waitFor(t, 20*time.Second, "the outbox to empty", func() bool { return box.len() == 0 })
+	testenv.WaitFor(t, 20*time.Second, "the outbox to empty", func() bool { return box.len() == 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(ran) != 20 {
@@ -236,7 +236,7 @@ func TestDurableDeadTaskClearsRow(t *testing.T) {
 	e.start(cfg, map[string]Handler{TypePinDelete: HandlerFunc(func(context.Context, *Task) error {
 		return errors.New("always fails")
 	})})
-	waitFor(t, 10*time.Second, "the row to go", func() bool { return box.len() == 0 })
+	testenv.WaitFor(t, 10*time.Second, "the row to go", func() bool { return box.len() == 0 })
 	if n, err := d.RelayOnce(t.Context()); err != nil || n != 0 {
 		t.Fatalf("relay after the task died = %d, %v; want 0", n, err)
 	}
@@ -302,7 +302,7 @@ func TestDoneRowDeletedLazily(t *testing.T) {
 	cfg := e.config()
 	cfg.Outbox = box
 	e.start(cfg, map[string]Handler{TypePinDelete: HandlerFunc(func(context.Context, *Task) error { return nil })})
-	waitFor(t, 10*time.Second, "the rows to go", func() bool { return box.len() == 0 })
+	testenv.WaitFor(t, 10*time.Second, "the rows to go", func() bool { return box.len() == 0 })
 	if got, del := box.done.Load(), box.deletes.Load(); got != 3 || del != 0 {
 		t.Fatalf("finished rows removed with DeleteDone %d times and Delete %d times, want 3 and 0", got, del)
 	}

@@ -110,7 +110,7 @@ func TestTraceFollowsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	root.End()
-	waitFor(t, 20*time.Second, "both runs of the chunk task exported", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "both runs of the chunk task exported", func() bool {
 		n := 0
 		for _, s := range exp.GetSpans() {
 			if s.Name == "pinlater process "+TypeFanoutChunk {
@@ -177,7 +177,7 @@ func TestTraceSurvivesRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Shutdown()
-	waitFor(t, 20*time.Second, "the relayed task's run exported", func() bool {
+	testenv.WaitFor(t, 20*time.Second, "the relayed task's run exported", func() bool {
 		return slices.ContainsFunc(exp.GetSpans(), func(s tracetest.SpanStub) bool { return s.Name == "pinlater process "+TypePinDelete })
 	})
 	spans := exp.GetSpans()

@@ -37,23 +37,9 @@ type Oversize struct {
 // lines, sorted by Key.
 func Oversized(root string, maxFile, maxFunc int) ([]Oversize, error) {
 	var out []Oversize
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if path != root && (name == "testdata" || name == "third_party" || name == "vendor" || strings.HasPrefix(name, ".") || fileExists(filepath.Join(path, "go.mod"))) {
-				return filepath.SkipDir
-			}
+	err := walkModule(root, func(path, rel string, src []byte) error {
+		if strings.HasSuffix(path, "_test.go") {
 			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
 		}
 		fset := token.NewFileSet()
 		f, err := parser.ParseFile(fset, path, src, parser.ParseComments)
@@ -63,11 +49,6 @@ func Oversized(root string, maxFile, maxFunc int) ([]Oversize, error) {
 		if ast.IsGenerated(f) {
 			return nil
 		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
 		if n := bytes.Count(src, []byte("\n")); n > maxFile {
 			out = append(out, Oversize{rel, n})
 		}
@@ -107,6 +88,36 @@ func funcName(fd *ast.FuncDecl) string {
 		name = id.Name
 	}
 	return "(" + star + name + ")." + fd.Name.Name
+}
+
+// walkModule calls fn with each .go file of the Go module at root, its path, its slash path
+// relative to root and its source; it skips testdata, third_party, vendor, hidden directories
+// and nested modules.
+func walkModule(root string, fn func(path, rel string, src []byte) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			name := d.Name()
+			if path != root && (name == "testdata" || name == "third_party" || name == "vendor" || strings.HasPrefix(name, ".") || fileExists(filepath.Join(path, "go.mod"))) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		return fn(path, filepath.ToSlash(rel), src)
+	})
 }
 
 func fileExists(path string) bool {

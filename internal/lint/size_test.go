@@ -42,15 +42,7 @@ func TestSizeRatchet(t *testing.T) {
 // limit; generated code, tests, testdata and nested modules are not measured.
 func TestRatchetFixture(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := fileWriter(t, dir)
 	body := func(n int) string { return strings.Repeat("\t_ = 0\n", n) }
 	write("go.mod", "module example.com/m\n")
 	write("a/long.go", "package a\n\nfunc F() {\n"+body(10)+"}\n\ntype T struct{}\n\nfunc (*T) M() {\n"+body(2)+"}\n")
@@ -82,5 +74,20 @@ func TestRatchetFixture(t *testing.T) {
 	}
 	if _, err := ParseAllowlist("a/x.go 10\na/x.go 12\n"); err == nil {
 		t.Error("ParseAllowlist took a key listed twice")
+	}
+}
+
+// fileWriter returns a function that writes a fixture file, creating its directories, under dir
+// (name is slash-separated).
+func fileWriter(t *testing.T, dir string) func(name, content string) {
+	return func(name, content string) {
+		t.Helper()
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

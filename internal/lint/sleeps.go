@@ -5,9 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -37,34 +34,13 @@ func (b BareSleep) String() string { return b.Pos + " (" + b.Func + ")" }
 // SleepMark, sorted by position.
 func BareSleeps(root string) ([]BareSleep, error) {
 	var out []BareSleep
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if path != root && (name == "testdata" || name == "third_party" || name == "vendor" || strings.HasPrefix(name, ".") || fileExists(filepath.Join(path, "go.mod"))) {
-				return filepath.SkipDir
-			}
+	err := walkModule(root, func(_, rel string, src []byte) error {
+		if !strings.HasSuffix(rel, "_test.go") {
 			return nil
 		}
-		if !strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		src, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		found, err := bareSleepsIn(filepath.ToSlash(rel), src)
-		if err != nil {
-			return err
-		}
+		found, err := bareSleepsIn(rel, src)
 		out = append(out, found...)
-		return nil
+		return err
 	})
 	sort.SliceStable(out, func(i, j int) bool { return out[i].line < out[j].line })
 	sort.SliceStable(out, func(i, j int) bool { return fileOf(out[i].Pos) < fileOf(out[j].Pos) })

@@ -1,8 +1,6 @@
 package lint
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -24,15 +22,7 @@ func TestNoSleepSynchronization(t *testing.T) {
 // TestBareSleepsFixture shows what the rule flags and what it lets stand.
 func TestBareSleepsFixture(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, content string) {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := fileWriter(t, dir)
 	write("go.mod", "module example.com/m\n")
 	write("a/a_test.go", `package a
 
