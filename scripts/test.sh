@@ -111,10 +111,10 @@ race_pkgs() {
 }
 
 # race_tests: step 1. Three test binaries run at a time (a 2-core machine has processor time to
-# spare while tests wait on Redis, HBase and timers): with every package, CMD_SHARD in one go
-# test and every other test in another (-p 2) beside it, their events merged into run/test.json
-# and the shard's output printed after the rest; with TEST_PKGS, one go test (-p 3). TEST_P
-# changes the 3.
+# spare while tests wait on Redis, HBase and timers; TEST_P changes the 3). With every package,
+# CMD_SHARD runs in a go test of its own beside the go test of every other test, their events
+# merged into run/test.json and the shard's output printed after the rest; with TEST_PKGS, one
+# go test.
 race_tests() {
 	local p="${TEST_P:-3}" rc=0 pid
 	local flags=(-race -count=1 -timeout 40m)
@@ -124,7 +124,7 @@ race_tests() {
 	fi
 	"$GO" tool gotestsum --format pkgname-and-test-fails --jsonfile "$RUN_DIR/test-shard.json" -- "${flags[@]}" -run "$CMD_SHARD" ./cmd/smartfeed >"$OUT/shard.log" 2>&1 &
 	pid=$!
-	"$GO" tool gotestsum --format pkgname-and-test-fails --jsonfile "$RUN_DIR/test.json" -- "${flags[@]}" -p $((p - 1)) -skip "$CMD_SHARD" $(race_pkgs) || rc=1
+	"$GO" tool gotestsum --format pkgname-and-test-fails --jsonfile "$RUN_DIR/test.json" -- "${flags[@]}" -p "$p" -skip "$CMD_SHARD" $(race_pkgs) || rc=1
 	wait "$pid" || rc=1
 	printf '\n== cmd/smartfeed %s (beside the rest)\n' "$CMD_SHARD"
 	cat "$OUT/shard.log"

@@ -94,9 +94,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		return feedPins(t, base, user, 30) >= 30
 	})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
-		chromedp.WindowSize(1280, 1000), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), opts...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(t.Context(), browserOptions(t, chrome, chromedp.WindowSize(1280, 1000))...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
@@ -151,7 +149,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS("#feed-grid .pin")),
 			chromedp.SetValue(chromedp.CSS("#feed-size"), "10"),
 			chromedp.Click(chromedp.CSS("#feed-load")))
-		waitFor(t, 30*time.Second, "page 1 at size 10", func() bool { return text("#feed-pages") == "1" })
+		waitFor(t, browserWait, "page 1 at size 10", func() bool { return text("#feed-pages") == "1" })
 		waitFor(t, 60*time.Second, "page 3 by scrolling", func() bool {
 			browse("scroll", js(`window.scrollTo(0, document.body.scrollHeight)`))
 			n, _ := strconv.Atoi(text("#feed-pages"))
@@ -179,7 +177,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		// A refresh puts what is new on top, under a marker; the last page the scrolling asked
 		// for is in first, so that the two do not add the same pin each.
-		waitFor(t, 30*time.Second, "the scrolled pages loaded", func() bool {
+		waitFor(t, browserWait, "the scrolled pages loaded", func() bool {
 			return evalJS[bool](t, bctx, `!feed.loading && (feed.done || !visible(document.getElementById('feed-end')))`)
 		})
 		browse("refresh", chromedp.Click(chromedp.CSS("#feed-refresh")),
@@ -198,7 +196,7 @@ func TestConsoleInBrowser(t *testing.T) {
 			t.Errorf("explanation = %q, want the generator's reason", ex)
 		}
 		// The generator's view now (PreviewChunk): a row per source with its rate and quota.
-		waitFor(t, 30*time.Second, "the generator's rates and deferrals", func() bool {
+		waitFor(t, browserWait, "the generator's rates and deferrals", func() bool {
 			return evalJS[int](t, bctx, `document.querySelectorAll('#feed-gen-now tr[data-source]').length`) >= 3
 		})
 		if now := text("#feed-gen-now"); !strings.Contains(now, "following") || !strings.Contains(now, "Nothing is taken") ||
@@ -211,31 +209,31 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Run("failover: the credential, a knob seen by hedge show, the primary stopped", func(t *testing.T) {
 		browse("open failover without the credential", page("#failover"),
 			chromedp.WaitVisible(chromedp.CSS("#fo-error")))
-		waitFor(t, 10*time.Second, "FeedAdmin refused without the credential", func() bool {
+		waitFor(t, browserWait, "FeedAdmin refused without the credential", func() bool {
 			return strings.Contains(text("#fo-error"), "unauthenticated")
 		})
 		browse("enter the admin credential", chromedp.Click(chromedp.CSS("#creds summary")),
 			chromedp.SendKeys(chromedp.CSS("#admin-token"), token),
 			js(`document.getElementById('admin-token').dispatchEvent(new Event('change'))`),
 			chromedp.Click(chromedp.CSS("#creds summary")))
-		waitFor(t, 10*time.Second, "the cutoff read through FeedAdmin", func() bool {
+		waitFor(t, browserWait, "the cutoff read through FeedAdmin", func() bool {
 			return strings.HasSuffix(text("#fo-cutoff"), "ms")
 		})
 
-		waitFor(t, 20*time.Second, "the hedge suggest table", func() bool {
+		waitFor(t, browserWait, "the hedge suggest table", func() bool {
 			return evalJS[int](t, bctx, `document.querySelectorAll('#fo-suggest-table tbody tr').length`) >= 2
 		})
 		// The server's validation refuses a budget above 1.
 		browse("a bad knob", chromedp.SetValue(chromedp.CSS(`#fo-knobs [name=budget]`), "5"),
 			chromedp.Click(chromedp.CSS("#fo-apply")))
-		waitFor(t, 10*time.Second, "the refusal", func() bool {
+		waitFor(t, browserWait, "the refusal", func() bool {
 			return strings.Contains(text("#fo-knobs-status"), "invalid_argument")
 		})
 		browse("a good knob", chromedp.SetValue(chromedp.CSS(`#fo-knobs [name=budget]`), "0.05"),
 			chromedp.SetValue(chromedp.CSS(`#fo-knobs [name=mode]`), "fixed"),
 			chromedp.SetValue(chromedp.CSS(`#fo-knobs [name=delayMs]`), "37"),
 			chromedp.Click(chromedp.CSS("#fo-apply")))
-		waitFor(t, 10*time.Second, "the change applied", func() bool {
+		waitFor(t, browserWait, "the change applied", func() bool {
 			return strings.Contains(text("#fo-knobs-status"), "applied")
 		})
 		var show bytes.Buffer
@@ -253,10 +251,10 @@ func TestConsoleInBrowser(t *testing.T) {
 		// flushes the replication from the primary).
 		t.Cleanup(func() { restorePrimary(t, adminGRPC, token) })
 		browse("stop the primary", chromedp.Click(chromedp.CSS("#fo-primary-stop")))
-		waitFor(t, 10*time.Second, "the primary stopped", func() bool {
+		waitFor(t, browserWait, "the primary stopped", func() bool {
 			return strings.Contains(text("#fo-primary-state"), "stop")
 		})
-		waitFor(t, 30*time.Second, "most pages served from the standby", func() bool {
+		waitFor(t, browserWait, "most pages served from the standby", func() bool {
 			s := strings.TrimSuffix(text("#fo-standby-rate"), "%")
 			n, err := strconv.Atoi(s)
 			return err == nil && n >= 50
@@ -267,7 +265,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		// Loading the feed again: the "served from" mark is cleared first, and set by the answer.
 		browse("the feed with the primary stopped", page("#feed"), js(`document.getElementById('feed-from').textContent = ''`),
 			chromedp.Click(chromedp.CSS("#feed-load")))
-		waitFor(t, 20*time.Second, "the feed answered again", func() bool {
+		waitFor(t, browserWait, "the feed answered again", func() bool {
 			if e := text("#feed-error"); e != "" {
 				t.Fatalf("feed error with the primary stopped: %s", e)
 			}
@@ -282,7 +280,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		browse("restart the primary", page("#failover"),
 			chromedp.WaitVisible(chromedp.CSS("#fo-primary-normal")),
 			chromedp.Click(chromedp.CSS("#fo-primary-normal")))
-		waitFor(t, 10*time.Second, "the primary back", func() bool {
+		waitFor(t, browserWait, "the primary back", func() bool {
 			return strings.Contains(text("#fo-primary-state"), "normal")
 		})
 	})
@@ -292,7 +290,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		browse("open queues", page("#queues"),
 			chromedp.WaitVisible(chromedp.CSS(row)))
 		browse("pause fanout", chromedp.Click(chromedp.CSS(row+" .q-pause")))
-		waitFor(t, 10*time.Second, "fanout paused", func() bool {
+		waitFor(t, browserWait, "fanout paused", func() bool {
 			if s := text("#q-status"); strings.Contains(s, "refused") {
 				t.Fatalf("pause refused: %s", s)
 			}
@@ -300,7 +298,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		})
 		shot("queues", false)
 		browse("resume fanout", chromedp.Click(chromedp.CSS(row+" .q-resume")))
-		waitFor(t, 10*time.Second, "fanout running", func() bool { return text(row+" .q-state") == "running" })
+		waitFor(t, browserWait, "fanout running", func() bool { return text(row+" .q-state") == "running" })
 	})
 }
 
@@ -331,6 +329,11 @@ func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
 	}
 	return v
 }
+
+// browserWait bounds the browser tests' waits for what a click or the console's next refresh
+// shows: generous, because under make test the browser, the demo and other test binaries share
+// two cores, and a wait that ends sooner ends as soon as the condition holds.
+const browserWait = 60 * time.Second
 
 // waitFor polls cond every 200 ms until it holds, failing t after d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
@@ -367,4 +370,13 @@ func feedPins(t *testing.T, base, user string, size int) int {
 		return 0
 	}
 	return len(page.Items)
+}
+
+// browserOptions are the options of a headless Chromium at path chrome for the browser tests,
+// with extra. Its profile and its temporary files (the singleton socket Chromium puts in
+// $TMPDIR, which outlives it) are in directories of t's, removed after the test.
+func browserOptions(t *testing.T, chrome string, extra ...chromedp.ExecAllocatorOption) []chromedp.ExecAllocatorOption {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR="+t.TempDir()))
+	return append(opts, extra...)
 }

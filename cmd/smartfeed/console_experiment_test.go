@@ -64,13 +64,11 @@ func TestConsoleExperimentTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "the worker's engagement counters", func() bool {
+	waitFor(t, browserWait, "the worker's engagement counters", func() bool {
 		return gatherSum(a.reg, "smartfeed_engagement_events_total") == int64(len(events))
 	})
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
-		chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, browserOptions(t, chrome)...)
 	defer cancelAlloc()
 	bctx, cancelBrowser := chromedp.NewContext(actx)
 	defer cancelBrowser()
@@ -81,7 +79,7 @@ func TestConsoleExperimentTable(t *testing.T) {
 	}
 	const rowsJS = `[...document.querySelectorAll('#exp-arms tbody tr')].map(tr => [...tr.cells].map(c => c.textContent))`
 	var got [][]string
-	waitFor(t, 20*time.Second, "the experiment table", func() bool {
+	waitFor(t, browserWait, "the experiment table", func() bool {
 		got = evalJS[[][]string](t, bctx, rowsJS)
 		return len(got) == 2
 	})
