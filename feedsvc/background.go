@@ -137,14 +137,17 @@ func (s *Service) acquireLane() bool {
 }
 
 // waitLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
-// for a background lane, however long that takes; false when the service is closing.
-func (s *Service) waitLane() bool {
+// for a background lane, however long that takes. It fails when ctx ends or the service closes
+// first; otherwise the caller releases the lane (releaseLane).
+func (s *Service) waitLane(ctx context.Context) error {
 	s.waitQuiet()
 	select {
 	case s.lanes <- struct{}{}:
-		return true
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	case <-s.closing:
-		return false
+		return fmt.Errorf("%w: the feed service is closing", ErrUnavailable)
 	}
 }
 
@@ -181,17 +184,11 @@ func (s *Service) acquire(sem chan struct{}) bool {
 func (s *Service) releaseLane() { <-s.lanes }
 
 // materializeInLane is the recovery pass's Materialize: like the read path's own background
-// work it waits for a gap between requests and a background lane (however long the lane takes),
-// so that a pass that finds many chunks to complete does not take the processors the pages
-// need. It fails when ctx ends or the service closes first.
+// work it waits for a gap between requests and a background lane (waitLane), so that a pass
+// that finds many chunks to complete does not take the processors the pages need.
 func (s *Service) materializeInLane(ctx context.Context, task MaterializeTask) error {
-	s.waitQuiet()
-	select {
-	case s.lanes <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.closing:
-		return fmt.Errorf("%w: the feed service is closing", ErrUnavailable)
+	if err := s.waitLane(ctx); err != nil {
+		return err
 	}
 	defer s.releaseLane()
 	return s.Materialize(ctx, task)

@@ -260,9 +260,9 @@ func (s *Service) runPrep(task prepTask) {
 	// Background work that costs a generator call: let whatever is runnable first (the page's
 	// response writer, which a page's handler has just woken) go before it.
 	runtime.Gosched()
-	ok := s.waitLane()
+	err := s.waitLane(context.Background()) // ends when the service closes
 	s.m.prepQueued.Dec()
-	if !ok {
+	if err != nil {
 		return // closing
 	}
 	s.m.prepRunning.Inc()
