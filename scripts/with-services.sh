@@ -45,6 +45,8 @@ started=()
 cleanup() {
 	local rc=$? s
 	trap - EXIT INT TERM
+	# The test mode wipes what it started right after: an HBase gets 2 s to stop, not 10.
+	if [ "$MODE" = test ]; then export HBASE_STOP_SECS="${HBASE_STOP_SECS:-2}"; fi
 	for s in "${started[@]}"; do
 		# "hbase-standby" is an instance of scripts/hbase.sh
 		"$ROOT/scripts/${s%%-*}.sh" down "$s" || log "WARNING: $s down failed"
