@@ -260,7 +260,7 @@ func (s *Service) runPrep(task prepTask) {
 	// Background work that costs a generator call: let whatever is runnable first (the page's
 	// response writer, which a page's handler has just woken) go before it.
 	runtime.Gosched()
-	err := s.waitLane(context.Background()) // ends when the service closes
+	err := s.waitLane(s.closingCtx)
 	s.m.prepQueued.Dec()
 	if err != nil {
 		return // closing

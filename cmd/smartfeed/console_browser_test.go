@@ -373,10 +373,11 @@ func feedPins(t *testing.T, base, user string, size int) int {
 }
 
 // browserOptions are the options of a headless Chromium at path chrome for the browser tests,
-// with extra. Its profile and its temporary files (the singleton socket Chromium puts in
-// $TMPDIR, which outlives it) are in directories of t's, removed after the test.
+// with extra. Its temporary files (the singleton socket Chromium puts in $TMPDIR, which
+// outlives it) are in a directory of t's, removed after the test; chromedp makes and removes
+// the profile's directory itself.
 func browserOptions(t *testing.T, chrome string, extra ...chromedp.ExecAllocatorOption) []chromedp.ExecAllocatorOption {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.NoSandbox,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()), chromedp.Env("TMPDIR="+t.TempDir()))
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.Env("TMPDIR="+t.TempDir()))
 	return append(opts, extra...)
 }
