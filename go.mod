@@ -2,6 +2,13 @@ module github.com/smartfeed/smartfeed
 
 go 1.26.0
 
+// run/ holds the data of the local Redis and HBase processes, which create and remove
+// directories while the go command walks ./...
+ignore (
+	./bin
+	./run
+)
+
 require (
 	connectrpc.com/vanguard v0.4.0
 	github.com/HdrHistogram/hdrhistogram-go v1.1.2
