@@ -14,6 +14,8 @@
 #   status: prints the env line and exits 0 when it is up, exits 1 otherwise.
 #   classpath: resolves the classpath (as up does) and prints the path of the file holding it
 #           (run/hbase-cp/cp.txt), for Java tools run against the same jars (scripts/hbase-pe.sh).
+#   prepare: resolves the classpath and builds the readiness probe, as up does, so that several
+#           ups started at once after it (scripts/with-services.sh) find both ready.
 #   replicate PRIMARY STANDBY: HBase's own replication from instance PRIMARY to STANDBY (both
 #           up; either may be a cluster of scripts/hbase-cluster.sh): adds a serial peer on PRIMARY (idempotent; an existing peer is made serial) through
 #           test/hbase/tools/Replication.java,
@@ -225,5 +227,6 @@ down) down ;;
 status) status ;;
 replicate) replicate "${2:-}" "${3:-}" ;;
 classpath) ensure_tools; classpath; echo "$CPDIR/cp.txt" ;;
-*) echo "usage: $0 up|restart|down|status [NAME] | replicate PRIMARY STANDBY | classpath" >&2; exit 2 ;;
+prepare) ensure_tools; classpath; waiter >/dev/null ;;
+*) echo "usage: $0 up|restart|down|status [NAME] | replicate PRIMARY STANDBY | classpath | prepare" >&2; exit 2 ;;
 esac

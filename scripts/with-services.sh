@@ -42,9 +42,12 @@ else
 fi
 
 started=()
+declare -A up_pid=() # NAME → the pid of its `up`, until finish waits for it
 cleanup() {
-	local rc=$? s
+	local rc=$? s p
 	trap - EXIT INT TERM
+	# An up still running (its partner failed) ends first, so that its pid file is there to stop.
+	for p in ${up_pid[@]+"${up_pid[@]}"}; do wait "$p" 2>/dev/null || true; done
 	# The test mode wipes what it started right after: an HBase gets 2 s to stop, not 10.
 	if [ "$MODE" = test ]; then export HBASE_STOP_SECS="${HBASE_STOP_SECS:-2}"; fi
 	for s in "${started[@]}"; do
@@ -69,21 +72,30 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# start NAME VAR: runs scripts/redis.sh up NAME or scripts/hbase.sh up NAME and exports VAR
-# with the address from its env file. One that is already running (a `make services-up`) is used
-# as is and left running; in the test mode it is wiped and started afresh instead (an instance
-# of the test run's own, left over by an interrupted run).
-start() {
-	local name="$1" var="$2" addr script="${1%%-*}"
+# launch NAME: runs scripts/redis.sh up NAME or scripts/hbase.sh up NAME in the background; finish
+# NAME VAR waits for it and exports VAR with the address from its env file; start NAME VAR does
+# both. One that is already running (a `make services-up`) is used as is and left running; in the
+# test mode it is wiped and started afresh instead (an instance of the test run's own, left over
+# by an interrupted run).
+launch() {
+	local name="$1" script="${1%%-*}"
 	if [ "$MODE" != test ] && "$ROOT/scripts/$script.sh" status "$name" >/dev/null 2>&1; then
 		log "$name is already up (make services-up?); using it and leaving it running"
-	else
-		started+=("$name")
-		if [ "$MODE" = test ]; then
-			"$ROOT/scripts/$script.sh" down "$name" >/dev/null 2>&1 || true
-			if [ "$script" = redis ]; then "$ROOT/scripts/redis.sh" wipe "$name" >/dev/null; fi
-		fi
-		"$ROOT/scripts/$script.sh" up "$name" >/dev/null
+		return 0
+	fi
+	started+=("$name")
+	if [ "$MODE" = test ]; then
+		"$ROOT/scripts/$script.sh" down "$name" >/dev/null 2>&1 || true
+		if [ "$script" = redis ]; then "$ROOT/scripts/redis.sh" wipe "$name" >/dev/null; fi
+	fi
+	"$ROOT/scripts/$script.sh" up "$name" >/dev/null &
+	up_pid[$name]=$!
+}
+finish() {
+	local name="$1" var="$2" addr
+	if [ -n "${up_pid[$name]:-}" ]; then
+		wait "${up_pid[$name]}" || die "$name did not come up"
+		unset "up_pid[$name]"
 	fi
 	# The env file's variable is named after the instance for HBase (SMARTFEED_HBASE_TEST_ZK).
 	addr=$(sed -n 's/^SMARTFEED_[A-Z_]*=//p' "$RUN_DIR/$name/env" | head -n 1)
@@ -91,6 +103,7 @@ start() {
 	export "$var=$addr"
 	log "using $var=$addr ($name)"
 }
+start() { launch "$1" && finish "$1" "$2"; }
 
 if [ -n "${SMARTFEED_REDIS_ADDR:-}" ]; then
 	log "using the Redis at SMARTFEED_REDIS_ADDR=$SMARTFEED_REDIS_ADDR"
@@ -100,20 +113,25 @@ else
 	start "$REDIS_NAME" SMARTFEED_REDIS_ADDR
 fi
 
+# The primary HBase and the standby start side by side (each JVM takes ~15 s to serve), and
+# the Redis Sentinel and Cluster setups below start while they boot.
+hbase_primary="" hbase_standby=""
 if [ -n "${SMARTFEED_HBASE_ZK:-}" ]; then
 	log "using the HBase at SMARTFEED_HBASE_ZK=$SMARTFEED_HBASE_ZK"
 elif [ "${SMARTFEED_NO_HBASE:-}" = 1 ]; then
 	log "SMARTFEED_NO_HBASE=1: not starting HBase"
 else
-	start "$HBASE_NAME" SMARTFEED_HBASE_ZK
+	hbase_primary=1
 	if [ -n "${SMARTFEED_HBASE_STANDBY_ZK:-}" ]; then
 		log "using the standby HBase at SMARTFEED_HBASE_STANDBY_ZK=$SMARTFEED_HBASE_STANDBY_ZK"
 	elif [ "${SMARTFEED_NO_HBASE_STANDBY:-}" = 1 ]; then
 		log "SMARTFEED_NO_HBASE_STANDBY=1: no standby HBase"
 	else
-		start "$STANDBY_NAME" SMARTFEED_HBASE_STANDBY_ZK
-		"$ROOT/scripts/hbase.sh" replicate "$HBASE_NAME" "$STANDBY_NAME"
+		hbase_standby=1
 	fi
+	"$ROOT/scripts/hbase.sh" prepare
+	launch "$HBASE_NAME"
+	if [ -n "$hbase_standby" ]; then launch "$STANDBY_NAME"; fi
 fi
 
 # In the test mode, the Redis Sentinel setup of the failover test (scripts/redis-sentinel.sh,
@@ -138,6 +156,14 @@ if [ "$MODE" = test ] && [ "${SMARTFEED_NO_REDIS:-}" != 1 ] && [ -z "${SMARTFEED
 		log "using SMARTFEED_REDIS_CLUSTER=$SMARTFEED_REDIS_CLUSTER"
 	else
 		log "WARNING: the Redis Cluster did not come up; the Cluster failover test skips"
+	fi
+fi
+
+if [ -n "$hbase_primary" ]; then
+	finish "$HBASE_NAME" SMARTFEED_HBASE_ZK
+	if [ -n "$hbase_standby" ]; then
+		finish "$STANDBY_NAME" SMARTFEED_HBASE_STANDBY_ZK
+		"$ROOT/scripts/hbase.sh" replicate "$HBASE_NAME" "$STANDBY_NAME"
 	fi
 fi
 
