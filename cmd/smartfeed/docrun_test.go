@@ -335,6 +335,7 @@ func TestDocsCommandsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and grpcurl, and starts Redis and the server")
 	}
+	t.Parallel() // it mostly waits on timers and processes: it runs beside another such test
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)

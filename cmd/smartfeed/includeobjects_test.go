@@ -21,6 +21,7 @@ func TestSplitIncludeObjects(t *testing.T) {
 	if testing.Short() {
 		t.Skip("split processes: builds the binary and runs four processes; skipped with -short")
 	}
+	t.Parallel() // it mostly waits on timers and processes: it runs beside another such test
 	redis, ns := testenv.RedisNamespace(t, "splitobj")
 	s := newSplit(t, redis, ns, testenv.HBase(t))
 	ada, bob := s.user("ada"), s.user("bob")

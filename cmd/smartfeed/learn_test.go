@@ -21,6 +21,7 @@ func TestLearnLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation of a few thousand sessions; skipped with -short")
 	}
+	t.Parallel() // it computes while the other parallel tests mostly wait on timers and processes
 	dir := t.TempDir()
 	var out bytes.Buffer
 	if err := run(t.Context(), []string{"bench", "--profile", "learn", "--out", dir}, &out, io.Discard); err != nil {

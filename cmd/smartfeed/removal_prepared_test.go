@@ -30,6 +30,7 @@ func TestRemovalsBeatPreparedChunks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs Redis and runs every service; skipped with -short")
 	}
+	t.Parallel() // it mostly waits on timers and processes: it runs beside another such test
 	a, conn := startAll(t)
 	if a.feed.Config().PrepareAfter <= 0 {
 		t.Fatal("the default settings prepare no chunk (feed.prepare_after is 0)")

@@ -27,6 +27,7 @@ func TestSplitRemovalsBeatPreparedChunks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("split processes: builds the binary and runs four processes; skipped with -short")
 	}
+	t.Parallel() // it mostly waits on timers and processes: it runs beside another such test
 	redis, ns := testenv.RedisNamespace(t, "splitrm")
 	zk := testenv.HBase(t)
 	// The chunk is prepared 2 s after the first page, time for P's fanout through the worker
