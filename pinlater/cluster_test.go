@@ -49,6 +49,7 @@ func clusterConfig(t *testing.T) (RedisConfig, string) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("%s/env: %v", dir, err)
 	}
+	testenv.WaitClusterHealthy(t, c.ClusterAddrs)
 	return c, dir
 }
 

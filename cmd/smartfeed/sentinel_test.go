@@ -153,6 +153,7 @@ func clusterFromEnv(t *testing.T) *clusterSetup {
 	if c.addrs == "" {
 		t.Fatalf("%s/env names no nodes", dir)
 	}
+	testenv.WaitClusterHealthy(t, strings.Split(c.addrs, ","))
 	return c
 }
 
