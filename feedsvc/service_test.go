@@ -347,9 +347,10 @@ func TestBreakerOpenSkipsGenerator(t *testing.T) {
 	e.gen.mu.Unlock()
 
 	p := e.get(t, "", 100)
-	// The detail says why the breaker opened: the primary's reads failed (its outage), none was
-	// slow.
-	wantDetail := regexp.MustCompile(`^the primary feed store's circuit breaker is open \([0-9]+ of the last [0-9]+ primary reads failed, 0 slow\): no fresh chunk can be recorded$`)
+	// The detail says why the breaker opened: the primary's reads failed (its outage). A read
+	// before the outage may have counted as slow on a loaded machine (over Policy.Max, or lost to
+	// the standby), so only the failures are required.
+	wantDetail := regexp.MustCompile(`^the primary feed store's circuit breaker is open \([1-9][0-9]* of the last [0-9]+ primary reads failed, [0-9]+ slow\): no fresh chunk can be recorded$`)
 	if p.FreshStatus != FreshPrimaryDown || !wantDetail.MatchString(p.FreshDetail) {
 		t.Errorf("breaker open: status %q (%q), want %q with the breaker's reason", p.FreshStatus, p.FreshDetail, FreshPrimaryDown)
 	}
