@@ -38,6 +38,7 @@ import (
 // lives (with ZooKeeper, once the process acknowledged each map), users on the moved shards read
 // back from HBase, and a second run reports the move done.
 func TestShardsMoveCommand(t *testing.T) {
+	t.Parallel() // it mostly waits on timers and processes: it runs beside another such test
 	t.Run("file", func(t *testing.T) { testShardsMove(t, false) })
 	t.Run("zookeeper", func(t *testing.T) { testShardsMove(t, true) })
 }
@@ -279,6 +280,7 @@ func TestShardsMoveRecoversFromACrashWhileFenced(t *testing.T) {
 // for shards 8–15 is on HBase, the rows written after the switch are on HBase only, the demo
 // logged no failed write and kept serving feeds, and the fence's duration is reported.
 func TestDemoWhileShardsMove(t *testing.T) {
+	t.Parallel() // it mostly waits on timers and processes: it runs beside another such test
 	zk := testenv.HBase(t)
 	redis, ns := testenv.RedisNamespace(t, "demomv")
 	dir := t.TempDir()
@@ -537,6 +539,7 @@ func poolRowGone(k string, src, dst map[string]string) string {
 // and the switch wait for both processes' acknowledgements, every user the writer was told was
 // created reads back afterwards from both processes, and both route shards 4–7 to the new store.
 func TestShardsMoveAcrossProcesses(t *testing.T) {
+	t.Parallel() // it mostly waits on timers and processes: it runs beside another such test
 	zk := testenv.HBase(t)
 	prefix := fmt.Sprintf("cmdmvp%d_", time.Now().UnixNano())
 	zpath := fmt.Sprintf("/smartfeed-test/%d/shardmap", time.Now().UnixNano())

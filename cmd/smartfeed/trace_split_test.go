@@ -147,6 +147,7 @@ func spanForest(spans []traceSpan) string {
 // own client spans they must form one trace: one trace ID, every span's parent present, and
 // every role process among them.
 func TestSplitTrace(t *testing.T) {
+	t.Parallel() // it mostly waits on timers and processes: it runs beside another such test
 	if testing.Short() {
 		t.Skip("split processes: builds the binary and runs four processes; skipped with -short")
 	}
