@@ -2,6 +2,7 @@ package lint
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -11,6 +12,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"golang.org/x/mod/modfile"
 )
 
 // Size limits of production code: a file a reader can hold in mind, a function that does one
@@ -91,16 +94,21 @@ func funcName(fd *ast.FuncDecl) string {
 }
 
 // walkModule calls fn with each .go file of the Go module at root, its path, its slash path
-// relative to root and its source; it skips testdata, third_party, vendor, hidden directories
-// and nested modules.
+// relative to root and its source; it skips testdata, third_party, vendor, hidden directories,
+// nested modules and the directories go.mod's ignore directives name (as the go command does:
+// run/, where the local services create and remove directories while the walk runs).
 func walkModule(root string, fn func(path, rel string, src []byte) error) error {
+	ignored, err := ignoredDirs(root)
+	if err != nil {
+		return err
+	}
 	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		if d.IsDir() {
 			name := d.Name()
-			if path != root && (name == "testdata" || name == "third_party" || name == "vendor" || strings.HasPrefix(name, ".") || fileExists(filepath.Join(path, "go.mod"))) {
+			if path != root && (name == "testdata" || name == "third_party" || name == "vendor" || strings.HasPrefix(name, ".") || ignored[path] || fileExists(filepath.Join(path, "go.mod"))) {
 				return filepath.SkipDir
 			}
 			return nil
@@ -176,4 +184,26 @@ func Ratchet(found []Oversize, allowed map[string]int) []Violation {
 		vs = append(vs, Violation{k, "allowance unused", fmt.Sprintf("no longer over the limit (or gone): remove its line from %s", SizeAllowlist)})
 	}
 	return vs
+}
+
+// ignoredDirs returns the directories the ignore directives of root/go.mod name, as paths under
+// root; none when root has no go.mod.
+func ignoredDirs(root string) (map[string]bool, error) {
+	name := filepath.Join(root, "go.mod")
+	b, err := os.ReadFile(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := modfile.ParseLax(name, b, nil)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, ig := range f.Ignore {
+		out[filepath.Join(root, filepath.FromSlash(ig.Path))] = true
+	}
+	return out, nil
 }
