@@ -114,13 +114,13 @@ func (t timedEnqueuer) EnqueueMaterialize(ctx context.Context, task MaterializeT
 // goes to the queue as a job.
 const laneWait = 250 * time.Millisecond
 
-// defaultBackgroundLanes is Deps.BackgroundLanes's default: half the processors, at least one.
+// DefaultBackgroundLanes is Deps.BackgroundLanes's default: half the processors, at least one.
 // Go's scheduler has no priorities: a page's handler, its response writer and a client's reader
 // queue for a processor behind whatever is runnable, so background work that could fill every
 // processor makes the pages wait behind it, as execution traces of the bench show
 // (docs/read-path.md, "Background work waits its turn"). Bounded to half, a processor is left
 // for the requests.
-func defaultBackgroundLanes() int {
+func DefaultBackgroundLanes() int {
 	return max(1, runtime.GOMAXPROCS(0)/2)
 }
 
@@ -133,7 +133,7 @@ func (s *Service) acquireLane() bool {
 		return false
 	default:
 	}
-	return s.acquire(s.lanes)
+	return s.lanes.TryAcquire(s.closingCtx, laneWait)
 }
 
 // waitLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
@@ -141,14 +141,16 @@ func (s *Service) acquireLane() bool {
 // first; otherwise the caller releases the lane (releaseLane).
 func (s *Service) waitLane(ctx context.Context) error {
 	s.waitQuiet()
-	select {
-	case s.lanes <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-s.closing:
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closingCtx, cancel)()
+	if err := s.lanes.Acquire(lctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("%w: the feed service is closing", ErrUnavailable)
 	}
+	return nil
 }
 
 // waitQuiet holds background work until no request is in flight, for at most quietBound (see
@@ -160,28 +162,8 @@ func (s *Service) waitQuiet() {
 	s.quiet.Wait(s.closingCtx, s.quietBound)
 }
 
-// acquire waits up to laneWait to put a token in sem; false when it stayed full or the service
-// is closing.
-func (s *Service) acquire(sem chan struct{}) bool {
-	select {
-	case sem <- struct{}{}:
-		return true
-	default:
-	}
-	t := time.NewTimer(laneWait)
-	defer t.Stop()
-	select {
-	case sem <- struct{}{}:
-		return true
-	case <-t.C:
-		return false
-	case <-s.closing:
-		return false
-	}
-}
-
 // releaseLane gives a lane back.
-func (s *Service) releaseLane() { <-s.lanes }
+func (s *Service) releaseLane() { s.lanes.Release() }
 
 // materializeInLane is the recovery pass's Materialize: like the read path's own background
 // work it waits for a gap between requests and a background lane (waitLane), so that a pass

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/internal/quiet"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -199,6 +200,10 @@ type Deps struct {
 	// preparations' and Config.InlineMaterialize's own (a store across the network, where the
 	// work waits on RPCs).
 	BackgroundLanes int
+	// Lanes, when set, are the background lanes of the whole process, shared with its other
+	// background work (a worker's fanout deliveries in the same process): BackgroundLanes is
+	// then ignored. nil: the service has BackgroundLanes lanes of its own.
+	Lanes *quiet.Lanes
 	// Quiet, when set, holds the read path's background work (preparations, inline
 	// materializations) until no request of the process is in flight, for at most QuietBound
 	// (0 means DefaultQuietBound), so that it takes the gaps between requests rather than the
@@ -235,10 +240,13 @@ func (d *Deps) setDefaults() error {
 		return fmt.Errorf("feedsvc: trim every %d is not in [1, 65536]", d.TrimEvery)
 	}
 	if d.BackgroundLanes == 0 {
-		d.BackgroundLanes = defaultBackgroundLanes()
+		d.BackgroundLanes = DefaultBackgroundLanes()
 	}
 	if d.BackgroundLanes < 1 || d.BackgroundLanes > MaxBackgroundLanes {
 		return fmt.Errorf("feedsvc: background lanes %d is not in [1, %d]", d.BackgroundLanes, MaxBackgroundLanes)
+	}
+	if d.Lanes == nil {
+		d.Lanes = quiet.NewLanes(d.BackgroundLanes)
 	}
 	if d.QuietBound == 0 {
 		d.QuietBound = DefaultQuietBound

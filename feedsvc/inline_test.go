@@ -136,11 +136,11 @@ func TestBackgroundLanes(t *testing.T) {
 		c.InlineMaterialize, c.PrepareAfter = 4, time.Millisecond
 	})
 	e.rebuild(t, func(d *Deps) { d.BackgroundLanes = 1 })
-	if got := cap(e.svc.lanes); got != 1 {
+	if got := e.svc.lanes.Cap(); got != 1 {
 		t.Fatalf("lanes = %d, want 1", got)
 	}
 
-	e.svc.lanes <- struct{}{} // something else holds the only lane
+	holdLane(t, e.svc) // something else holds the only lane
 	start := time.Now()
 	p := e.get(t, "", 10) // waits for the inline materialization's fate
 	if p.FreshStatus != FreshIncluded || len(freshPins(p)) != 5 {
@@ -160,7 +160,7 @@ func TestBackgroundLanes(t *testing.T) {
 		t.Errorf("generator calls = %d, want 1 (the preparation waits for the lane)", got)
 	}
 
-	<-e.svc.lanes // the lane is free again: the preparation runs
+	e.svc.lanes.Release() // the lane is free again: the preparation runs
 	e.svc.Wait()
 	if got := e.gen.calls(); got != 2 {
 		t.Errorf("generator calls = %d, want 2 (the page's and its preparation's)", got)
@@ -176,7 +176,7 @@ func TestBackgroundLanes(t *testing.T) {
 	if got := testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepRecorded)); got != 2 {
 		t.Errorf("preparations recorded = %v, want 2", got)
 	}
-	if got := len(e.svc.lanes); got != 0 {
+	if got := e.svc.lanes.InUse(); got != 0 {
 		t.Errorf("%d lanes still held after the work ended, want 0", got)
 	}
 }
@@ -188,7 +188,7 @@ func TestPreparationQueue(t *testing.T) {
 	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, 0 })
 	e.rebuild(t, func(d *Deps) { d.BackgroundLanes = 1 })
 	const users = 3 * maxPreparing
-	e.svc.lanes <- struct{}{} // something else holds the only lane
+	holdLane(t, e.svc) // something else holds the only lane
 	for i := range users {
 		if _, err := e.svc.GetFeed(t.Context(), Request{User: userID(t, uint64(100+i)), PageSize: 10}); err != nil {
 			t.Fatal(err)
@@ -198,7 +198,7 @@ func TestPreparationQueue(t *testing.T) {
 	if got := e.gen.calls(); got != users {
 		t.Errorf("generator calls with the lane held = %d, want %d (the pages' only)", got, users)
 	}
-	<-e.svc.lanes
+	e.svc.lanes.Release()
 	e.svc.Wait()
 	sched := func(r string) float64 { return testutil.ToFloat64(e.svc.m.prepSchedule.WithLabelValues(r)) }
 	got := map[string]float64{
@@ -226,7 +226,7 @@ func TestVisitWhilePreparationWaits(t *testing.T) {
 	const interval = 300 * time.Millisecond
 	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, interval })
 	e.rebuild(t, func(d *Deps) { d.BackgroundLanes = 1 })
-	e.svc.lanes <- struct{}{} // the lane held: the preparation waits
+	holdLane(t, e.svc) // the lane held: the preparation waits
 	if p := e.get(t, "", 10); p.FreshStatus != FreshIncluded {
 		t.Fatalf("first page: status %q, want included", p.FreshStatus)
 	}
@@ -239,13 +239,13 @@ func TestVisitWhilePreparationWaits(t *testing.T) {
 	if got := e.gen.calls(); got != 1 {
 		t.Errorf("generator calls = %d, want 1 (the first page's)", got)
 	}
-	<-e.svc.lanes
+	e.svc.lanes.Release()
 	e.svc.Wait()
 }
 
 // TestBackgroundLanesDefault: half the processors, at least one; out of range is refused.
 func TestBackgroundLanesDefault(t *testing.T) {
-	if got, want := defaultBackgroundLanes(), max(1, runtime.GOMAXPROCS(0)/2); got != want {
+	if got, want := DefaultBackgroundLanes(), max(1, runtime.GOMAXPROCS(0)/2); got != want {
 		t.Errorf("default lanes = %d, want %d", got, want)
 	}
 	e := newEnv(t, nil)
@@ -393,5 +393,13 @@ func TestBackgroundWaitsForGap(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not end the background work waiting for a gap")
+	}
+}
+
+// holdLane takes one of svc's background lanes, as other background work would.
+func holdLane(t *testing.T, svc *Service) {
+	t.Helper()
+	if err := svc.lanes.Acquire(context.Background()); err != nil {
+		t.Fatalf("acquire a lane: %v", err)
 	}
 }

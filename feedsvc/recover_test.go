@@ -259,7 +259,7 @@ func TestRecoveryTakesALane(t *testing.T) {
 			err error
 		}
 
-		e.svc.lanes <- struct{}{} // something else holds the only lane
+		holdLane(t, e.svc) // something else holds the only lane
 		ctx, cancel := context.WithCancel(t.Context())
 		out := make(chan result, 1)
 		go func() { n, err := r.Pass(ctx); out <- result{n, err} }()
@@ -280,14 +280,14 @@ func TestRecoveryTakesALane(t *testing.T) {
 			t.Fatalf("%v chunks materialized by the cancelled pass, want 0", got)
 		}
 
-		<-e.svc.lanes // the lane is free: the next pass completes the chunk
+		e.svc.lanes.Release() // the lane is free: the next pass completes the chunk
 		if n, err := r.Pass(t.Context()); err != nil || n != 1 {
 			t.Fatalf("pass with the lane free: %d, %v; want 1, nil", n, err)
 		}
 		if got := done(); got != 1 {
 			t.Errorf("%v chunks materialized, want 1", got)
 		}
-		if got := len(e.svc.lanes); got != 0 {
+		if got := e.svc.lanes.InUse(); got != 0 {
 			t.Errorf("%d lanes held after the pass, want 0", got)
 		}
 	})

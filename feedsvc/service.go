@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/internal/quiet"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -74,9 +75,9 @@ type Service struct {
 	// inlineRunning counts the materializations running in this process (see
 	// Config.InlineMaterialize).
 	inlineRunning atomic.Int64
-	// lanes bounds the read path's background work running at once in this process
-	// (preparations and inline materializations; see acquireLane).
-	lanes chan struct{}
+	// lanes bounds the background work running at once in this process (preparations and
+	// inline materializations, and whatever else shares Deps.Lanes; see acquireLane).
+	lanes *quiet.Lanes
 	// quiet and quietBound: see Deps.Quiet. closingCtx is done once Close is called (closing is
 	// its Done channel).
 	quiet      Quiet
@@ -132,7 +133,7 @@ func New(d Deps, c Config) (*Service, error) {
 		live: d.Liveness, liveTimeout: d.LiveTimeout, elig: d.Eligibility, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace,
 		trimEvery: uint32(d.TrimEvery), prepQueue: make(chan prepTask, maxPrepQueue),
-		lanes: make(chan struct{}, d.BackgroundLanes), quiet: d.Quiet, quietBound: d.QuietBound, head: head}
+		lanes: d.Lanes, quiet: d.Quiet, quietBound: d.QuietBound, head: head}
 	s.closingCtx, s.stopAll = context.WithCancel(context.Background())
 	s.closing = s.closingCtx.Done()
 	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers

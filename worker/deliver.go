@@ -276,9 +276,31 @@ func (w *Worker) HandleFanoutChunk(ctx context.Context, p pinlater.FanoutChunkPa
 // order (zen.Graph.Members: the point rows only, half the rows of a page of edges), and reports
 // whether the list holds more.
 func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload, facts *pinFacts) (more bool, err error) {
-	c, err := checkChunk(p)
+	es, more, err := w.scoreChunk(ctx, p, facts)
 	if err != nil {
 		return false, err
+	}
+	if err := w.insert(ctx, es); err != nil {
+		return false, fmt.Errorf("chunk %d: %w", p.Pin, err)
+	}
+	return more, nil
+}
+
+// scoreChunk is deliverChunk's reads and scoring: the pool entries of the chunk's receivers,
+// and whether the list holds more. It runs in a background lane (Options.Lanes), given back
+// before deliverChunk's synced write.
+func (w *Worker) scoreChunk(ctx context.Context, p pinlater.FanoutChunkPayload, facts *pinFacts) ([]zen.PoolEntry, bool, error) {
+	c, err := checkChunk(p)
+	if err != nil {
+		return nil, false, err
+	}
+	if w.lanes != nil {
+		start := time.Now()
+		if err := w.lanes.Acquire(ctx); err != nil {
+			return nil, false, fmt.Errorf("chunk %d: wait for a lane: %w", p.Pin, err)
+		}
+		defer w.lanes.Release()
+		w.m.laneWait.Observe(time.Since(start).Seconds())
 	}
 	pin, author, board, interest, src, et := c.pin, c.author, c.board, c.interest, c.src, c.et
 	// Only lists delivered inline (at most InlineReceivers receivers: the common author, board
@@ -290,18 +312,18 @@ func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload
 		facts, feats = &pinFacts{}, nil
 	}
 	if err := facts.load(ctx, w, pin, author); err != nil || facts.gone {
-		return false, err
+		return nil, false, err
 	}
 	users, more, err := w.chunkUsers(ctx, p, pin, et, inline)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
 	users = slices.DeleteFunc(users, func(u zen.ID) bool { return u == author })
 	pi := &pinInfo{pin: pin, author: author, board: board, interest: interest, createdMs: p.CreatedMs,
 		repin: facts.repin, saves: facts.saves, likes: facts.likes, interests: facts.interests}
 	rs, err := w.receivers(ctx, users, pi, interest, feats)
 	if err != nil {
-		return false, fmt.Errorf("chunk %d: %w", pin, err)
+		return nil, false, fmt.Errorf("chunk %d: %w", pin, err)
 	}
 	reason := "followed user"
 	switch {
@@ -318,10 +340,7 @@ func (w *Worker) deliverChunk(ctx context.Context, p pinlater.FanoutChunkPayload
 		}
 		es = append(es, w.entry(r, pi, src, 0, 0, reason))
 	}
-	if err := w.insert(ctx, es); err != nil {
-		return false, fmt.Errorf("chunk %d: %w", pin, err)
-	}
-	return more, nil
+	return es, more, nil
 }
 
 // insert writes entries in one batch and then trims the pools of the receivers picked by

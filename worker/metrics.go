@@ -18,6 +18,7 @@ type metrics struct {
 	removed  *prometheus.CounterVec
 	unknown  *prometheus.CounterVec
 	delay    prometheus.Histogram
+	laneWait prometheus.Histogram
 
 	featureHits, featureMisses prometheus.Counter
 	activeHits, activeMisses   prometheus.Counter
@@ -48,6 +49,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Time from a pin's created_ms to the end of each fanout task that delivered it: the fanout task " +
 				"(its inline receiver lists) and each chunk task of a larger list. Its p99 is the fanout lag a follower sees.",
 			Buckets: fanoutDelayBuckets}),
+		laneWait: f.NewHistogram(prometheus.HistogramOpts{Name: "smartfeed_worker_lane_wait_seconds",
+			Help:    "Time a fanout delivery waited for a background lane shared with the pages' background work (Options.Lanes; only in a process that also serves pages).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 	}
 	features := f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_worker_feature_cache_lookups_total",
 		Help: "Receiver scoring features (affinity, interest follows) the fanout looked up in its cache, by result (hit, miss: read from the store)."},

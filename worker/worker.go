@@ -173,6 +173,19 @@ type Options struct {
 	// Experiment assigns receivers to experiment arms for the engagement handler's tags; with
 	// an ExperimentScorer, pass its Experiment.
 	Experiment engagement.Experiment
+	// Lanes, when set, bound the fanout deliveries that read and score their receivers at
+	// once: each holds a lane for that CPU-bound part and gives it back before its synced
+	// write. A process that also serves pages passes the lanes its feed service's background
+	// work takes (internal/quiet.Lanes), so that fanout cannot hold every processor while
+	// pages wait for one. nil: no bound beyond the pinlater server's concurrency.
+	Lanes Lanes
+}
+
+// Lanes bound work that runs at once (internal/quiet.Lanes).
+type Lanes interface {
+	// Acquire waits for a lane until ctx is done; every nil return is matched by a Release.
+	Acquire(ctx context.Context) error
+	Release()
 }
 
 // Worker runs the fanout and upkeep handlers. It is safe for concurrent use.
@@ -195,6 +208,7 @@ type Worker struct {
 	eng      *engagement.Store
 	noOnline bool // Options.NoOnlineFeatures
 	exp      engagement.Experiment
+	lanes    Lanes // Options.Lanes; nil: none
 	em       *engagementMetrics
 	// onInsert, when set, is called with each batch of entries written (OnInsert).
 	onInsert atomic.Pointer[func([]zen.PoolEntry)]
@@ -235,7 +249,7 @@ func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Optio
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
-	return &Worker{eng: o.Engagement, noOnline: o.NoOnlineFeatures, exp: o.Experiment, em: em, g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
+	return &Worker{eng: o.Engagement, noOnline: o.NoOnlineFeatures, exp: o.Experiment, lanes: o.Lanes, em: em, g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
 		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m, lazyTask: zen.SameLog(pools, state),
 		feats:  newFeatureCache(cfg.FeatureTTL, cfg.FeatureCacheSize, o.Now, m.featureHits, m.featureMisses),
 		active: newFeatureCache(cfg.ActiveTTL, cfg.FeatureCacheSize, o.Now, m.activeHits, m.activeMisses)}, nil

@@ -196,6 +196,9 @@ type app struct {
 	// quiet counts the public port's unary calls in flight, for the feed's background work to
 	// wait for a gap (nil without a feed role, or with feed.background_gap_wait 0).
 	quiet *quiet.Gate
+	// lanes bound the background work of a process that serves pages: the feed's and, in the
+	// same process, the worker's fanout deliveries (nil until sharedLanes makes them).
+	lanes *quiet.Lanes
 
 	stores *stores
 	// router routes the shard-keyed tables over the stores of --stores (nil without any);
@@ -424,10 +427,23 @@ func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 // where the read path's background work waits on RPCs and half the processors as lanes would
 // hold preparations to a few a second.
 func backgroundLanes(c config.Config) int {
-	if c.Feed.BackgroundLanes == 0 && c.Storage.Backend == config.BackendHBase {
+	switch {
+	case c.Feed.BackgroundLanes != 0:
+		return c.Feed.BackgroundLanes
+	case c.Storage.Backend == config.BackendHBase:
 		return feedsvc.MaxBackgroundLanes
 	}
-	return c.Feed.BackgroundLanes
+	return feedsvc.DefaultBackgroundLanes()
+}
+
+// sharedLanes are the process's background lanes (backgroundLanes of them), made on first use:
+// the feed service's background work takes them, and so do the worker's fanout deliveries when
+// the process serves pages too.
+func (a *app) sharedLanes() *quiet.Lanes {
+	if a.lanes == nil {
+		a.lanes = quiet.NewLanes(backgroundLanes(a.cfg))
+	}
+	return a.lanes
 }
 
 // outboxStore is the outbox the pinlater server clears finished tasks from (nil without one: a

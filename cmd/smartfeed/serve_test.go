@@ -290,7 +290,7 @@ func TestBackgroundLanes(t *testing.T) {
 		set     int
 		want    int
 	}{
-		{config.BackendPebble, 0, 0},
+		{config.BackendPebble, 0, feedsvc.DefaultBackgroundLanes()},
 		{config.BackendHBase, 0, feedsvc.MaxBackgroundLanes},
 		{config.BackendPebble, 3, 3},
 		{config.BackendHBase, 2, 2},

@@ -73,7 +73,7 @@ func (a *app) buildFeed(ctx context.Context) error {
 	a.feedPrimary, a.feedStandby = writeTo, gate
 	deps := feedsvc.Deps{Primary: writeTo, Standby: gate, StandbyGate: gate, Generator: gen,
 		Enqueuer: feedsvc.PinlaterEnqueuer{Client: a.pinClient}, Hedger: hedger,
-		Logger: a.log.Named("feedsvc"), Registerer: a.reg, BackgroundLanes: backgroundLanes(a.cfg), HeadCacheBytes: a.cfg.Feed.HeadCacheBytes()}
+		Logger: a.log.Named("feedsvc"), Registerer: a.reg, BackgroundLanes: backgroundLanes(a.cfg), Lanes: a.sharedLanes(), HeadCacheBytes: a.cfg.Feed.HeadCacheBytes()}
 	// Deleted pins are filtered on read, and prepared chunks are checked against the removals
 	// (unfollows, deletes), against the graph: this process's own (the main store), or, for a
 	// feed process with a remote generator, the generator process's, through its CheckPins.

@@ -68,6 +68,8 @@ func (a *app) buildWorker(ctx context.Context) error {
 	opts.Feeds = worker.PinlaterFeedRemover{Client: a.durable}
 	if a.has(roleFeed) {
 		opts.Feeds = feedRemover{a}
+		// The pages' background work and the fanout's reads take turns in the same lanes.
+		opts.Lanes = a.sharedLanes()
 	}
 	wcfg := worker.Config{FeatureTTL: a.cfg.Worker.FeatureTTL.D(), ActiveTTL: a.cfg.Worker.ActiveTTL.D(),
 		UserDeleteRecheck: a.cfg.Worker.UserDeleteRecheck.D()}

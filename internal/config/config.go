@@ -392,8 +392,9 @@ type Feed struct {
 	// chunk is a job.
 	InlineMaterialize int `json:"inline_materialize"`
 	// BackgroundLanes bounds the feed process's background work for the read path
-	// (preparations, inline materializations) running at once, so that it leaves processors
-	// to the requests (feedsvc.Deps.BackgroundLanes). 0, the default: half of GOMAXPROCS, at
+	// (preparations, inline materializations) running at once, and in a process that runs the
+	// worker too its fanout deliveries' reads, so that it leaves processors to the requests
+	// (feedsvc.Deps.Lanes, worker.Options.Lanes). 0, the default: half of GOMAXPROCS, at
 	// least 1, on Pebble, where that work is the processors'; no bound beyond the work's own on
 	// HBase, where it waits on RPCs.
 	BackgroundLanes int `json:"background_lanes"`

@@ -149,7 +149,7 @@ func bindRedis(fs *pflag.FlagSet, c *Config) {
 func bindFeedResources(fs *pflag.FlagSet, c *Config) {
 	d, i := durVar(fs), fs.IntVar
 	d(&c.Feed.BackgroundGapWait, "feed-background-gap-wait", c.Feed.BackgroundGapWait, "how long the read path's background tasks wait for a gap between requests before they start anyway (0: they do not wait)")
-	i(&c.Feed.BackgroundLanes, "feed-background-lanes", c.Feed.BackgroundLanes, "background tasks of the read path (preparations, inline materializations) run at once (0: half of GOMAXPROCS, at least 1, on pebble; no bound on hbase)")
+	i(&c.Feed.BackgroundLanes, "feed-background-lanes", c.Feed.BackgroundLanes, "background tasks of the read path (preparations, inline materializations, and in the same process the fanout's reads) run at once (0: half of GOMAXPROCS, at least 1, on pebble; no bound on hbase)")
 	i(&c.Feed.HeadCacheMB, "feed-head-cache-mb", c.Feed.HeadCacheMB, "memory of the feed-head cache, in MiB: each active user's last first page, served again while the feed's head version is unchanged (0: no cache)")
 }
 
