@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/smartfeed/smartfeed/bench/loadgen"
 )
 
 func TestReadStepHeld(t *testing.T) {
@@ -302,5 +303,23 @@ func TestVisitOnce(t *testing.T) {
 	}
 	if lat.N != 2 {
 		t.Errorf("%d visits timed, want 2 (the failed one is not)", lat.N)
+	}
+}
+
+// The report times GetFeed's pages by fresh status at each rate, from the load generator's steps.
+func TestReportHasFreshLatency(t *testing.T) {
+	r := &Results{Profile: "quick", Ratios: map[string]float64{}, RateStepBoundMs: 10,
+		GetFeedRateSteps: []ReadStep{{Offered: 1000, Achieved: 1000, P50Ms: 1, P99Ms: 12}},
+		LoadGen: &LoadGenResult{Summary: &loadgen.Summary{Steps: []loadgen.Step{
+			{Kind: loadgen.KindGetFeed, Offered: 1000, FreshFromSend: map[string]loadgen.Percentiles{
+				"recent": {N: 700, P50: 0.5, P99: 3, P999: 7}, "included": {N: 300, P50: 2.25, P99: 14.5, P999: 30}}},
+			{Kind: loadgen.KindRedis, Offered: 1000},
+		}}}}
+	md := Markdown(r, "")
+	for _, want := range []string{"| offered/s | fresh status | pages | p50 | p99 | p99.9 |",
+		"| 1000 | included | 300 | 2.25 ms | 14.50 ms | 30.00 ms |\n| 1000 | recent | 700 | 0.50 ms | 3.00 ms | 7.00 ms |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
 	}
 }

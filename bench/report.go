@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/smartfeed/smartfeed/bench/loadgen"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -373,8 +374,42 @@ func rateStepsMarkdown(r *Results, img func(string) string) string {
 	p("GetFeed held **%s** with p99 under %.0f ms; Redis ZREVRANGE held **%s**%s.", rateStepsLabel(r.GetFeedRateSteps, r.GetFeedMaxRate),
 		r.RateStepBoundMs, rateStepsLabel(r.RedisRateSteps, r.RedisMaxRate), floor)
 	p("")
+	if t := freshLatencyTable(r.LoadGen); t != "" {
+		p("%s", t)
+	}
 	p("![p99 from schedule vs offered rate](%s)", img("read_rates.png"))
 	p("")
+	return b.String()
+}
+
+// freshLatencyTable is GetFeed's latency from its send by fresh status at each offered rate,
+// as a markdown table with its lead line ("" without the load generator's fresh statuses).
+func freshLatencyTable(lg *LoadGenResult) string {
+	if lg == nil || lg.Summary == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, st := range lg.Summary.Steps {
+		if st.Kind != loadgen.KindGetFeed || len(st.FreshFromSend) == 0 {
+			continue
+		}
+		if b.Len() == 0 {
+			b.WriteString("GetFeed's pages from their send, by fresh status (`included`: a fresh chunk, from the generator or prepared; `recent`: the feed as it stood, the generator asked within `feed.min_chunk_interval`; `empty`: the generator found nothing; `generator_timeout`: it was late):\n\n")
+			b.WriteString("| offered/s | fresh status | pages | p50 | p99 | p99.9 |\n|---|---|---|---|---|---|\n")
+		}
+		keys := make([]string, 0, len(st.FreshFromSend))
+		for k := range st.FreshFromSend {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			q := st.FreshFromSend[k]
+			fmt.Fprintf(&b, "| %.0f | %s | %d | %.2f ms | %.2f ms | %.2f ms |\n", st.Offered, k, q.N, q.P50, q.P99, q.P999)
+		}
+	}
+	if b.Len() > 0 {
+		b.WriteString("\n")
+	}
 	return b.String()
 }
 

@@ -137,8 +137,10 @@ type Window struct {
 	FromSend     Percentiles `json:"from_send"`
 	// Errors counts the calls by code (CodeOK included).
 	Errors map[string]int `json:"errors"`
-	// Fresh counts GetFeed's pages by fresh status.
-	Fresh map[string]int `json:"fresh,omitempty"`
+	// Fresh counts GetFeed's pages by fresh status, and FreshFromSend times them from their
+	// send by fresh status (a page that ran the generator against one served as it stood).
+	Fresh         map[string]int         `json:"fresh,omitempty"`
+	FreshFromSend map[string]Percentiles `json:"fresh_from_send,omitempty"`
 	// DistinctUsers is how many users the window's calls were for.
 	DistinctUsers int `json:"distinct_users"`
 	// IdleWaitSeconds is how long the wait for an idle server before the window took;
@@ -153,6 +155,7 @@ type Window struct {
 	Held bool `json:"held"`
 
 	sched, send *hdrhistogram.Histogram
+	byFresh     map[string]*hdrhistogram.Histogram
 }
 
 // MinAchievedShare is the share of the offered rate a window (or step) must achieve to be held.
@@ -170,6 +173,8 @@ type Step struct {
 	FromSend     Percentiles    `json:"from_send"`
 	Errors       map[string]int `json:"errors"`
 	Held         bool           `json:"held"`
+	// FreshFromSend times GetFeed's pages from their send, by fresh status.
+	FreshFromSend map[string]Percentiles `json:"fresh_from_send,omitempty"`
 }
 
 // Summary is a whole run: every kind at every rate it was measured at, and the highest rate
@@ -300,6 +305,7 @@ type acc struct {
 	sched, send *hdrhistogram.Histogram
 	codes       map[string]int
 	fresh       map[string]int
+	byFresh     map[string]*hdrhistogram.Histogram // OK calls from their send, by fresh status
 }
 
 // startCallers starts cfg.InFlight callers of k taking their jobs from jobs, each counting
@@ -309,7 +315,8 @@ func startCallers(ctx context.Context, cfg Config, k Kind) (accs []*acc, jobs ch
 	jobs = make(chan job)
 	var wg sync.WaitGroup
 	for i := range accs {
-		a := &acc{sched: newHist(), send: newHist(), codes: map[string]int{}, fresh: map[string]int{}}
+		a := &acc{sched: newHist(), send: newHist(), codes: map[string]int{}, fresh: map[string]int{},
+			byFresh: map[string]*hdrhistogram.Histogram{}}
 		accs[i] = a
 		wg.Go(func() { a.serve(ctx, k.Call, cfg.CallTimeout, jobs) })
 	}
@@ -348,6 +355,14 @@ func (a *acc) serve(ctx context.Context, call Call, timeout time.Duration, jobs 
 		if out.Code == CodeOK {
 			record(a.sched, end.Sub(j.due))
 			record(a.send, end.Sub(sent))
+			if out.Fresh != "" {
+				h := a.byFresh[out.Fresh]
+				if h == nil {
+					h = newHist()
+					a.byFresh[out.Fresh] = h
+				}
+				record(h, end.Sub(sent))
+			}
 		}
 	}
 }
@@ -360,6 +375,7 @@ func (w *Window) merge(accs []*acc, unsent *hdrhistogram.Histogram) {
 	for _, a := range accs {
 		w.sched.Merge(a.sched)
 		w.send.Merge(a.send)
+		w.byFresh = mergeByFresh(w.byFresh, a.byFresh)
 		for c, v := range a.codes {
 			w.Errors[c] += v
 		}
@@ -370,6 +386,33 @@ func (w *Window) merge(accs []*acc, unsent *hdrhistogram.Histogram) {
 	if len(w.Fresh) == 0 {
 		w.Fresh = nil
 	}
+	w.FreshFromSend = freshPercentiles(w.byFresh)
+}
+
+// mergeByFresh merges the histograms of from into into (made when nil), by fresh status.
+func mergeByFresh(into, from map[string]*hdrhistogram.Histogram) map[string]*hdrhistogram.Histogram {
+	for f, h := range from {
+		if into == nil {
+			into = map[string]*hdrhistogram.Histogram{}
+		}
+		if into[f] == nil {
+			into[f] = newHist()
+		}
+		into[f].Merge(h)
+	}
+	return into
+}
+
+// freshPercentiles are the percentiles of each fresh status's histogram (nil: none).
+func freshPercentiles(by map[string]*hdrhistogram.Histogram) map[string]Percentiles {
+	if len(by) == 0 {
+		return nil
+	}
+	out := make(map[string]Percentiles, len(by))
+	for f, h := range by {
+		out[f] = percentiles(h)
+	}
+	return out
 }
 
 // runWindow offers k at rate for cfg.Window (its calls sent until cfg.Overrun past it) after
@@ -461,10 +504,12 @@ func held(ok int, p99ms, achieved, offered float64, bound time.Duration) bool {
 func mergeStep(kind string, rate float64, ws []Window, bound time.Duration) Step {
 	st := Step{Kind: kind, Offered: rate, Errors: map[string]int{}}
 	sched, send := newHist(), newHist()
+	var byFresh map[string]*hdrhistogram.Histogram
 	for _, w := range ws {
 		if w.Kind != kind || w.Offered != rate {
 			continue
 		}
+		byFresh = mergeByFresh(byFresh, w.byFresh)
 		st.Windows++
 		st.Seconds += w.Seconds
 		st.Unsent += w.Unsent
@@ -480,6 +525,7 @@ func mergeStep(kind string, rate float64, ws []Window, bound time.Duration) Step
 		st.Achieved = float64(st.Errors[CodeOK]) / st.Seconds
 	}
 	st.FromSchedule, st.FromSend = percentiles(sched), percentiles(send)
+	st.FreshFromSend = freshPercentiles(byFresh)
 	st.Held = held(st.Errors[CodeOK], st.FromSchedule.P99, st.Achieved, rate, bound)
 	return st
 }

@@ -319,3 +319,49 @@ func TestCancelledWindowCountsOnlyDueCalls(t *testing.T) {
 		}
 	})
 }
+
+// TestLatencyByFreshStatus: GetFeed's pages are timed by fresh status too, in each window and
+// each step: a server whose pages that run the generator ("included") take 20 ms and whose
+// others ("recent") take 1 ms shows each status at its own latency, where the whole window's
+// p99 is the slow kind's alone.
+func TestLatencyByFreshStatus(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := 0
+		call := func(_ context.Context, _ uint64) Outcome {
+			n++
+			if n%4 == 0 {
+				time.Sleep(20 * time.Millisecond) // sleep: the injected service time of a generator page
+				return Outcome{Code: CodeOK, Fresh: "included"}
+			}
+			time.Sleep(time.Millisecond) // sleep: the injected service time of a page as it stood
+			return Outcome{Code: CodeOK, Fresh: "recent"}
+		}
+		ws, sum, err := Run(t.Context(), Config{Kinds: []Kind{{Name: KindGetFeed, Call: call}}, Rates: []float64{100},
+			Window: 4 * time.Second, InFlight: 1, Bound: 10 * time.Millisecond, LoadAvg: func() (float64, error) { return 0, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]struct {
+			n   int64
+			p99 float64
+		}{"included": {100, 20}, "recent": {300, 1}}
+		st, ok := sum.Step(KindGetFeed, 100)
+		if !ok {
+			t.Fatal("no step at 100/s")
+		}
+		for where, got := range map[string]map[string]Percentiles{"window": ws[0].FreshFromSend, "step": st.FreshFromSend} {
+			if len(got) != len(want) {
+				t.Fatalf("%s: fresh statuses %v, want %v", where, got, want)
+			}
+			for f, w := range want {
+				q := got[f]
+				if q.N != w.n || !within(q.P50, w.p99, 0.002) || !within(q.P99, w.p99, 0.002) {
+					t.Errorf("%s: %s = %+v, want %d pages at %v ms", where, f, q, w.n, w.p99)
+				}
+			}
+		}
+		if !within(ws[0].FromSend.P99, 20, 0.002) {
+			t.Errorf("the window's p99 from the send = %v ms, want 20 (the generator pages')", ws[0].FromSend.P99)
+		}
+	})
+}
