@@ -6,7 +6,8 @@
 // client's reader is waiting for. The work that a page starts competes first with that page's
 // own response (docs/read-path.md, "Background work takes the gaps"). A Gate counts the
 // requests in flight; background work calls Wait before it starts, and starts once none is in
-// flight, or after a bound, so that it is delayed, never starved.
+// flight, or after a bound, so that it is delayed, never starved. Lanes bound how much of that
+// work runs at once, whatever its kind, so that some processors stay free for the requests.
 package quiet
 
 import (
