@@ -7,7 +7,8 @@ FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
 # Modules first, so the layer is cached until go.mod/go.sum change.
 COPY go.mod go.sum ./
-# go.mod replaces gohbase with the patched copy under third_party/ (see its SMARTFEED.md).
+# go.mod replaces gohbase and go-zookeeper with the patched copies under third_party/ (see
+# their SMARTFEED.md).
 COPY third_party/ third_party/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .

@@ -125,3 +125,5 @@ tool (
 )
 
 replace github.com/tsuna/gohbase => ./third_party/gohbase
+
+replace github.com/go-zookeeper/zk => ./third_party/zk
