@@ -98,13 +98,11 @@ func (a PinlaterActivity) Touch(ctx context.Context, user zen.ID) (bool, error) 
 	return false, nil
 }
 
-// HandleMaterialize runs Materialize for a decoded pinlater payload, in a background lane like
-// the materializations the process runs inline (materializeInLane): a burst of jobs does not
-// take the processors the pages need. A task that can never succeed (not a user ID, a chunk that
-// does not match its row) wraps pinlater.ErrInvalidPayload, so the server archives it instead of
-// retrying.
+// HandleMaterialize runs Materialize for a decoded pinlater payload. A task that can never
+// succeed (not a user ID, a chunk that does not match its row) wraps pinlater.ErrInvalidPayload,
+// so the server archives it instead of retrying.
 func (s *Service) HandleMaterialize(ctx context.Context, p pinlater.MaterializePayload) error {
-	err := s.materializeInLane(ctx, MaterializeTask{User: zen.ID(p.User), ChunkID: p.ChunkID})
+	err := s.Materialize(ctx, MaterializeTask{User: zen.ID(p.User), ChunkID: p.ChunkID})
 	if errors.Is(err, ErrBadTask) {
 		return fmt.Errorf("%w: %w", pinlater.ErrInvalidPayload, err)
 	}

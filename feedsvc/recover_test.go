@@ -12,7 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -290,45 +289,6 @@ func TestRecoveryTakesALane(t *testing.T) {
 		}
 		if got := e.svc.lanes.InUse(); got != 0 {
 			t.Errorf("%d lanes held after the pass, want 0", got)
-		}
-	})
-}
-
-// TestMaterializeJobTakesALane: a materialize job (HandleMaterialize) runs in a background lane
-// too. While something else holds the only lane the job waits, materializing nothing; once the
-// lane is free it completes the chunk and gives the lane back.
-func TestMaterializeJobTakesALane(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		e := newEnv(t, nil)
-		e.rebuild(t, func(d *Deps) { d.BackgroundLanes = 1 })
-		e.get(t, "", 10)
-		e.svc.Wait()
-		task := e.queue.take()[0]
-		done := func() float64 { return testutil.ToFloat64(e.svc.m.materialized.WithLabelValues("done")) }
-
-		holdLane(t, e.svc) // something else holds the only lane
-		out := make(chan error, 1)
-		go func() {
-			out <- e.svc.HandleMaterialize(t.Context(), pinlater.MaterializePayload{V: 1, User: uint64(task.User), ChunkID: task.ChunkID})
-		}()
-		synctest.Wait() // every goroutine of the bubble is blocked: the job waits for the lane
-		select {
-		case err := <-out:
-			t.Fatalf("the job ended with the lane held: %v", err)
-		default:
-		}
-		if got := done(); got != 0 {
-			t.Fatalf("%v chunks materialized with the lane held, want 0", got)
-		}
-		e.svc.lanes.Release()
-		if err := <-out; err != nil {
-			t.Fatal(err)
-		}
-		if got := done(); got != 1 {
-			t.Errorf("%v chunks materialized, want 1", got)
-		}
-		if got := e.svc.lanes.InUse(); got != 0 {
-			t.Errorf("%d lanes held after the job, want 0", got)
 		}
 	})
 }
