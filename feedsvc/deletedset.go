@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -55,15 +57,23 @@ type DeletedSet struct {
 	log          DeletionLog
 	page         int
 	compactAfter int
+	// epoch is the origin of asOf and of the flights' starts (its monotonic reading).
+	epoch time.Time
 
 	mu      sync.RWMutex
 	deleted map[zen.ID]struct{}
-	seen    uint64 // rows of the log applied to deleted
-	loaded  bool   // the snapshot was loaded once
-	base    uint64 // the position of the latest snapshot this set knows of
-	// asOf is when the latest read of the log that found nothing past the rows applied began
-	// (monotonic clock): every deletion acknowledged before asOf is in deleted.
-	asOf time.Time
+	seen    uint64      // rows of the log applied to deleted
+	base    uint64      // the position of the latest snapshot this set knows of
+	loaded  atomic.Bool // the snapshot was loaded once
+	// asOf is when (ns after epoch) the latest read of the log that found nothing past the
+	// rows applied began: every deletion acknowledged before asOf is in deleted. It is read
+	// and moved without mu, so that pages of a set with no new deletion take no exclusive lock.
+	asOf atomic.Int64
+
+	// flight is the read of the log running now, if any: a page that began before it began
+	// waits for it instead of reading the log itself.
+	flightMu sync.Mutex
+	flight   *catchUpFlight
 
 	compacting sync.Mutex // held by the one compaction running
 	wg         sync.WaitGroup
@@ -71,10 +81,21 @@ type DeletedSet struct {
 	retryAt    time.Time // after a failed compaction, none starts before; under mu
 }
 
+// catchUpFlight is one catch-up with the log: began is when (ns after the set's epoch) its
+// first read began. Under the set's flightMu: done is made by the first caller that waits for
+// it and closed when the read ends, err set before.
+type catchUpFlight struct {
+	began int64
+	done  chan struct{}
+	err   error
+}
+
 // NewDeletedSet returns an empty DeletedSet over log; the first Live call reads the log.
 func NewDeletedSet(log DeletionLog) *DeletedSet {
-	return &DeletedSet{log: log, page: zen.MaxDeletionsPage, compactAfter: DefaultCompactAfter,
-		deleted: map[zen.ID]struct{}{}, logger: zap.NewNop()}
+	d := &DeletedSet{log: log, page: zen.MaxDeletionsPage, compactAfter: DefaultCompactAfter,
+		epoch: time.Now(), deleted: map[zen.ID]struct{}{}, logger: zap.NewNop()}
+	d.asOf.Store(math.MinInt64)
+	return d
 }
 
 // SetCompactAfter sets how many rows past the log's snapshot start a compaction (0: never); call
@@ -117,24 +138,65 @@ func (d *DeletedSet) Deleted(id zen.ID) bool {
 }
 
 // CatchUp applies the log's rows past those already applied: first the snapshot, when the set
-// has not loaded it yet or the rows it needs were trimmed. Concurrent calls may read the same
-// rows; each row is applied once, in order.
+// has not loaded it yet or the rows it needs were trimmed. Each row is applied once, in order.
 //
 // A page's checks (ctx carries when the page began: GetFeed) read nothing when a catch-up that
 // began after the page began has completed, its own first check's or another page's: the set
-// already names every deletion acknowledged before the page began. So a page reads the log at
-// most once, however many checks it makes (the reader, its items, its prepared chunks), and
-// concurrent pages share reads.
+// already names every deletion acknowledged before the page began. A page that finds such a
+// catch-up running waits for it instead of reading the log too. So a page reads the log at most
+// once, however many checks it makes (the reader, its items, its prepared chunks), concurrent
+// pages share reads, and while no deletion arrives a page takes no exclusive lock: the set's
+// position moves atomically and the map is written only when the log has new rows.
 func (d *DeletedSet) CatchUp(ctx context.Context) error {
-	since, isPage := pageStartOf(ctx)
-	d.mu.RLock()
-	loaded := d.loaded
-	current := isPage && loaded && !d.asOf.Before(since)
-	d.mu.RUnlock()
-	if current {
-		return nil
+	since := time.Since(d.epoch).Nanoseconds()
+	if at, isPage := pageStartOf(ctx); isPage {
+		since = at.Sub(d.epoch).Nanoseconds()
+		if d.loaded.Load() && d.asOf.Load() >= since {
+			return nil
+		}
 	}
-	if !loaded {
+	for attempt := 0; ; attempt++ {
+		d.flightMu.Lock()
+		f := d.flight
+		lead := f == nil || f.began < since
+		if lead {
+			f = &catchUpFlight{began: time.Since(d.epoch).Nanoseconds()}
+			d.flight = f
+		} else if f.done == nil {
+			f.done = make(chan struct{}) // the first to wait for this read
+		}
+		d.flightMu.Unlock()
+		if lead {
+			err := d.catchUp(ctx)
+			d.flightMu.Lock()
+			if d.flight == f {
+				d.flight = nil
+			}
+			f.err = err
+			if f.done != nil {
+				close(f.done)
+			}
+			d.flightMu.Unlock()
+			return err
+		}
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return fmt.Errorf("deleted set: %w", ctx.Err())
+		}
+		if f.err == nil {
+			return nil
+		}
+		if attempt > 0 {
+			return f.err
+		}
+		// The read it waited for failed (its caller's context may have ended): read itself.
+	}
+}
+
+// catchUp reads the log past the rows applied until it finds its end, applying what it reads.
+func (d *DeletedSet) catchUp(ctx context.Context) error {
+	if !d.loaded.Load() {
 		if err := d.loadSnapshot(ctx); err != nil {
 			return err
 		}
@@ -143,7 +205,7 @@ func (d *DeletedSet) CatchUp(ctx context.Context) error {
 		d.mu.RLock()
 		after := d.seen
 		d.mu.RUnlock()
-		began := time.Now()
+		readAt := time.Since(d.epoch).Nanoseconds()
 		ids, err := d.log.DeletionsAfter(ctx, after, d.page)
 		if errors.Is(err, zen.ErrDeletionsTrimmed) && trimmed < 3 {
 			// Compacted past this set's position: the snapshot names the trimmed rows.
@@ -156,21 +218,32 @@ func (d *DeletedSet) CatchUp(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("deleted set: %w", err)
 		}
-		d.mu.Lock()
-		for i, id := range ids {
-			if n := after + 1 + uint64(i); n == d.seen+1 {
-				d.deleted[id] = struct{}{}
-				d.seen = n
+		if len(ids) > 0 {
+			d.mu.Lock()
+			for i, id := range ids {
+				if n := after + 1 + uint64(i); n == d.seen+1 {
+					d.deleted[id] = struct{}{}
+					d.seen = n
+				}
 			}
+			d.mu.Unlock()
 		}
-		if len(ids) < d.page && began.After(d.asOf) {
-			// Nothing was past these rows when the read began (the log has no gaps).
-			d.asOf = began
-		}
-		d.mu.Unlock()
 		if len(ids) < d.page {
+			// Nothing was past these rows when this read began (the log has no gaps), and
+			// the rows before them were applied by then or by this call.
+			d.advance(readAt)
 			d.maybeCompact()
 			return nil
+		}
+	}
+}
+
+// advance moves asOf forward to at.
+func (d *DeletedSet) advance(at int64) {
+	for {
+		cur := d.asOf.Load()
+		if cur >= at || d.asOf.CompareAndSwap(cur, at) {
+			return
 		}
 	}
 }
@@ -188,7 +261,8 @@ func (d *DeletedSet) loadSnapshot(ctx context.Context) error {
 	for _, id := range ids {
 		d.deleted[id] = struct{}{}
 	}
-	d.seen, d.base, d.loaded = max(d.seen, pos), max(d.base, pos), true
+	d.seen, d.base = max(d.seen, pos), max(d.base, pos)
+	d.loaded.Store(true)
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -272,4 +273,127 @@ func TestDeletedSetCompactionFailureBacksOff(t *testing.T) {
 	if got := log.calls.Load(); got != 1 {
 		t.Errorf("%d compactions tried, want 1 (then none for a while after it failed)", got)
 	}
+}
+
+// gatedLog is a DeletionLog whose reads see the rows logged when they begin and then wait for
+// release (when it is not nil) before they answer, as a read of a store does at its snapshot.
+type gatedLog struct {
+	mu      sync.Mutex
+	rows    []zen.ID
+	reads   atomic.Int32
+	release chan struct{}
+}
+
+func (l *gatedLog) add(id zen.ID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rows = append(l.rows, id)
+}
+
+func (l *gatedLog) DeletionsAfter(ctx context.Context, after uint64, limit int) ([]zen.ID, error) {
+	l.reads.Add(1)
+	l.mu.Lock()
+	var out []zen.ID
+	if after < uint64(len(l.rows)) {
+		out = slices.Clone(l.rows[after:min(len(l.rows), int(after)+limit)])
+	}
+	gate := l.release
+	l.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+func (l *gatedLog) DeletionSnapshot(context.Context) (uint64, []zen.ID, error) { return 0, nil, nil }
+
+func (l *gatedLog) CompactDeletions(context.Context, int) (uint64, error) { return 0, nil }
+
+// tick moves a synctest bubble's fake clock on, so that what follows happens later.
+func tick() {
+	// sleep: in a synctest bubble the sleep only advances the fake clock, at once.
+	time.Sleep(time.Millisecond)
+}
+
+// TestDeletedSetPageJoinsALaterRead: a page that began before a read of the log began waits for
+// that read instead of reading the log too, and is answered by it.
+func TestDeletedSetPageJoinsALaterRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := &gatedLog{}
+		d := NewDeletedSet(log)
+		if err := d.CatchUp(context.Background()); err != nil { // loads the (empty) snapshot
+			t.Fatal(err)
+		}
+		tick()
+		log.add(pinID(7)) // acknowledged before the page begins
+		tick()
+		page := withPageStart(context.Background(), time.Now())
+		tick() // the read below begins after the page
+		log.release = make(chan struct{})
+		reads := log.reads.Load()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := d.CatchUp(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait() // that read is under way, waiting for release
+		var live map[zen.ID]bool
+		wg.Go(func() {
+			var err error
+			if live, err = d.Live(page, []zen.ID{pinID(7), pinID(8)}); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait()
+		if got := log.reads.Load() - reads; got != 1 {
+			t.Fatalf("%d reads of the log for a read and a page that began before it; want 1", got)
+		}
+		close(log.release)
+		wg.Wait()
+		if diff := cmp.Diff(map[zen.ID]bool{pinID(8): true}, live); diff != "" {
+			t.Errorf("live (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestDeletedSetPageDoesNotJoinAnEarlierRead: a page that began after a read of the log began
+// does not take that read's answer, which may lack a deletion acknowledged in between: it reads
+// the log itself, and never serves the deleted pin.
+func TestDeletedSetPageDoesNotJoinAnEarlierRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := &gatedLog{}
+		d := NewDeletedSet(log)
+		if err := d.CatchUp(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		log.release = make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := d.CatchUp(context.Background()); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait()   // the early read saw the log without pin 7 and waits
+		log.add(pinID(7)) // acknowledged now
+		tick()
+		page := withPageStart(context.Background(), time.Now())
+		var live map[zen.ID]bool
+		wg.Go(func() {
+			var err error
+			if live, err = d.Live(page, []zen.ID{pinID(7)}); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait()
+		close(log.release)
+		wg.Wait()
+		if live[pinID(7)] {
+			t.Fatal("a page that began after pin 7's deletion was acknowledged found it live")
+		}
+	})
 }

@@ -100,6 +100,10 @@ func (l *setLiveness) Live(ctx context.Context, ids []zen.ID) (map[zen.ID]bool, 
 	if err != nil {
 		return nil, err
 	}
+	if !slices.ContainsFunc(ids, func(id zen.ID) bool { return id.Type() == zen.TypeUser }) {
+		// A page's pins: only users need the lock below.
+		return live, nil
+	}
 	var users []zen.ID
 	l.mu.Lock()
 	for _, id := range ids {
