@@ -41,6 +41,10 @@ type stores struct {
 	stats  map[string]*atomic.Pointer[zenpebble.Store]
 	opened map[string]zen.Store
 	order  []string // opening order, closed in reverse
+	// compactions bounds the Pebble stores' compactions together (storage.pebble_compactions),
+	// made with the first Pebble store and closed after the last.
+	compactions *zenpebble.Compactions
+	cstats      *atomic.Pointer[zenpebble.Compactions] // what the bound's metrics read; registered once
 }
 
 // newStores returns the stores of cfg; reg, when not nil, gets the Pebble stores' LSM gauges and
@@ -141,6 +145,13 @@ func (s *stores) pebbleOptions(name string) []zenpebble.Option {
 	if s.cfg.PebbleL0CompactionThreshold > 0 {
 		opts = append(opts, zenpebble.WithL0CompactionThreshold(s.cfg.PebbleL0CompactionThreshold))
 	}
+	if n := s.cfg.PebbleCompactions; n > 0 {
+		if s.compactions == nil {
+			s.compactions = zenpebble.NewCompactions(n)
+			s.registerCompactionStats()
+		}
+		opts = append(opts, zenpebble.WithCompactions(s.compactions))
+	}
 	mem := s.cfg.PebbleMemTableMB
 	if feed := s.cfg.PebbleFeedMemTableMB; feed > 0 && (name == storePrimary || name == storeStandby) {
 		mem = feed
@@ -152,6 +163,31 @@ func (s *stores) pebbleOptions(name string) []zenpebble.Option {
 		opts = append(opts, zenpebble.WithFlushAfter(d))
 	}
 	return opts
+}
+
+// registerCompactionStats points the metrics of the Pebble stores' shared compaction bound at
+// s.compactions, registering them the first time.
+func (s *stores) registerCompactionStats() {
+	if s.reg == nil {
+		return
+	}
+	if s.cstats != nil {
+		s.cstats.Store(s.compactions)
+		return
+	}
+	s.cstats = &atomic.Pointer[zenpebble.Compactions]{}
+	s.cstats.Store(s.compactions)
+	stat := func() zenpebble.CompactionStats { return s.cstats.Load().Stats() }
+	reg := promauto.With(s.reg)
+	reg.NewGaugeFunc(prometheus.GaugeOpts{Name: "smartfeed_pebble_compaction_slots",
+		Help: "Compactions the process's Pebble stores may run at once, all together (storage.pebble_compactions)."},
+		func() float64 { return float64(stat().Limit) })
+	reg.NewCounterFunc(prometheus.CounterOpts{Name: "smartfeed_pebble_compaction_waits_total",
+		Help: "Times a Pebble store's compaction found every shared slot taken and waited."},
+		func() float64 { return float64(stat().Waited) })
+	reg.NewCounterFunc(prometheus.CounterOpts{Name: "smartfeed_pebble_compactions_past_bound_total",
+		Help: "Compactions run past the shared bound because their store fell behind (L0 too deep, too much debt)."},
+		func() float64 { return float64(stat().Escalated) })
 }
 
 // registerPebbleStats registers gauges of p's LSM shape (zenpebble.Stats), labelled store=name:
@@ -267,6 +303,10 @@ func (s *stores) close() error {
 		delete(s.opened, name)
 	}
 	s.order = nil
+	if s.compactions != nil {
+		s.compactions.Close()
+		s.compactions = nil
+	}
 	return errors.Join(errs...)
 }
 

@@ -102,6 +102,12 @@ type Storage struct {
 	// writes each such compaction rewrites the whole base level. Default 8; 0 means Pebble's
 	// own default (4).
 	PebbleL0CompactionThreshold int `json:"pebble_l0_compaction_threshold"`
+	// PebbleCompactions is how many compactions the process's Pebble databases run at once,
+	// all together: a compaction takes a processor for up to seconds, and the databases of one
+	// process compacting at once take every processor from the requests it serves. A database
+	// that falls behind may run a second one past the bound. Default 1; 0 means no shared
+	// bound (each database runs its own, one at a time).
+	PebbleCompactions int `json:"pebble_compactions"`
 	// PebbleFlushAfter flushes a Pebble memtable that holds at least 1 MiB and is this old:
 	// readers step over a memtable's deleted rows (the pins chunks took from the heads of the
 	// pools) one by one until a flush, and under a light write load a full-size memtable keeps
@@ -444,6 +450,7 @@ func DefaultConfig() Config {
 			PebbleMemTableMB:            64,
 			PebbleFeedMemTableMB:        8,
 			PebbleL0CompactionThreshold: 8,
+			PebbleCompactions:           1,
 			HBase: HBase{TablePrefix: zenhbase.DefaultTablePrefix, ZookeeperRoot: "/hbase", Replication: ReplicationAuto,
 				WriteFlush: jsontime.Duration(time.Millisecond)},
 			ShardMap: ShardMap{ZKPath: "/smartfeed/shardmap"},

@@ -31,6 +31,7 @@ func TestValidateRefuses(t *testing.T) {
 		{"pebble needs dir", func(c *Config) { c.Storage.DataDir = "" }, "storage.data_dir"},
 		{"pebble memtable", func(c *Config) { c.Storage.PebbleMemTableMB = -1 }, "storage.pebble_memtable_mb"},
 		{"pebble l0 threshold", func(c *Config) { c.Storage.PebbleL0CompactionThreshold = 65 }, "storage.pebble_l0_compaction_threshold"},
+		{"pebble compactions", func(c *Config) { c.Storage.PebbleCompactions = -1 }, "storage.pebble_compactions"},
 		{"pebble flush after, too short", func(c *Config) { c.Storage.PebbleFlushAfter = jsontime.Duration(time.Millisecond) }, "storage.pebble_flush_after"},
 		{"pebble flush after, negative", func(c *Config) { c.Storage.PebbleFlushAfter = jsontime.Duration(-time.Second) }, "storage.pebble_flush_after"},
 		{"background lanes, negative", func(c *Config) { c.Feed.BackgroundLanes = -1 }, "feed.background_lanes"},

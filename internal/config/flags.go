@@ -40,6 +40,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(&c.Storage.DataDir, "data-dir", c.Storage.DataDir, "pebble data directory")
 	i(&c.Storage.PebbleCacheMB, "pebble-cache-mb", c.Storage.PebbleCacheMB, "block cache of each pebble database, in MiB (0: pebble's 8 MiB)")
 	i(&c.Storage.PebbleL0CompactionThreshold, "pebble-l0-compaction-threshold", c.Storage.PebbleL0CompactionThreshold, "L0 sublevels each pebble database lets accumulate before compacting them (0: pebble's 4)")
+	i(&c.Storage.PebbleCompactions, "pebble-compactions", c.Storage.PebbleCompactions, "compactions the process's pebble databases run at once, all together; one falling behind may run a second past it (0: no shared bound, one per database)")
 	i(&c.Storage.PebbleMemTableMB, "pebble-memtable-mb", c.Storage.PebbleMemTableMB, "memtable of each pebble database, in MiB (0: pebble's 4 MiB)")
 	i(&c.Storage.PebbleFeedMemTableMB, "pebble-feed-memtable-mb", c.Storage.PebbleFeedMemTableMB, "memtable of the feed's pebble databases (primary, standby), in MiB (0: --pebble-memtable-mb)")
 	d(&c.Storage.PebbleFlushAfter, "pebble-flush-after", c.Storage.PebbleFlushAfter, "flush a pebble memtable of at least 1 MiB once it is this old, so reads stop stepping over its deleted rows (0: only when full)")

@@ -65,6 +65,9 @@ func (c Config) validateStorage(u Uses, bad func(format string, args ...any)) {
 		if d := time.Duration(c.Storage.PebbleFlushAfter); d != 0 && (d < 100*time.Millisecond || d > time.Hour) {
 			bad("storage.pebble_flush_after: %v is not 0 or in [100ms, 1h]", d)
 		}
+		if c.Storage.PebbleCompactions < 0 || c.Storage.PebbleCompactions > 64 {
+			bad("storage.pebble_compactions: %d is not in [0, 64]", c.Storage.PebbleCompactions)
+		}
 		if c.Storage.PebbleL0CompactionThreshold < 0 || c.Storage.PebbleL0CompactionThreshold > 64 {
 			bad("storage.pebble_l0_compaction_threshold: %d is not in [0, 64]", c.Storage.PebbleL0CompactionThreshold)
 		}

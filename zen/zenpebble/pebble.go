@@ -62,6 +62,8 @@ type config struct {
 	l0     int
 	fs     vfs.FS
 	flush  time.Duration
+	// compactions is the bound shared with other stores (WithCompactions); nil: Pebble's own.
+	compactions *Compactions
 }
 
 // WithNoSync makes writes return once they are in the write-ahead log without waiting for
@@ -90,6 +92,10 @@ func WithMemTableSize(n uint64) Option { return func(c *config) { c.mem = n } }
 // file overlaps the whole base level, so each such compaction rewrites it; a higher threshold
 // rewrites it less often, for a few more sublevels to merge on reads.
 func WithL0CompactionThreshold(n int) Option { return func(c *config) { c.l0 = n } }
+
+// WithCompactions has the store's compactions share c's bound with the other stores given it
+// (Compactions); a store that falls behind may run two at once.
+func WithCompactions(c *Compactions) Option { return func(cfg *config) { cfg.compactions = c } }
 
 // WithFlushAfter flushes the memtable once the last flush ended at least d ago (checked every
 // d/4), if the log holds at least flushMinBytes not yet flushed. Reads step over the deleted
@@ -203,6 +209,10 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	if cfg.l0 > 0 {
 		po.L0CompactionThreshold = cfg.l0
+	}
+	if cfg.compactions != nil {
+		po.Experimental.CompactionScheduler = cfg.compactions.forStore()
+		po.CompactionConcurrencyRange = func() (int, int) { return 1, 2 }
 	}
 	s := &Store{wo: pebble.NoSync, seed: maphash.MakeSeed(), tables: map[string]*Table{}}
 	if cfg.flush > 0 {
