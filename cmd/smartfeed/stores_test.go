@@ -8,6 +8,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -133,5 +135,55 @@ func TestFeedMemTable(t *testing.T) {
 	}
 	if got := flushes(storeMain); got != 0 {
 		t.Errorf("main flushes after 3 MiB with a 64 MiB memtable = %v, want 0", got)
+	}
+}
+
+// TestSharedCompactionBound: with storage.pebble_compactions the Pebble stores share one bound,
+// whose gauge reads it, made again when the stores reopen after a close; without it none.
+func TestSharedCompactionBound(t *testing.T) {
+	ctx := context.Background()
+	slots := func(reg *prometheus.Registry) []float64 {
+		var v []float64
+		for _, m := range gatherSeries(reg, "smartfeed_pebble_compaction_slots") {
+			v = append(v, m.GetGauge().GetValue())
+		}
+		return v
+	}
+	cfg := config.DefaultConfig().Storage
+	cfg.DataDir = t.TempDir()
+	reg := newRegistry()
+	st := newStores(cfg, zap.NewNop(), reg)
+	if _, err := st.get(ctx, storeMain); err != nil {
+		t.Fatal(err)
+	}
+	if st.compactions != nil || len(slots(reg)) != 0 {
+		t.Errorf("default config: a shared compaction bound (%v, gauge %v)", st.compactions, slots(reg))
+	}
+	if err := st.close(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg.PebbleCompactions = 2
+	reg = newRegistry()
+	st = newStores(cfg, zap.NewNop(), reg)
+	for round := range 2 {
+		for _, name := range []string{storeMain, storePrimary, storeStandby} {
+			if _, err := st.get(ctx, name); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		bound := st.compactions
+		if bound == nil || bound.Stats().Limit != 2 {
+			t.Fatalf("round %d: bound %v, want one of 2 slots", round, bound)
+		}
+		if diff := cmp.Diff([]float64{2}, slots(reg)); diff != "" {
+			t.Errorf("round %d: smartfeed_pebble_compaction_slots (-want +got):\n%s", round, diff)
+		}
+		if err := st.close(); err != nil {
+			t.Fatal(err)
+		}
+		if st.compactions != nil {
+			t.Fatalf("round %d: the bound outlived the stores", round)
+		}
 	}
 }

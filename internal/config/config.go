@@ -105,8 +105,8 @@ type Storage struct {
 	// PebbleCompactions is how many compactions the process's Pebble databases run at once,
 	// all together: a compaction takes a processor for up to seconds, and the databases of one
 	// process compacting at once take every processor from the requests it serves. A database
-	// that falls behind may run a second one past the bound. Default 1; 0 means no shared
-	// bound (each database runs its own, one at a time).
+	// that falls behind may run a second one past the bound. Default 0: no shared bound (each
+	// database runs its own, one at a time).
 	PebbleCompactions int `json:"pebble_compactions"`
 	// PebbleFlushAfter flushes a Pebble memtable that holds at least 1 MiB and is this old:
 	// readers step over a memtable's deleted rows (the pins chunks took from the heads of the
@@ -450,7 +450,6 @@ func DefaultConfig() Config {
 			PebbleMemTableMB:            64,
 			PebbleFeedMemTableMB:        8,
 			PebbleL0CompactionThreshold: 8,
-			PebbleCompactions:           1,
 			HBase: HBase{TablePrefix: zenhbase.DefaultTablePrefix, ZookeeperRoot: "/hbase", Replication: ReplicationAuto,
 				WriteFlush: jsontime.Duration(time.Millisecond)},
 			ShardMap: ShardMap{ZKPath: "/smartfeed/shardmap"},
