@@ -196,9 +196,20 @@ func (s *Server) MoveShards(req *shardv1.MoveShardsRequest, stream shardv1.Shard
 	if req.GetTarget() == "" {
 		return status.Error(codes.InvalidArgument, "no target store")
 	}
-	ctx := stream.Context()
-	if err := s.lock(ctx); err != nil {
+	res, err := s.move(stream.Context(), req, stream)
+	if err != nil {
 		return err
+	}
+	// The lock is free before the result goes out: a client that starts its next move as soon
+	// as it has this one's result is not refused as if this one still ran.
+	return stream.Send(&shardv1.MoveShardsEvent{Event: &shardv1.MoveShardsEvent_Result{Result: resultProto(res)}})
+}
+
+// move runs the request's move (or dry run) under the one-move-at-a-time lock, streaming its
+// progress, and returns its result or its error as a gRPC status.
+func (s *Server) move(ctx context.Context, req *shardv1.MoveShardsRequest, stream shardv1.ShardAdmin_MoveShardsServer) (zenmove.Result, error) {
+	if err := s.lock(ctx); err != nil {
+		return zenmove.Result{}, err
 	}
 	defer s.mu.Unlock()
 	plan := zenmove.Plan{From: uint16(req.GetFrom()), To: uint16(req.GetTo()), Target: req.GetTarget(),
@@ -212,7 +223,7 @@ func (s *Server) MoveShards(req *shardv1.MoveShardsRequest, stream shardv1.Shard
 	if req.GetDryRun() {
 		res, err = s.mover.DryRun(ctx, plan)
 	} else if s.refuse != "" {
-		return status.Error(codes.FailedPrecondition, s.refuse)
+		return zenmove.Result{}, status.Error(codes.FailedPrecondition, s.refuse)
 	} else {
 		var last time.Time
 		lastPhase := ""
@@ -226,9 +237,9 @@ func (s *Server) MoveShards(req *shardv1.MoveShardsRequest, stream shardv1.Shard
 		})
 	}
 	if err != nil {
-		return moveStatus(err)
+		return zenmove.Result{}, moveStatus(err)
 	}
-	return stream.Send(&shardv1.MoveShardsEvent{Event: &shardv1.MoveShardsEvent_Result{Result: resultProto(res)}})
+	return res, nil
 }
 
 // lock takes the one-move-at-a-time lock. A move already running refuses the request; the
