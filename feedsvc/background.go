@@ -70,14 +70,16 @@ func (s *Service) materializeInline(ctx context.Context, task MaterializeTask) b
 		return false
 	}
 	defer s.inlineRunning.Add(-1)
-	if !s.acquireLane() {
+	var err error
+	if !s.tryInLane(func() {
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), materializeInlineBound)
+		defer cancel()
+		err = s.Materialize(mctx, task)
+	}) {
 		s.m.inline.WithLabelValues(inlineBusy).Inc()
 		return false
 	}
-	defer s.releaseLane()
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), materializeInlineBound)
-	defer cancel()
-	if err := s.Materialize(mctx, task); err != nil {
+	if err != nil {
 		s.m.inline.WithLabelValues(inlineFailed).Inc()
 		s.log.Debug("materialize inline: enqueueing", zap.Stringer("user", task.User), zap.String("chunk", task.ChunkID), zap.Error(err))
 		return false
@@ -124,27 +126,28 @@ func DefaultBackgroundLanes() int {
 	return max(1, runtime.GOMAXPROCS(0)/2)
 }
 
-// acquireLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
-// up to laneWait for a background lane; false when none came free or the service is closing.
-func (s *Service) acquireLane() bool {
+// tryInLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
+// up to laneWait for a background lane, and runs f in it (at the lanes' priority); false, f not
+// run, when no lane came free or the service is closing.
+func (s *Service) tryInLane(f func()) bool {
 	s.waitQuiet()
 	select {
 	case <-s.closing:
 		return false
 	default:
 	}
-	return s.lanes.TryAcquire(s.closingCtx, laneWait)
+	return s.lanes.TryDo(s.closingCtx, laneWait, f)
 }
 
-// waitLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
-// for a background lane, however long that takes. It fails when ctx ends or the service closes
-// first; otherwise the caller releases the lane (releaseLane).
-func (s *Service) waitLane(ctx context.Context) error {
+// inLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then for
+// a background lane, however long that takes, and runs f in it (at the lanes' priority). It
+// fails, f not run, when ctx ends or the service closes first.
+func (s *Service) inLane(ctx context.Context, f func()) error {
 	s.waitQuiet()
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer context.AfterFunc(s.closingCtx, cancel)()
-	if err := s.lanes.Acquire(lctx); err != nil {
+	if err := s.lanes.Do(lctx, f); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -162,16 +165,13 @@ func (s *Service) waitQuiet() {
 	s.quiet.Wait(s.closingCtx, s.quietBound)
 }
 
-// releaseLane gives a lane back.
-func (s *Service) releaseLane() { s.lanes.Release() }
-
 // materializeInLane is the recovery pass's Materialize: like the read path's own background
-// work it waits for a gap between requests and a background lane (waitLane), so that a pass
+// work it waits for a gap between requests and a background lane (inLane), so that a pass
 // that finds many chunks to complete does not take the processors the pages need.
 func (s *Service) materializeInLane(ctx context.Context, task MaterializeTask) error {
-	if err := s.waitLane(ctx); err != nil {
-		return err
+	var err error
+	if lerr := s.inLane(ctx, func() { err = s.Materialize(ctx, task) }); lerr != nil {
+		return lerr
 	}
-	defer s.releaseLane()
-	return s.Materialize(ctx, task)
+	return err
 }

@@ -260,15 +260,17 @@ func (s *Service) runPrep(task prepTask) {
 	// Background work that costs a generator call: let whatever is runnable first (the page's
 	// response writer, which a page's handler has just woken) go before it.
 	runtime.Gosched()
-	err := s.waitLane(s.closingCtx)
-	s.m.prepQueued.Dec()
+	var empty bool
+	err := s.inLane(s.closingCtx, func() {
+		s.m.prepQueued.Dec()
+		s.m.prepRunning.Inc()
+		empty = s.prepare(user)
+		s.m.prepRunning.Dec()
+	})
 	if err != nil {
+		s.m.prepQueued.Dec()
 		return // closing
 	}
-	s.m.prepRunning.Inc()
-	empty := s.prepare(user)
-	s.m.prepRunning.Dec()
-	s.releaseLane()
 	if !empty {
 		return
 	}

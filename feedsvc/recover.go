@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/smartfeed/smartfeed/internal/lowprio"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -45,6 +46,10 @@ type RecoverOptions struct {
 	// pending index, one shard's scan after another (the first pass, at startup, runs at once).
 	// Default 0.5; negative: no spreading.
 	Spread float64
+	// Nice, when positive, runs Run's passes at this many nice values lower than the rest of
+	// the process, on a thread of Run's own (internal/lowprio): a pass's scans and settles are
+	// background work, like the lanes' (Deps.Lanes). 0: the caller's priority.
+	Nice int
 }
 
 // Recoverer completes or gives back the chunks a crash left behind: the feed's pending chunks
@@ -164,6 +169,12 @@ func (r *Recoverer) settleUser(ctx context.Context, user zen.ID, cutMs int64) (i
 // was a burst of thousands of region server calls each minute, on top of whatever the service
 // was doing then.
 func (r *Recoverer) Run(ctx context.Context, every time.Duration) {
+	if r.o.Nice > 0 {
+		// Run's goroutine keeps the lowered thread until it ends (it must not be unlocked).
+		if err := lowprio.LowerThread(r.o.Nice); err != nil {
+			r.o.Logger.Warn("recovery passes run at the process's priority", zap.Error(err))
+		}
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var pace time.Duration

@@ -76,7 +76,7 @@ type Service struct {
 	// Config.InlineMaterialize).
 	inlineRunning atomic.Int64
 	// lanes bounds the background work running at once in this process (preparations and
-	// inline materializations, and whatever else shares Deps.Lanes; see acquireLane).
+	// inline materializations, and whatever else shares Deps.Lanes; see inLane).
 	lanes *quiet.Lanes
 	// quiet and quietBound: see Deps.Quiet. closingCtx is done once Close is called (closing is
 	// its Done channel).

@@ -294,14 +294,26 @@ func (w *Worker) scoreChunk(ctx context.Context, p pinlater.FanoutChunkPayload, 
 	if err != nil {
 		return nil, false, err
 	}
-	if w.lanes != nil {
-		start := time.Now()
-		if err := w.lanes.Acquire(ctx); err != nil {
-			return nil, false, fmt.Errorf("chunk %d: wait for a lane: %w", p.Pin, err)
-		}
-		defer w.lanes.Release()
-		w.m.laneWait.Observe(time.Since(start).Seconds())
+	if w.lanes == nil {
+		return w.scoreChunkIn(ctx, p, c, facts)
 	}
+	start := time.Now()
+	var (
+		es   []zen.PoolEntry
+		more bool
+	)
+	lerr := w.lanes.Do(ctx, func() {
+		w.m.laneWait.Observe(time.Since(start).Seconds())
+		es, more, err = w.scoreChunkIn(ctx, p, c, facts)
+	})
+	if lerr != nil {
+		return nil, false, fmt.Errorf("chunk %d: wait for a lane: %w", p.Pin, lerr)
+	}
+	return es, more, err
+}
+
+// scoreChunkIn is scoreChunk's work, in its lane.
+func (w *Worker) scoreChunkIn(ctx context.Context, p pinlater.FanoutChunkPayload, c chunkIDs, facts *pinFacts) ([]zen.PoolEntry, bool, error) {
 	pin, author, board, interest, src, et := c.pin, c.author, c.board, c.interest, c.src, c.et
 	// Only lists delivered inline (at most InlineReceivers receivers: the common author, board
 	// or interest) use the feature cache. A list long enough for chunk tasks would mostly fill

@@ -181,11 +181,12 @@ type Options struct {
 	Lanes Lanes
 }
 
-// Lanes bound work that runs at once (internal/quiet.Lanes).
+// Lanes bound work that runs at once, and may run it at a lower CPU priority
+// (internal/quiet.Lanes).
 type Lanes interface {
-	// Acquire waits for a lane until ctx is done; every nil return is matched by a Release.
-	Acquire(ctx context.Context) error
-	Release()
+	// Do waits for a lane until ctx is done, then runs fn in it and returns once fn returned;
+	// it returns ctx's error, fn not run, when no lane came free in time.
+	Do(ctx context.Context, fn func()) error
 }
 
 // Worker runs the fanout and upkeep handlers. It is safe for concurrent use.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/smartfeed/smartfeed/internal/testenv"
@@ -9,11 +10,14 @@ import (
 
 // TestFanoutTakesThePagesLanes: a process that serves pages and runs the worker has one set of
 // background lanes (feed.background_lanes), and the fanout's deliveries take them as the
-// pages' background work does.
+// pages' background work does. On Linux they run at feed.background_nice.
 func TestFanoutTakesThePagesLanes(t *testing.T) {
 	a, conn := startAll(t)
 	if a.lanes == nil || a.lanes.Cap() != backgroundLanes(a.cfg) {
 		t.Fatalf("the process's lanes = %v, want %d of them", a.lanes, backgroundLanes(a.cfg))
+	}
+	if delta, err := a.lanes.Priority(); runtime.GOOS == "linux" && (err != nil || delta != a.cfg.Feed.BackgroundNice || delta == 0) {
+		t.Errorf("the lanes' priority = %d, %v; want feed.background_nice (%d)", delta, err, a.cfg.Feed.BackgroundNice)
 	}
 	ctx := t.Context()
 	g := graphv1.NewGraphServiceClient(conn)

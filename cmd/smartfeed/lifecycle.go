@@ -160,7 +160,7 @@ func (a *app) startBackground(gctx context.Context, g *errgroup.Group) {
 	if a.feed != nil {
 		// Startup recovery, then a periodic sweep: chunks a crash left behind.
 		r := feedsvc.NewRecoverer(a.feed, a.inflight, feedsvc.RecoverOptions{OlderThan: a.cfg.Feed.RecoverAfter.D(),
-			Logger: a.log.Named("recovery")})
+			Logger: a.log.Named("recovery"), Nice: a.cfg.Feed.BackgroundNice})
 		g.Go(func() error { r.Run(gctx, a.cfg.Feed.RecoverEvery.D()); return nil })
 	}
 }

@@ -422,30 +422,6 @@ func (a *app) buildPinlaterServer(redis pinlaterRedis) error {
 	return nil
 }
 
-// backgroundLanes is feed.background_lanes, with its default by backend: feedsvc's own (half the
-// processors) on Pebble, whose reads and writes are this process's processors; no bound on HBase,
-// where the read path's background work waits on RPCs and half the processors as lanes would
-// hold preparations to a few a second.
-func backgroundLanes(c config.Config) int {
-	switch {
-	case c.Feed.BackgroundLanes != 0:
-		return c.Feed.BackgroundLanes
-	case c.Storage.Backend == config.BackendHBase:
-		return feedsvc.MaxBackgroundLanes
-	}
-	return feedsvc.DefaultBackgroundLanes()
-}
-
-// sharedLanes are the process's background lanes (backgroundLanes of them), made on first use:
-// the feed service's background work takes them, and so do the worker's fanout deliveries when
-// the process serves pages too.
-func (a *app) sharedLanes() *quiet.Lanes {
-	if a.lanes == nil {
-		a.lanes = quiet.NewLanes(backgroundLanes(a.cfg))
-	}
-	return a.lanes
-}
-
 // outboxStore is the outbox the pinlater server clears finished tasks from (nil without one: a
 // nil *zen.Outbox must not become a non-nil interface).
 func (a *app) outboxStore() pinlater.OutboxStore {

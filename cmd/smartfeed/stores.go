@@ -145,6 +145,9 @@ func (s *stores) pebbleOptions(name string) []zenpebble.Option {
 	if s.cfg.PebbleL0CompactionThreshold > 0 {
 		opts = append(opts, zenpebble.WithL0CompactionThreshold(s.cfg.PebbleL0CompactionThreshold))
 	}
+	if n := s.cfg.PebbleCompactionNice; n > 0 {
+		opts = append(opts, zenpebble.WithCompactionNice(n))
+	}
 	if n := s.cfg.PebbleCompactions; n > 0 {
 		if s.compactions == nil {
 			s.compactions = zenpebble.NewCompactions(n)
@@ -234,6 +237,8 @@ func (s *stores) registerPebbleStats(name string, p *zenpebble.Store) error {
 			func(s zenpebble.Stats) float64 { return float64(s.WriteStalls) }},
 		{"smartfeed_pebble_write_stall_seconds_total", "Time writes were held by Pebble's write stalls.",
 			func(s zenpebble.Stats) float64 { return s.WriteStallTime.Seconds() }},
+		{"smartfeed_pebble_lowered_compactions_total", "Compactions run at a lower CPU priority (storage.pebble_compaction_nice: those below L0).",
+			func(s zenpebble.Stats) float64 { return float64(s.LoweredCompactions) }},
 	} {
 		reg.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help, ConstLabels: prometheus.Labels{"store": name}},
 			func() float64 { return c.v(cur.Load().Stats()) })

@@ -108,6 +108,14 @@ type Storage struct {
 	// that falls behind may run a second one past the bound. Default 0: no shared bound (each
 	// database runs its own, one at a time).
 	PebbleCompactions int `json:"pebble_compactions"`
+	// PebbleCompactionNice runs the Pebble databases' compactions below L0 this many nice
+	// values lower than the rest of the process, each on its own thread (zenpebble.
+	// WithCompactionNice), so that the kernel gives a core to the requests first; compactions
+	// out of L0 keep the process's priority, so that writes do not stall. A lowered compaction
+	// still holds one of Go's processors while the kernel runs other threads, so raise
+	// max_procs by the databases' compactions with it. Default 0: the process's priority.
+	// Linux only.
+	PebbleCompactionNice int `json:"pebble_compaction_nice"`
 	// PebbleFlushAfter flushes a Pebble memtable that holds at least 1 MiB and is this old:
 	// readers step over a memtable's deleted rows (the pins chunks took from the heads of the
 	// pools) one by one until a flush, and under a light write load a full-size memtable keeps
@@ -404,6 +412,13 @@ type Feed struct {
 	// least 1, on Pebble, where that work is the processors'; no bound beyond the work's own on
 	// HBase, where it waits on RPCs.
 	BackgroundLanes int `json:"background_lanes"`
+	// BackgroundNice is how much lower than the rest of the process, in nice values, the
+	// background lanes' work runs (quiet.Nice): each lane's work runs on an operating-system
+	// thread of its own whose nice value is raised by this much, so that the kernel gives a
+	// core to the requests' threads first (docs/read-path.md, "Background work runs at a lower
+	// priority"); the recovery pass runs at it too. Default 10; 0: the process's priority.
+	// Linux only; elsewhere it is ignored, with a warning at start.
+	BackgroundNice int `json:"background_nice"`
 	// HeadCacheMB bounds the memory of the feed process's feed-head cache: each active user's
 	// last first page, served again while the feed is unchanged (feedsvc.Deps.HeadCacheBytes;
 	// docs/read-path.md, "The feed head in memory"). Default 64; 0: no cache.
@@ -434,6 +449,9 @@ const (
 	// DefaultMinChunkInterval is Feed.MinChunkInterval's default
 	// (feedsvc.Config.MinChunkInterval: 0).
 	DefaultMinChunkInterval = time.Second
+	// DefaultBackgroundNice is Feed.BackgroundNice's default (quiet.NewLanes: the process's
+	// priority without quiet.Nice).
+	DefaultBackgroundNice = 10
 )
 
 // DefaultConfig returns the documented defaults. A setting that configures a service takes the
@@ -487,6 +505,7 @@ func DefaultConfig() Config {
 			HeadCacheMB:         feedsvc.DefaultHeadCacheBytes >> 20,
 			MaxInflight:         fd.MaxInflight,
 			BackgroundGapWait:   jsontime.Duration(feedsvc.DefaultQuietBound),
+			BackgroundNice:      DefaultBackgroundNice,
 			AdmissionWait:       jsontime.Duration(fd.AdmissionWait),
 			Hedge:               hedge.DefaultPolicy(),
 		},

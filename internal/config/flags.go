@@ -38,13 +38,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	s(new(string), ConfigFlag, "", "JSON config file (applied over the defaults, under the environment and the flags)")
 	s(&c.Storage.Backend, "storage", c.Storage.Backend, "storage backend: pebble or hbase")
 	s(&c.Storage.DataDir, "data-dir", c.Storage.DataDir, "pebble data directory")
-	i(&c.Storage.PebbleCacheMB, "pebble-cache-mb", c.Storage.PebbleCacheMB, "block cache of each pebble database, in MiB (0: pebble's 8 MiB)")
-	i(&c.Storage.PebbleL0CompactionThreshold, "pebble-l0-compaction-threshold", c.Storage.PebbleL0CompactionThreshold, "L0 sublevels each pebble database lets accumulate before compacting them (0: pebble's 4)")
-	i(&c.Storage.PebbleCompactions, "pebble-compactions", c.Storage.PebbleCompactions, "compactions the process's pebble databases run at once, all together; one falling behind may run a second past it (0: no shared bound, one per database)")
-	i(&c.Storage.PebbleMemTableMB, "pebble-memtable-mb", c.Storage.PebbleMemTableMB, "memtable of each pebble database, in MiB (0: pebble's 4 MiB)")
-	i(&c.Storage.PebbleFeedMemTableMB, "pebble-feed-memtable-mb", c.Storage.PebbleFeedMemTableMB, "memtable of the feed's pebble databases (primary, standby), in MiB (0: --pebble-memtable-mb)")
-	d(&c.Storage.PebbleFlushAfter, "pebble-flush-after", c.Storage.PebbleFlushAfter, "flush a pebble memtable of at least 1 MiB once it is this old, so reads stop stepping over its deleted rows (0: only when full)")
-	b(&c.Storage.PebbleNoSync, "pebble-no-sync", c.Storage.PebbleNoSync, "skip fsync on pebble writes (demos, benchmarks)")
+	bindPebble(fs, c)
 	s(&c.Storage.HBase.PoolsZK, "hbase-pools-zk", c.Storage.HBase.PoolsZK, "ZooKeeper quorum of the HBase holding the graph, pools and generator state")
 	s(&c.Storage.HBase.PrimaryZK, "hbase-primary-zk", c.Storage.HBase.PrimaryZK, "ZooKeeper quorum of the HBase holding the materialized feed (primary)")
 	s(&c.Storage.HBase.StandbyZK, "hbase-standby-zk", c.Storage.HBase.StandbyZK, "ZooKeeper quorum of the HBase holding the materialized feed (standby)")
@@ -114,6 +108,19 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	NameEnvTwins(fs)
 }
 
+// bindPebble defines the flags of the Pebble databases.
+func bindPebble(fs *pflag.FlagSet, c *Config) {
+	d, i, b := durVar(fs), fs.IntVar, fs.BoolVar
+	i(&c.Storage.PebbleCacheMB, "pebble-cache-mb", c.Storage.PebbleCacheMB, "block cache of each pebble database, in MiB (0: pebble's 8 MiB)")
+	i(&c.Storage.PebbleL0CompactionThreshold, "pebble-l0-compaction-threshold", c.Storage.PebbleL0CompactionThreshold, "L0 sublevels each pebble database lets accumulate before compacting them (0: pebble's 4)")
+	i(&c.Storage.PebbleCompactionNice, "pebble-compaction-nice", c.Storage.PebbleCompactionNice, "how many nice values lower than the rest of the process the pebble databases' compactions below L0 run, each on its own thread (0: the process's priority; Linux only)")
+	i(&c.Storage.PebbleCompactions, "pebble-compactions", c.Storage.PebbleCompactions, "compactions the process's pebble databases run at once, all together; one falling behind may run a second past it (0: no shared bound, one per database)")
+	i(&c.Storage.PebbleMemTableMB, "pebble-memtable-mb", c.Storage.PebbleMemTableMB, "memtable of each pebble database, in MiB (0: pebble's 4 MiB)")
+	i(&c.Storage.PebbleFeedMemTableMB, "pebble-feed-memtable-mb", c.Storage.PebbleFeedMemTableMB, "memtable of the feed's pebble databases (primary, standby), in MiB (0: --pebble-memtable-mb)")
+	d(&c.Storage.PebbleFlushAfter, "pebble-flush-after", c.Storage.PebbleFlushAfter, "flush a pebble memtable of at least 1 MiB once it is this old, so reads stop stepping over its deleted rows (0: only when full)")
+	b(&c.Storage.PebbleNoSync, "pebble-no-sync", c.Storage.PebbleNoSync, "skip fsync on pebble writes (demos, benchmarks)")
+}
+
 // bindAdmin binds the admin listeners' settings, and those the admin commands dial them with.
 func bindAdmin(fs *pflag.FlagSet, c *Config) {
 	s, b, d := fs.StringVar, fs.BoolVar, durVar(fs)
@@ -149,6 +156,7 @@ func bindRedis(fs *pflag.FlagSet, c *Config) {
 // requests (background lanes, the feed-head cache's memory) on fs, as Bind does.
 func bindFeedResources(fs *pflag.FlagSet, c *Config) {
 	d, i := durVar(fs), fs.IntVar
+	i(&c.Feed.BackgroundNice, "feed-background-nice", c.Feed.BackgroundNice, "how many nice values lower than the rest of the process the background lanes' work runs, on threads of their own (0: the process's priority; Linux only)")
 	d(&c.Feed.BackgroundGapWait, "feed-background-gap-wait", c.Feed.BackgroundGapWait, "how long the read path's background tasks wait for a gap between requests before they start anyway (0: they do not wait)")
 	i(&c.Feed.BackgroundLanes, "feed-background-lanes", c.Feed.BackgroundLanes, "background tasks of the read path (preparations, inline materializations, and in the same process the fanout's reads) run at once (0: half of GOMAXPROCS, at least 1, on pebble; no bound on hbase)")
 	i(&c.Feed.HeadCacheMB, "feed-head-cache-mb", c.Feed.HeadCacheMB, "memory of the feed-head cache, in MiB: each active user's last first page, served again while the feed's head version is unchanged (0: no cache)")

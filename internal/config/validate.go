@@ -68,6 +68,9 @@ func (c Config) validateStorage(u Uses, bad func(format string, args ...any)) {
 		if c.Storage.PebbleCompactions < 0 || c.Storage.PebbleCompactions > 64 {
 			bad("storage.pebble_compactions: %d is not in [0, 64]", c.Storage.PebbleCompactions)
 		}
+		if c.Storage.PebbleCompactionNice < 0 || c.Storage.PebbleCompactionNice > 19 {
+			bad("storage.pebble_compaction_nice: %d is not in [0, 19]", c.Storage.PebbleCompactionNice)
+		}
 		if c.Storage.PebbleL0CompactionThreshold < 0 || c.Storage.PebbleL0CompactionThreshold > 64 {
 			bad("storage.pebble_l0_compaction_threshold: %d is not in [0, 64]", c.Storage.PebbleL0CompactionThreshold)
 		}

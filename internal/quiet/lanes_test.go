@@ -82,3 +82,39 @@ func TestNewLanesAtLeastOne(t *testing.T) {
 		t.Fatalf("NewLanes(0).Cap() = %d, want 1", got)
 	}
 }
+
+// TestLanesDoBound: Do runs its work only in a lane: while every lane is held it waits, and
+// fails without running the work when its context ends first; TryDo gives up after its wait.
+func TestLanesDoBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		l := NewLanes(1)
+		if err := l.Acquire(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ran := 0
+		if l.TryDo(ctx, 10*time.Millisecond, func() { ran++ }) {
+			t.Fatal("TryDo with every lane held = true")
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		got := make(chan error, 1)
+		go func() { got <- l.Do(cctx, func() { ran++ }) }()
+		synctest.Wait()
+		cancel()
+		if err := <-got; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Do after its context ended = %v, want context.Canceled", err)
+		}
+		go func() { got <- l.Do(ctx, func() { ran++ }) }()
+		synctest.Wait()
+		if ran != 0 {
+			t.Fatalf("work ran %d times while every lane was held", ran)
+		}
+		l.Release()
+		if err := <-got; err != nil || ran != 1 {
+			t.Fatalf("Do once the lane was free = %v, ran %d times; want nil, 1", err, ran)
+		}
+		if got := l.InUse(); got != 0 {
+			t.Errorf("InUse after Do = %d, want 0", got)
+		}
+	})
+}

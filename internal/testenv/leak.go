@@ -13,5 +13,7 @@ func LeakOptions(extra ...goleak.Option) []goleak.Option {
 	return append([]goleak.Option{
 		goleak.IgnoreAnyFunction("github.com/tsuna/gohbase/region.(*client).receiveRPCs"),
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
+		// A background lane's thread waits up to a second for more work before it ends.
+		goleak.IgnoreAnyFunction("github.com/smartfeed/smartfeed/internal/quiet.(*Lanes).idle"),
 	}, extra...)
 }

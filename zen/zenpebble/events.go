@@ -6,16 +6,28 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.uber.org/zap"
+
+	"github.com/smartfeed/smartfeed/internal/lowprio"
 )
 
 // The store's side of Pebble's events and background work: write stalls and flushes counted,
 // the states of the database held so that readers do not pay for deleting obsolete files, old
 // memtables flushed, and Pebble's log lines.
 
-// events is the store's listener of Pebble's events: flushes and write stalls. Pebble calls it
-// with its own lock held: it only counts and logs.
-func (s *Store) events(log *zap.Logger) *pebble.EventListener {
+// events is the store's listener of Pebble's events: flushes and write stalls, and the start of
+// a compaction, whose thread it lowers by nice (WithCompactionNice). Pebble calls it with its
+// own lock held: it only counts, logs and makes two system calls.
+func (s *Store) events(log *zap.Logger, nice int) *pebble.EventListener {
 	return &pebble.EventListener{
+		CompactionBegin: func(i pebble.CompactionInfo) {
+			// Pebble runs every compaction on a goroutine of its own (DB.compact), which ends
+			// after it: the lowered thread ends with it.
+			if nice > 0 && !fromL0(i) {
+				if err := lowprio.LowerThread(nice); err == nil {
+					s.lowered.Add(1)
+				}
+			}
+		},
 		FlushEnd: func(pebble.FlushInfo) { s.lastFlush.Store(time.Now().UnixNano()) },
 		WriteStallBegin: func(i pebble.WriteStallBeginInfo) {
 			s.stalls.Add(1)
@@ -28,6 +40,16 @@ func (s *Store) events(log *zap.Logger) *pebble.EventListener {
 			log.Warn("pebble write stall ended", zap.Duration("took", d))
 		},
 	}
+}
+
+// fromL0 reports whether the compaction reads L0.
+func fromL0(i pebble.CompactionInfo) bool {
+	for _, in := range i.Input {
+		if in.Level == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // holdEvery and holdFor: holdStates takes a reference to the database's current state every

@@ -64,6 +64,8 @@ type config struct {
 	flush  time.Duration
 	// compactions is the bound shared with other stores (WithCompactions); nil: Pebble's own.
 	compactions *Compactions
+	// compactionNice lowers the compactions' threads (WithCompactionNice); 0: not.
+	compactionNice int
 }
 
 // WithNoSync makes writes return once they are in the write-ahead log without waiting for
@@ -96,6 +98,16 @@ func WithL0CompactionThreshold(n int) Option { return func(c *config) { c.l0 = n
 // WithCompactions has the store's compactions share c's bound with the other stores given it
 // (Compactions); a store that falls behind may run two at once.
 func WithCompactions(c *Compactions) Option { return func(cfg *config) { cfg.compactions = c } }
+
+// WithCompactionNice runs the store's compactions below L0 at a nice value delta above the
+// process's (internal/lowprio), as RocksDB lowers its compaction threads: the kernel then gives
+// a core to the process's requests first. Each compaction runs on a goroutine of its own, which
+// locks itself to its thread and lowers it as the compaction begins, and ends with it.
+// Compactions out of L0 keep the process's priority: they are what keeps the memtable flushes,
+// and so the writes, from stalling. 0, the default, lowers nothing.
+func WithCompactionNice(delta int) Option {
+	return func(c *config) { c.compactionNice = max(0, delta) }
+}
 
 // WithFlushAfter flushes the memtable once the last flush ended at least d ago (checked every
 // d/4), if the log holds at least flushMinBytes not yet flushed. Reads step over the deleted
@@ -132,10 +144,12 @@ type Store struct {
 	// stalls counts Pebble's write stalls (writes held because memtables wait to be flushed or
 	// L0 is too deep), stallNanos their total time, stallAt when the current one began.
 	stalls, stallNanos, stallAt atomic.Int64
-	stop                        chan struct{}
-	stopOnce                    sync.Once
-	done                        chan struct{}
-	held                        chan struct{}
+	// lowered counts the compactions run at a lower priority (WithCompactionNice).
+	lowered  atomic.Int64
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+	held     chan struct{}
 	// holds counts the references holdStates has taken, each counted once its iterator is
 	// open: a test waits on it to know the holder has seen a state.
 	holds atomic.Int64
@@ -218,7 +232,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	if cfg.flush > 0 {
 		s.lastFlush.Store(time.Now().UnixNano())
 	}
-	po.EventListener = s.events(cfg.logger)
+	po.EventListener = s.events(cfg.logger, cfg.compactionNice)
 	if cfg.cache > 0 {
 		c := pebble.NewCache(cfg.cache)
 		defer c.Unref()
@@ -479,6 +493,9 @@ type Stats struct {
 	// flush, or too many L0 sublevels), and WriteStallTime their total duration.
 	WriteStalls    int64
 	WriteStallTime time.Duration
+	// LoweredCompactions is how many compactions ran at a lower priority since Open
+	// (WithCompactionNice).
+	LoweredCompactions int64
 	// BlockCacheBytes is what the block cache holds now; it grows with the blocks read, up to
 	// the configured cache size (WithCacheSize), and stays there.
 	BlockCacheBytes int64
@@ -498,6 +515,6 @@ func (s *Store) Stats() Stats {
 	m := s.db.Metrics()
 	return Stats{ReadAmp: m.ReadAmp() + int(m.MemTable.Count), L0Files: m.Levels[0].TablesCount, L0Sublevels: m.Levels[0].Sublevels,
 		MemTables: m.MemTable.Count, CompactionDebtBytes: m.Compact.EstimatedDebt, Compactions: m.Compact.NumInProgress,
-		Flushes: m.Flush.Count, WriteStalls: s.stalls.Load(), WriteStallTime: time.Duration(s.stallNanos.Load()),
+		Flushes: m.Flush.Count, WriteStalls: s.stalls.Load(), WriteStallTime: time.Duration(s.stallNanos.Load()), LoweredCompactions: s.lowered.Load(),
 		BlockCacheBytes: m.BlockCache.Size, MemTableBytes: m.MemTable.Size + m.MemTable.ZombieSize}
 }
