@@ -7,7 +7,7 @@
 //
 // Atomicity and concurrency: Apply is one Pebble Batch (atomic, all or nothing). Pebble has no
 // transactions, so CheckAndSet and Increment are a read followed by a write under a striped
-// mutex chosen by hashing the row key. That is linearizable because every writer of a row holds
+// mutex chosen by hashing the start of the row key (stripePrefix). That is linearizable because every writer of a row holds
 // its stripe while it reads and writes: CheckAndSet and Increment hold one stripe, and Apply
 // holds the stripes of all of its rows (taken in ascending stripe order, so two writers never
 // wait on each other in a cycle) until its batch is applied. A batch Pebble has applied is
@@ -46,7 +46,15 @@ import (
 
 // stripes is the number of row-lock stripes. It bounds how many CheckAndSet/Increment calls on
 // different rows can run at once; collisions only cost waiting, never correctness.
-const stripes = 1024
+const stripes = 16384
+
+// stripePrefix is how much of a row key picks its stripe: the 8-byte ID that starts the zen
+// row keys (a user's pool, feed and state rows; an object's edges). A call on one entity's rows
+// then takes one stripe instead of one per row, so that it rarely meets the stripes a large
+// batch of other entities' rows holds (a generator's claim of a user's pool entries beside the
+// fanout's batches of a thousand receivers). A row's stripe depends on its key alone, so every
+// writer of the row still takes the same one.
+const stripePrefix = 8
 
 // scanCheckEvery is how many rows a Scan reads between two looks at its context.
 const scanCheckEvery = 256
@@ -372,7 +380,7 @@ func (t *Table) key(k []byte) []byte {
 }
 
 func (t *Table) stripe(k []byte) int {
-	return int(maphash.Bytes(t.s.seed, k) % stripes)
+	return int(maphash.Bytes(t.s.seed, k[:min(len(k), stripePrefix)]) % stripes)
 }
 
 // MaxKeyLen is the longest row key accepted, the same limit as the HBase backend's.

@@ -301,3 +301,25 @@ func BenchmarkCheckAndSetDiskSync(b *testing.B) { benchCAS(b, benchTable(b, b.Te
 func BenchmarkCheckAndSetDiskNoSync(b *testing.B) {
 	benchCAS(b, benchTable(b, b.TempDir(), WithNoSync()))
 }
+
+// TestStripeByEntity: the rows of one entity (keys sharing their first stripePrefix bytes, the
+// ID that starts zen's row keys) share one lock stripe, so a call on many of a user's rows takes
+// one; a key shorter than the prefix is hashed whole.
+func TestStripeByEntity(t *testing.T) {
+	s := openStore(t, "")
+	tb := openTable(t, s, "t").(*Table)
+	user := []byte{0, 0, 0, 0, 0, 0, 0, 42}
+	first := tb.stripe(append(append([]byte{}, user...), "pool|a"...))
+	for _, rest := range []string{"", "pool|b", "feed|zzz", "\xff\xff\xff"} {
+		if got := tb.stripe(append(append([]byte{}, user...), rest...)); got != first {
+			t.Errorf("stripe of user 42's row %q = %d, want %d (the user's)", rest, got, first)
+		}
+	}
+	distinct := map[int]bool{}
+	for i := range 64 {
+		distinct[tb.stripe([]byte{byte(i)})] = true
+	}
+	if len(distinct) < 32 {
+		t.Errorf("64 one-byte keys took %d stripes, want them spread", len(distinct))
+	}
+}
