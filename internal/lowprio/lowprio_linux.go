@@ -22,3 +22,13 @@ func lowerThread(delta int) error {
 	}
 	return nil
 }
+
+// ThreadNice returns the calling thread's nice value (lock the goroutine to its thread to ask
+// about a particular one).
+func ThreadNice() (int, error) {
+	raw, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+	if err != nil {
+		return 0, fmt.Errorf("read the thread's priority: %w", err)
+	}
+	return 20 - raw, nil
+}

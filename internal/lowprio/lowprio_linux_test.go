@@ -7,14 +7,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// niceOf is thread tid's nice value.
-func niceOf(t *testing.T, tid int) int {
+// niceOf is the calling thread's nice value.
+func niceOf(t *testing.T) int {
 	t.Helper()
-	raw, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	n, err := ThreadNice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return 20 - raw
+	return n
 }
 
 // TestLowerThread: LowerThread raises the nice value of the calling goroutine's thread alone,
@@ -23,7 +23,7 @@ func TestLowerThread(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	me := unix.Gettid()
-	base := niceOf(t, me)
+	base := niceOf(t)
 	if base+3 > MaxNice {
 		t.Skipf("the test runs at nice %d: no room to lower it", base)
 	}
@@ -37,9 +37,8 @@ func TestLowerThread(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-			tid := unix.Gettid()
-			raw, _ := unix.Getpriority(unix.PRIO_PROCESS, tid)
-			got <- [2]int{tid, 20 - raw}
+			n, _ := ThreadNice()
+			got <- [2]int{unix.Gettid(), n}
 		}()
 		r := <-got
 		if r[0] == me {
@@ -49,7 +48,7 @@ func TestLowerThread(t *testing.T) {
 			t.Errorf("LowerThread(%d): nice %d, want %d", tc.delta, r[1], tc.want)
 		}
 	}
-	if got := niceOf(t, me); got != base {
+	if got := niceOf(t); got != base {
 		t.Errorf("the caller's nice = %d, want %d (unchanged)", got, base)
 	}
 }

@@ -11,3 +11,6 @@ import (
 func lowerThread(int) error {
 	return errors.New("lowprio: a thread's own priority is not supported on " + runtime.GOOS)
 }
+
+// ThreadNice is not supported here.
+func ThreadNice() (int, error) { return 0, errors.ErrUnsupported }

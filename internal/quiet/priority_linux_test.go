@@ -7,16 +7,18 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/smartfeed/smartfeed/internal/lowprio"
 )
 
 // threadNice is the calling thread's nice value.
 func threadNice(t *testing.T) int {
 	t.Helper()
-	raw, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+	n, err := lowprio.ThreadNice()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return 20 - raw
+	return n
 }
 
 // TestLanesRunAtLowerPriority: work run with Do on lanes made with Nice runs on a thread whose

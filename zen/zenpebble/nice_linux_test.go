@@ -5,7 +5,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
+
+	"github.com/smartfeed/smartfeed/internal/lowprio"
 )
 
 // TestCompactionNice: with WithCompactionNice, a compaction below L0 lowers the thread of the
@@ -13,11 +14,11 @@ import (
 // of L0 keeps the process's priority; without the option nothing is lowered.
 func TestCompactionNice(t *testing.T) {
 	niceOf := func() int {
-		raw, err := unix.Getpriority(unix.PRIO_PROCESS, unix.Gettid())
+		n, err := lowprio.ThreadNice()
 		if err != nil {
 			t.Error(err)
 		}
-		return 20 - raw
+		return n
 	}
 	base := niceOf()
 	if base+4 > 19 {
