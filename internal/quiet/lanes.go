@@ -19,8 +19,9 @@ import (
 // scheduler has no priorities, and a page's goroutine that becomes runnable while background
 // work holds the processors waits up to a scheduler time slice (10 ms) for one, at every step
 // of the page; the operating system's scheduler does have priorities, and runs a page's thread
-// before a background thread whenever both want a core. The threads are made on demand, at
-// most one per lane, and end after a second without work.
+// before a background thread whenever both want a core. A thread is made when work comes and
+// no idle one is waiting, and ends after a second without work; at most one per lane runs work
+// at a time.
 type Lanes struct {
 	sem  chan struct{}
 	nice int
