@@ -2,7 +2,9 @@ package hedge
 
 import (
 	"context"
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,13 +27,16 @@ func quietHedger(tb testing.TB) *Hedger {
 }
 
 // A healthy primary is read on the caller's goroutine: Do starts no goroutine of its own
-// before the cutoff, and the standby is never called.
+// before the cutoff, and the standby is never called. The check names goroutines by the one
+// that created them, so goroutines of other tests starting or ending meanwhile do not count.
 func TestHealthyPrimaryStartsNoGoroutine(t *testing.T) {
 	h := quietHedger(t)
-	before := runtime.NumGoroutine()
-	during := -1
+	caller := goroutineID(t, stacks(false))
+	var readOn int
+	var startedByCaller []string
 	primary := func(context.Context) (int, error) {
-		during = runtime.NumGoroutine()
+		readOn = goroutineID(t, stacks(false))
+		startedByCaller = createdBy(stacks(true), caller)
 		return 7, nil
 	}
 	standby := func(context.Context) (int, error) {
@@ -42,9 +47,47 @@ func TestHealthyPrimaryStartsNoGoroutine(t *testing.T) {
 	if err != nil || got != 7 || out.From != Primary || out.Hedged {
 		t.Fatalf("Do = %d, %+v, %v; want 7 from the primary, not hedged", got, out, err)
 	}
-	if during != before {
-		t.Errorf("goroutines during the primary read = %d, before Do = %d: Do started %d", during, before, during-before)
+	if readOn != caller {
+		t.Errorf("the primary was read on goroutine %d, want the caller's, %d", readOn, caller)
 	}
+	if len(startedByCaller) > 0 {
+		t.Errorf("during the primary read, %d goroutines started by the caller were running:\n%s",
+			len(startedByCaller), strings.Join(startedByCaller, "\n\n"))
+	}
+}
+
+// stacks is runtime.Stack's dump of this goroutine, or of all of them.
+func stacks(all bool) string {
+	buf := make([]byte, 1<<16)
+	for {
+		n := runtime.Stack(buf, all)
+		if n < len(buf) {
+			return string(buf[:n])
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// goroutineID reads the number of the first goroutine in a stack dump ("goroutine 7 [running]:").
+func goroutineID(tb testing.TB, dump string) int {
+	tb.Helper()
+	var id int
+	if _, err := fmt.Sscanf(dump, "goroutine %d ", &id); err != nil {
+		tb.Fatalf("reading the goroutine number of %q: %v", dump[:min(len(dump), 40)], err)
+	}
+	return id
+}
+
+// createdBy returns the stacks of a dump whose goroutine was created by goroutine id.
+func createdBy(dump string, id int) []string {
+	var out []string
+	suffix := fmt.Sprintf(" in goroutine %d\n", id)
+	for _, g := range strings.Split(dump, "\n\n") {
+		if strings.Contains(g+"\n", suffix) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // BenchmarkDoHealthy is one hedged read whose primary answers at once: the steady state of
