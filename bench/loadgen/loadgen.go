@@ -137,6 +137,10 @@ type Window struct {
 	FromSend     Percentiles `json:"from_send"`
 	// Errors counts the calls by code (CodeOK included).
 	Errors map[string]int `json:"errors"`
+	// Interrupted counts the calls in flight when the run was interrupted (its context
+	// cancelled) that failed for it: stopped by the generator, not failed by the server, so
+	// neither in Errors nor in the latencies.
+	Interrupted int `json:"interrupted,omitempty"`
 	// Fresh counts GetFeed's pages by fresh status, and FreshFromSend times them from their
 	// send by fresh status (a page that ran the generator against one served as it stood).
 	Fresh         map[string]int         `json:"fresh,omitempty"`
@@ -172,6 +176,7 @@ type Step struct {
 	FromSchedule Percentiles    `json:"from_schedule"`
 	FromSend     Percentiles    `json:"from_send"`
 	Errors       map[string]int `json:"errors"`
+	Interrupted  int            `json:"interrupted,omitempty"`
 	Held         bool           `json:"held"`
 	// FreshFromSend times GetFeed's pages from their send, by fresh status.
 	FreshFromSend map[string]Percentiles `json:"fresh_from_send,omitempty"`
@@ -267,9 +272,9 @@ func Run(ctx context.Context, cfg Config) ([]Window, *Summary, error) {
 				}
 				w := runWindow(ctx, cfg, k, rate, round)
 				if cfg.Log != nil {
-					fmt.Fprintf(cfg.Log, "loadgen: %s at %.0f/s (round %d): %.0f/s achieved, p50 %.2f p99 %.2f p99.9 %.2f ms from schedule, p99 %.2f ms from send, %d errors, %d unsent, idle wait %.1f s, load %.1f%s\n",
+					fmt.Fprintf(cfg.Log, "loadgen: %s at %.0f/s (round %d): %.0f/s achieved, p50 %.2f p99 %.2f p99.9 %.2f ms from schedule, p99 %.2f ms from send, %d errors, %d unsent%s, idle wait %.1f s, load %.1f%s\n",
 						w.Kind, w.Offered, w.Round+1, w.Achieved, w.FromSchedule.P50, w.FromSchedule.P99, w.FromSchedule.P999, w.FromSend.P99,
-						w.Scheduled-w.Unsent-w.Errors[CodeOK], w.Unsent, w.IdleWaitSeconds, w.LoadAvg.Max, warnSuffix(w.Warning))
+						w.Scheduled-w.Unsent-w.Errors[CodeOK]-w.Interrupted, w.Unsent, interruptedSuffix(w.Interrupted), w.IdleWaitSeconds, w.LoadAvg.Max, warnSuffix(w.Warning))
 				}
 				if cfg.OnWindow != nil {
 					cfg.OnWindow(w)
@@ -285,6 +290,13 @@ func Run(ctx context.Context, cfg Config) ([]Window, *Summary, error) {
 		}
 	}
 	return windows, summarize(cfg, rates, windows), nil
+}
+
+func interruptedSuffix(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d interrupted", n)
 }
 
 func warnSuffix(w string) string {
@@ -304,6 +316,7 @@ type job struct {
 type acc struct {
 	sched, send *hdrhistogram.Histogram
 	codes       map[string]int
+	interrupted int // calls that failed because ctx was cancelled (the run interrupted)
 	fresh       map[string]int
 	byFresh     map[string]*hdrhistogram.Histogram // OK calls from their send, by fresh status
 }
@@ -348,6 +361,10 @@ func (a *acc) serve(ctx context.Context, call Call, timeout time.Duration, jobs 
 		out := call(cctx, j.user)
 		end := time.Now()
 		cancel()
+		if out.Code != CodeOK && ctx.Err() != nil {
+			a.interrupted++
+			continue
+		}
 		a.codes[out.Code]++
 		if out.Fresh != "" {
 			a.fresh[out.Fresh]++
@@ -379,6 +396,7 @@ func (w *Window) merge(accs []*acc, unsent *hdrhistogram.Histogram) {
 		for c, v := range a.codes {
 			w.Errors[c] += v
 		}
+		w.Interrupted += a.interrupted
 		for f, v := range a.fresh {
 			w.Fresh[f] += v
 		}
@@ -513,6 +531,7 @@ func mergeStep(kind string, rate float64, ws []Window, bound time.Duration) Step
 		st.Windows++
 		st.Seconds += w.Seconds
 		st.Unsent += w.Unsent
+		st.Interrupted += w.Interrupted
 		for c, v := range w.Errors {
 			st.Errors[c] += v
 		}

@@ -320,6 +320,46 @@ func TestCancelledWindowCountsOnlyDueCalls(t *testing.T) {
 	})
 }
 
+// TestInterruptedCallsAreNotErrors: the calls in flight when the run is interrupted (the
+// lag-under-reads phase stops its window so) fail with the cancellation; they are counted as
+// interrupted, apart from the server's errors, and the calls the server failed on its own stay
+// errors.
+func TestInterruptedCallsAreNotErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		call := func(ctx context.Context, _ uint64) Outcome {
+			switch since := time.Since(start); {
+			case since < 500*time.Millisecond:
+				return Outcome{Code: CodeOK}
+			case since < time.Second:
+				return Outcome{Code: "Unavailable"}
+			}
+			<-ctx.Done() // from 1 s on the server answers nothing until the interrupt
+			return Outcome{Code: "Canceled"}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(2*time.Second, cancel)
+		ws, sum, _ := Run(ctx, Config{Kinds: []Kind{{Name: "k", Call: call}}, Rates: []float64{100},
+			Window: time.Hour, Overrun: time.Second, InFlight: 4, Bound: 10 * time.Millisecond, LoadAvg: func() (float64, error) { return 0, nil }})
+		if len(ws) != 1 {
+			t.Fatalf("%d windows, want 1", len(ws))
+		}
+		w := ws[0]
+		if diff := cmp.Diff(map[string]int{CodeOK: 50, "Unavailable": 50}, w.Errors); diff != "" {
+			t.Errorf("calls by code (-want +got):\n%s", diff)
+		}
+		if w.Interrupted != 4 {
+			t.Errorf("interrupted %d, want the 4 in flight at the interrupt", w.Interrupted)
+		}
+		if sent := w.Scheduled - w.Unsent; sent != 104 {
+			t.Errorf("sent %d (scheduled %d, unsent %d), want 104: 100 answered and 4 interrupted", sent, w.Scheduled, w.Unsent)
+		}
+		if len(sum.Steps) != 1 || sum.Steps[0].Interrupted != 4 {
+			t.Errorf("steps %+v, want one with the 4 interrupted calls", sum.Steps)
+		}
+	})
+}
+
 // TestLatencyByFreshStatus: GetFeed's pages are timed by fresh status too, in each window and
 // each step: a server whose pages that run the generator ("included") take 20 ms and whose
 // others ("recent") take 1 ms shows each status at its own latency, where the whole window's

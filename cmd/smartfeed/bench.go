@@ -192,8 +192,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 // on Pebble in a temporary directory, on HBase under a table prefix of its own), tag naming it.
 func benchSystems(cfg config.Config, logFile *os.File) func(ctx context.Context, tag string) (*benchSystem, func(), error) {
 	return func(ctx context.Context, tag string) (*benchSystem, func(), error) {
-		c := cfg
-		c.Redis.Namespace = fmt.Sprintf("bench%s%d", tag, time.Now().UnixNano())
+		c := benchSystemConfig(cfg, tag)
 		var tmp string
 		if c.Storage.Backend == config.BackendPebble {
 			var err error
@@ -206,6 +205,22 @@ func benchSystems(cfg config.Config, logFile *os.File) func(ctx context.Context,
 		}
 		return startBenchSystem(ctx, c, logFile, tmp)
 	}
+}
+
+// benchSystemConfig is the configuration of one of the bench's systems: the main one (tag "")
+// listens where cfg says, so that a profiler or a trace can reach it at a known address; the
+// scale curve's systems (tag: their graph size) run while the main one still holds those
+// addresses, so they listen on ports the kernel picks. Each gets a Redis namespace of its own.
+func benchSystemConfig(cfg config.Config, tag string) config.Config {
+	c := cfg
+	c.Redis.Namespace = fmt.Sprintf("bench%s%d", tag, time.Now().UnixNano())
+	if tag != "" {
+		c.GRPC.Addr, c.Admin.Addr = "127.0.0.1:0", "127.0.0.1:0"
+		if c.Admin.GRPCAddr != "" {
+			c.Admin.GRPCAddr = "127.0.0.1:0"
+		}
+	}
+	return c
 }
 
 // clearPeerSets removes the Redis peer's sets (800 pins for each of hundreds of users), which
