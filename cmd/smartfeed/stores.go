@@ -237,6 +237,12 @@ func (s *stores) registerPebbleStats(name string, p *zenpebble.Store) error {
 			func(s zenpebble.Stats) float64 { return float64(s.WriteStalls) }},
 		{"smartfeed_pebble_write_stall_seconds_total", "Time writes were held by Pebble's write stalls.",
 			func(s zenpebble.Stats) float64 { return s.WriteStallTime.Seconds() }},
+		{"smartfeed_pebble_wal_bytes_total", "Bytes written to the write-ahead log.",
+			func(s zenpebble.Stats) float64 { return float64(s.WALBytes) }},
+		{"smartfeed_pebble_flushed_bytes_total", "Bytes of sstables written by memtable flushes.",
+			func(s zenpebble.Stats) float64 { return float64(s.FlushedBytes) }},
+		{"smartfeed_pebble_compacted_bytes_total", "Bytes of sstables written by compactions: with the flushed and WAL bytes, the store's write amplification.",
+			func(s zenpebble.Stats) float64 { return float64(s.CompactedBytes) }},
 		{"smartfeed_pebble_lowered_compactions_total", "Compactions run at a lower CPU priority (storage.pebble_compaction_nice: those below L0).",
 			func(s zenpebble.Stats) float64 { return float64(s.LoweredCompactions) }},
 	} {

@@ -242,6 +242,8 @@ func storage() Dashboard {
 		q{`max by (store) (smartfeed_pebble_read_amp{` + ns + `})`, "{{store}}"})
 	b.panel("timeseries", "Compaction debt by store", "smartfeed_pebble_compaction_debt_bytes.", "bytes", 12,
 		q{`max by (store) (smartfeed_pebble_compaction_debt_bytes{` + ns + `})`, "{{store}}"})
+	b.panel("timeseries", "Write amplification by store", "Bytes flushes and compactions wrote per byte written to the WAL; compacted bytes are what compactions spend their CPU on.", "short", 12,
+		q{`sum by (store) (rate(smartfeed_pebble_flushed_bytes_total{` + ns + `}[$__rate_interval]) + rate(smartfeed_pebble_compacted_bytes_total{` + ns + `}[$__rate_interval])) / sum by (store) (rate(smartfeed_pebble_wal_bytes_total{` + ns + `}[$__rate_interval]))`, "{{store}}"})
 	b.panel("timeseries", "Write stalls by store", "Time writes spent stalled, per second.", "percentunit", 12,
 		q{`sum by (store) (rate(smartfeed_pebble_write_stall_seconds_total{` + ns + `}[$__rate_interval]))`, "{{store}}"})
 	b.panel("timeseries", "Memtables by store", "smartfeed_pebble_memtable_bytes.", "bytes", 12,

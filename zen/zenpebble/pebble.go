@@ -511,6 +511,11 @@ type Stats struct {
 	// flush) and of zombie memtables an open iterator still holds: at most a few times the
 	// memtable size (WithMemTableSize) while flushes keep up.
 	MemTableBytes uint64
+	// WALBytes, FlushedBytes and CompactedBytes are the bytes written since Open to the
+	// write-ahead log, to sstables by flushes and to sstables by compactions: (flushed +
+	// compacted) / WAL over an interval is the store's write amplification there, and
+	// compacted bytes are what compactions spend their CPU on.
+	WALBytes, FlushedBytes, CompactedBytes uint64
 }
 
 // Stats returns the store's LSM shape now (zero after Close).
@@ -521,8 +526,14 @@ func (s *Store) Stats() Stats {
 		return Stats{}
 	}
 	m := s.db.Metrics()
-	return Stats{ReadAmp: m.ReadAmp() + int(m.MemTable.Count), L0Files: m.Levels[0].TablesCount, L0Sublevels: m.Levels[0].Sublevels,
+	st := Stats{ReadAmp: m.ReadAmp() + int(m.MemTable.Count), L0Files: m.Levels[0].TablesCount, L0Sublevels: m.Levels[0].Sublevels,
 		MemTables: m.MemTable.Count, CompactionDebtBytes: m.Compact.EstimatedDebt, Compactions: m.Compact.NumInProgress,
 		Flushes: m.Flush.Count, WriteStalls: s.stalls.Load(), WriteStallTime: time.Duration(s.stallNanos.Load()), LoweredCompactions: s.lowered.Load(),
 		BlockCacheBytes: m.BlockCache.Size, MemTableBytes: m.MemTable.Size + m.MemTable.ZombieSize}
+	st.WALBytes = m.WAL.BytesWritten
+	for i := range m.Levels {
+		st.FlushedBytes += m.Levels[i].TableBytesFlushed
+		st.CompactedBytes += m.Levels[i].TableBytesCompacted
+	}
+	return st
 }

@@ -17,7 +17,8 @@ import (
 )
 
 // TestStats: the LSM shape of an open store (one memtable at least: a read looks there), and
-// after a flush the sstables; nothing after Close.
+// after a flush the sstables; the bytes written to the WAL, by the flush and by a compaction;
+// nothing after Close.
 func TestStats(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open("")
@@ -35,8 +36,28 @@ func TestStats(t *testing.T) {
 	if err := s.db.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if st := s.Stats(); st.L0Files+int64(st.ReadAmp) < 2 {
-		t.Errorf("after a flush: %+v, want an sstable counted", st)
+	flushed := s.Stats()
+	if flushed.L0Files+int64(flushed.ReadAmp) < 2 {
+		t.Errorf("after a flush: %+v, want an sstable counted", flushed)
+	}
+	if flushed.WALBytes == 0 || flushed.FlushedBytes == 0 || flushed.CompactedBytes != 0 {
+		t.Errorf("after a flush: WAL %d, flushed %d, compacted %d bytes; want WAL and flushed bytes, none compacted",
+			flushed.WALBytes, flushed.FlushedBytes, flushed.CompactedBytes)
+	}
+	// A second sstable over the same key: the compaction merges the two (one alone is moved).
+	if err := tb.Apply(ctx, []zen.Mutation{{Key: []byte("k"), Value: []byte("w")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	flushed = s.Stats()
+	if err := s.db.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.CompactedBytes == 0 || st.FlushedBytes != flushed.FlushedBytes {
+		t.Errorf("after a compaction: flushed %d, compacted %d bytes; want the flushed bytes as before and some compacted",
+			st.FlushedBytes, st.CompactedBytes)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
