@@ -251,8 +251,17 @@ func TestConsoleInBrowser(t *testing.T) {
 		// flushes the replication from the primary).
 		t.Cleanup(func() { restorePrimary(t, adminGRPC, token) })
 		browse("stop the primary", chromedp.Click(chromedp.CSS("#fo-primary-stop")))
+		lastState := ""
 		waitFor(t, browserWait, "the primary stopped", func() bool {
-			return strings.Contains(text("#fo-primary-state"), "stop")
+			st := text("#fo-primary-state")
+			if st != lastState { // what the page said instead, should it never say stopped
+				t.Logf("#fo-primary-state: %q", st)
+				lastState = st
+			}
+			if strings.HasPrefix(st, "refused") {
+				t.Fatalf("the console's stop was refused: %s", st)
+			}
+			return strings.Contains(st, "stop")
 		})
 		waitFor(t, browserWait, "most pages served from the standby", func() bool {
 			s := strings.TrimSuffix(text("#fo-standby-rate"), "%")

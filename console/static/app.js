@@ -18,11 +18,14 @@ for (const [id, key] of [['user-token', 'sf.userToken'], ['admin-token', 'sf.adm
   input.addEventListener('change', () => sessionStorage.setItem(key, input.value.trim()));
 }
 
+// CALL_TIMEOUT_MS bounds each request, so a poll waiting on a stuck one ends and the next runs.
+const CALL_TIMEOUT_MS = 20000;
+
 async function rpc(method, body, admin) {
   const headers = { 'Content-Type': 'application/json', 'Connect-Protocol-Version': '1' };
   const tok = sessionStorage.getItem(admin ? 'sf.adminToken' : 'sf.userToken');
   if (tok) headers.Authorization = 'Bearer ' + tok;
-  const r = await fetch('rpc/' + method, { method: 'POST', headers, body: JSON.stringify(body || {}) });
+  const r = await fetch('rpc/' + method, { method: 'POST', headers, body: JSON.stringify(body || {}), signal: AbortSignal.timeout(CALL_TIMEOUT_MS) });
   const j = await r.json().catch(() => ({}));
   if (!r.ok) {
     const err = new Error((j.code || ('HTTP ' + r.status)) + (j.message ? ': ' + j.message : ''));
@@ -304,7 +307,7 @@ function quantile(h, q) {
 const fmtMs = (s) => (Number.isFinite(s) ? (s * 1000).toFixed(s < 0.01 ? 2 : 1) + ' ms' : '–');
 
 async function metrics() {
-  const r = await fetch('/metrics');
+  const r = await fetch('/metrics', { signal: AbortSignal.timeout(CALL_TIMEOUT_MS) });
   if (!r.ok) throw new Error('/metrics: HTTP ' + r.status);
   return parseMetrics(await r.text());
 }
@@ -366,9 +369,17 @@ async function pollExperiment() {
 }
 
 // ---- failover ----
-const fo = { lastServed: null, primary: [], standby: [], policy: null, knobsLoaded: false, suggested: false };
+const fo = { lastServed: null, primary: [], standby: [], policy: null, knobsLoaded: false, suggested: false, polling: false, faultSeq: 0 };
 
 async function pollFailover() {
+  // One poll at a time: under load a poll can outlast the interval, and overlapping polls
+  // answer out of order.
+  if (fo.polling) return;
+  fo.polling = true;
+  try { await pollFailoverOnce(); } finally { fo.polling = false; }
+}
+
+async function pollFailoverOnce() {
   const errs = [];
   let ms = [];
   try { ms = await metrics(); } catch (e) { errs.push(e.message); }
@@ -409,12 +420,16 @@ async function pollFailover() {
     $('fo-repl').textContent = (r.mechanism || '?') + ' · bound ' + (r.maxStalenessMs ? r.maxStalenessMs + ' ms' : 'none') +
       (r.standbyRefused ? ' · STANDBY REFUSED (stale)' : '') + ' · p99 ' + (r.recentP99Ms || 0).toFixed(1) + ' ms';
   } catch (e) { errs.push('replication: ' + e.message); }
+  // A fault set by a click after this read began is newer than the read's answer: shown as set.
+  const faultSeq = fo.faultSeq;
   try {
     const f = await rpc(ADMIN + 'GetFaults', { store: 'STORE_PRIMARY' }, true);
     const state = f.outage ? 'stop' : (f.baseMs > 0 || f.slowFraction > 0) ? 'slow' : 'normal';
-    for (const b of $('fo-primary').querySelectorAll('button')) b.classList.toggle('on', b.dataset.fault === state);
-    $('fo-primary-state').textContent = 'primary: ' + state;
-  } catch (e) { $('fo-primary-state').textContent = 'faults: ' + e.message; }
+    if (fo.faultSeq === faultSeq) {
+      for (const b of $('fo-primary').querySelectorAll('button')) b.classList.toggle('on', b.dataset.fault === state);
+      $('fo-primary-state').textContent = 'primary: ' + state;
+    }
+  } catch (e) { if (fo.faultSeq === faultSeq) $('fo-primary-state').textContent = 'faults: ' + e.message; }
   drawCurve();
   if (!fo.suggested && fo.policy && count(fo.primary) && count(fo.standby)) { fo.suggested = true; $('fo-suggest').requestSubmit(); }
   showError('fo-error', errs.length ? errs.join(' · ') : null);
@@ -444,6 +459,7 @@ $('fo-knobs').addEventListener('submit', async (ev) => {
 for (const b of $('fo-primary').querySelectorAll('button')) {
   b.addEventListener('click', async () => {
     const mix = { normal: {}, slow: { baseMs: 200, jitterMs: 20 }, stop: { outage: true } }[b.dataset.fault];
+    fo.faultSeq++;
     try {
       await rpc(ADMIN + 'SetFaults', Object.assign({ store: 'STORE_PRIMARY' }, mix), true);
       $('fo-primary-state').textContent = 'primary: ' + b.dataset.fault;
