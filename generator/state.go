@@ -18,7 +18,7 @@ import (
 //	user(8) 's'                  userState, JSON: last visit, owed size, last expiry sweep
 //	user(8) 'n'                  counter of chunk numbers: no longer written (numbers come from the clock, see nextNo)
 //	user(8) 'd'                  counter: pins dropped as expired by this generator's sweeps
-//	user(8) 'c' chunkNo(8)       record of an in-flight chunk, JSON
+//	user(8) 'c' chunkNo(8)       record of an in-flight chunk (record.go)
 //	user(8) 'p' pin(8)           claim of a pin by an in-flight chunk: the chunk ID
 const (
 	tagState   = 's'
@@ -150,7 +150,7 @@ func (g *Generator) createRecord(ctx context.Context, user zen.ID, nowMs int64, 
 	for range attempts {
 		no := g.nextNo()
 		rec := &record{ID: chunkID(user, no), State: stateIntent, CreatedMs: nowMs, Entries: entries}
-		b, err := json.Marshal(rec)
+		b, err := encodeRecord(rec)
 		if err != nil {
 			return 0, nil, nil, fmt.Errorf("encode chunk %s: %w", rec.ID, err)
 		}
@@ -191,7 +191,7 @@ func (g *Generator) putRecord(ctx context.Context, user zen.ID, no uint64, rec *
 
 // putRecordBytes is putRecord, returning the bytes written.
 func (g *Generator) putRecordBytes(ctx context.Context, user zen.ID, no uint64, rec *record, extra ...zen.Mutation) ([]byte, error) {
-	b, err := json.Marshal(rec)
+	b, err := encodeRecord(rec)
 	if err != nil {
 		return nil, fmt.Errorf("encode chunk %s: %w", rec.ID, err)
 	}
@@ -206,7 +206,7 @@ func (g *Generator) putRecordBytes(ctx context.Context, user zen.ID, no uint64, 
 // synced commit for both. A state row changed meanwhile (a concurrent chunk or settle) is left
 // for the caller to update again (stateOK false); a record changed meanwhile is an error.
 func (g *Generator) readyWithState(ctx context.Context, user zen.ID, no uint64, rec *record, intent, raw []byte, next userState) (stateOK bool, err error) {
-	rb, err := json.Marshal(rec)
+	rb, err := encodeRecord(rec)
 	if err != nil {
 		return false, fmt.Errorf("encode chunk %s: %w", rec.ID, err)
 	}
@@ -225,14 +225,6 @@ func (g *Generator) readyWithState(ctx context.Context, user zen.ID, no uint64, 
 		return false, fmt.Errorf("write chunk %s: its record changed under it", rec.ID)
 	}
 	return oks[1], nil
-}
-
-func decodeRecord(b []byte) (*record, error) {
-	var rec record
-	if err := json.Unmarshal(b, &rec); err != nil {
-		return nil, fmt.Errorf("decode chunk record: %w", err)
-	}
-	return &rec, nil
 }
 
 func (g *Generator) getRecord(ctx context.Context, user zen.ID, no uint64) (*record, error) {
