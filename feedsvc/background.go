@@ -165,9 +165,10 @@ func (s *Service) waitQuiet() {
 	s.quiet.Wait(s.closingCtx, s.quietBound)
 }
 
-// materializeInLane is the recovery pass's Materialize: like the read path's own background
-// work it waits for a gap between requests and a background lane (inLane), so that a pass
-// that finds many chunks to complete does not take the processors the pages need.
+// materializeInLane is the Materialize of the recovery pass and of the materialize jobs: like
+// the read path's own background work it waits for a gap between requests and a background
+// lane (inLane), so that a pass that finds many chunks to complete, or a backlog of jobs, does
+// not take the processors the pages need.
 func (s *Service) materializeInLane(ctx context.Context, task MaterializeTask) error {
 	var err error
 	if lerr := s.inLane(ctx, func() { err = s.Materialize(ctx, task) }); lerr != nil {

@@ -98,11 +98,14 @@ func (a PinlaterActivity) Touch(ctx context.Context, user zen.ID) (bool, error) 
 	return false, nil
 }
 
-// HandleMaterialize runs Materialize for a decoded pinlater payload. A task that can never
-// succeed (not a user ID, a chunk that does not match its row) wraps pinlater.ErrInvalidPayload,
-// so the server archives it instead of retrying.
+// HandleMaterialize runs Materialize for a decoded pinlater payload, as the read path's other
+// background work runs: after a gap between requests and in a background lane, at the lanes'
+// priority (inLane), so that a backlog of materialize jobs does not take the processors the
+// pages wait for. A job whose context ends while it waits fails and is retried. A task that
+// can never succeed (not a user ID, a chunk that does not match its row) wraps
+// pinlater.ErrInvalidPayload, so the server archives it instead of retrying.
 func (s *Service) HandleMaterialize(ctx context.Context, p pinlater.MaterializePayload) error {
-	err := s.Materialize(ctx, MaterializeTask{User: zen.ID(p.User), ChunkID: p.ChunkID})
+	err := s.materializeInLane(ctx, MaterializeTask{User: zen.ID(p.User), ChunkID: p.ChunkID})
 	if errors.Is(err, ErrBadTask) {
 		return fmt.Errorf("%w: %w", pinlater.ErrInvalidPayload, err)
 	}

@@ -771,6 +771,33 @@ func TestMaterializeRefusesBadTasks(t *testing.T) {
 	}
 }
 
+// A materialize job runs in a background lane: while every lane is held it waits, and fails
+// with its context, the chunk not settled (the job is retried); with a lane free it runs.
+func TestMaterializeJobWaitsForALane(t *testing.T) {
+	e := newEnv(t, nil)
+	e.get(t, "", 100)
+	task := e.queue.take()[0]
+	for range e.svc.lanes.Cap() {
+		holdLane(t, e.svc)
+	}
+	p := pinlater.MaterializePayload{V: 1, User: uint64(task.User), ChunkID: task.ChunkID}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := e.svc.HandleMaterialize(ctx, p); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("HandleMaterialize with every lane held = %v, want its context's deadline", err)
+	}
+	if _, ok := e.gen.settledAs(task.ChunkID); ok {
+		t.Fatal("the chunk was settled by a job that had no lane")
+	}
+	e.svc.lanes.Release()
+	if err := e.svc.HandleMaterialize(t.Context(), p); err != nil {
+		t.Fatalf("HandleMaterialize with a lane free = %v", err)
+	}
+	if d, ok := e.gen.settledAs(task.ChunkID); !ok || !d {
+		t.Errorf("chunk settled = %v, %v; want delivered", d, ok)
+	}
+}
+
 // A hung Redis (the materialize enqueue never answers) does not hold a first page (the enqueue
 // runs after the answer), and the chunk is still served and re-enqueued by a later read.
 func TestHungQueueDoesNotHoldReads(t *testing.T) {

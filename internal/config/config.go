@@ -416,8 +416,8 @@ type Feed struct {
 	// background lanes' work runs (quiet.Nice): each lane's work runs on an operating-system
 	// thread of its own whose nice value is raised by this much, so that the kernel gives a
 	// core to the requests' threads first (docs/read-path.md, "Background work runs at a lower
-	// priority"); the recovery pass runs at it too. Default 10; 0: the process's priority.
-	// Linux only; elsewhere it is ignored, with a warning at start.
+	// priority"); the recovery pass and the materialize jobs run at it too. Default 10; 0: the
+	// process's priority. Linux only; elsewhere it is ignored, with a warning at start.
 	BackgroundNice int `json:"background_nice"`
 	// HeadCacheMB bounds the memory of the feed process's feed-head cache: each active user's
 	// last first page, served again while the feed is unchanged (feedsvc.Deps.HeadCacheBytes;
