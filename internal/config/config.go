@@ -91,11 +91,11 @@ type Storage struct {
 	// Default 64; 0 means Pebble's own default (4 MiB).
 	PebbleMemTableMB int `json:"pebble_memtable_mb"`
 	// PebbleFeedMemTableMB is the memtable of the feed's Pebble databases (primary and
-	// standby), in MiB, in place of PebbleMemTableMB: a page's scan seeks into the memtable's
-	// skiplist first, and that seek grows with the rows the memtable holds, so a large one makes
-	// GetFeed slower the longer the process has run since its last flush. The feed's writes are
-	// a chunk's rows, few and clustered by user, so small flushes cost its compaction little.
-	// Default 8; 0 means PebbleMemTableMB.
+	// standby), in MiB, in place of PebbleMemTableMB. A page's read seeks into the memtable's
+	// skiplist first, and that seek grows with the rows the memtable holds; but the feed's
+	// writes, though clustered per user, span every user in each flush, so each flush's L0
+	// file overlaps the whole base level and a small memtable makes compaction rewrite that
+	// level often (docs/read-path.md, "Feed memtables"). Default 32; 0 means PebbleMemTableMB.
 	PebbleFeedMemTableMB int `json:"pebble_feed_memtable_mb"`
 	// PebbleL0CompactionThreshold is how many L0 sublevels each Pebble database lets
 	// accumulate before compacting them into the base level: under the fanout's scattered
@@ -466,7 +466,7 @@ func DefaultConfig() Config {
 			DataDir:                     "data",
 			PebbleCacheMB:               256,
 			PebbleMemTableMB:            64,
-			PebbleFeedMemTableMB:        8,
+			PebbleFeedMemTableMB:        32,
 			PebbleL0CompactionThreshold: 8,
 			HBase: HBase{TablePrefix: zenhbase.DefaultTablePrefix, ZookeeperRoot: "/hbase", Replication: ReplicationAuto,
 				WriteFlush: jsontime.Duration(time.Millisecond)},
