@@ -250,19 +250,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		// Whatever happens below, the primary comes back before the demo stops (its shutdown
 		// flushes the replication from the primary).
 		t.Cleanup(func() { restorePrimary(t, adminGRPC, token) })
-		browse("stop the primary", chromedp.Click(chromedp.CSS("#fo-primary-stop")))
-		lastState := ""
-		waitFor(t, browserWait, "the primary stopped", func() bool {
-			st := text("#fo-primary-state")
-			if st != lastState { // what the page said instead, should it never say stopped
-				t.Logf("#fo-primary-state: %q", st)
-				lastState = st
-			}
-			if strings.HasPrefix(st, "refused") {
-				t.Fatalf("the console's stop was refused: %s", st)
-			}
-			return strings.Contains(st, "stop")
-		})
+		// The fault buttons are clicked through the DOM: the page's polls fill tables above them,
+		// and a click at the coordinates read a moment before can land beside the button.
+		browse("stop the primary", chromedp.WaitVisible(chromedp.CSS("#fo-primary-stop")),
+			js(`document.getElementById('fo-primary-stop').click()`))
+		waitPrimaryState(t, "stop", text)
 		waitFor(t, browserWait, "most pages served from the standby", func() bool {
 			s := strings.TrimSuffix(text("#fo-standby-rate"), "%")
 			n, err := strconv.Atoi(s)
@@ -288,10 +280,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		}
 		browse("restart the primary", page("#failover"),
 			chromedp.WaitVisible(chromedp.CSS("#fo-primary-normal")),
-			chromedp.Click(chromedp.CSS("#fo-primary-normal")))
-		waitFor(t, browserWait, "the primary back", func() bool {
-			return strings.Contains(text("#fo-primary-state"), "normal")
-		})
+			js(`document.getElementById('fo-primary-normal').click()`))
+		waitPrimaryState(t, "normal", text)
 	})
 
 	t.Run("queues: pause and resume a queue", func(t *testing.T) {
@@ -343,6 +333,25 @@ func evalJS[T any](t *testing.T, ctx context.Context, expr string) T {
 // shows: generous, because under make test the browser, the demo and other test binaries share
 // two cores, and a wait that ends sooner ends as soon as the condition holds.
 const browserWait = 60 * time.Second
+
+// waitPrimaryState waits until the failover page's primary state (read with text) says want,
+// logging each state it shows meanwhile, so that a failure says what the page said instead; a
+// refused change fails at once.
+func waitPrimaryState(t *testing.T, want string, text func(sel string) string) {
+	t.Helper()
+	last := ""
+	waitFor(t, browserWait, "the primary state "+want, func() bool {
+		st := text("#fo-primary-state")
+		if st != last {
+			t.Logf("#fo-primary-state: %q", st)
+			last = st
+		}
+		if strings.HasPrefix(st, "refused") {
+			t.Fatalf("the console's change to %s was refused: %s", want, st)
+		}
+		return strings.Contains(st, want)
+	})
+}
 
 // waitFor polls cond every 200 ms until it holds, failing t after d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
