@@ -90,7 +90,11 @@ func Markdown(r *Results, plotDir string) string {
 	p("%s", loadMethod)
 	if l := r.Load; l != nil {
 		p("")
-		p("The graph was written by the bulk loader (`smartfeed load`'s: the rows the graph API writes, in batched writes): %d users and %d follows, %d rows in %.1f s, **%.0f rows/s**, the process's peak RSS %.0f MiB after it.", l.Users, l.Follows, l.Rows, l.Seconds, l.RowsPerSec, l.PeakRSSMiB)
+		how := "in batched writes"
+		if l.HFiles > 0 {
+			how = fmt.Sprintf("as %d HFiles moved into the tables by HBase's own bulk load", l.HFiles)
+		}
+		p("The graph was written by the bulk loader (`smartfeed load`'s: the rows the graph API writes, %s): %d users and %d follows, %d rows in %.1f s, **%.0f rows/s**, the process's peak RSS %.0f MiB after it.", how, l.Users, l.Follows, l.Rows, l.Seconds, l.RowsPerSec, l.PeakRSSMiB)
 	}
 	p("")
 	b.WriteString(fanoutMarkdown(r, img))

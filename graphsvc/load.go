@@ -102,6 +102,7 @@ type Loader struct {
 	progress func(LoadStats)
 	every    time.Duration
 	ids      func(kind, key string, id zen.ID)
+	sink     zen.BulkSink
 }
 
 // LoaderOption configures a Loader.
@@ -159,7 +160,11 @@ type loadRun struct {
 // Load writes the records of src. It stops at the first error of the store or of src (records
 // written so far stay; rerunning finishes the load), and skips refused records, counting them.
 func (l *Loader) Load(ctx context.Context, src LoadSource) (LoadStats, error) {
-	r := &loadRun{l: l, b: l.g.NewBulk(l.batch), start: time.Now(), startMs: l.now().UnixMilli(),
+	var bopts []zen.BulkOption
+	if l.sink != nil {
+		bopts = append(bopts, zen.WithBulkSink(l.sink))
+	}
+	r := &loadRun{l: l, b: l.g.NewBulk(l.batch, bopts...), start: time.Now(), startMs: l.now().UnixMilli(),
 		users: map[string]zen.ID{}, boards: map[string]zen.ID{}, old: map[zen.ID]bool{},
 		counts: map[loadList]int64{}, recount: map[loadList]bool{}}
 	r.last = r.start
@@ -567,6 +572,11 @@ func (s LoadStats) String() string {
 		s.Users, s.UsersExisting, s.UsersRefused, s.Boards, s.BoardsExisting, s.BoardsRefused,
 		s.Follows, s.FollowsExisting, s.FollowsRefused, s.Malformed, s.Rows, s.Elapsed.Round(time.Millisecond), s.RowsPerSecond(), s.Recounted)
 }
+
+// WithLoadSink hands the load's rows to sink instead of the store's writes (zen.WithBulkSink):
+// on HBase, a zenhbase.Stage, which loads them as HFiles when the load ends. Nothing of a load
+// through a sink is readable before it ends; a rerun after a failure loads it all again.
+func WithLoadSink(sink zen.BulkSink) LoaderOption { return func(l *Loader) { l.sink = sink } }
 
 // WithLoadIDs calls fn with the ID of every user and board of the input, new or existing, as
 // the load resolves it: kind "user" with the username lowercased, or kind "board" with the

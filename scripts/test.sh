@@ -5,7 +5,8 @@
 #   1. go test -race ./...  (gotestsum; events in run/test.json), three test binaries at a time,
 #      the slowest packages first
 #   2. alone, without -race (ALONE; events in run/test-e2e.json): the e2e scenario on two
-#      replicated HBases (the pinned gohbase races on its own under -race), and the tests of how
+#      replicated HBases and a system on HBase fanning out over a bulk-loaded graph (the pinned
+#      gohbase races on its own under -race), and the tests of how
 #      GetFeed's latency rides out a hung primary store, which measure it
 #   3. no Redis keys left by the tests: each test purges its namespace (testenv.RedisNamespace)
 #   4. the user's Redis (run/redis) untouched by the run
@@ -94,7 +95,7 @@ SLOW_FIRST="./cmd/smartfeed ./zen/zenhbase ./zen ./pinlater ./zen/zenmove ./grap
 # the primary's 1 s timeout: beside other test binaries under -race, on a 2-core machine, the
 # standby's own reads can grow past the hedging cutoff, and the breaker then rightly blames the
 # processor, not the primary (feedsvc/hedge, standbyWon). Step 1 skips them.
-ALONE='^(TestEndToEndOnReplicatedHBase|TestHangingPrimaryFeed|TestHangOnsetConcurrentFeed)$'
+ALONE='^(TestEndToEndOnReplicatedHBase|TestBulkLoadedGraphFansOutOnHBase|TestHangingPrimaryFeed|TestHangOnsetConcurrentFeed)$'
 
 # race_pkgs: the packages of step 1: TEST_PKGS when set to other than ./..., else every package
 # with SLOW_FIRST first.

@@ -24,8 +24,8 @@ import (
 
 // benchFlags are the bench command's own flags.
 type benchFlags struct {
-	users                                                                           []int // the profile's sizes, replaced (empty: the profile's)
-	profile, out, docs, cpuprofile, cpuPhase, trace, memprofile, hbasePE, hbaseScan string
+	users                                                                                      []int // the profile's sizes, replaced (empty: the profile's)
+	profile, out, docs, cpuprofile, cpuPhase, trace, memprofile, hbasePE, hbaseScan, hbaseBulk string
 	// loadgen: run the read-rate phase with `smartfeed loadgen` in a process of its own (with
 	// loadgenWindow windows); off, the in-process search of the earlier benches runs instead.
 	loadgen       bool
@@ -57,6 +57,8 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 		"(PerformanceEvaluation randomRead) on the pools' HBase, to compare zen's Get and Top(50) with it in the same run (empty: skip)")
 	fs.StringVar(&bf.hbaseScan, "hbase-scan", filepath.Join("scripts", "hbase-scan.sh"), "with --storage hbase: the script that has HBase's own Java client "+
 		"make GetFeed's reads of the feed (a Scan of each serving-phase reader's feed rows) on the primary's HBase with the fanout running, to compare GetFeed with it (empty: skip)")
+	fs.StringVar(&bf.hbaseBulk, "hbase-bulk-load", filepath.Join("scripts", "hbase-bulkload.sh"), "with --storage hbase: the command that loads the graph as HFiles "+
+		"(HBase's own bulk load), as smartfeed load --hbase-bulk-load does (empty: the store's batched writes)")
 	fs.IntSliceVar(&bf.users, "users", nil, "the graph sizes instead of the profile's: the first is the main graph, the others the scale curve's (e.g. 2000,1000 for a smoke run)")
 	noEnv(fs, "users")
 	fs.BoolVar(&bf.loadgen, "loadgen", true, "measure the read rates with the load generator in a process of its own (smartfeed loadgen); false: in process, as before")
@@ -129,7 +131,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		// One tuner for the process, whichever of the bench's systems runs.
 		defer startGCFloor(cfg, blog, nil)()
 	}
-	newSys := benchSystems(cfg, logFile)
+	newSys := benchSystems(cfg, logFile, bf.hbaseBulk)
 	sys, closeSys, err := newSys(ctx, "")
 	if err != nil {
 		return err
@@ -190,7 +192,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 
 // benchSystems returns what starts a bench system of cfg (each in a Redis namespace of its own,
 // on Pebble in a temporary directory, on HBase under a table prefix of its own), tag naming it.
-func benchSystems(cfg config.Config, logFile *os.File) func(ctx context.Context, tag string) (*benchSystem, func(), error) {
+func benchSystems(cfg config.Config, logFile *os.File, bulkLoad string) func(ctx context.Context, tag string) (*benchSystem, func(), error) {
 	return func(ctx context.Context, tag string) (*benchSystem, func(), error) {
 		c := benchSystemConfig(cfg, tag)
 		var tmp string
@@ -203,7 +205,11 @@ func benchSystems(cfg config.Config, logFile *os.File) func(ctx context.Context,
 		} else {
 			c.Storage.HBase.TablePrefix = c.Redis.Namespace + "_"
 		}
-		return startBenchSystem(ctx, c, logFile, tmp)
+		s, closeFn, err := startBenchSystem(ctx, c, logFile, tmp)
+		if s != nil && c.Storage.Backend == config.BackendHBase {
+			s.bulkLoad = bulkLoad
+		}
+		return s, closeFn, err
 	}
 }
 

@@ -51,7 +51,7 @@ func startBenchSystem(ctx context.Context, cfg config.Config, logw io.Writer, tm
 	}
 	s := &benchSystem{a: a, feed: feedv1.NewFeedServiceClient(conn), health: healthpb.NewHealthClient(conn), boards: map[uint64]zen.ID{},
 		pub:      worker.NewPublisher(a.durable, a.graph, a.worker.Config().HotFollowers),
-		lazyPins: a.outbox != nil && a.graph.SharesLog(a.outbox.Table())}
+		lazyPins: a.outbox != nil && a.graph.SharesLog(a.outbox.Table()), logw: logw}
 	a.worker.OnInsert(s.inserted)
 	closeFn := func() {
 		conn.Close()
@@ -101,6 +101,10 @@ type benchSystem struct {
 	// in ns the worker wrote the pin to the user's pools (0: not yet).
 	arrivals sync.Map
 	made     sync.Map // pin → creation ms, of the pins MakePin made and PublishPin has not published
+	// bulkLoad is the command LoadModel loads the graph into HBase with, as HFiles (empty: the
+	// store's batched writes); what it prints goes to logw.
+	bulkLoad string
+	logw     io.Writer
 }
 
 // ReplicationLags implements bench.Replication: the canary's measurements with HBase's own

@@ -17,6 +17,7 @@ import (
 	"github.com/smartfeed/smartfeed/graphsvc"
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/zenhbase"
 )
 
 // loadFlags are the flags of "smartfeed load".
@@ -29,6 +30,9 @@ type loadFlags struct {
 	batch        int
 	chunk        int
 	every        time.Duration
+	// bulkLoad is the command that loads staged rows into HBase as HFiles (empty: the store's
+	// batched writes), bulkDir where they are staged.
+	bulkLoad, bulkDir string
 }
 
 // newLoadCmd is "smartfeed load": the bulk loader (graphsvc.Loader) over the configured main
@@ -56,7 +60,10 @@ empty (cached graph rows are not invalidated). Takes the same storage flags as t
 	fs.IntVar(&lf.batch, "batch", 0, "rows per store write (0: 50,000 on Pebble, 5,000 on HBase)")
 	fs.IntVar(&lf.chunk, "chunk", 10000, "users or boards checked and given IDs together")
 	fs.DurationVar(&lf.every, "progress", 5*time.Second, "how often to print progress on stderr")
-	for _, n := range []string{"file", "model", "users", "seed", "max-followers", "batch", "chunk", "progress"} {
+	fs.StringVar(&lf.bulkLoad, "hbase-bulk-load", "", "with --storage hbase: load the rows as HFiles with this command (scripts/hbase-bulkload.sh: HBase's own bulk load), "+
+		"staged sorted under --bulk-dir first, instead of writing them through the region servers (empty: batched writes)")
+	fs.StringVar(&lf.bulkDir, "bulk-dir", "", "with --hbase-bulk-load: where the rows are staged (about their size on disk, twice at the end; empty: the system's temporary directory)")
+	for _, n := range []string{"file", "model", "users", "seed", "max-followers", "batch", "chunk", "progress", "hbase-bulk-load", "bulk-dir"} {
 		noEnv(fs, n)
 	}
 	resolve := configFlags(fs, config.DefaultConfig(), getenv)
@@ -122,7 +129,7 @@ func runLoad(ctx context.Context, cfg config.Config, src graphsvc.LoadSource, lf
 	}
 	batch := lf.batch
 	if cfg.Storage.Backend == config.BackendHBase {
-		if batch == 0 {
+		if batch == 0 && lf.bulkLoad == "" {
 			batch = hbaseLoadBatch
 		}
 		var cancel context.CancelFunc
@@ -137,7 +144,42 @@ func runLoad(ctx context.Context, cfg config.Config, src graphsvc.LoadSource, lf
 	if ids != nil {
 		opts = append(opts, graphsvc.WithLoadIDs(ids))
 	}
-	return graphsvc.NewLoader(g, nil, opts...).Load(ctx, src)
+	stage, err := hbaseStage(main, cfg, lf.bulkLoad, lf.bulkDir, stderr)
+	if err != nil {
+		return graphsvc.LoadStats{}, err
+	}
+	if stage == nil {
+		return graphsvc.NewLoader(g, nil, opts...).Load(ctx, src)
+	}
+	defer stage.Close()
+	ls, err := graphsvc.NewLoader(g, nil, append(opts, graphsvc.WithLoadSink(stage))...).Load(ctx, src)
+	if err == nil {
+		fmt.Fprintf(stderr, "load: %s\n", bulkLoadLine(stage.Stats()))
+	}
+	return ls, err
+}
+
+// bulkLoadLine says what HBase's bulk load did.
+func bulkLoadLine(st zenhbase.LoadStats) string {
+	return fmt.Sprintf("HBase bulk load: %d rows of %d tables in %d HFiles (%d MiB), written in %.1f s, moved into the tables in %.1f s",
+		st.Rows, st.Tables, st.HFiles, st.Bytes>>20, st.WriteS, st.LoadS)
+}
+
+// hbaseStage returns the stage of a load through HBase's bulk load into the main store st when
+// cfg's storage is HBase and command names the loading command; nil when it is not asked for.
+func hbaseStage(st zen.Store, cfg config.Config, command, dir string, stderr io.Writer) (*zenhbase.Stage, error) {
+	if command == "" {
+		return nil, nil
+	}
+	hb, ok := st.(*zenhbase.Store)
+	if cfg.Storage.Backend != config.BackendHBase || !ok {
+		return nil, fmt.Errorf("load: --hbase-bulk-load needs --storage hbase (storage is %s)", cfg.Storage.Backend)
+	}
+	stage, err := hb.NewStage(dir, zenhbase.CommandLoad(stderr, command), 0)
+	if err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	return stage, nil
 }
 
 // modelSource streams a bench.Model as load records: user i is "u<i>" (email u<i>@bench.example);
@@ -201,10 +243,24 @@ func (s *benchSystem) LoadModel(ctx context.Context, m *bench.Model, progress be
 	total := m.Edges()
 	var batch []graphsvc.LoaderOption
 	if s.a.cfg.Storage.Backend == config.BackendHBase {
-		batch = append(batch, graphsvc.WithLoadBatch(hbaseLoadBatch))
+		if s.bulkLoad == "" {
+			batch = append(batch, graphsvc.WithLoadBatch(hbaseLoadBatch))
+		}
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, hbaseLoadBound)
 		defer cancel()
+	}
+	var stage *zenhbase.Stage
+	if s.a.cfg.Storage.Backend == config.BackendHBase && s.bulkLoad != "" {
+		main, err := s.a.stores.get(ctx, storeMain)
+		if err != nil {
+			return nil, nil, err
+		}
+		if stage, err = hbaseStage(main, s.a.cfg, s.bulkLoad, "", s.logw); err != nil {
+			return nil, nil, err
+		}
+		defer stage.Close()
+		batch = append(batch, graphsvc.WithLoadSink(stage))
 	}
 	l := graphsvc.NewLoader(s.a.graph, nil, append(batch,
 		graphsvc.WithLoadIDs(func(kind, key string, id zen.ID) {
@@ -240,6 +296,10 @@ func (s *benchSystem) LoadModel(ctx context.Context, m *bench.Model, progress be
 	if st.UsersRefused+st.BoardsRefused+st.FollowsRefused+st.Malformed > 0 {
 		return nil, nil, fmt.Errorf("load: the model's records were refused: %s", st)
 	}
-	return ids, &bench.LoadReport{Users: st.Users + st.UsersExisting, Follows: st.Follows + st.FollowsExisting,
-		Rows: st.Rows, Seconds: st.Elapsed.Seconds(), RowsPerSec: st.RowsPerSecond()}, nil
+	rep := &bench.LoadReport{Users: st.Users + st.UsersExisting, Follows: st.Follows + st.FollowsExisting,
+		Rows: st.Rows, Seconds: st.Elapsed.Seconds(), RowsPerSec: st.RowsPerSecond()}
+	if stage != nil {
+		rep.HFiles = stage.Stats().HFiles
+	}
+	return ids, rep, nil
 }

@@ -134,6 +134,7 @@ func SplitKeys(every, shards int) [][]byte {
 // Store is a zen.Store over one HBase cluster. It is safe for concurrent use.
 type Store struct {
 	opts   Options
+	zk     string         // the ZooKeeper quorum Open was given
 	client gohbase.Client // blind writes (Apply), batched for FlushInterval
 	// reader sends at once: reads, and the compare-and-sets and increments, whose caller
 	// waits on the answer to decide what to do next (a claim, a take, a recording).
@@ -178,7 +179,7 @@ func Open(ctx context.Context, zkQuorum string, opts Options) (*Store, error) {
 		reader.Close()
 		return nil, errors.New("open hbase: gohbase client cannot send raw RPCs")
 	}
-	s := &Store{opts: opts, client: client, reader: reader, rpc: rpc, admin: admin, arpc: arpc, tables: map[string]*Table{}}
+	s := &Store{opts: opts, zk: zkQuorum, client: client, reader: reader, rpc: rpc, admin: admin, arpc: arpc, tables: map[string]*Table{}}
 	cctx, cancel := s.callCtx(ctx)
 	defer cancel()
 	ltn, err := hrpc.NewListTableNames(cctx, hrpc.ListRegex(regexp.QuoteMeta(opts.TablePrefix)+".*"))
