@@ -219,6 +219,9 @@ func rawEqual(ctx context.Context, t zen.Table, batches [][]uint64, slots int, p
 	return float64(rows.Load()) / took.Seconds(), took, nil
 }
 
+// rawPeerBound bounds the raw store peer's pre-fill and measurement as a whole.
+const rawPeerBound = 30 * time.Minute
+
 // prefill writes at least size bytes of pool-sized rows for users (random pins) to t, unsynced, in
 // batches of 1,000, and returns the rows written: the data set the raw peer's measurement then
 // adds to is larger than the store's memtable.
@@ -281,6 +284,11 @@ func equalWork(ctx context.Context, sys System, peers []RedisPeer, receivers [][
 		eq.Notes = append(eq.Notes, "the raw store was not measured: the system opens no raw table")
 		return eq, nil
 	}
+	// The raw peer is a batch job: its writes wait for the store as long as it takes, not the
+	// store's per-call bound for a context without a deadline (5 s on HBase, which a region
+	// server still opening the new table's regions can exceed).
+	ctx, cancel := context.WithTimeout(ctx, rawPeerBound)
+	defer cancel()
 	t, err := rt.RawTable(ctx)
 	if err != nil {
 		return eq, fmt.Errorf("raw store: %w", err)

@@ -66,7 +66,8 @@ empty (cached graph rows are not invalidated). Takes the same storage flags as t
 	for _, n := range []string{"file", "model", "users", "seed", "max-followers", "batch", "chunk", "progress", "hbase-bulk-load", "bulk-dir"} {
 		noEnv(fs, n)
 	}
-	resolve := configFlags(fs, config.DefaultConfig(), getenv)
+	// The loader opens the main store alone: the feed stores' quorums are not asked for.
+	resolve := configFlagsFor(fs, config.DefaultConfig(), getenv, func(config.Config) config.Uses { return config.Uses{Main: true} })
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := resolve(cmd)
 		if err != nil {

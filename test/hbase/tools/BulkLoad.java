@@ -11,7 +11,10 @@
 // key, a 4-byte big-endian value length, the value (the cell's bytes, as the store writes
 // them). Each table's rows become HFiles under DIR/hfiles/TABLE/FAMILY, one per region they
 // fall in (a new file at each region's start key, and after about 1 GiB), every cell in
-// FAMILY:QUALIFIER at the load's start time; then BulkLoadHFiles moves them into the table.
+// FAMILY:QUALIFIER at the load's start time, each file synced to disk (bulk-loaded cells are in
+// no WAL: a file the page cache still holds could be lost with the machine, and its writeback
+// would stall the region servers' WAL syncs after the load); then BulkLoadHFiles moves them
+// into the table.
 // Prints one JSON line: {"tables":..,"rows":..,"hfiles":..,"bytes":..,"write_s":..,"load_s":..}.
 import java.io.BufferedInputStream;
 import java.io.DataInputStream;
@@ -19,6 +22,8 @@ import java.io.EOFException;
 import java.io.File;
 import java.io.FileInputStream;
 import java.io.IOException;
+import java.nio.channels.FileChannel;
+import java.nio.file.StandardOpenOption;
 import java.util.Arrays;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
@@ -91,6 +96,7 @@ public class BulkLoad {
           }
         }
         w.close();
+        w.sync();
         rows += w.rows;
         files += w.files;
         bytes += w.bytes;
@@ -120,6 +126,7 @@ public class BulkLoad {
     long curBytes;
     byte[] last;
     long rows, files, bytes;
+    final java.util.List<Path> written = new java.util.ArrayList<>();
 
     Writer(Configuration c, FileSystem fs, Path dir, byte[] family, byte[] qualifier, long ts, byte[][] starts) {
       this.c = c;
@@ -141,8 +148,10 @@ public class BulkLoad {
         close();
         region = reg;
         HFileContext ctx = new HFileContextBuilder().withBlockSize(64 * 1024).build();
+        Path p = new Path(dir, String.format("%06d", files));
+        written.add(p);
         cur = new StoreFileWriter.Builder(c, new CacheConfig(c), fs)
-            .withFilePath(new Path(dir, String.format("%06d", files)))
+            .withFilePath(p)
             .withFileContext(ctx).withBloomType(BloomType.ROW).build();
         files++;
       }
@@ -165,6 +174,15 @@ public class BulkLoad {
         }
       }
       return lo;
+    }
+
+    // sync forces the files written to disk.
+    void sync() throws IOException {
+      for (Path p : written) {
+        try (FileChannel ch = FileChannel.open(java.nio.file.Paths.get(p.toUri().getPath()), StandardOpenOption.WRITE)) {
+          ch.force(true);
+        }
+      }
     }
 
     void close() throws IOException {
