@@ -67,9 +67,9 @@ bench-full: ## the end-to-end benchmark, full profile (users ×10 and ×100; lon
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile full --out $(BENCH_OUT)
 
 BENCH_HBASE_OUT ?= bench/out/hbase
-bench-hbase: ## the quick profile on one standalone HBase (app replication, 3 GB heap: HBASE_HEAP), with HBase's own Java client (PerformanceEvaluation) on it; out in BENCH_HBASE_OUT
+bench-hbase: ## the quick profile on one standalone HBase (app replication, 6 GB heap: HBASE_HEAP), with HBase's own Java client (PerformanceEvaluation) on it; out in BENCH_HBASE_OUT
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
-	HBASE_HEAP=$${HBASE_HEAP:-3g} SMARTFEED_NO_HBASE_STANDBY=1 $(SERVICES) sh -c 'bin/smartfeed bench --profile quick --storage hbase --hbase-pools-zk "$$SMARTFEED_HBASE_ZK" \
+	HBASE_HEAP=$${HBASE_HEAP:-6g} SMARTFEED_NO_HBASE_STANDBY=1 $(SERVICES) sh -c 'bin/smartfeed bench --profile quick --storage hbase --hbase-pools-zk "$$SMARTFEED_HBASE_ZK" \
 		--hbase-primary-zk "$$SMARTFEED_HBASE_ZK" --hbase-standby-zk "$$SMARTFEED_HBASE_ZK" --hbase-replication app --out $(BENCH_HBASE_OUT)'
 
 bench-docs: ## run the quick profile and regenerate docs/benchmarks.md and docs/bench/*.png from it

@@ -171,9 +171,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 	if err != nil {
 		return err
 	}
-	if err := benchGraphReads(ctx, sys, rdb, res, stdout); err != nil {
-		return err
-	}
+	benchGraphReads(ctx, sys, rdb, res, stdout)
 	if withPE {
 		hp.javaResults(ctx, res, sys, cfg.Storage.HBase, bf.hbasePE, logFile, stdout)
 	}
@@ -414,20 +412,23 @@ func benchProfiles(bf benchFlags, opts *bench.Options, stdout io.Writer) (stop f
 }
 
 // benchGraphReads measures the graph's reads (objects and edge pages, with and without the
-// cache) on the bench system's main store and prints them.
-func benchGraphReads(ctx context.Context, sys *benchSystem, rdb *goredis.Client, res *bench.Results, stdout io.Writer) error {
+// cache) on the bench system's main store and prints them. A failure is noted in res, as a
+// failed phase of bench.Run is, and the rest of the results are kept.
+func benchGraphReads(ctx context.Context, sys *benchSystem, rdb *goredis.Client, res *bench.Results, stdout io.Writer) {
 	main, err := sys.a.stores.get(ctx, storeMain)
-	if err != nil {
-		return err
+	if err == nil {
+		res.GraphReads, err = bench.GraphReads(ctx, main, rdb, fmt.Sprintf("benchgr%d", time.Now().UnixNano()))
 	}
-	if res.GraphReads, err = bench.GraphReads(ctx, main, rdb, fmt.Sprintf("benchgr%d", time.Now().UnixNano())); err != nil {
-		return err
+	if err != nil {
+		res.GraphReads = nil
+		res.Notes = append(res.Notes, "graph reads: "+err.Error())
+		fmt.Fprintf(stdout, "graph reads: %v\n", err)
+		return
 	}
 	for _, r := range res.GraphReads {
 		fmt.Fprintf(stdout, "graph reads: %s cache %v: p50 %.3f ms, p99 %.3f ms, %.2f store calls a read\n",
 			r.Read, r.Cache, r.Latency.P50, r.Latency.P99, r.StoreCallsPer)
 	}
-	return nil
 }
 
 // printBenchResults prints where the results are and every ratio (the RatioKeys first).
