@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/smartfeed/smartfeed/internal/binrec"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -162,84 +163,31 @@ func appendItem(b []byte, it Item) []byte {
 
 const maxReason = 1 << 12
 
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: short or bad %s", errCorrupt, what)
-	}
-}
-
-func (r *reader) u64(what string) uint64 {
-	if r.err != nil || len(r.b) < 8 {
-		r.fail(what)
-		return 0
-	}
-	v := binary.BigEndian.Uint64(r.b)
-	r.b = r.b[8:]
-	return v
-}
-
-func (r *reader) u8(what string) byte {
-	if r.err != nil || len(r.b) < 1 {
-		r.fail(what)
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
-
-func (r *reader) uvarint(what string, limit uint64) uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 || v > limit {
-		r.fail(what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) bytes(what string, n uint64) []byte {
-	if r.err != nil || uint64(len(r.b)) < n {
-		r.fail(what)
-		return nil
-	}
-	v := r.b[:n]
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) item() Item {
+// readItem reads one item as appendItem wrote it.
+func readItem(r *binrec.Reader) Item {
 	it := Item{
-		Pin:    zen.ID(r.u64("pin")),
-		Source: zen.Source(r.u8("source")),
-		Score:  math.Float64frombits(r.u64("score")),
-		Author: zen.ID(r.u64("author")),
-		Board:  zen.ID(r.u64("board")),
+		Pin:    zen.ID(r.U64("pin")),
+		Source: zen.Source(r.U8("source")),
+		Score:  math.Float64frombits(r.U64("score")),
+		Author: zen.ID(r.U64("author")),
+		Board:  zen.ID(r.U64("board")),
 	}
-	it.Reason = string(r.bytes("reason", r.uvarint("reason length", maxReason)))
+	it.Reason = r.String("reason", maxReason)
 	return it
 }
 
 func encodeItem(it Item) []byte { return appendItem([]byte{itemVersion}, it) }
 
 func decodeItem(b []byte) (Item, error) {
-	r := reader{b: b}
-	if v := r.u8("version"); r.err == nil && v != itemVersion {
+	r := binrec.New(b, errCorrupt)
+	if v := r.U8("version"); r.Err() == nil && v != itemVersion {
 		return Item{}, fmt.Errorf("%w: item version %d", errCorrupt, v)
 	}
-	it := r.item()
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%w: %d trailing bytes after item", errCorrupt, len(r.b))
+	it := readItem(&r)
+	if r.Err() == nil && r.Len() != 0 {
+		r.Fail(fmt.Errorf("%w: %d trailing bytes after item", errCorrupt, r.Len()))
 	}
-	return it, r.err
+	return it, r.Err()
 }
 
 // pendingChunk is the value of a pending row: the chunk as served, with each kept item's
@@ -278,38 +226,38 @@ func encodePending(c pendingChunk) []byte {
 }
 
 func decodePending(b []byte) (pendingChunk, error) {
-	r := reader{b: b}
+	r := binrec.New(b, errCorrupt)
 	var c pendingChunk
-	switch v := r.u8("version"); {
-	case r.err != nil:
+	switch v := r.U8("version"); {
+	case r.Err() != nil:
 	case v == preparedVersion:
 		c.Prepared = true
 	case v == ownedPreparedVersion:
-		c.Prepared, c.Owner = true, r.u64("owner")
-		if r.err == nil && c.Owner == 0 {
+		c.Prepared, c.Owner = true, r.U64("owner")
+		if r.Err() == nil && c.Owner == 0 {
 			return pendingChunk{}, fmt.Errorf("%w: prepared chunk owner 0", errCorrupt)
 		}
 	case v != pendingVersion:
 		return pendingChunk{}, fmt.Errorf("%w: pending chunk version %d", errCorrupt, v)
 	}
-	c.ChunkID = string(r.bytes("chunk id", r.uvarint("chunk id length", maxChunkID)))
-	c.ServedMs = int64(r.u64("served time"))
-	n := r.uvarint("item count", maxChunkItems)
+	c.ChunkID = r.String("chunk id", maxChunkID)
+	c.ServedMs = int64(r.U64("served time"))
+	n := r.Uvarint("item count", maxChunkItems)
 	last := int64(-1)
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		pos := r.uvarint("position", math.MaxUint32)
-		if r.err == nil && int64(pos) <= last {
+	for i := uint64(0); i < n && r.Err() == nil; i++ {
+		pos := r.Uvarint("position", math.MaxUint32)
+		if r.Err() == nil && int64(pos) <= last {
 			return pendingChunk{}, fmt.Errorf("%w: positions not increasing", errCorrupt)
 		}
 		last = int64(pos)
 		c.Pos = append(c.Pos, uint32(pos))
-		c.Items = append(c.Items, r.item())
+		c.Items = append(c.Items, readItem(&r))
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.err = fmt.Errorf("%w: %d trailing bytes after pending chunk", errCorrupt, len(r.b))
+	if r.Err() == nil && r.Len() != 0 {
+		r.Fail(fmt.Errorf("%w: %d trailing bytes after pending chunk", errCorrupt, r.Len()))
 	}
-	if r.err != nil {
-		return pendingChunk{}, r.err
+	if r.Err() != nil {
+		return pendingChunk{}, r.Err()
 	}
 	return c, nil
 }

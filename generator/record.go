@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/smartfeed/smartfeed/internal/binrec"
 	"github.com/smartfeed/smartfeed/zen"
 )
 
@@ -84,105 +85,40 @@ func decodeRecord(b []byte) (*record, error) {
 		}
 		return &rec, nil
 	}
-	d := recDecoder{b: b}
-	if d.byte() != recordFormat {
+	d := binrec.New(b, errBadRecord)
+	if d.U8("format") != recordFormat {
 		return nil, fmt.Errorf("%w: format %#x", errBadRecord, b[:min(len(b), 1)])
 	}
 	rec := &record{}
-	if st := int(d.byte()); st < len(recordStates) && recordStates[st] != "" {
+	if st := int(d.U8("state")); st < len(recordStates) && recordStates[st] != "" {
 		rec.State = recordStates[st]
-	} else if d.err == nil {
+	} else if d.Err() == nil {
 		return nil, fmt.Errorf("%w: state %d", errBadRecord, st)
 	}
-	rec.CreatedMs = d.varint()
-	rec.ID = d.string()
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(d.b)/recEntryMin) {
-		return nil, fmt.Errorf("%w: %d entries in %d bytes", errBadRecord, n, len(d.b))
+	rec.CreatedMs = d.Varint("created time")
+	rec.ID = d.String("id", math.MaxUint32)
+	n := d.Uvarint("entry count", math.MaxUint32)
+	if d.Err() == nil && n > uint64(d.Len()/recEntryMin) {
+		return nil, fmt.Errorf("%w: %d entries in %d bytes", errBadRecord, n, d.Len())
 	}
-	if n > 0 && d.err == nil {
+	if n > 0 && d.Err() == nil {
 		rec.Entries = make([]recEntry, n)
 	}
 	for i := range rec.Entries {
 		e := &rec.Entries[i].Entry
-		e.User = zen.ID(d.u64())
-		e.Source = zen.Source(d.byte())
-		e.Score = math.Float64frombits(d.u64())
-		e.Pin, e.Author, e.Board, e.Interest = zen.ID(d.u64()), zen.ID(d.u64()), zen.ID(d.u64()), zen.ID(d.u64())
-		e.CreatedMs = d.varint()
-		e.Reason = d.string()
-		rec.Entries[i].Reason = d.string()
+		e.User = zen.ID(d.U64("user"))
+		e.Source = zen.Source(d.U8("source"))
+		e.Score = math.Float64frombits(d.U64("score"))
+		e.Pin, e.Author, e.Board, e.Interest = zen.ID(d.U64("pin")), zen.ID(d.U64("author")), zen.ID(d.U64("board")), zen.ID(d.U64("interest"))
+		e.CreatedMs = d.Varint("pin time")
+		e.Reason = d.String("reason", math.MaxUint32)
+		rec.Entries[i].Reason = d.String("entry reason", math.MaxUint32)
 	}
-	if d.err == nil && len(d.b) > 0 {
-		d.err = fmt.Errorf("%w: %d bytes after the last entry", errBadRecord, len(d.b))
+	if d.Err() == nil && d.Len() > 0 {
+		d.Fail(fmt.Errorf("%w: %d bytes after the last entry", errBadRecord, d.Len()))
 	}
-	if d.err != nil {
-		return nil, fmt.Errorf("decode chunk record: %w", d.err)
+	if d.Err() != nil {
+		return nil, fmt.Errorf("decode chunk record: %w", d.Err())
 	}
 	return rec, nil
-}
-
-// recDecoder reads the binary record form; the first short or bad field sets err, after which
-// every read returns zero.
-type recDecoder struct {
-	b   []byte
-	err error
-}
-
-func (d *recDecoder) short(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: short or bad %s", errBadRecord, what)
-	}
-	d.b = nil
-}
-
-func (d *recDecoder) byte() byte {
-	if len(d.b) < 1 {
-		d.short("byte")
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *recDecoder) u64() uint64 {
-	if len(d.b) < 8 {
-		d.short("integer")
-		return 0
-	}
-	v := binary.BigEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
-}
-
-func (d *recDecoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.short("varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *recDecoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.short("length")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *recDecoder) string() string {
-	n := d.uvarint()
-	if n > uint64(len(d.b)) {
-		d.short("string")
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
 }
