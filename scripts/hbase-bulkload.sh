@@ -37,15 +37,5 @@ ZK=$(hbase_zk "$ZK")
 [ -d "$DIR" ] || die "--dir: no directory $DIR"
 
 cp_file=$("$ROOT/scripts/hbase.sh" classpath)
-src="$ROOT/test/hbase/tools/BulkLoad.java"
-out="$RUN_DIR/hbase-cp/bulkload-classes"
-if [ ! -f "$out/BulkLoad.class" ] || [ "$src" -nt "$out/BulkLoad.class" ]; then
-	mkdir -p "$out"
-	javac -nowarn -d "$out" -cp "$(cat "$cp_file")" "$src" >&2 || die "cannot compile $src"
-fi
 log "BulkLoad: $(ls "$DIR" | grep -c '\.rows$' || true) tables from $DIR into the HBase on $ZK"
-java -Xmx"${BULKLOAD_HEAP:-1g}" -XX:ActiveProcessorCount=2 \
-	--add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED \
-	--add-opens java.base/sun.nio.ch=ALL-UNNAMED -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true \
-	-Dlog4j2.configurationFile="file:$ROOT/test/hbase/conf/log4j2.properties" -Dhbase.log.dir="$RUN_DIR/hbase-cp" \
-	-cp "$out:$(cat "$cp_file")" BulkLoad "$ZK" "$ZNODE" "$FAMILY" "$QUALIFIER" "$DIR"
+hbase_java BulkLoad "${BULKLOAD_HEAP:-1g}" "$cp_file" "$ZK" "$ZNODE" "$FAMILY" "$QUALIFIER" "$DIR"

@@ -53,15 +53,5 @@ case "$LIMIT$THREADS$WARMUP" in *[!0-9]*) die "--limit, --threads and --warmup t
 case "$RATE" in *[!0-9.]*|'') die "--rate takes a number" ;; esac
 
 cp_file=$("$ROOT/scripts/hbase.sh" classpath)
-src="$ROOT/test/hbase/tools/FeedScan.java"
-out="$RUN_DIR/hbase-cp/scan-classes"
-if [ ! -f "$out/FeedScan.class" ] || [ "$src" -nt "$out/FeedScan.class" ]; then
-	mkdir -p "$out"
-	javac -nowarn -d "$out" -cp "$(cat "$cp_file")" "$src" || die "cannot compile $src"
-fi
 log "FeedScan: $(wc -l <"$RANGES") scans of $TABLE on $ZK, limit $LIMIT, $RATE/s, $THREADS in flight, $WARMUP not timed first"
-java -Xmx512m -XX:ActiveProcessorCount=2 \
-	--add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED \
-	--add-opens java.base/sun.nio.ch=ALL-UNNAMED -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true \
-	-Dlog4j2.configurationFile="file:$ROOT/test/hbase/conf/log4j2.properties" -Dhbase.log.dir="$RUN_DIR/hbase-cp" \
-	-cp "$out:$(cat "$cp_file")" FeedScan "$ZK" "$ZNODE" "$TABLE" "$FAMILY" "$RANGES" "$LIMIT" "$RATE" "$THREADS" "$WARMUP"
+hbase_java FeedScan 512m "$cp_file" "$ZK" "$ZNODE" "$TABLE" "$FAMILY" "$RANGES" "$LIMIT" "$RATE" "$THREADS" "$WARMUP"

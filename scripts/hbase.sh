@@ -197,16 +197,8 @@ zk_of() {
 
 # tool runs test/hbase/tools/Replication.java (compiled once per change) with ARGS.
 tool() {
-	local src="$ROOT/test/hbase/tools/Replication.java" out="$CPDIR/classes"
 	classpath
-	if [ ! -f "$out/Replication.class" ] || [ "$src" -nt "$out/Replication.class" ]; then
-		mkdir -p "$out"
-		javac -nowarn -d "$out" -cp "$(cat "$CPDIR/cp.txt")" "$src" || die "cannot compile $src"
-	fi
-	java -Xmx256m --add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED \
-		--add-opens java.base/sun.nio.ch=ALL-UNNAMED -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true \
-		-Dlog4j2.configurationFile="file:$CONF_SRC/log4j2.properties" -Dhbase.log.dir="$CPDIR" \
-		-cp "$out:$(cat "$CPDIR/cp.txt")" Replication "$@"
+	hbase_java Replication 256m "$CPDIR/cp.txt" "$@"
 }
 
 replicate() {

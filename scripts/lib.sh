@@ -96,3 +96,21 @@ hbase_zk() {
 	case "$zk" in *,*) die "--zk: one ZooKeeper host:port, got $zk" ;; *:*) ;; *) die "--zk: want HOST:PORT, got $zk" ;; esac
 	echo "$zk"
 }
+
+# hbase_java TOOL HEAP CP_FILE ARGS... runs test/hbase/tools/TOOL.java (compiled once per change
+# of it) with ARGS, on the HBase jars listed in CP_FILE (scripts/hbase.sh classpath prints it),
+# with HEAP and two processors; HBase's client logs go under run/hbase-cp.
+hbase_java() {
+	local tool="$1" heap="$2" cp_file="$3"
+	shift 3
+	local src="$ROOT/test/hbase/tools/$tool.java" out="$RUN_DIR/hbase-cp/classes-$tool"
+	if [ ! -f "$out/$tool.class" ] || [ "$src" -nt "$out/$tool.class" ]; then
+		mkdir -p "$out"
+		javac -nowarn -d "$out" -cp "$(cat "$cp_file")" "$src" >&2 || die "cannot compile $src"
+	fi
+	java -Xmx"$heap" -XX:ActiveProcessorCount=2 \
+		--add-opens java.base/java.lang=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED \
+		--add-opens java.base/sun.nio.ch=ALL-UNNAMED -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true \
+		-Dlog4j2.configurationFile="file:$ROOT/test/hbase/conf/log4j2.properties" -Dhbase.log.dir="$RUN_DIR/hbase-cp" \
+		-cp "$out:$(cat "$cp_file")" "$tool" "$@"
+}
