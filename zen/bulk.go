@@ -295,7 +295,7 @@ func (b *Bulk) flush(ctx context.Context, all bool) error {
 			if len(muts) == 0 {
 				continue
 			}
-			sortMutations(muts)
+			SortMutations(muts)
 			if b.sink != nil {
 				err = b.sink.Stage(wctx, names[i], muts)
 			} else {
@@ -311,10 +311,10 @@ func (b *Bulk) flush(ctx context.Context, all bool) error {
 	return nil
 }
 
-// sortMutations sorts muts by key, mutations of one key kept in their order (the last one
+// SortMutations sorts muts by key, mutations of one key kept in their order (the last one
 // wins when applied). It is a stable sort done as an unstable one on (key, position), which
 // is several times faster than slices.SortStableFunc on a batch of tens of thousands.
-func sortMutations(muts []Mutation) {
+func SortMutations(muts []Mutation) {
 	type at struct {
 		m Mutation
 		i int

@@ -19,9 +19,9 @@ func TestSortMutationsIsStable(t *testing.T) {
 	}
 	want := slices.Clone(muts)
 	slices.SortStableFunc(want, func(x, y Mutation) int { return bytes.Compare(x.Key, y.Key) })
-	sortMutations(muts)
+	SortMutations(muts)
 	if diff := cmp.Diff(want, muts); diff != "" {
-		t.Fatalf("sortMutations differs from a stable sort (-want +got):\n%s", diff)
+		t.Fatalf("SortMutations differs from a stable sort (-want +got):\n%s", diff)
 	}
 }
 
@@ -36,7 +36,7 @@ func BenchmarkSortMutations(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		copy(muts, src)
-		sortMutations(muts)
+		SortMutations(muts)
 	}
 }
 

@@ -3,9 +3,7 @@ package zenhbase
 import (
 	"bufio"
 	"bytes"
-	"container/heap"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/smartfeed/smartfeed/zen"
+	"github.com/smartfeed/smartfeed/zen/internal/bulkruns"
 )
 
 // HBase's own bulk load, for zen.Bulk: the rows of a large load reach the regions as HFiles,
@@ -71,26 +70,19 @@ func CommandLoad(stderr io.Writer, name string, args ...string) LoadFunc {
 
 // DefaultStageBytes is the keys' and values' bytes Stage holds per table before it writes them
 // to disk as a sorted run.
-const DefaultStageBytes = 256 << 20
+const DefaultStageBytes = bulkruns.DefaultBytes
 
 // Stage is a zen.BulkSink for s: give it to zen.Graph.NewBulk (zen.WithBulkSink). It keeps its
-// runs and merged files under its own directory, made in dir, and removes it when Commit ends
-// (or on Close). Not safe for concurrent use (zen.Bulk never calls it concurrently).
+// runs and merged files under its own directory, made in dir: each Commit removes the files it
+// loaded (or, when it fails, every row staged before it), and Close removes the directory. The
+// directory is locked while the Stage is open, so a later NewStage in the same dir removes the
+// directory of a load that was killed. Not safe for concurrent use (zen.Bulk never calls it
+// concurrently).
 type Stage struct {
-	s      *Store
-	dir    string
-	load   LoadFunc
-	limit  int
-	tables map[string]*stagedTable
-	runs   int
-	stats  LoadStats
-}
-
-// stagedTable is one table's rows in memory and its runs on disk.
-type stagedTable struct {
-	rows  []zen.Mutation
-	bytes int
-	runs  []string
+	s     *Store
+	runs  *bulkruns.Runs
+	load  LoadFunc
+	stats LoadStats
 }
 
 // NewStage returns a Stage of s whose files go in a new directory under dir ("": the system's
@@ -100,18 +92,15 @@ func (s *Store) NewStage(dir string, load LoadFunc, memBytes int) (*Stage, error
 	if load == nil {
 		return nil, errors.New("bulk stage: no load function")
 	}
-	d, err := os.MkdirTemp(dir, "smartfeed-bulk-")
+	runs, err := bulkruns.Open(dir, memBytes)
 	if err != nil {
-		return nil, fmt.Errorf("bulk stage: %w", err)
+		return nil, err
 	}
-	if memBytes <= 0 {
-		memBytes = DefaultStageBytes
-	}
-	return &Stage{s: s, dir: d, load: load, limit: memBytes, tables: map[string]*stagedTable{}}, nil
+	return &Stage{s: s, runs: runs, load: load}, nil
 }
 
 // Dir is the directory holding the stage's files.
-func (st *Stage) Dir() string { return st.dir }
+func (st *Stage) Dir() string { return st.runs.Dir() }
 
 // Stats sums what the stage's loads reported.
 func (st *Stage) Stats() LoadStats { return st.stats }
@@ -121,95 +110,42 @@ func (st *Stage) Stage(ctx context.Context, table string, muts []zen.Mutation) e
 	if err := zen.CheckTableName(table); err != nil {
 		return fmt.Errorf("bulk stage: %w", err)
 	}
-	t := st.tables[table]
-	if t == nil {
-		t = &stagedTable{}
-		st.tables[table] = t
-	}
 	for i, m := range muts {
-		if m.Delete {
-			return fmt.Errorf("bulk stage %s: mutation %d deletes: a bulk load only puts", table, i)
-		}
 		if err := checkKey(m.Key); err != nil {
 			return fmt.Errorf("bulk stage %s: mutation %d: %w", table, i, err)
 		}
-		t.rows = append(t.rows, m)
-		t.bytes += len(m.Key) + len(m.Value) + 16
 	}
-	if t.bytes >= st.limit {
-		return st.spill(ctx, table, t)
-	}
-	return nil
-}
-
-// spill writes t's rows as a sorted run, the last row of each key kept.
-func (st *Stage) spill(ctx context.Context, table string, t *stagedTable) error {
-	if len(t.rows) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	slices.SortStableFunc(t.rows, func(a, b zen.Mutation) int { return bytes.Compare(a.Key, b.Key) })
-	path := filepath.Join(st.dir, fmt.Sprintf("%s.run%06d", table, st.runs))
-	st.runs++
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("bulk stage %s: %w", table, err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	for i, m := range t.rows {
-		if i+1 < len(t.rows) && bytes.Equal(m.Key, t.rows[i+1].Key) {
-			continue // a later row of the key wins
-		}
-		writeRecord(w, m.Key, m.Value)
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("bulk stage %s: write %s: %w", table, path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("bulk stage %s: %w", table, err)
-	}
-	t.runs = append(t.runs, path)
-	t.rows, t.bytes = nil, 0
-	return nil
+	return st.runs.Add(ctx, table, muts)
 }
 
 // Commit implements zen.BulkSink: it merges each table's runs into its HBase table's cell file
-// and loads them all; the stage is then empty, and its directory gone.
+// and loads them all; the stage is then empty. When it fails, the rows staged before it are
+// dropped (a rerun of the load writes them again).
 func (st *Stage) Commit(ctx context.Context) error {
-	defer st.Close()
-	names := make([]string, 0, len(st.tables))
-	for name := range st.tables {
-		names = append(names, name)
+	err := st.commit(ctx)
+	if err != nil {
+		st.runs.Drop()
 	}
-	slices.Sort(names)
-	load := filepath.Join(st.dir, "load")
+	return err
+}
+
+// commit merges and loads what is staged; its files are removed when it returns.
+func (st *Stage) commit(ctx context.Context) error {
+	load := filepath.Join(st.runs.Dir(), "load")
+	defer os.RemoveAll(load)
 	if err := os.Mkdir(load, 0o755); err != nil {
 		return fmt.Errorf("bulk commit: %w", err)
 	}
-	for _, name := range names {
-		t := st.tables[name]
-		if err := st.spill(ctx, name, t); err != nil {
-			return err
-		}
-		if len(t.runs) == 0 {
-			continue
-		}
+	for _, name := range st.runs.Tables() {
 		// The table must exist, pre-split as the store makes it, before its regions are read.
 		if _, err := st.s.Table(ctx, name); err != nil {
 			return fmt.Errorf("bulk commit %s: %w", name, err)
 		}
 		out := filepath.Join(load, st.s.HBaseName(name)+".rows")
-		if err := mergeRuns(t.runs, out); err != nil {
+		if err := st.writeCells(ctx, name, out); err != nil {
 			return fmt.Errorf("bulk commit %s: %w", name, err)
 		}
-		for _, r := range t.runs {
-			_ = os.Remove(r)
-		}
 	}
-	clear(st.tables)
 	znode := st.s.opts.ZookeeperRoot
 	if znode == "" {
 		znode = "/hbase"
@@ -227,100 +163,9 @@ func (st *Stage) Commit(ctx context.Context) error {
 	return nil
 }
 
-// Close removes the stage's directory and forgets what it holds.
-func (st *Stage) Close() error {
-	clear(st.tables)
-	return os.RemoveAll(st.dir)
-}
-
-// writeRecord appends one record of a run or cell file (the value as zen gave it in a run;
-// encodeValue of it in a cell file, which mergeRuns writes).
-func writeRecord(w *bufio.Writer, k, v []byte) {
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(k)))
-	w.Write(n[:])
-	w.Write(k)
-	binary.BigEndian.PutUint32(n[:], uint32(len(v)))
-	w.Write(n[:])
-	w.Write(v)
-}
-
-// runReader reads one run's records in order.
-type runReader struct {
-	r    *bufio.Reader
-	f    *os.File
-	idx  int // the run's position: a later run's row of a key wins
-	k, v []byte
-}
-
-// next reads the following record; io.EOF at the run's end.
-func (rr *runReader) next() error {
-	var n [4]byte
-	if _, err := io.ReadFull(rr.r, n[:]); err != nil {
-		if errors.Is(err, io.EOF) {
-			return io.EOF
-		}
-		return err
-	}
-	rr.k = make([]byte, binary.BigEndian.Uint32(n[:]))
-	if _, err := io.ReadFull(rr.r, rr.k); err != nil {
-		return fmt.Errorf("run %s: %w", rr.f.Name(), err)
-	}
-	if _, err := io.ReadFull(rr.r, n[:]); err != nil {
-		return fmt.Errorf("run %s: %w", rr.f.Name(), err)
-	}
-	rr.v = make([]byte, binary.BigEndian.Uint32(n[:]))
-	if _, err := io.ReadFull(rr.r, rr.v); err != nil {
-		return fmt.Errorf("run %s: %w", rr.f.Name(), err)
-	}
-	return nil
-}
-
-// runHeap orders the runs' current records by key, a later run first among equal keys.
-type runHeap []*runReader
-
-func (h runHeap) Len() int { return len(h) }
-func (h runHeap) Less(i, j int) bool {
-	if c := bytes.Compare(h[i].k, h[j].k); c != 0 {
-		return c < 0
-	}
-	return h[i].idx > h[j].idx
-}
-func (h runHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *runHeap) Push(x any)   { *h = append(*h, x.(*runReader)) }
-func (h *runHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
-// mergeRuns merges the sorted runs into one cell file at out: each key once, with the value of
-// the latest run that holds it, encoded as the store writes cells.
-func mergeRuns(runs []string, out string) (err error) {
-	h := make(runHeap, 0, len(runs))
-	defer func() {
-		for _, rr := range h {
-			rr.f.Close()
-		}
-	}()
-	for i, path := range runs {
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		rr := &runReader{r: bufio.NewReaderSize(f, 256<<10), f: f, idx: i}
-		switch err := rr.next(); {
-		case errors.Is(err, io.EOF):
-			f.Close()
-			continue
-		case err != nil:
-			f.Close()
-			return err
-		}
-		h = append(h, rr)
-	}
-	heap.Init(&h)
+// writeCells merges table name's runs into one cell file at out: each key once, with the row
+// staged last, its value encoded as the store writes cells.
+func (st *Stage) writeCells(ctx context.Context, name, out string) (err error) {
 	f, err := os.Create(out)
 	if err != nil {
 		return err
@@ -331,22 +176,15 @@ func mergeRuns(runs []string, out string) (err error) {
 		}
 	}()
 	w := bufio.NewWriterSize(f, 1<<20)
-	var last []byte
-	for h.Len() > 0 {
-		top := h[0]
-		if last == nil || !bytes.Equal(top.k, last) {
-			writeRecord(w, top.k, encodeValue(top.v))
-			last = top.k
-		}
-		switch err := top.next(); {
-		case errors.Is(err, io.EOF):
-			top.f.Close()
-			heap.Pop(&h)
-		case err != nil:
-			return err
-		default:
-			heap.Fix(&h, 0)
-		}
+	err = st.runs.Merge(ctx, name, func(k, v []byte) error {
+		bulkruns.WriteRecord(w, k, encodeValue(v))
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return w.Flush()
 }
+
+// Close removes the stage's directory and forgets what it holds.
+func (st *Stage) Close() error { return st.runs.Close() }
