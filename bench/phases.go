@@ -36,9 +36,10 @@ type LoadReport struct {
 	Seconds    float64 `json:"seconds"` // wall time of the load
 	RowsPerSec float64 `json:"rows_per_sec"`
 	PeakRSSMiB float64 `json:"peak_rss_mib"` // the process's peak RSS after the load
-	// HFiles is how many HFiles HBase's own bulk load moved into the tables (0: the rows went
-	// through the store's writes).
-	HFiles int `json:"hfiles,omitempty"`
+	// HFiles is how many HFiles HBase's own bulk load moved into the tables, SSTables how many
+	// sstables Pebble ingested (both 0: the rows went through the store's writes).
+	HFiles   int `json:"hfiles,omitempty"`
+	SSTables int `json:"sstables,omitempty"`
 }
 
 // Build writes the model's users and follows on sys: with its bulk loader when sys is a

@@ -91,8 +91,11 @@ func Markdown(r *Results, plotDir string) string {
 	if l := r.Load; l != nil {
 		p("")
 		how := "in batched writes"
-		if l.HFiles > 0 {
+		switch {
+		case l.HFiles > 0:
 			how = fmt.Sprintf("as %d HFiles moved into the tables by HBase's own bulk load", l.HFiles)
+		case l.SSTables > 0:
+			how = fmt.Sprintf("as %d sstables ingested by Pebble", l.SSTables)
 		}
 		p("The graph was written by the bulk loader (`smartfeed load`'s: the rows the graph API writes, %s): %d users and %d follows, %d rows in %.1f s, **%.0f rows/s**, the process's peak RSS %.0f MiB after it.", how, l.Users, l.Follows, l.Rows, l.Seconds, l.RowsPerSec, l.PeakRSSMiB)
 	}

@@ -30,6 +30,8 @@ type benchFlags struct {
 	// loadgenWindow windows); off, the in-process search of the earlier benches runs instead.
 	loadgen       bool
 	loadgenWindow time.Duration
+	// pebbleIngest: on Pebble, the graph is loaded as sstables Pebble ingests.
+	pebbleIngest bool
 }
 
 // newBenchCmd is "smartfeed bench": the end-to-end benchmark (bench.Run) on an in-process
@@ -59,6 +61,7 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 		"make GetFeed's reads of the feed (a Scan of each serving-phase reader's feed rows) on the primary's HBase with the fanout running, to compare GetFeed with it (empty: skip)")
 	fs.StringVar(&bf.hbaseBulk, "hbase-bulk-load", filepath.Join("scripts", "hbase-bulkload.sh"), "with --storage hbase: the command that loads the graph as HFiles "+
 		"(HBase's own bulk load), as smartfeed load --hbase-bulk-load does (empty: the store's batched writes)")
+	fs.BoolVar(&bf.pebbleIngest, "pebble-ingest", true, "with --storage pebble: load the graph as sstables Pebble ingests, as smartfeed load --pebble-ingest does (false: the store's batched writes)")
 	fs.IntSliceVar(&bf.users, "users", nil, "the graph sizes instead of the profile's: the first is the main graph, the others the scale curve's (e.g. 2000,1000 for a smoke run)")
 	noEnv(fs, "users")
 	fs.BoolVar(&bf.loadgen, "loadgen", true, "measure the read rates with the load generator in a process of its own (smartfeed loadgen); false: in process, as before")
@@ -131,7 +134,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 		// One tuner for the process, whichever of the bench's systems runs.
 		defer startGCFloor(cfg, blog, nil)()
 	}
-	newSys := benchSystems(cfg, logFile, bf.hbaseBulk)
+	newSys := benchSystems(cfg, logFile, bf.hbaseBulk, bf.pebbleIngest)
 	sys, closeSys, err := newSys(ctx, "")
 	if err != nil {
 		return err
@@ -190,7 +193,7 @@ func runBench(ctx context.Context, cfg config.Config, bf benchFlags, stdout io.W
 
 // benchSystems returns what starts a bench system of cfg (each in a Redis namespace of its own,
 // on Pebble in a temporary directory, on HBase under a table prefix of its own), tag naming it.
-func benchSystems(cfg config.Config, logFile *os.File, bulkLoad string) func(ctx context.Context, tag string) (*benchSystem, func(), error) {
+func benchSystems(cfg config.Config, logFile *os.File, bulkLoad string, ingest bool) func(ctx context.Context, tag string) (*benchSystem, func(), error) {
 	return func(ctx context.Context, tag string) (*benchSystem, func(), error) {
 		c := benchSystemConfig(cfg, tag)
 		var tmp string
@@ -204,8 +207,11 @@ func benchSystems(cfg config.Config, logFile *os.File, bulkLoad string) func(ctx
 			c.Storage.HBase.TablePrefix = c.Redis.Namespace + "_"
 		}
 		s, closeFn, err := startBenchSystem(ctx, c, logFile, tmp)
-		if s != nil && c.Storage.Backend == config.BackendHBase {
-			s.bulkLoad = bulkLoad
+		if s != nil {
+			s.ingest = ingest
+			if c.Storage.Backend == config.BackendHBase {
+				s.bulkLoad = bulkLoad
+			}
 		}
 		return s, closeFn, err
 	}

@@ -102,8 +102,10 @@ type benchSystem struct {
 	arrivals sync.Map
 	made     sync.Map // pin → creation ms, of the pins MakePin made and PublishPin has not published
 	// bulkLoad is the command LoadModel loads the graph into HBase with, as HFiles (empty: the
-	// store's batched writes); what it prints goes to logw.
+	// store's batched writes); ingest has Pebble ingest it as sstables; what they print goes
+	// to logw.
 	bulkLoad string
+	ingest   bool
 	logw     io.Writer
 }
 

@@ -20,13 +20,23 @@ import (
 
 // TestLoadedGraphFansOut loads the social model with the bulk loader into a running system and
 // publishes a pin of the most-followed author: the worker's fanout, which streams the author's
-// followers list, reaches every follower the model gives.
+// followers list, reaches every follower the model gives. The rows go through the store's
+// batched writes.
 func TestLoadedGraphFansOut(t *testing.T) {
 	cfg := config.DefaultConfig()
 	cfg.Redis.Addr, cfg.Redis.Namespace = testenv.RedisNamespace(t, "bulkload")
 	cfg.Storage.DataDir = t.TempDir()
 	cfg.Storage.PebbleNoSync = true
-	loadedGraphFansOut(t, cfg, "")
+	loadedGraphFansOut(t, cfg, "", false)
+}
+
+// TestIngestedGraphFansOut is TestLoadedGraphFansOut with the graph written as sstables that
+// the running system's Pebble ingests, as make bench loads it.
+func TestIngestedGraphFansOut(t *testing.T) {
+	cfg := config.DefaultConfig()
+	cfg.Redis.Addr, cfg.Redis.Namespace = testenv.RedisNamespace(t, "ingest")
+	cfg.Storage.DataDir = t.TempDir()
+	loadedGraphFansOut(t, cfg, "", true)
 }
 
 // TestBulkLoadedGraphFansOutOnHBase is TestLoadedGraphFansOut on HBase with the graph loaded as
@@ -48,19 +58,20 @@ func TestBulkLoadedGraphFansOutOnHBase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loadedGraphFansOut(t, cfg, script)
+	loadedGraphFansOut(t, cfg, script, false)
 }
 
 // loadedGraphFansOut is the scenario of TestLoadedGraphFansOut on cfg's storage, the graph
-// loaded with bulkLoad on HBase (empty: the store's batched writes).
-func loadedGraphFansOut(t *testing.T, cfg config.Config, bulkLoad string) {
+// loaded with bulkLoad on HBase, ingested as sstables on Pebble when ingest is set (else: the
+// store's batched writes).
+func loadedGraphFansOut(t *testing.T, cfg config.Config, bulkLoad string, ingest bool) {
 	cfg.GRPC.Addr, cfg.Admin.Addr, cfg.Admin.GRPCAddr = "127.0.0.1:0", "", ""
 	cfg.ShutdownTimeout = jsontime.Duration(10 * time.Second)
 	s, stop, err := startBenchSystem(t.Context(), cfg, io.Discard, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.bulkLoad = bulkLoad
+	s.bulkLoad, s.ingest = bulkLoad, ingest
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -77,6 +88,9 @@ func loadedGraphFansOut(t *testing.T, cfg config.Config, bulkLoad string) {
 	}
 	if bulk := rep.HFiles > 0; bulk != (bulkLoad != "") {
 		t.Fatalf("load report %+v: HFiles loaded %v, want %v", rep, bulk, bulkLoad != "")
+	}
+	if ingested := rep.SSTables > 0; ingested != ingest {
+		t.Fatalf("load report %+v: sstables ingested %v, want %v", rep, ingested, ingest)
 	}
 	author := 0
 	for u := range m.Users {

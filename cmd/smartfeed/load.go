@@ -18,6 +18,7 @@ import (
 	"github.com/smartfeed/smartfeed/internal/config"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenhbase"
+	"github.com/smartfeed/smartfeed/zen/zenpebble"
 )
 
 // loadFlags are the flags of "smartfeed load".
@@ -31,8 +32,10 @@ type loadFlags struct {
 	chunk        int
 	every        time.Duration
 	// bulkLoad is the command that loads staged rows into HBase as HFiles (empty: the store's
-	// batched writes), bulkDir where they are staged.
+	// batched writes); ingest has Pebble ingest them as sstables; bulkDir is where they are
+	// staged.
 	bulkLoad, bulkDir string
+	ingest            bool
 }
 
 // newLoadCmd is "smartfeed load": the bulk loader (graphsvc.Loader) over the configured main
@@ -62,8 +65,10 @@ empty (cached graph rows are not invalidated). Takes the same storage flags as t
 	fs.DurationVar(&lf.every, "progress", 5*time.Second, "how often to print progress on stderr")
 	fs.StringVar(&lf.bulkLoad, "hbase-bulk-load", "", "with --storage hbase: load the rows as HFiles with this command (scripts/hbase-bulkload.sh: HBase's own bulk load), "+
 		"staged sorted under --bulk-dir first, instead of writing them through the region servers (empty: batched writes)")
-	fs.StringVar(&lf.bulkDir, "bulk-dir", "", "with --hbase-bulk-load: where the rows are staged (about their size on disk, twice at the end; empty: the system's temporary directory)")
-	for _, n := range []string{"file", "model", "users", "seed", "max-followers", "batch", "chunk", "progress", "hbase-bulk-load", "bulk-dir"} {
+	fs.BoolVar(&lf.ingest, "pebble-ingest", true, "with --storage pebble: write the rows as sstables, staged sorted under --bulk-dir first, and have Pebble ingest them "+
+		"(no write-ahead log, no memtable, nothing left to compact); false: batched writes")
+	fs.StringVar(&lf.bulkDir, "bulk-dir", "", "with --hbase-bulk-load or --pebble-ingest: where the rows are staged (about their size on disk, twice at the end; empty: the system's temporary directory)")
+	for _, n := range []string{"file", "model", "users", "seed", "max-followers", "batch", "chunk", "progress", "hbase-bulk-load", "pebble-ingest", "bulk-dir"} {
 		noEnv(fs, n)
 	}
 	// The loader opens the main store alone: the feed stores' quorums are not asked for.
@@ -145,7 +150,7 @@ func runLoad(ctx context.Context, cfg config.Config, src graphsvc.LoadSource, lf
 	if ids != nil {
 		opts = append(opts, graphsvc.WithLoadIDs(ids))
 	}
-	stage, err := hbaseStage(main, cfg, lf.bulkLoad, lf.bulkDir, stderr)
+	stage, err := newLoadStage(main, cfg, lf.bulkLoad, lf.ingest, lf.bulkDir, stderr)
 	if err != nil {
 		return graphsvc.LoadStats{}, err
 	}
@@ -155,32 +160,78 @@ func runLoad(ctx context.Context, cfg config.Config, src graphsvc.LoadSource, lf
 	defer stage.Close()
 	ls, err := graphsvc.NewLoader(g, nil, append(opts, graphsvc.WithLoadSink(stage))...).Load(ctx, src)
 	if err == nil {
-		fmt.Fprintf(stderr, "load: %s\n", bulkLoadLine(stage.Stats()))
+		fmt.Fprintf(stderr, "load: %s\n", stage.Summary())
 	}
 	return ls, err
 }
 
-// bulkLoadLine says what HBase's bulk load did.
-func bulkLoadLine(st zenhbase.LoadStats) string {
+// loadStage is a bulk load's way into the main store other than its writes: HBase's own bulk
+// load, or Pebble's ingestion of sstables.
+type loadStage interface {
+	zen.BulkSink
+	Close() error
+	// Summary says what the stage did; Files is how many HFiles or sstables it loaded.
+	Summary() string
+	Files() int
+}
+
+// hbaseLoadStage is HBase's own bulk load.
+type hbaseLoadStage struct{ st *zenhbase.Stage }
+
+func (h hbaseLoadStage) Stage(ctx context.Context, table string, muts []zen.Mutation) error {
+	return h.st.Stage(ctx, table, muts)
+}
+func (h hbaseLoadStage) Commit(ctx context.Context) error { return h.st.Commit(ctx) }
+func (h hbaseLoadStage) Close() error                     { return h.st.Close() }
+func (h hbaseLoadStage) Files() int                       { return h.st.Stats().HFiles }
+func (h hbaseLoadStage) Summary() string {
+	st := h.st.Stats()
 	return fmt.Sprintf("HBase bulk load: %d rows of %d tables in %d HFiles (%d MiB), written in %.1f s, moved into the tables in %.1f s",
 		st.Rows, st.Tables, st.HFiles, st.Bytes>>20, st.WriteS, st.LoadS)
 }
 
-// hbaseStage returns the stage of a load through HBase's bulk load into the main store st when
-// cfg's storage is HBase and command names the loading command; nil when it is not asked for.
-func hbaseStage(st zen.Store, cfg config.Config, command, dir string, stderr io.Writer) (*zenhbase.Stage, error) {
-	if command == "" {
-		return nil, nil
+// pebbleLoadStage is Pebble's ingestion.
+type pebbleLoadStage struct{ st *zenpebble.Stage }
+
+func (p pebbleLoadStage) Stage(ctx context.Context, table string, muts []zen.Mutation) error {
+	return p.st.Stage(ctx, table, muts)
+}
+func (p pebbleLoadStage) Commit(ctx context.Context) error { return p.st.Commit(ctx) }
+func (p pebbleLoadStage) Close() error                     { return p.st.Close() }
+func (p pebbleLoadStage) Files() int                       { return p.st.Stats().Files }
+func (p pebbleLoadStage) Summary() string {
+	st := p.st.Stats()
+	return fmt.Sprintf("Pebble ingestion: %d rows of %d tables in %d sstables (%d MiB, %d MiB of them into L0), written in %.1f s, ingested in %.1f s",
+		st.Rows, st.Tables, st.Files, st.Bytes>>20, st.L0Bytes>>20, st.WriteS, st.IngestS)
+}
+
+// newLoadStage returns the stage of a load into the main store st: HBase's bulk load when
+// command names its command (HBase only), Pebble's ingestion when ingest is set and the store
+// is Pebble; nil when neither applies (the store's batched writes). Its files go under dir.
+func newLoadStage(st zen.Store, cfg config.Config, command string, ingest bool, dir string, stderr io.Writer) (loadStage, error) {
+	switch {
+	case command != "":
+		hb, ok := st.(*zenhbase.Store)
+		if cfg.Storage.Backend != config.BackendHBase || !ok {
+			return nil, fmt.Errorf("load: --hbase-bulk-load needs --storage hbase (storage is %s)", cfg.Storage.Backend)
+		}
+		stage, err := hb.NewStage(dir, zenhbase.CommandLoad(stderr, command), 0)
+		if err != nil {
+			return nil, fmt.Errorf("load: %w", err)
+		}
+		return hbaseLoadStage{stage}, nil
+	case ingest && cfg.Storage.Backend == config.BackendPebble:
+		pb, ok := st.(*zenpebble.Store)
+		if !ok {
+			return nil, nil
+		}
+		stage, err := pb.NewStage(dir, 0)
+		if err != nil {
+			return nil, fmt.Errorf("load: %w", err)
+		}
+		return pebbleLoadStage{stage}, nil
 	}
-	hb, ok := st.(*zenhbase.Store)
-	if cfg.Storage.Backend != config.BackendHBase || !ok {
-		return nil, fmt.Errorf("load: --hbase-bulk-load needs --storage hbase (storage is %s)", cfg.Storage.Backend)
-	}
-	stage, err := hb.NewStage(dir, zenhbase.CommandLoad(stderr, command), 0)
-	if err != nil {
-		return nil, fmt.Errorf("load: %w", err)
-	}
-	return stage, nil
+	return nil, nil
 }
 
 // modelSource streams a bench.Model as load records: user i is "u<i>" (email u<i>@bench.example);
@@ -251,15 +302,15 @@ func (s *benchSystem) LoadModel(ctx context.Context, m *bench.Model, progress be
 		ctx, cancel = context.WithTimeout(ctx, hbaseLoadBound)
 		defer cancel()
 	}
-	var stage *zenhbase.Stage
-	if s.a.cfg.Storage.Backend == config.BackendHBase && s.bulkLoad != "" {
-		main, err := s.a.stores.get(ctx, storeMain)
-		if err != nil {
-			return nil, nil, err
-		}
-		if stage, err = hbaseStage(main, s.a.cfg, s.bulkLoad, "", s.logw); err != nil {
-			return nil, nil, err
-		}
+	main, err := s.a.stores.get(ctx, storeMain)
+	if err != nil {
+		return nil, nil, err
+	}
+	stage, err := newLoadStage(main, s.a.cfg, s.bulkLoad, s.ingest, "", s.logw)
+	if err != nil {
+		return nil, nil, err
+	}
+	if stage != nil {
 		defer stage.Close()
 		batch = append(batch, graphsvc.WithLoadSink(stage))
 	}
@@ -299,8 +350,11 @@ func (s *benchSystem) LoadModel(ctx context.Context, m *bench.Model, progress be
 	}
 	rep := &bench.LoadReport{Users: st.Users + st.UsersExisting, Follows: st.Follows + st.FollowsExisting,
 		Rows: st.Rows, Seconds: st.Elapsed.Seconds(), RowsPerSec: st.RowsPerSecond()}
-	if stage != nil {
-		rep.HFiles = stage.Stats().HFiles
+	switch stage.(type) {
+	case hbaseLoadStage:
+		rep.HFiles = stage.Files()
+	case pebbleLoadStage:
+		rep.SSTables = stage.Files()
 	}
 	return ids, rep, nil
 }

@@ -38,6 +38,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.uber.org/zap"
 
@@ -171,6 +172,11 @@ type Store struct {
 	fs      vfs.FS
 	dir     string
 	unclean bool
+
+	// dbFS is the database's file system, and sst the options of the sstables a bulk load
+	// writes for it to ingest (Stage).
+	dbFS vfs.FS
+	sst  sstable.WriterOptions
 }
 
 // cleanMarker is the file Close leaves in the database's directory once the database is
@@ -257,6 +263,9 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("open pebble %q: %w", dir, err)
 	}
 	s.db = db
+	wo := po.Clone()
+	wo.EnsureDefaults()
+	s.dbFS, s.sst = po.FS, wo.MakeWriterOptions(len(wo.Levels)-1, db.TableFormat())
 	if dir != "" {
 		s.fs, s.dir = po.FS, dir
 		if s.unclean, err = takeMarker(po.FS, dir); err != nil {
