@@ -57,7 +57,7 @@ func runLoadGen(ctx context.Context, sys System, w *World, opts Options, t0 time
 func (res *Results) setLoadGen(rep *loadgen.Report) {
 	s := rep.Summary
 	res.LoadGen = &LoadGenResult{Summary: s, Windows: rep.Windows}
-	res.Processes = append(res.Processes, ProcessRSS{Name: "smartfeed loadgen (read rates)", PeakMiB: rep.PeakRSSMiB, Source: "getrusage of the ended process"})
+	res.Processes = append(res.Processes, ProcessRSS{Name: "smartfeed loadgen (read rates)", PeakMiB: rep.PeakRSSMiB, Source: "VmHWM, read by the generator as it ended"})
 	res.GetFeedRateSteps, res.RedisRateSteps, res.FloorRateSteps = nil, nil, nil
 	for _, st := range s.Steps {
 		rs := ReadStep{Offered: st.Offered, Seconds: st.Seconds, Calls: st.Errors[loadgen.CodeOK] + st.Unsent,

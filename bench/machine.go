@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/smartfeed/smartfeed/bench/loadgen"
 )
 
 // Process is a process of the run besides the bench's own (a Redis server), watched for its
@@ -252,41 +254,12 @@ func parseProcStatCPU(s string) (time.Duration, error) {
 	return time.Duration(u+st) * time.Second / clockTick, nil
 }
 
-// procPeakRSS is pid's peak resident set in MiB (VmHWM of /proc/PID/status).
-func procPeakRSS(pid int) (float64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseVmHWM(string(b))
-}
-
-// parseVmHWM reads VmHWM ("VmHWM:    12345 kB") from /proc/PID/status's text, in MiB.
-func parseVmHWM(s string) (float64, error) {
-	for _, line := range strings.Split(s, "\n") {
-		rest, ok := strings.CutPrefix(line, "VmHWM:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0, errors.New("/proc/PID/status: VmHWM not in kB")
-		}
-		kb, err := strconv.ParseFloat(f[0], 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/PID/status: %w", err)
-		}
-		return kb / 1024, nil
-	}
-	return 0, errors.New("/proc/PID/status: no VmHWM")
-}
-
 // processRSS is the peak RSS of the bench's own process (the server: the in-process `all` and
 // the harness's clients) and of procs.
 func processRSS(procs []Process) []ProcessRSS {
 	out := []ProcessRSS{{Name: "smartfeed bench (server and harness)", PID: os.Getpid(), PeakMiB: peakRSSMiB(), Source: "getrusage ru_maxrss"}}
 	for _, p := range procs {
-		v, err := procPeakRSS(p.PID)
+		v, err := loadgen.PeakRSSMiB(p.PID)
 		r := ProcessRSS{Name: p.Name, PID: p.PID, PeakMiB: v, Source: "/proc/PID/status VmHWM (since the process started)"}
 		if err != nil {
 			r.Source = "not read: " + err.Error()

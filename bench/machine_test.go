@@ -24,10 +24,6 @@ func TestParseProc(t *testing.T) {
 	if err != nil || cpu != 3250*time.Millisecond {
 		t.Errorf("cpu = %v, %v; want 3.25s", cpu, err)
 	}
-	hwm, err := parseVmHWM("Name:\tredis-server\nVmPeak:\t  9000 kB\nVmHWM:\t    20480 kB\nVmRSS:\t 1024 kB\n")
-	if err != nil || hwm != 20 {
-		t.Errorf("VmHWM = %v MiB, %v; want 20", hwm, err)
-	}
 	if la, err := parseLoadAvg("1.50 0.80 0.40 2/300 1234\n"); err != nil || la != 1.5 {
 		t.Errorf("load avg = %v, %v", la, err)
 	}

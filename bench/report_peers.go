@@ -195,5 +195,5 @@ then publishes events at each step rate (the profile's sustained rate among them
 A quarter of the events watch three of their followers; an event's lag is from its enqueue to the worker's write of the slowest watched follower's row. ` + "`fanout_lag_p99_s_at_read_load`" + ` is the lag p99 at the sustained rate, in seconds; the plot is every sampled event's lag over the phase and the p99 of each second.`
 	machineMethod = `How it is measured: at each phase's start and end the bench reads the machine's busy CPU time (/proc/stat), its own and its waited-for children's (getrusage: the load generator) and the Redis servers' (/proc/PID/stat),
 and samples the 1-minute load average every second. Other processes' CPU is the machine's less the run's; a phase where it exceeded 0.25 cores on average, or the load average exceeded the cores, is flagged with a warning.
-Peak RSS: the bench process's (server and harness: the services run in it) from getrusage, each load generator's from its rusage when it exits, the Redis servers' from VmHWM (since each server started).`
+Peak RSS: the bench process's (server and harness: the services run in it) from getrusage, each load generator's from its own VmHWM as it ends (a child's rusage would count its parent's peak at the exec), the Redis servers' from VmHWM (since each server started).`
 )

@@ -369,7 +369,7 @@ func (r *runner) steps(ctx context.Context) {
 		lr, err := lagUnderReads(ctx, sys, w, w.IDs, opts, say)
 		res.LagUnderReads = lr
 		res.Processes = append(res.Processes, ProcessRSS{Name: "smartfeed loadgen (GetFeed beside the event-rate steps)", PeakMiB: lr.GeneratorPeakRSSMiB,
-			Source: "getrusage of the ended process"})
+			Source: "VmHWM, read by the generator as it ended"})
 		if err != nil {
 			res.Notes = append(res.Notes, "lag under reads: "+err.Error())
 			say("lag under reads: %v", err)

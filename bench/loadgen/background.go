@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -76,22 +75,8 @@ func (r *Running) Stop() (*Report, error) {
 		return nil, errors.Join(runErr, err)
 	}
 	rep, err := ReadReport(r.out)
-	if rep != nil {
-		rep.PeakRSSMiB = peakRSS(r.cmd.ProcessState)
-	}
 	if runErr != nil {
 		return rep, fmt.Errorf("loadgen: %w", runErr)
 	}
 	return rep, err
-}
-
-// peakRSS is an ended process's peak resident set in MiB (0: unknown).
-func peakRSS(ps *os.ProcessState) float64 {
-	if ps == nil {
-		return 0
-	}
-	if ru, ok := ps.SysUsage().(*syscall.Rusage); ok {
-		return float64(ru.Maxrss) / 1024 // KiB on Linux
-	}
-	return 0
 }

@@ -79,9 +79,6 @@ func Exec(ctx context.Context, exe string, o Options, users []uint64, dir string
 		return nil, errors.Join(runErr, err)
 	}
 	rep, err := ReadReport(out)
-	if rep != nil {
-		rep.PeakRSSMiB = peakRSS(cmd.ProcessState)
-	}
 	if runErr != nil {
 		return rep, fmt.Errorf("loadgen: %s: %w", exe, runErr)
 	}

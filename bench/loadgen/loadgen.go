@@ -205,6 +205,9 @@ type Summary struct {
 	Warnings        []string `json:"warnings,omitempty"`
 	// Population says who the calls were for (users and how they were drawn).
 	Population string `json:"population,omitempty"`
+	// PeakRSSMiB is the generator's own peak resident set as it wrote the summary (VmHWM;
+	// 0 where the system has none).
+	PeakRSSMiB float64 `json:"peak_rss_mib,omitempty"`
 }
 
 // Step returns the step of kind at rate.

@@ -80,8 +80,8 @@ type Record struct {
 type Report struct {
 	Windows []Window
 	Summary *Summary
-	// PeakRSSMiB is the generator process's peak resident set (set by Exec and Running.Stop
-	// from the process's rusage; 0 when unknown).
+	// PeakRSSMiB is the generator process's peak resident set, as its summary says (0 when
+	// unknown).
 	PeakRSSMiB float64
 }
 
@@ -104,6 +104,7 @@ func ReadReport(r io.Reader) (*Report, error) {
 		}
 		if rec.Summary != nil {
 			rep.Summary = rec.Summary
+			rep.PeakRSSMiB = rec.Summary.PeakRSSMiB
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -164,6 +165,7 @@ func Main(ctx context.Context, o Options, out, log io.Writer) error {
 		if o.ZipfS <= 1 {
 			sum.Population = fmt.Sprintf("%d users, drawn uniformly (seed %d)", len(users), o.Seed)
 		}
+		sum.PeakRSSMiB, _ = PeakRSSMiB(0)
 		if e := enc.Encode(Record{Summary: sum}); e != nil && werr == nil {
 			werr = e
 		}
