@@ -58,11 +58,11 @@ check-generated: proto ## fail when the committed generated code under proto/ is
 	@echo "proto/: generated code is up to date"
 
 BENCH_OUT ?= bench/out
-bench: ## the end-to-end benchmark, quick profile (about 12 min here, 100,000 users loaded): results.json, report.md, plots in BENCH_OUT (default bench/out)
+bench: ## the end-to-end benchmark, quick profile (about 15 min here, 100,000 users loaded): results.json, report.md, plots in BENCH_OUT (default bench/out)
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile quick --out $(BENCH_OUT)
 
-bench-full: ## the end-to-end benchmark, full profile (users ×10 and ×100; long)
+bench-full: ## the end-to-end benchmark, full profile (1,000,000 users, the scale curve at 10,000 and 100,000; about 40 min here)
 	$(GO) build -buildvcs=auto -o bin/smartfeed ./cmd/smartfeed
 	SMARTFEED_NO_HBASE=1 $(SERVICES) bin/smartfeed bench --profile full --out $(BENCH_OUT)
 

@@ -48,7 +48,7 @@ Takes the servers' flags too (--storage pebble|hbase, --redis-addr, ...).`,
 	}
 	var bf benchFlags
 	fs := cmd.Flags()
-	fs.StringVar(&bf.profile, "profile", "quick", "quick (100,000 users, about 12 minutes here with Pebble; what make bench runs), full (1,000,000 users, followers capped at 1,000) or learn (serve, engage, train by rounds on simulated users; no server)")
+	fs.StringVar(&bf.profile, "profile", "quick", "quick (100,000 users, about 15 minutes here with Pebble; what make bench runs), full (1,000,000 users, followers capped at 1,000; about 40 minutes) or learn (serve, engage, train by rounds on simulated users; no server)")
 	fs.StringVar(&bf.out, "out", filepath.Join("bench", "out"), "directory for results.json, report.md and the plots")
 	fs.StringVar(&bf.docs, "docs", "", "also write the report as DIR/benchmarks.md with its plots under DIR/bench/")
 	fs.StringVar(&bf.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run (pprof format) to FILE")

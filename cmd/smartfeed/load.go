@@ -67,7 +67,7 @@ empty (cached graph rows are not invalidated). Takes the same storage flags as t
 		"staged sorted under --bulk-dir first, instead of writing them through the region servers (empty: batched writes)")
 	fs.BoolVar(&lf.ingest, "pebble-ingest", true, "with --storage pebble: write the rows as sstables, staged sorted under --bulk-dir first, and have Pebble ingest them "+
 		"(no write-ahead log, no memtable, nothing left to compact); false: batched writes")
-	fs.StringVar(&lf.bulkDir, "bulk-dir", "", "with --hbase-bulk-load or --pebble-ingest: where the rows are staged (about their size on disk, twice at the end; empty: the system's temporary directory)")
+	fs.StringVar(&lf.bulkDir, "bulk-dir", "", "with --hbase-bulk-load or --pebble-ingest: where the rows are staged (about their size on disk, twice at the end; empty: the data directory on Pebble, the system's temporary directory on HBase)")
 	for _, n := range []string{"file", "model", "users", "seed", "max-followers", "batch", "chunk", "progress", "hbase-bulk-load", "pebble-ingest", "bulk-dir"} {
 		noEnv(fs, n)
 	}
@@ -207,7 +207,10 @@ func (p pebbleLoadStage) Summary() string {
 
 // newLoadStage returns the stage of a load into the main store st: HBase's bulk load when
 // command names its command (HBase only), Pebble's ingestion when ingest is set and the store
-// is Pebble; nil when neither applies (the store's batched writes). Its files go under dir.
+// is Pebble; nil when neither applies (the store's batched writes). Its files go under dir;
+// empty, under the data directory on Pebble (the stores' file system, where the sstables are
+// linked in, not copied, and not a /tmp kept in memory), the system's temporary directory on
+// HBase.
 func newLoadStage(st zen.Store, cfg config.Config, command string, ingest bool, dir string, stderr io.Writer) (loadStage, error) {
 	switch {
 	case command != "":
@@ -224,6 +227,9 @@ func newLoadStage(st zen.Store, cfg config.Config, command string, ingest bool, 
 		pb, ok := st.(*zenpebble.Store)
 		if !ok {
 			return nil, nil
+		}
+		if dir == "" {
+			dir = cfg.Storage.DataDir
 		}
 		stage, err := pb.NewStage(dir, 0)
 		if err != nil {
