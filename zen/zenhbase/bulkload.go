@@ -92,7 +92,7 @@ func (s *Store) NewStage(dir string, load LoadFunc, memBytes int) (*Stage, error
 	if load == nil {
 		return nil, errors.New("bulk stage: no load function")
 	}
-	runs, err := bulkruns.Open(dir, memBytes)
+	runs, err := bulkruns.Open(dir, memBytes, checkKey)
 	if err != nil {
 		return nil, err
 	}
@@ -107,14 +107,6 @@ func (st *Stage) Stats() LoadStats { return st.stats }
 
 // Stage implements zen.BulkSink.
 func (st *Stage) Stage(ctx context.Context, table string, muts []zen.Mutation) error {
-	if err := zen.CheckTableName(table); err != nil {
-		return fmt.Errorf("bulk stage: %w", err)
-	}
-	for i, m := range muts {
-		if err := checkKey(m.Key); err != nil {
-			return fmt.Errorf("bulk stage %s: mutation %d: %w", table, i, err)
-		}
-	}
 	return st.runs.Add(ctx, table, muts)
 }
 

@@ -53,7 +53,7 @@ type IngestStats struct {
 // temporary directory), holding up to memBytes of rows per table in memory (≤ 0:
 // DefaultStageBytes). On an in-memory store (Open("")) the sstables are made in memory too.
 func (s *Store) NewStage(dir string, memBytes int) (*Stage, error) {
-	runs, err := bulkruns.Open(dir, memBytes)
+	runs, err := bulkruns.Open(dir, memBytes, checkKey)
 	if err != nil {
 		return nil, err
 	}
@@ -68,14 +68,6 @@ func (st *Stage) Stats() IngestStats { return st.stats }
 
 // Stage implements zen.BulkSink.
 func (st *Stage) Stage(ctx context.Context, table string, muts []zen.Mutation) error {
-	if err := zen.CheckTableName(table); err != nil {
-		return fmt.Errorf("bulk stage: %w", err)
-	}
-	for i, m := range muts {
-		if err := checkKey(m.Key); err != nil {
-			return fmt.Errorf("bulk stage %s: mutation %d: %w", table, i, err)
-		}
-	}
 	return st.runs.Add(ctx, table, muts)
 }
 

@@ -30,6 +30,7 @@ type Runs struct {
 	dir    string
 	lock   *os.File // flock held while Runs is open
 	limit  int
+	check  func(key []byte) error // the backend's rule for row keys
 	tables map[string]*table
 	n      int // runs written, for their names
 }
@@ -43,9 +44,10 @@ type table struct {
 }
 
 // Open returns Runs writing its runs in a new directory under dir ("": the system's temporary
-// directory), holding up to limit bytes of rows per table in memory (≤ 0: DefaultBytes). It
-// first removes the directories under dir that loads killed before they could (see Close).
-func Open(dir string, limit int) (*Runs, error) {
+// directory), holding up to limit bytes of rows per table in memory (≤ 0: DefaultBytes), whose
+// Add refuses a row key check refuses. It first removes the directories under dir that loads
+// killed before they could (see Close).
+func Open(dir string, limit int, check func(key []byte) error) (*Runs, error) {
 	if dir == "" {
 		dir = os.TempDir()
 	}
@@ -57,7 +59,7 @@ func Open(dir string, limit int) (*Runs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bulk stage: %w", err)
 	}
-	return &Runs{dir: d, lock: lock, limit: limit, tables: map[string]*table{}}, nil
+	return &Runs{dir: d, lock: lock, limit: limit, check: check, tables: map[string]*table{}}, nil
 }
 
 // Dir is the directory holding the runs; a backend may write its own files there too.
@@ -74,14 +76,23 @@ func (r *Runs) Close() error {
 	return err
 }
 
-// Add stages muts (puts only; their keys checked by the caller) of table name, after the rows
-// staged before: for a key staged twice, the later row wins. Runs keeps muts, not a copy. A
-// batch sorted by key (as zen.Bulk hands them) is taken as it is; another is sorted first.
+// Add stages muts (puts only) of table name, after the rows staged before: for a key staged
+// twice, the later row wins. A bad table name, a delete or a key the backend refuses stages
+// nothing of muts. Runs keeps muts, not a copy. A batch sorted by key (as zen.Bulk hands them)
+// is taken as it is; another is sorted first.
 func (r *Runs) Add(ctx context.Context, name string, muts []zen.Mutation) error {
+	if err := zen.CheckTableName(name); err != nil {
+		return fmt.Errorf("bulk stage: %w", err)
+	}
 	sorted := true
 	for i, m := range muts {
 		if m.Delete {
 			return fmt.Errorf("bulk stage %s: mutation %d deletes: a bulk load only puts", name, i)
+		}
+		if r.check != nil {
+			if err := r.check(m.Key); err != nil {
+				return fmt.Errorf("bulk stage %s: mutation %d: %w", name, i, err)
+			}
 		}
 		if i > 0 && bytes.Compare(muts[i-1].Key, m.Key) > 0 {
 			sorted = false

@@ -3,6 +3,7 @@ package bulkruns
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,7 +41,7 @@ func puts(kvs ...string) []zen.Mutation {
 // Merge gives each key once, in key order, with the row staged last, and removes the runs.
 func TestMergeKeepsTheLatest(t *testing.T) {
 	ctx := context.Background()
-	r, err := Open(t.TempDir(), 1)
+	r, err := Open(t.TempDir(), 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestMergeKeepsTheLatest(t *testing.T) {
 // unsorted is sorted first.
 func TestMergeInMemoryBatches(t *testing.T) {
 	ctx := context.Background()
-	r, err := Open(t.TempDir(), 1<<20)
+	r, err := Open(t.TempDir(), 1<<20, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +109,7 @@ func TestMergeInMemoryBatches(t *testing.T) {
 
 // TestAddRefusesDeletes: a bulk load only puts; a delete is refused before anything is kept.
 func TestAddRefusesDeletes(t *testing.T) {
-	r, err := Open(t.TempDir(), 0)
+	r, err := Open(t.TempDir(), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,9 +123,35 @@ func TestAddRefusesDeletes(t *testing.T) {
 	}
 }
 
+// TestAddRefusesBadKeysAndTables: a key the backend's check refuses, or a bad table name, stages
+// nothing of the batch.
+func TestAddRefusesBadKeysAndTables(t *testing.T) {
+	noEmpty := func(k []byte) error {
+		if len(k) == 0 {
+			return errors.New("empty key")
+		}
+		return nil
+	}
+	r, err := Open(t.TempDir(), 0, noEmpty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	ctx := context.Background()
+	if err := r.Add(ctx, "edges", puts("a", "1", "", "2")); err == nil {
+		t.Error("an empty key was staged")
+	}
+	if err := r.Add(ctx, "Bad-Name", puts("a", "1")); err == nil {
+		t.Error("a bad table name was staged")
+	}
+	if len(r.Tables()) != 0 {
+		t.Errorf("tables %v staged by refused batches", r.Tables())
+	}
+}
+
 // TestDropRemovesTheRuns: a failed commit's Drop leaves nothing staged and no run on disk.
 func TestDropRemovesTheRuns(t *testing.T) {
-	r, err := Open(t.TempDir(), 1)
+	r, err := Open(t.TempDir(), 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +173,7 @@ func TestDropRemovesTheRuns(t *testing.T) {
 // without a lock file, are not.
 func TestOpenRemovesAbandonedDirs(t *testing.T) {
 	dir := t.TempDir()
-	open, err := Open(dir, 0)
+	open, err := Open(dir, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +190,7 @@ func TestOpenRemovesAbandonedDirs(t *testing.T) {
 	if err := os.Mkdir(unlocked, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	next, err := Open(dir, 0)
+	next, err := Open(dir, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
