@@ -316,7 +316,11 @@ func equalWork(ctx context.Context, sys System, peers []RedisPeer, receivers [][
 		raw.Flushes = f1 - f0
 	}
 	eq.Raw = raw
-	say("equal work: raw store %.0f rows/s on %d writers, synced batches as the worker's (%.0f memtable flushes during it)", rate, slots, raw.Flushes)
+	fl := "the store counts no memtable flushes"
+	if raw.Flushes >= 0 {
+		fl = fmt.Sprintf("%.0f memtable flushes during it", raw.Flushes)
+	}
+	say("equal work: raw store %.0f rows/s on %d writers, synced batches as the worker's (%s)", rate, slots, fl)
 	return eq, nil
 }
 

@@ -128,6 +128,8 @@ type BulkSink interface {
 	// Stage takes rows of the graph's table (TableObjects, TableEdges, TableCounters or
 	// TableModShard), sorted by key; a key may come again, in this call or a later one: the
 	// last row of a key wins. Bulk never stages deletes, and never calls Stage concurrently.
+	// The sink may keep muts and reorder it until Commit: the caller hands the slice over and
+	// does not write to it again.
 	Stage(ctx context.Context, table string, muts []Mutation) error
 	// Commit writes every row staged so far into its table durably, and returns when they
 	// are readable.
