@@ -459,11 +459,12 @@ Every kind is measured at 200, 1,000 and 5,000/s; above them a kind is stepped u
 // loadMethod is how the bench writes its graph, for the report (docs/benchmarks.md).
 const loadMethod = `How the graph is built: ` + "`" + `smartfeed bench` + "`" + ` writes the model with the bulk loader of ` + "`" + `smartfeed load` + "`" + ` (graphsvc.Loader), not through the API:
 every user (object, username and email keys), a "pins" board each, every follow and its inverse, and each list's count, the rows CreateUser, CreateBoard and Follow write
-(TestLoaderRowsEqualAPI compares them row by row), in sorted batches of 50,000 rows, IDs in blocks from the per-shard counters.
+(TestLoaderRowsEqualAPI compares them row by row), IDs in blocks from the per-shard counters. By default the rows are staged sorted on local disk and handed to the store's own bulk load
+(sstables Pebble ingests into its lowest level; HFiles HBase's bulk load moves into the regions); with ` + "`" + `--pebble-ingest=false` + "`" + ` or ` + "`" + `--hbase-bulk-load ""` + "`" + ` they go through the store's batched writes instead. The line below the model says which.
 The model is drawn one user at a time from the seed (each user's followers alone), so no run holds the graph's edges in memory.
 The quick profile loads 100,000 users (31M follows, 124M edge rows), the full profile 1,000,000 with every user's followers capped at 1,000 (130M follows):
-uncapped, the model's top 2% would have 100,000 followers each, 2 billion follows. The load's rows/s and peak RSS are reported below the model; the store is empty when it starts
-and the load's flushes and compactions run on into the phases that follow.`
+uncapped, the model's top 2% would have 100,000 followers each, 2 billion follows. The load's rows/s and peak RSS are reported below the model; the store is empty when it starts.
+A load through batched writes leaves its flushes and compactions running on into the phases that follow; a bulk-loaded one leaves nothing to compact.`
 
 // plotReadRates draws each kind of call's p99, counted from the scheduled start, against the
 // offered rate (both axes logarithmic), with the bound a rate is held under.
