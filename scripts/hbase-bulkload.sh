@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # scripts/hbase-bulkload.sh --dir DIR [--zk HOST:PORT] [--family F] [--qualifier Q] [--znode Z]
-# HBase's own bulk load of the rows zenhbase's bulk staging wrote under DIR (one TABLE.rows
-# file per table, sorted): test/hbase/tools/BulkLoad.java, compiled once per change against the
-# classpath that runs HBase (scripts/hbase.sh classpath), writes them as HFiles split at the
-# tables' region boundaries and moves them into the tables (BulkLoadHFiles). `smartfeed load
+# HBase's own bulk load of the rows zenhbase's bulk staging wrote under DIR (TABLE.NNNNNN.rows
+# files, sorted; each removed once read): test/hbase/tools/BulkLoad.java, compiled once per
+# change against the classpath that runs HBase (scripts/hbase.sh classpath), writes them as
+# HFiles split at the tables' region boundaries and moves them into the tables (BulkLoadHFiles). `smartfeed load
 # --storage hbase` and `smartfeed bench --storage hbase` run it (--hbase-bulk-load).
 # Prints one JSON line on stdout:
 #   {"tables":..,"rows":..,"hfiles":..,"bytes":..,"write_s":..,"load_s":..}
@@ -37,5 +37,5 @@ ZK=$(hbase_zk "$ZK")
 [ -d "$DIR" ] || die "--dir: no directory $DIR"
 
 cp_file=$("$ROOT/scripts/hbase.sh" classpath)
-log "BulkLoad: $(ls "$DIR" | grep -c '\.rows$' || true) tables from $DIR into the HBase on $ZK"
+log "BulkLoad: $(ls "$DIR" | grep '\.rows$' | sed 's/\.[0-9]*\.rows$//' | sort -u | wc -l) tables from $DIR into the HBase on $ZK"
 hbase_java BulkLoad "${BULKLOAD_HEAP:-1g}" "$cp_file" "$ZK" "$ZNODE" "$FAMILY" "$QUALIFIER" "$DIR"

@@ -67,7 +67,7 @@ empty (cached graph rows are not invalidated). Takes the same storage flags as t
 		"staged sorted under --bulk-dir first, instead of writing them through the region servers (empty: batched writes)")
 	fs.BoolVar(&lf.ingest, "pebble-ingest", true, "with --storage pebble: write the rows as sstables, staged sorted under --bulk-dir first, and have Pebble ingest them "+
 		"(no write-ahead log, no memtable, nothing left to compact); false: batched writes")
-	fs.StringVar(&lf.bulkDir, "bulk-dir", "", "with --hbase-bulk-load or --pebble-ingest: where the rows are staged (about their size on disk, twice at the end; empty: the data directory on Pebble, the system's temporary directory on HBase)")
+	fs.StringVar(&lf.bulkDir, "bulk-dir", "", "with --hbase-bulk-load or --pebble-ingest: where the rows are staged (about their size on disk; empty: the data directory on Pebble, the system's temporary directory on HBase)")
 	for _, n := range []string{"file", "model", "users", "seed", "max-followers", "batch", "chunk", "progress", "hbase-bulk-load", "pebble-ingest", "bulk-dir"} {
 		noEnv(fs, n)
 	}

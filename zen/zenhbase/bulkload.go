@@ -25,10 +25,12 @@ import (
 // HFiles split at the regions' boundaries and move them into the tables (scripts/hbase-
 // bulkload.sh: HBase's StoreFileWriter and BulkLoadHFiles, in Java).
 
-// LoadFunc loads the sorted cell files Stage.Commit wrote under dir (one TABLE.rows per HBase
-// table: records of a 4-byte big-endian key length, the key, a 4-byte big-endian value length,
-// the cell's value, sorted by key, each key once) into their tables on the HBase to names, and
-// returns when the rows are readable.
+// LoadFunc loads the sorted cell files Stage.Commit wrote under dir into their tables on the
+// HBase to names, and returns when the rows are readable. Each HBase table's cells are in
+// TABLE.NNNNNN.rows (NNNNNN from 000000 up, of about cellChunk bytes each, in key order): records
+// of a 4-byte big-endian key length, the key, a 4-byte big-endian value length, the cell's
+// value, sorted by key, each key once. A LoadFunc may remove each file once it has read it, so
+// that the load needs little more disk than its HFiles.
 type LoadFunc func(ctx context.Context, dir string, to LoadTarget) (LoadStats, error)
 
 // LoadTarget names the HBase a Stage loads into and where its cells go.
@@ -133,8 +135,7 @@ func (st *Stage) commit(ctx context.Context) error {
 		if _, err := st.s.Table(ctx, name); err != nil {
 			return fmt.Errorf("bulk commit %s: %w", name, err)
 		}
-		out := filepath.Join(load, st.s.HBaseName(name)+".rows")
-		if err := st.writeCells(ctx, name, out); err != nil {
+		if err := st.writeCells(ctx, name, filepath.Join(load, st.s.HBaseName(name))); err != nil {
 			return fmt.Errorf("bulk commit %s: %w", name, err)
 		}
 	}
@@ -155,27 +156,68 @@ func (st *Stage) commit(ctx context.Context) error {
 	return nil
 }
 
-// writeCells merges table name's runs into one cell file at out: each key once, with the row
-// staged last, its value encoded as the store writes cells.
-func (st *Stage) writeCells(ctx context.Context, name, out string) (err error) {
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	w := bufio.NewWriterSize(f, 1<<20)
-	err = st.runs.Merge(ctx, name, func(k, v []byte) error {
-		bulkruns.WriteRecord(w, k, encodeValue(v))
-		return nil
+// cellChunk is the bytes of cells Stage.Commit writes to one cell file before it starts the
+// next (a variable for the tests).
+var cellChunk int64 = 1 << 30
+
+// writeCells merges table name's runs into cell files prefix.NNNNNN.rows of about cellChunk
+// bytes each: each key once, with the row staged last, its value encoded as the store writes
+// cells. The runs give their disk blocks back as they are read (bulkruns), so the merge needs
+// little more disk than the rows.
+func (st *Stage) writeCells(ctx context.Context, name, prefix string) error {
+	var cw cellWriter
+	err := st.runs.Merge(ctx, name, func(k, v []byte) error {
+		return cw.add(prefix, k, encodeValue(v))
 	})
-	if err != nil {
-		return err
+	if cerr := cw.finish(); err == nil {
+		err = cerr
 	}
-	return w.Flush()
+	return err
+}
+
+// cellWriter writes the cell files of one table.
+type cellWriter struct {
+	f *os.File
+	w *bufio.Writer
+	n int   // files started
+	b int64 // bytes in the open one
+}
+
+// add writes one cell, starting a new file when the open one has cellChunk bytes.
+func (c *cellWriter) add(prefix string, k, v []byte) error {
+	if c.f != nil && c.b >= cellChunk {
+		if err := c.finish(); err != nil {
+			return err
+		}
+	}
+	if c.f == nil {
+		f, err := os.Create(fmt.Sprintf("%s.%06d.rows", prefix, c.n))
+		if err != nil {
+			return err
+		}
+		c.f, c.n, c.b = f, c.n+1, 0
+		if c.w == nil {
+			c.w = bufio.NewWriterSize(f, 1<<20)
+		} else {
+			c.w.Reset(f)
+		}
+	}
+	bulkruns.WriteRecord(c.w, k, v)
+	c.b += int64(8 + len(k) + len(v))
+	return nil
+}
+
+// finish flushes and closes the open file, if any.
+func (c *cellWriter) finish() error {
+	if c.f == nil {
+		return nil
+	}
+	err := c.w.Flush()
+	if cerr := c.f.Close(); err == nil {
+		err = cerr
+	}
+	c.f = nil
+	return err
 }
 
 // Close removes the stage's directory and forgets what it holds.

@@ -28,9 +28,22 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) { w.t.Logf("%s", p); return len(p), nil }
 
 // TestBulkLoadMatchesApply runs zen's bulk-sink acceptance test with HBase's own bulk load
-// (the project's script, on the test HBase): a small stage, so every table has many runs.
+// (the project's script, on the test HBase): a small stage, so every table has many runs, and
+// small cell files, so every table has several.
 func TestBulkLoadMatchesApply(t *testing.T) {
 	load := bulkLoadScript(t)
+	defer func(n int64) { cellChunk = n }(cellChunk)
+	cellChunk = 2 << 10
+	script, files := load, 0
+	load = func(ctx context.Context, dir string, to LoadTarget) (LoadStats, error) {
+		rows, _ := filepath.Glob(filepath.Join(dir, "*.rows"))
+		files = max(files, len(rows))
+		st, err := script(ctx, dir, to)
+		if left, _ := filepath.Glob(filepath.Join(dir, "*.rows")); err == nil && len(left) > 0 {
+			t.Errorf("the bulk load left its input: %v", left)
+		}
+		return st, err
+	}
 	var stage *Stage
 	zentest.RunBulkSink(t, func(t *testing.T) zen.Store { return openStore(t, Options{}) },
 		func(t *testing.T, s zen.Store) zen.BulkSink {
@@ -49,6 +62,9 @@ func TestBulkLoadMatchesApply(t *testing.T) {
 				t.Errorf("files left in the stage directory after Commit: %v (want only its lock)", left)
 			}
 		})
+	if files <= 4 {
+		t.Errorf("a commit's most cell files was %d: want several per table", files)
+	}
 	if err := stage.Close(); err != nil {
 		t.Fatal(err)
 	}

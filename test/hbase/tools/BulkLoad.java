@@ -6,10 +6,12 @@
 //
 //   BulkLoad ZK ZNODE FAMILY QUALIFIER DIR
 //
-// DIR holds one file per table, named TABLE.rows (TABLE: the HBase table's name), each a
-// sequence of records sorted by row key, every key once: a 4-byte big-endian key length, the
-// key, a 4-byte big-endian value length, the value (the cell's bytes, as the store writes
-// them). Each table's rows become HFiles under DIR/hfiles/TABLE/FAMILY, one per region they
+// DIR holds each table's rows in files named TABLE.NNNNNN.rows (TABLE: the HBase table's name;
+// NNNNNN from 000000 up, in key order), each a sequence of records sorted by row key, every key
+// once: a 4-byte big-endian key length, the key, a 4-byte big-endian value length, the value
+// (the cell's bytes, as the store writes them). Each file is removed once it is read, so the
+// load needs about the HFiles' size on disk, not that and the rows' too.
+// Each table's rows become HFiles under DIR/hfiles/TABLE/FAMILY, one per region they
 // fall in (a new file at each region's start key, and after about 1 GiB), every cell in
 // FAMILY:QUALIFIER at the load's start time, each file synced to disk (bulk-loaded cells are in
 // no WAL: a file the page cache still holds could be lost with the machine, and its writeback
@@ -61,17 +63,24 @@ public class BulkLoad {
     byte[] family = Bytes.toBytes(args[2]);
     byte[] qualifier = Bytes.toBytes(args[3]);
     File dir = new File(args[4]);
-    File[] inputs = dir.listFiles((d, name) -> name.endsWith(".rows"));
+    File[] inputs = dir.listFiles((d, name) -> ROWS.matcher(name).matches());
     if (inputs == null) {
       throw new IOException("no directory " + dir);
     }
     Arrays.sort(inputs);
+    // The tables, each with its files in order.
+    java.util.Map<String, java.util.List<File>> tables = new java.util.TreeMap<>();
+    for (File in : inputs) {
+      java.util.regex.Matcher m = ROWS.matcher(in.getName());
+      m.matches();
+      tables.computeIfAbsent(m.group(1), k -> new java.util.ArrayList<>()).add(in);
+    }
     FileSystem fs = FileSystem.getLocal(c);
     long ts = System.currentTimeMillis();
     long rows = 0, files = 0, bytes = 0, writeNs = 0, loadNs = 0;
     try (Connection conn = ConnectionFactory.createConnection(c)) {
-      for (File in : inputs) {
-        String name = in.getName().substring(0, in.getName().length() - ".rows".length());
+      for (java.util.Map.Entry<String, java.util.List<File>> e : tables.entrySet()) {
+        String name = e.getKey();
         TableName table = TableName.valueOf(name);
         Path out = new Path(new File(dir, "hfiles/" + name).getAbsolutePath());
         long t0 = System.nanoTime();
@@ -80,19 +89,10 @@ public class BulkLoad {
           starts = loc.getStartKeys();
         }
         Writer w = new Writer(c, fs, new Path(out, Bytes.toString(family)), family, qualifier, ts, starts);
-        try (DataInputStream r = new DataInputStream(new BufferedInputStream(new FileInputStream(in), 1 << 20))) {
-          while (true) {
-            int kl;
-            try {
-              kl = r.readInt();
-            } catch (EOFException e) {
-              break;
-            }
-            byte[] k = new byte[kl];
-            r.readFully(k);
-            byte[] v = new byte[r.readInt()];
-            r.readFully(v);
-            w.append(k, v);
+        for (File in : e.getValue()) {
+          read(in, w);
+          if (!in.delete()) {
+            throw new IOException("cannot remove " + in);
           }
         }
         w.close();
@@ -109,7 +109,29 @@ public class BulkLoad {
       }
     }
     System.out.printf("{\"tables\":%d,\"rows\":%d,\"hfiles\":%d,\"bytes\":%d,\"write_s\":%.3f,\"load_s\":%.3f}%n",
-        inputs.length, rows, files, bytes, writeNs / 1e9, loadNs / 1e9);
+        tables.size(), rows, files, bytes, writeNs / 1e9, loadNs / 1e9);
+  }
+
+  // ROWS matches a rows file's name; group 1 is its table.
+  static final java.util.regex.Pattern ROWS = java.util.regex.Pattern.compile("(.+)\\.[0-9]{6}\\.rows");
+
+  // read appends the records of one rows file to w.
+  static void read(File in, Writer w) throws IOException {
+    try (DataInputStream r = new DataInputStream(new BufferedInputStream(new FileInputStream(in), 1 << 20))) {
+      while (true) {
+        int kl;
+        try {
+          kl = r.readInt();
+        } catch (EOFException e) {
+          return;
+        }
+        byte[] k = new byte[kl];
+        r.readFully(k);
+        byte[] v = new byte[r.readInt()];
+        r.readFully(v);
+        w.append(k, v);
+      }
+    }
   }
 
   // Writer writes sorted cells into HFiles, starting a new one at each region's start key and

@@ -333,11 +333,12 @@ func mergeRuns(runs []string, emit func(k, v []byte) error) error {
 		}
 	}()
 	for i, path := range runs {
-		f, err := os.Open(path)
+		// Opened for writing too: releasingReader gives the blocks it has read back.
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
 		if err != nil {
 			return err
 		}
-		rr := &runReader{r: bufio.NewReaderSize(f, 256<<10), f: f, idx: i}
+		rr := &runReader{r: bufio.NewReaderSize(&releasingReader{f: f}, 256<<10), f: f, idx: i}
 		switch err := rr.next(); {
 		case errors.Is(err, io.EOF):
 			f.Close()
