@@ -130,14 +130,17 @@ func (st *Stage) commit(ctx context.Context) error {
 	if err := os.Mkdir(load, 0o755); err != nil {
 		return fmt.Errorf("bulk commit: %w", err)
 	}
+	var rows int64
 	for _, name := range st.runs.Tables() {
 		// The table must exist, pre-split as the store makes it, before its regions are read.
 		if _, err := st.s.Table(ctx, name); err != nil {
 			return fmt.Errorf("bulk commit %s: %w", name, err)
 		}
-		if err := st.writeCells(ctx, name, filepath.Join(load, st.s.HBaseName(name))); err != nil {
+		n, err := st.writeCells(ctx, name, filepath.Join(load, st.s.HBaseName(name)))
+		if err != nil {
 			return fmt.Errorf("bulk commit %s: %w", name, err)
 		}
+		rows += n
 	}
 	znode := st.s.opts.ZookeeperRoot
 	if znode == "" {
@@ -146,6 +149,9 @@ func (st *Stage) commit(ctx context.Context) error {
 	ls, err := st.load(ctx, load, LoadTarget{ZK: st.s.zk, ZNode: znode, Family: st.s.opts.Family, Qualifier: qualifier})
 	if err != nil {
 		return err
+	}
+	if ls.Rows != rows {
+		return fmt.Errorf("bulk commit: the load command loaded %d rows of the %d staged", ls.Rows, rows)
 	}
 	st.stats.Tables += ls.Tables
 	st.stats.Rows += ls.Rows
@@ -161,26 +167,27 @@ func (st *Stage) commit(ctx context.Context) error {
 var cellChunk int64 = 1 << 30
 
 // writeCells merges table name's runs into cell files prefix.NNNNNN.rows of about cellChunk
-// bytes each: each key once, with the row staged last, its value encoded as the store writes
-// cells. The runs give their disk blocks back as they are read (bulkruns), so the merge needs
+// bytes each, and returns how many cells it wrote: each key once, with the row staged last,
+// its value encoded as the store writes cells. The runs give their disk blocks back as they are read (bulkruns), so the merge needs
 // little more disk than the rows.
-func (st *Stage) writeCells(ctx context.Context, name, prefix string) error {
+func (st *Stage) writeCells(ctx context.Context, name, prefix string) (rows int64, err error) {
 	var cw cellWriter
-	err := st.runs.Merge(ctx, name, func(k, v []byte) error {
+	err = st.runs.Merge(ctx, name, func(k, v []byte) error {
 		return cw.add(prefix, k, encodeValue(v))
 	})
 	if cerr := cw.finish(); err == nil {
 		err = cerr
 	}
-	return err
+	return cw.rows, err
 }
 
 // cellWriter writes the cell files of one table.
 type cellWriter struct {
-	f *os.File
-	w *bufio.Writer
-	n int   // files started
-	b int64 // bytes in the open one
+	f    *os.File
+	w    *bufio.Writer
+	n    int   // files started
+	b    int64 // bytes in the open one
+	rows int64 // cells written
 }
 
 // add writes one cell, starting a new file when the open one has cellChunk bytes.
@@ -204,6 +211,7 @@ func (c *cellWriter) add(prefix string, k, v []byte) error {
 	}
 	bulkruns.WriteRecord(c.w, k, v)
 	c.b += int64(8 + len(k) + len(v))
+	c.rows++
 	return nil
 }
 

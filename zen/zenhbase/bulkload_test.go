@@ -87,3 +87,23 @@ func TestStageRefusesDeletes(t *testing.T) {
 		t.Fatal("a staged delete was taken")
 	}
 }
+
+// TestCommitChecksTheRowsLoaded: a load command that reports fewer rows than were staged (one
+// that skipped files it did not recognise) fails the commit instead of passing for a load.
+func TestCommitChecksTheRowsLoaded(t *testing.T) {
+	testenv.HBase(t)
+	s := openStore(t, Options{})
+	skip := func(context.Context, string, LoadTarget) (LoadStats, error) { return LoadStats{Tables: 1}, nil }
+	st, err := s.NewStage(t.TempDir(), skip, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := context.Background()
+	if err := st.Stage(ctx, zen.TableEdges, []zen.Mutation{{Key: []byte("a"), Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx); err == nil {
+		t.Fatal("a commit whose load command loaded 0 of 1 rows succeeded")
+	}
+}

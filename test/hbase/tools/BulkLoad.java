@@ -63,9 +63,14 @@ public class BulkLoad {
     byte[] family = Bytes.toBytes(args[2]);
     byte[] qualifier = Bytes.toBytes(args[3]);
     File dir = new File(args[4]);
-    File[] inputs = dir.listFiles((d, name) -> ROWS.matcher(name).matches());
+    File[] inputs = dir.listFiles((d, name) -> name.endsWith(".rows"));
     if (inputs == null) {
       throw new IOException("no directory " + dir);
+    }
+    for (File in : inputs) {
+      if (!ROWS.matcher(in.getName()).matches()) {
+        throw new IOException("rows file " + in + " is not named TABLE.NNNNNN.rows");
+      }
     }
     Arrays.sort(inputs);
     // The tables, each with its files in order.
