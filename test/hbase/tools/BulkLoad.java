@@ -9,14 +9,15 @@
 // DIR holds each table's rows in files named TABLE.NNNNNN.rows (TABLE: the HBase table's name;
 // NNNNNN from 000000 up, in key order), each a sequence of records sorted by row key, every key
 // once: a 4-byte big-endian key length, the key, a 4-byte big-endian value length, the value
-// (the cell's bytes, as the store writes them). Each file is removed once it is read, so the
-// load needs about the HFiles' size on disk, not that and the rows' too.
+// (the cell's bytes, as the store writes them).
 // Each table's rows become HFiles under DIR/hfiles/TABLE/FAMILY, one per region they
 // fall in (a new file at each region's start key, and after about 1 GiB), every cell in
-// FAMILY:QUALIFIER at the load's start time, each file synced to disk (bulk-loaded cells are in
-// no WAL: a file the page cache still holds could be lost with the machine, and its writeback
-// would stall the region servers' WAL syncs after the load); then BulkLoadHFiles moves them
-// into the table.
+// FAMILY:QUALIFIER at the load's start time. Each HFile, once written, is synced to disk
+// (bulk-loaded cells are in no WAL: a file the page cache still holds could be lost with the
+// machine, and its writeback would stall the region servers' WAL syncs after the load), loaded
+// into its region by BulkLoadHFiles, and removed; each rows file is removed once read. So the
+// staging holds the rows and one HFile at most: on a local file system the region server copies
+// a bulk-loaded file rather than moving it, and the HBase then holds the HFiles' size too.
 // Prints one JSON line: {"tables":..,"rows":..,"hfiles":..,"bytes":..,"write_s":..,"load_s":..}.
 import java.io.BufferedInputStream;
 import java.io.DataInputStream;
@@ -93,7 +94,8 @@ public class BulkLoad {
         try (RegionLocator loc = conn.getRegionLocator(table)) {
           starts = loc.getStartKeys();
         }
-        Writer w = new Writer(c, fs, new Path(out, Bytes.toString(family)), family, qualifier, ts, starts);
+        Writer w = new Writer(c, fs, new Path(out, Bytes.toString(family)), family, qualifier, ts, starts,
+            BulkLoadHFiles.create(c), table);
         for (File in : e.getValue()) {
           read(in, w);
           if (!in.delete()) {
@@ -101,16 +103,11 @@ public class BulkLoad {
           }
         }
         w.close();
-        w.sync();
         rows += w.rows;
         files += w.files;
         bytes += w.bytes;
-        long t1 = System.nanoTime();
-        writeNs += t1 - t0;
-        if (w.rows > 0) {
-          BulkLoadHFiles.create(c).bulkLoad(table, out);
-        }
-        loadNs += System.nanoTime() - t1;
+        loadNs += w.loadNs;
+        writeNs += System.nanoTime() - t0 - w.loadNs;
       }
     }
     System.out.printf("{\"tables\":%d,\"rows\":%d,\"hfiles\":%d,\"bytes\":%d,\"write_s\":%.3f,\"load_s\":%.3f}%n",
@@ -153,9 +150,15 @@ public class BulkLoad {
     long curBytes;
     byte[] last;
     long rows, files, bytes;
-    final java.util.List<Path> written = new java.util.ArrayList<>();
+    final BulkLoadHFiles loader;
+    final TableName table;
+    Path path; // of the open file
+    long loadNs;
 
-    Writer(Configuration c, FileSystem fs, Path dir, byte[] family, byte[] qualifier, long ts, byte[][] starts) {
+    Writer(Configuration c, FileSystem fs, Path dir, byte[] family, byte[] qualifier, long ts, byte[][] starts,
+        BulkLoadHFiles loader, TableName table) {
+      this.loader = loader;
+      this.table = table;
       this.c = c;
       this.fs = fs;
       this.dir = dir;
@@ -175,10 +178,9 @@ public class BulkLoad {
         close();
         region = reg;
         HFileContext ctx = new HFileContextBuilder().withBlockSize(64 * 1024).build();
-        Path p = new Path(dir, String.format("%06d", files));
-        written.add(p);
+        path = new Path(dir, String.format("%06d", files));
         cur = new StoreFileWriter.Builder(c, new CacheConfig(c), fs)
-            .withFilePath(p)
+            .withFilePath(path)
             .withFileContext(ctx).withBloomType(BloomType.ROW).build();
         files++;
       }
@@ -203,15 +205,6 @@ public class BulkLoad {
       return lo;
     }
 
-    // sync forces the files written to disk.
-    void sync() throws IOException {
-      for (Path p : written) {
-        try (FileChannel ch = FileChannel.open(java.nio.file.Paths.get(p.toUri().getPath()), StandardOpenOption.WRITE)) {
-          ch.force(true);
-        }
-      }
-    }
-
     void close() throws IOException {
       if (cur == null) {
         return;
@@ -224,6 +217,13 @@ public class BulkLoad {
       cur.close();
       cur = null;
       curBytes = 0;
+      try (FileChannel ch = FileChannel.open(java.nio.file.Paths.get(path.toUri().getPath()), StandardOpenOption.WRITE)) {
+        ch.force(true);
+      }
+      long t0 = System.nanoTime();
+      loader.bulkLoad(table, java.util.Map.of(family, java.util.List.of(path)));
+      loadNs += System.nanoTime() - t0;
+      fs.delete(path, false);
     }
   }
 }
