@@ -323,3 +323,37 @@ func TestReportHasFreshLatency(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxRateRatios: GetFeed's highest rate held over each peer's; a peer that held no rate
+// gives no ratio, which Write lists as not measured (not 0, which would say GetFeed held none).
+func TestMaxRateRatios(t *testing.T) {
+	for name, tc := range map[string]struct {
+		getfeed, redis, floor float64
+		want                  map[string]float64
+		notMeasured           []string
+	}{
+		"both held":       {1000, 10000, 5000, map[string]float64{"getfeed_max_rate_vs_redis": 0.1, "getfeed_max_rate_vs_grpc_floor": 0.2}, nil},
+		"getfeed none":    {0, 10000, 5000, map[string]float64{"getfeed_max_rate_vs_redis": 0, "getfeed_max_rate_vs_grpc_floor": 0}, nil},
+		"redis held none": {0, 0, 200, map[string]float64{"getfeed_max_rate_vs_grpc_floor": 0}, []string{"getfeed_max_rate_vs_redis"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res := &Results{Ratios: map[string]float64{}, GetFeedMaxRate: tc.getfeed, RedisMaxRate: tc.redis, FloorMaxRate: tc.floor}
+			res.setMaxRateRatios()
+			if diff := cmp.Diff(tc.want, res.Ratios); diff != "" {
+				t.Errorf("ratios (-want +got):\n%s", diff)
+			}
+			if err := Write(t.TempDir(), res); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, k := range res.NotMeasured {
+				if strings.Contains(k, "max_rate") {
+					got = append(got, k)
+				}
+			}
+			if diff := cmp.Diff(tc.notMeasured, got); diff != "" {
+				t.Errorf("max-rate ratios not measured (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

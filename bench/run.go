@@ -529,16 +529,25 @@ func (r *runner) finish() {
 		// share a process) and stay in the report, out of the ratios.
 		res.Ratios["getfeed_p99_vs_redis"] = ratio(res.Reads.GetFeed.P99, res.Reads.Redis.P99)
 	}
-	res.Ratios["getfeed_max_rate_vs_redis"] = ratio(res.GetFeedMaxRate, res.RedisMaxRate)
-	if len(res.FloorRateSteps) > 0 {
-		res.Ratios["getfeed_max_rate_vs_grpc_floor"] = ratio(res.GetFeedMaxRate, res.FloorMaxRate)
-	}
+	res.setMaxRateRatios()
 	res.setHedgeRatios()
 	res.Ratios["fanout_lag_p99_s_at_read_load"] = 0
 	if lr := res.LagUnderReads; lr != nil {
 		res.Ratios["fanout_lag_p99_s_at_read_load"] = lr.LagP99AtEventRate
 	}
 	res.setScaleRatios()
+}
+
+// setMaxRateRatios sets the ratios of GetFeed's highest rate held to its peers'. A peer that
+// held no rate (a machine too loaded for even Redis's p99 to stay under the bound) gives no
+// ratio: 0 over 0 is not "GetFeed held nothing", and Write lists the ratio as not measured.
+func (res *Results) setMaxRateRatios() {
+	if res.RedisMaxRate > 0 {
+		res.Ratios["getfeed_max_rate_vs_redis"] = ratio(res.GetFeedMaxRate, res.RedisMaxRate)
+	}
+	if res.FloorMaxRate > 0 {
+		res.Ratios["getfeed_max_rate_vs_grpc_floor"] = ratio(res.GetFeedMaxRate, res.FloorMaxRate)
+	}
 }
 
 // setScaleRatios sets scale_cost_growth_<size>: CPU per event at the largest graph over the
