@@ -121,21 +121,26 @@ func (s *Service) writeItems(ctx context.Context, t MaterializeTask, pc pendingC
 	// (every row here is led by the user's ID, so a router keeps them on one store), which
 	// makes them durable before the pending row goes. A machine crash before it leaves a prefix
 	// of them, which a retry completes: a claim for this position counts as ours, and item rows
-	// are rewritten the same. Synced one by one, a chunk of n pins would cost n+2 commits, each
-	// waiting its turn in the WAL that GetFeed's recordings sync through; this way it costs one.
+	// are rewritten the same. The claims go in one batch of compare-and-sets and the item rows
+	// in one write: a chunk of n pins costs a few commits, not n+2, each waiting its turn in the
+	// log that GetFeed's recordings sync through.
 	lctx := zen.Lazily(ctx)
+	ats := make([]position, len(pc.Items))
+	pins := make([]zen.ID, len(pc.Items))
+	for i, it := range pc.Items {
+		ats[i], pins[i] = position{Seq: t.Seq, Pos: pc.Pos[i]}, it.Pin
+	}
+	mine, err := s.claimAll(lctx, t.User, pins, ats)
+	if err != nil {
+		return 0, err
+	}
 	var rows []zen.Mutation
 	for i, it := range pc.Items {
-		at := position{Seq: t.Seq, Pos: pc.Pos[i]}
-		mine, err := s.claim(lctx, t.User, it.Pin, at)
-		if err != nil {
-			return 0, err
-		}
-		if !mine {
+		if !mine[i] {
 			skipped++
 			continue
 		}
-		rows = append(rows, zen.Mutation{Key: itemKey(t.User, at), Value: encodeItem(it)})
+		rows = append(rows, zen.Mutation{Key: itemKey(t.User, ats[i]), Value: encodeItem(it)})
 	}
 	if len(rows) > 0 {
 		if err := s.primary.Apply(lctx, rows); err != nil {
@@ -203,30 +208,66 @@ func (s *Service) marker(ctx context.Context, user zen.ID, chunkID string) (chun
 	return m, nil
 }
 
-// claim takes the pin index entry of pin for position at; it reports false when the pin sits
-// elsewhere in the feed. A claim left by an earlier run for the same position counts as ours.
-func (s *Service) claim(ctx context.Context, user, pin zen.ID, at position) (bool, error) {
-	want := encodePosition(at)
-	ok, err := s.primary.CheckAndSet(ctx, pinKey(user, pin), nil, want)
-	if err != nil {
-		return false, fmt.Errorf("claim pin %d: %w", pin, err)
-	}
-	if ok {
-		return true, nil
-	}
-	got, err := s.primary.Get(ctx, pinKey(user, pin))
-	if errors.Is(err, zen.ErrNotFound) {
-		// Trimmed away between the two calls: try once more.
-		ok, err = s.primary.CheckAndSet(ctx, pinKey(user, pin), nil, want)
-		if err != nil {
-			return false, fmt.Errorf("claim pin %d: %w", pin, err)
+// claimAll takes the pin index entries of pins for the positions ats (pins[i] at ats[i]), in
+// one batch of compare-and-sets; mine[i] is false when pins[i] sits elsewhere in the feed, or
+// earlier in pins. A claim left by an earlier run for the same position counts as ours.
+func (s *Service) claimAll(ctx context.Context, user zen.ID, pins []zen.ID, ats []position) (mine []bool, err error) {
+	mine = make([]bool, len(pins))
+	var conds []zen.Cond
+	var idx []int
+	seen := make(map[zen.ID]bool, len(pins))
+	for i, pin := range pins {
+		if seen[pin] {
+			continue // the pin's first position in the chunk holds it
 		}
-		return ok, nil
+		seen[pin] = true
+		conds = append(conds, zen.Cond{Key: pinKey(user, pin), Value: encodePosition(ats[i])})
+		idx = append(idx, i)
 	}
+	ok, err := zen.CheckAndSetMany(ctx, s.primary, conds)
 	if err != nil {
-		return false, fmt.Errorf("read pin index %d: %w", pin, err)
+		return nil, fmt.Errorf("claim pins: %w", err)
 	}
-	return bytes.Equal(got, want), nil
+	var lost []int // positions in conds whose entry was there already
+	for j, won := range ok {
+		mine[idx[j]] = won
+		if !won {
+			lost = append(lost, j)
+		}
+	}
+	if len(lost) == 0 {
+		return mine, nil
+	}
+	keys := make([][]byte, len(lost))
+	for k, j := range lost {
+		keys[k] = conds[j].Key
+	}
+	got, err := zen.GetMany(ctx, s.primary, keys)
+	if err != nil {
+		return nil, fmt.Errorf("read pin index: %w", err)
+	}
+	var again []zen.Cond
+	var againIdx []int
+	for k, j := range lost {
+		switch {
+		case got[k] == nil:
+			// Trimmed away between the two calls: try once more.
+			again, againIdx = append(again, conds[j]), append(againIdx, idx[j])
+		default:
+			mine[idx[j]] = bytes.Equal(got[k], conds[j].Value)
+		}
+	}
+	if len(again) == 0 {
+		return mine, nil
+	}
+	ok, err = zen.CheckAndSetMany(ctx, s.primary, again)
+	if err != nil {
+		return nil, fmt.Errorf("claim pins: %w", err)
+	}
+	for k, won := range ok {
+		mine[againIdx[k]] = won
+	}
+	return mine, nil
 }
 
 // Trim drops the oldest materialized items beyond the maximum length, with their pin index
