@@ -65,6 +65,14 @@ type Config struct {
 	// PreparedMaxAge: a prepared chunk older than this is still served fresh, but beside a new
 	// chunk from the generator (the pools have had time to fill again). Default 30s.
 	PreparedMaxAge time.Duration `json:"prepared_max_age"`
+	// PrepareReturning, with PrepareAfter, prepares only for a user in a session: one whose
+	// previous first page in this process came less than PreparedMaxAge before. A preparation
+	// costs a generator call, a synced write and a materialization; it pays when its user comes
+	// back while it is young, and a user who came back once is the one likely to come back
+	// again. A single visit leaves nothing prepared behind it; the user's next visit then asks
+	// the generator itself, as every first page with nothing prepared does. false (the default)
+	// prepares after every first page.
+	PrepareReturning bool `json:"prepare_returning"`
 	// MinChunkInterval is the least time between two generator calls for one user in this
 	// process (a first page's or a preparation's). A first page sooner than that after the
 	// last call serves the feed as it stands, prepared chunks included, with FreshRecent

@@ -48,6 +48,7 @@ type serviceKnobs struct {
 	StalePending      *duration `json:"stale_pending"`
 	PrepareAfter      *duration `json:"prepare_after"`
 	PreparedMaxAge    *duration `json:"prepared_max_age"`
+	PrepareReturning  *bool     `json:"prepare_returning"`
 	MinChunkInterval  *duration `json:"min_chunk_interval"`
 	InlineMaterialize *int      `json:"inline_materialize"`
 	MaxInflight       *int      `json:"max_inflight"`
@@ -105,6 +106,7 @@ func (s *Service) ApplyKnobs(doc []byte) error {
 		setDur(&c.StalePending, v.StalePending)
 		setDur(&c.PrepareAfter, v.PrepareAfter)
 		setDur(&c.PreparedMaxAge, v.PreparedMaxAge)
+		set(&c.PrepareReturning, v.PrepareReturning)
 		setDur(&c.MinChunkInterval, v.MinChunkInterval)
 		set(&c.InlineMaterialize, v.InlineMaterialize)
 		set(&c.MaxInflight, v.MaxInflight)

@@ -103,10 +103,11 @@ const (
 // What became of a preparation a page asked for, the label values of
 // smartfeed_feed_prepare_scheduled_total.
 const (
-	prepQueued    = "queued"     // due and queued for a worker
-	prepCoalesced = "coalesced"  // one was scheduled, queued or running for the user already
-	prepEmptyPool = "empty_pool" // the user's last generator call found the pools empty
-	prepDropped   = "dropped"    // the queue was full
+	prepQueued     = "queued"      // due and queued for a worker
+	prepCoalesced  = "coalesced"   // one was scheduled, queued or running for the user already
+	prepEmptyPool  = "empty_pool"  // the user's last generator call found the pools empty
+	prepFirstVisit = "first_visit" // the user's previous first page was not within PreparedMaxAge (Config.PrepareReturning)
+	prepDropped    = "dropped"     // the queue was full
 )
 
 // Where a served chunk's materialization went, the label values of
@@ -220,7 +221,7 @@ func (m *metrics) addBackground() {
 		[]string{"outcome"})
 	m.prepSchedule = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "smartfeed_feed_prepare_scheduled_total",
-		Help: "Preparations asked for by pages, by what became of them: queued (then run: smartfeed_feed_prepared_total), coalesced (one was scheduled for the user already), empty_pool (the user's last generator call found the pools empty), dropped (the queue was full; 0 below saturation)."},
+		Help: "Preparations asked for by pages, by what became of them: queued (then run: smartfeed_feed_prepared_total), coalesced (one was scheduled for the user already), empty_pool (the user's last generator call found the pools empty), first_visit (feed.prepare_returning: the user's previous first page was not within feed.prepared_max_age), dropped (the queue was full; 0 below saturation)."},
 		[]string{"result"})
 	m.prepQueued = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "smartfeed_feed_prepare_queued", Help: "Preparations due and waiting for a worker."})

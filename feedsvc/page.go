@@ -44,6 +44,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	if state, why := s.hedger.BreakerStatus(); state == hedge.BreakerOpen {
 		return s.breakerPage(ctx, user, size, why)
 	}
+	returning := s.returning(user, cfg)
 	var early *readResult
 	if cfg.PrepareAfter > 0 && s.maybePrepared(user) {
 		// This process prepared the user's next chunk: read first, and serve it if it is young,
@@ -60,7 +61,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	if since, ok := s.askedWithin(user, cfg.MinChunkInterval); ok {
 		return s.recentPage(ctx, cfg, user, size, early, since, pageStart)
 	}
-	return s.generatedPage(ctx, cfg, user, size, early, pageStart)
+	return s.generatedPage(ctx, cfg, user, size, early, returning, pageStart)
 }
 
 // timedRead reads the first page of the materialized feed, timed as the read stage.
@@ -136,8 +137,8 @@ func (s *Service) recentPage(ctx context.Context, cfg Config, user zen.ID, size 
 // takes early, the read a look for a prepared chunk made already), records the chunk, and
 // serves it in front of the feed. The generator runs with its own deadline; if it ignores the
 // deadline, the request leaves without it and a background reader settles whatever it returns
-// late.
-func (s *Service) generatedPage(ctx context.Context, cfg Config, user zen.ID, size int, early *readResult, pageStart time.Time) (Page, error) {
+// late. The next chunk is prepared for a returning user (Config.PrepareReturning).
+func (s *Service) generatedPage(ctx context.Context, cfg Config, user zen.ID, size int, early *readResult, returning bool, pageStart time.Time) (Page, error) {
 	s.noteAsked(user)
 	genCh := make(chan genResult, 1)
 	gctx, gcancel := context.WithTimeout(ctx, cfg.GeneratorDeadline)
@@ -178,8 +179,12 @@ func (s *Service) generatedPage(ctx context.Context, cfg Config, user zen.ID, si
 	// new chunk; another's, as feed items) are served too: their pins are at the top of the feed.
 	served := s.servePreparedOn(ctx, &page, user, rd.res.prepared, prepStale)
 	s.fill(&page, user, fresh, rd.res, size, served)
-	if gen.err == nil && !timedOut {
+	switch {
+	case gen.err != nil || timedOut:
 		// Not when the generator failed or was late: a preparation would ask it again.
+	case !returning:
+		s.m.prepSchedule.WithLabelValues(prepFirstVisit).Inc()
+	default:
 		s.prepareLater(user, cfg, cfg.PrepareAfter)
 	}
 	s.m.observeStage(stagePageGenerated, time.Since(pageStart))

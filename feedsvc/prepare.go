@@ -130,6 +130,19 @@ func (s *Service) markServed(ctx context.Context, user zen.ID, rows []preparedRo
 	})
 }
 
+// returning marks user's first page now and reports whether to prepare after it: always
+// without Config.PrepareReturning (or with nothing to prepare), else when the user's previous
+// first page in this process came less than PreparedMaxAge before.
+func (s *Service) returning(user zen.ID, cfg Config) bool {
+	if !cfg.PrepareReturning || cfg.PrepareAfter <= 0 {
+		return true
+	}
+	now := s.now().UnixMilli()
+	prev, ok := s.visits.get(user)
+	s.visits.set(user, now)
+	return ok && now >= prev && now-prev < cfg.PreparedMaxAge.Milliseconds()
+}
+
 // noteAsked records that this process asks the generator for user's chunk now (see
 // Config.MinChunkInterval).
 func (s *Service) noteAsked(user zen.ID) { s.asked.set(user, s.now().UnixMilli()) }

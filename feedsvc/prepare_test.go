@@ -394,3 +394,33 @@ func TestPrepareNotAfterGeneratorFailure(t *testing.T) {
 		t.Errorf("generator calls = %d, want 1 (no preparation after a failure)", e.gen.attempts)
 	}
 }
+
+// With PrepareReturning a single visit prepares nothing; a user back within PreparedMaxAge
+// gets the next chunk prepared, and one back after longer is a single visit again.
+func TestPrepareReturning(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) {
+		c.PrepareAfter, c.PrepareReturning, c.PreparedMaxAge = time.Millisecond, true, 30*time.Second
+	})
+	var nowMs atomic.Int64
+	nowMs.Store(1_800_000_000_000)
+	e.rebuild(t, func(d *Deps) { d.Now = func() time.Time { return time.UnixMilli(nowMs.Load()) } })
+	visit := func(at time.Duration, wantCalls int, wantFresh []zen.ID) {
+		t.Helper()
+		nowMs.Store(1_800_000_000_000 + at.Milliseconds())
+		p := e.get(t, "", 100)
+		e.svc.Wait()
+		e.materialize(t)
+		if diff := cmp.Diff(wantFresh, freshPins(p)); diff != "" {
+			t.Errorf("visit at %v: fresh (-want +got):\n%s", at, diff)
+		}
+		if got := e.gen.calls(); got != wantCalls {
+			t.Errorf("visit at %v: generator calls %d, want %d", at, got, wantCalls)
+		}
+	}
+	visit(0, 1, pins(1, 5))                // a first visit: nothing prepared after it
+	visit(10*time.Second, 3, pins(6, 10))  // back within 30 s: its own chunk, then one prepared
+	visit(12*time.Second, 4, pins(11, 15)) // the prepared chunk, then the next prepared
+	// Back after 60 s: the prepared chunk (16-20) is old, served after a new one (21-25), and
+	// nothing is prepared after it.
+	visit(72*time.Second, 5, cat(pins(21, 25), pins(16, 20)))
+}

@@ -69,6 +69,9 @@ type Service struct {
 	// asked holds when this process last asked the generator for each user's chunk (by
 	// Deps.Now; see Config.MinChunkInterval).
 	asked userMarks
+	// visits holds when each user's last first page came to this process (kept only with
+	// Config.PrepareReturning; see returning).
+	visits userMarks
 	// active holds the users whose activity hook answered "not rebuilding" lately, and when
 	// (see activeAge).
 	active userMarks
@@ -137,7 +140,7 @@ func New(d Deps, c Config) (*Service, error) {
 	s.closingCtx, s.stopAll = context.WithCancel(context.Background())
 	s.closing = s.closingCtx.Done()
 	s.prepared.max, s.asked.max, s.active.max = maxPreparedHints, maxPreparedHints, maxActiveUsers
-	s.emptyPools.max = maxPreparedHints
+	s.emptyPools.max, s.visits.max = maxPreparedHints, maxPreparedHints
 	s.own.max = maxPreparedHints
 	s.cfg.Store(&c)
 	return s, nil

@@ -51,8 +51,9 @@ func TestEndToEndInvariants(t *testing.T) {
 }
 
 // TestEndToEndPrepared: with the binary's default feed.prepare_after (500ms) and its wiring, a
-// first page is followed by the preparation of the next chunk: the pins fanned out after the
-// first page leave the pools for a prepared row, and the next first page serves them fresh
+// user back within feed.prepared_max_age (feed.prepare_returning) has the next chunk prepared
+// after that page: the pins fanned out after it leave the pools for a prepared row, and the
+// next first page serves them fresh
 // (from the prepared row, which is marked served after the answer), once; the page after that
 // has no fresh pin, and every pin is in the feed once.
 func TestEndToEndPrepared(t *testing.T) {
@@ -89,10 +90,14 @@ func TestEndToEndPrepared(t *testing.T) {
 	if p, fresh := get("first visit"); p.FreshStatus != feedsvc.FreshIncluded || !slices.Equal(fresh, first) {
 		t.Fatalf("first visit: status %q, fresh %v; want included, %v", p.FreshStatus, fresh, first)
 	}
+	// A single visit prepares nothing; B back at once is a returning user, whose page prepares.
+	if p, fresh := get("return visit"); len(fresh) != 0 {
+		t.Fatalf("return visit: status %q, fresh %v; want nothing fresh (the pools are empty)", p.FreshStatus, fresh)
+	}
 	later := []zen.ID{e.pin(A, bA, 0), e.pin(A, bA, 0), e.pin(A, bA, 0)}
 	slices.Sort(later)
 	e.drain()
-	// The preparation runs prepare_after after the first page (and once min_chunk_interval
+	// The preparation runs prepare_after after the return visit (and once min_chunk_interval
 	// has passed), and again while it finds the pools empty.
 	preparedPins := func() []zen.ID {
 		rows, err := scanFeed(e.ctx, e.a.feedPrimary, B)

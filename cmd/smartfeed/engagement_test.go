@@ -122,6 +122,7 @@ func TestHideHonouredInPreparedChunk(t *testing.T) {
 	// machine needs too, or the preparation fails rather than waits.
 	a, conn := startAllWith(t, func(c *config.Config) {
 		c.Feed.PrepareAfter = jsontime.Duration(2 * time.Second)
+		c.Feed.PrepareReturning = false // bob's one page prepares
 		c.Feed.GeneratorDeadline = jsontime.Duration(5 * time.Second)
 	})
 	ctx := t.Context()

@@ -17,9 +17,9 @@ import (
 )
 
 // TestRemovalsBeatPreparedChunks: with the binary's default settings (a chunk is prepared in
-// the background after each first page), a removal that finished before a page cannot reach
+// the background after each first page of a returning user), a removal that finished before a page cannot reach
 // the reader through a chunk prepared before it. Reader F follows X (or X's board, or an
-// interest X tags P with) and Y, reads a first page, X creates P and Y creates Q, and the chunk
+// interest X tags P with) and Y, reads a first page twice, X creates P and Y creates Q, and the chunk
 // prepared for F's next visit holds P. Then each kind of removal the system has runs through
 // the public gRPC API and its upkeep job finishes: F unfollows X, X's board or the interest; X
 // deletes P; X is deleted. After that, P is on none of F's pages (first page or later) and in
@@ -104,9 +104,12 @@ func TestRemovalsBeatPreparedChunks(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				// F's first page schedules the preparation of F's next chunk.
-				if _, err := f.GetFeed(ctx, &feedv1.GetFeedRequest{UserId: w.F, PageSize: 50}); err != nil {
-					t.Fatal(err)
+				// F's first page, and F back at once (a returning user: feed.prepare_returning),
+				// which schedules the preparation of F's next chunk.
+				for range 2 {
+					if _, err := f.GetFeed(ctx, &feedv1.GetFeedRequest{UserId: w.F, PageSize: 50}); err != nil {
+						t.Fatal(err)
+					}
 				}
 				mkPin := func(author, board uint64, tag bool) uint64 {
 					req := &graphv1.CreatePinRequest{AuthorId: author, BoardId: board, ImageUrl: "https://i.example.com/" + suffix + ".jpg"}

@@ -309,6 +309,7 @@ func TestBackgroundLanes(t *testing.T) {
 func TestFeedConfigDefaultsAreTheService(t *testing.T) {
 	want := feedsvc.DefaultConfig()
 	want.PrepareAfter, want.MinChunkInterval = config.DefaultPrepareAfter, config.DefaultMinChunkInterval
+	want.PrepareReturning = true
 	if diff := cmp.Diff(want, feedConfig(config.DefaultConfig())); diff != "" {
 		t.Errorf("feedConfig(config.DefaultConfig()) (-feedsvc default +binary):\n%s", diff)
 	}

@@ -33,7 +33,8 @@ func TestSplitRemovalsBeatPreparedChunks(t *testing.T) {
 	// The chunk is prepared 2 s after the first page, time for P's fanout through the worker
 	// process to reach F's pools; the recovery pass leaves it alone for 6 s, time for the
 	// removal to come first.
-	s := newSplit(t, redis, ns, zk, "SMARTFEED_FEED_PREPARE_AFTER=2s", "SMARTFEED_FEED_RECOVER_AFTER=6s")
+	// Every first page prepares (not only a returning user's), so one page makes the premise.
+	s := newSplit(t, redis, ns, zk, "SMARTFEED_FEED_PREPARE_AFTER=2s", "SMARTFEED_FEED_PREPARE_RETURNING=false", "SMARTFEED_FEED_RECOVER_AFTER=6s")
 	g := s.graph()
 
 	type world struct{ F, X, Y, bX, bY, I, P, Q zen.ID }

@@ -111,6 +111,7 @@ func feedConfig(cfg config.Config) feedsvc.Config {
 	fc.GeneratorDeadline, fc.MaxItems = cfg.Feed.GeneratorDeadline.D(), cfg.Feed.MaxItems
 	fc.PersistTimeout = cfg.Feed.PersistTimeout.D()
 	fc.PrepareAfter, fc.PreparedMaxAge = cfg.Feed.PrepareAfter.D(), cfg.Feed.PreparedMaxAge.D()
+	fc.PrepareReturning = cfg.Feed.PrepareReturning
 	fc.InlineMaterialize, fc.MinChunkInterval = cfg.Feed.InlineMaterialize, cfg.Feed.MinChunkInterval.D()
 	fc.MaxInflight, fc.AdmissionWait = cfg.Feed.MaxInflight, cfg.Feed.AdmissionWait.D()
 	return fc

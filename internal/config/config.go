@@ -396,6 +396,10 @@ type Feed struct {
 	// PreparedMaxAge: a prepared chunk older than this is served beside a new chunk from the
 	// generator. Default 30s.
 	PreparedMaxAge jsontime.Duration `json:"prepared_max_age"`
+	// PrepareReturning prepares only for a user whose previous first page in the process came
+	// within PreparedMaxAge: a single visit leaves no preparation behind it
+	// (feedsvc.Config.PrepareReturning; live-tunable in the knobs file). Default true.
+	PrepareReturning bool `json:"prepare_returning"`
 	// MinChunkInterval is the least time between two generator calls for one user in the feed
 	// process: a first page sooner after the last call serves the feed as it stands
 	// (feedsvc.Config.MinChunkInterval; live-tunable in the knobs file). Default 1s; 0: no bound.
@@ -500,6 +504,7 @@ func DefaultConfig() Config {
 			RecoverEvery:        jsontime.Duration(time.Minute),
 			PrepareAfter:        jsontime.Duration(DefaultPrepareAfter),
 			PreparedMaxAge:      jsontime.Duration(fd.PreparedMaxAge),
+			PrepareReturning:    true,
 			MinChunkInterval:    jsontime.Duration(DefaultMinChunkInterval),
 			InlineMaterialize:   fd.InlineMaterialize,
 			HeadCacheMB:         feedsvc.DefaultHeadCacheBytes >> 20,

@@ -94,6 +94,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	d(&c.Feed.RecoverEvery, "feed-recover-every", c.Feed.RecoverEvery, "period of the crash recovery pass")
 	d(&c.Feed.PrepareAfter, "feed-prepare-after", c.Feed.PrepareAfter, "prepare a user's next chunk this long after a first page (0: off)")
 	d(&c.Feed.PreparedMaxAge, "feed-prepared-max-age", c.Feed.PreparedMaxAge, "serve a prepared chunk older than this beside a new one")
+	fs.BoolVar(&c.Feed.PrepareReturning, "feed-prepare-returning", c.Feed.PrepareReturning, "prepare only for a user whose previous first page came within --feed-prepared-max-age (false: after every first page)")
 	d(&c.Feed.MinChunkInterval, "feed-min-chunk-interval", c.Feed.MinChunkInterval, "least time between two generator calls for one user; a first page sooner serves the feed as it stands (0: no bound)")
 	i(&c.Feed.InlineMaterialize, "feed-inline-materialize", c.Feed.InlineMaterialize, "served chunks materialized at once in process instead of as Redis jobs (0: all as jobs)")
 	bindFeedResources(fs, c)
