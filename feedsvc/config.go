@@ -94,6 +94,15 @@ type Config struct {
 	// RESOURCE_EXHAUSTED with a retry delay, nothing done (docs/reliability.md, "Overload").
 	// 0 (the default) means DefaultMaxInflight(), 64 per GOMAXPROCS.
 	MaxInflight int `json:"max_inflight"`
+	// MaxGenerating is how many first pages of this process wait on the generator at once. A
+	// first page past it, which would have asked the generator, serves the feed as it stands
+	// (FreshDeferred), prepared chunks included, and leaves the new pins in the pools for the
+	// next visit. A page that asks the generator costs a generator call, a synced recording and
+	// a materialization, many times a page read; when the processors cannot keep up with them,
+	// those pages give way first, so that every page keeps its latency and the process keeps
+	// up, and the bound is met again once the load falls (docs/reliability.md, "Overload").
+	// 0 (the default) means DefaultMaxGenerating(), one per GOMAXPROCS.
+	MaxGenerating int `json:"max_generating"`
 	// AdmissionWait is how long a GetFeed call past MaxInflight waits for a slot before it is
 	// shed; 0 sheds it at once. Default 50ms.
 	AdmissionWait time.Duration `json:"admission_wait"`
@@ -145,6 +154,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("config: inline materialize %d is not in [0, 1024]", c.InlineMaterialize)
 	case c.MaxInflight < 0 || c.MaxInflight > MaxMaxInflight:
 		return fmt.Errorf("config: max inflight %d is not in [0, %d]", c.MaxInflight, MaxMaxInflight)
+	case c.MaxGenerating < 0 || c.MaxGenerating > MaxMaxInflight:
+		return fmt.Errorf("config: max generating %d is not in [0, %d]", c.MaxGenerating, MaxMaxInflight)
 	case c.AdmissionWait < 0 || c.AdmissionWait > time.Minute:
 		return fmt.Errorf("config: admission wait %v is not in [0, 1m]", c.AdmissionWait)
 	}

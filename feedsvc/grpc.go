@@ -129,6 +129,7 @@ var freshStatuses = map[FreshStatus]feedv1.FreshStatus{
 	FreshPrimaryDown:    feedv1.FreshStatus_FRESH_STATUS_PERSIST_FAILED,
 	FreshNotFirstPage:   feedv1.FreshStatus_FRESH_STATUS_NOT_FIRST_PAGE,
 	FreshRecent:         feedv1.FreshStatus_FRESH_STATUS_RECENT,
+	FreshDeferred:       feedv1.FreshStatus_FRESH_STATUS_DEFERRED,
 }
 
 func protoStore(s hedge.Store) feedv1.Store {

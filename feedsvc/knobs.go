@@ -52,6 +52,7 @@ type serviceKnobs struct {
 	MinChunkInterval  *duration `json:"min_chunk_interval"`
 	InlineMaterialize *int      `json:"inline_materialize"`
 	MaxInflight       *int      `json:"max_inflight"`
+	MaxGenerating     *int      `json:"max_generating"`
 	AdmissionWait     *duration `json:"admission_wait"`
 }
 
@@ -110,6 +111,7 @@ func (s *Service) ApplyKnobs(doc []byte) error {
 		setDur(&c.MinChunkInterval, v.MinChunkInterval)
 		set(&c.InlineMaterialize, v.InlineMaterialize)
 		set(&c.MaxInflight, v.MaxInflight)
+		set(&c.MaxGenerating, v.MaxGenerating)
 		setDur(&c.AdmissionWait, v.AdmissionWait)
 	}
 	var maxStale *time.Duration

@@ -72,12 +72,14 @@ const (
 	// served marks are written after the answer).
 	stagePrepare = "prepare"
 	stageFlip    = "flip"
-	// stagePagePrepared, stagePageGenerated and stagePageRecent time a whole first page by the
-	// way it went: served from a prepared chunk, through the generator, or from the feed as it
-	// stands because the generator was asked moments ago (Config.MinChunkInterval).
+	// stagePagePrepared, stagePageGenerated, stagePageRecent and stagePageDeferred time a whole
+	// first page by the way it went: served from a prepared chunk, through the generator, from
+	// the feed as it stands because the generator was asked moments ago
+	// (Config.MinChunkInterval), or because too many pages waited on it (Config.MaxGenerating).
 	stagePagePrepared  = "page_prepared"
 	stagePageGenerated = "page_generated"
 	stagePageRecent    = "page_recent"
+	stagePageDeferred  = "page_deferred"
 	// stagePinsLive is the liveness check of a page's pins (part of stageRead).
 	stagePinsLive = "pins_live"
 	// stagePreparedCheck is the removal check of the prepared chunks a read met (part of
@@ -176,7 +178,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.addBackground()
 	m.stageOf = map[string]prometheus.Observer{}
 	for _, st := range []string{stageGenerator, stageRead, stagePersist, stageEnqueue, stagePrepare, stageFlip,
-		stagePagePrepared, stagePageGenerated, stagePageRecent, stagePinsLive, stagePreparedCheck, stageUserLive, stageActivity} {
+		stagePagePrepared, stagePageGenerated, stagePageRecent, stagePageDeferred, stagePinsLive, stagePreparedCheck, stageUserLive, stageActivity} {
 		m.stageOf[st] = m.stage.WithLabelValues(st)
 	}
 	for _, st := range []hedge.Store{hedge.Primary, hedge.Standby} {

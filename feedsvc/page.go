@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
@@ -61,7 +62,51 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	if since, ok := s.askedWithin(user, cfg.MinChunkInterval); ok {
 		return s.recentPage(ctx, cfg, user, size, early, since, pageStart)
 	}
+	if limit, ok := s.startGenerating(cfg); !ok {
+		return s.deferredPage(ctx, cfg, user, size, early, limit, pageStart)
+	}
 	return s.generatedPage(ctx, cfg, user, size, early, returning, pageStart)
+}
+
+// DefaultMaxGenerating is Config.MaxGenerating's value when 0: one first page waiting on the
+// generator per processor the Go runtime uses.
+func DefaultMaxGenerating() int { return runtime.GOMAXPROCS(0) }
+
+// startGenerating counts a first page that will wait on the generator, unless
+// Config.MaxGenerating of them wait already; then ok is false and limit is the bound. Every
+// true is matched by one doneGenerating, when the generator call returns.
+func (s *Service) startGenerating(cfg Config) (limit int, ok bool) {
+	limit = cfg.MaxGenerating
+	if limit == 0 {
+		limit = DefaultMaxGenerating()
+	}
+	if s.generating.Add(1) > int64(limit) {
+		s.generating.Add(-1)
+		return limit, false
+	}
+	return limit, true
+}
+
+// deferredPage serves the feed as it stands, and the prepared chunks in it, with no generator
+// call: limit first pages of this process were waiting on the generator already
+// (Config.MaxGenerating). The new pins stay in the pools, for the user's next visit. early is
+// the read a look for a prepared chunk made already, if any.
+func (s *Service) deferredPage(ctx context.Context, cfg Config, user zen.ID, size int, early *readResult, limit int, pageStart time.Time) (Page, error) {
+	var rd readResult
+	if early != nil {
+		rd = *early
+	} else {
+		rd = s.timedRead(ctx, user, size)
+	}
+	if rd.err != nil {
+		return Page{}, rd.err
+	}
+	page := Page{From: rd.out.From, Hedged: rd.out.Hedged, FreshStatus: FreshDeferred,
+		FreshDetail: fmt.Sprintf("%d first pages were waiting on the generator (feed.max_generating): the feed as it stands; the new pins stay in the pools", limit)}
+	served := s.servePreparedOn(ctx, &page, user, rd.res.prepared, prepServed)
+	s.fill(&page, user, nil, rd.res, size, served)
+	s.m.observeStage(stagePageDeferred, time.Since(pageStart))
+	return page, nil
 }
 
 // timedRead reads the first page of the materialized feed, timed as the read stage.
@@ -146,6 +191,7 @@ func (s *Service) generatedPage(ctx context.Context, cfg Config, user zen.ID, si
 	start := time.Now()
 	go func() {
 		c, err := s.gen.GenerateChunk(gctx, user)
+		s.generating.Add(-1) // counted by startGenerating
 		genCh <- genResult{c, err}
 	}()
 	readCh := make(chan readResult, 1)

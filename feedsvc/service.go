@@ -78,6 +78,8 @@ type Service struct {
 	// inlineRunning counts the materializations running in this process (see
 	// Config.InlineMaterialize).
 	inlineRunning atomic.Int64
+	// generating counts the first pages waiting on the generator (Config.MaxGenerating).
+	generating atomic.Int64
 	// lanes bounds the background work running at once in this process (preparations and
 	// inline materializations, and whatever else shares Deps.Lanes; see inLane).
 	lanes *quiet.Lanes
@@ -193,6 +195,9 @@ const (
 	// FreshRecent: the generator was asked for this user's chunk less than
 	// Config.MinChunkInterval ago; the page is the feed as it stands.
 	FreshRecent FreshStatus = "recent"
+	// FreshDeferred: Config.MaxGenerating first pages were waiting on the generator already;
+	// the page is the feed as it stands, and the new pins stay in the pools.
+	FreshDeferred FreshStatus = "deferred"
 )
 
 // Request asks for one page of a user's feed. An empty Cursor asks for the first page.

@@ -186,8 +186,9 @@ func TestPagesNeverRepeat(t *testing.T) {
 // Invariant 2, no pin twice under concurrent GetFeed: concurrent first pages, refreshes and
 // materializations (each job run twice, concurrently) never show or store a pin twice.
 func TestConcurrentGetFeedNoPinTwice(t *testing.T) {
-	e := newEnv(t, nil)
 	const workers, rounds = 8, 6
+	// Every page asks the generator, none is deferred: the count of fresh pins below is exact.
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.MaxGenerating = workers })
 	var mu sync.Mutex
 	fresh := map[zen.ID]int{}
 	var wg sync.WaitGroup

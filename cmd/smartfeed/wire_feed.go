@@ -114,6 +114,7 @@ func feedConfig(cfg config.Config) feedsvc.Config {
 	fc.PrepareReturning = cfg.Feed.PrepareReturning
 	fc.InlineMaterialize, fc.MinChunkInterval = cfg.Feed.InlineMaterialize, cfg.Feed.MinChunkInterval.D()
 	fc.MaxInflight, fc.AdmissionWait = cfg.Feed.MaxInflight, cfg.Feed.AdmissionWait.D()
+	fc.MaxGenerating = cfg.Feed.MaxGenerating
 	return fc
 }
 

@@ -440,6 +440,12 @@ type Feed struct {
 	// AdmissionWait is how long a GetFeed call past MaxInflight waits for a slot before it is
 	// shed (feedsvc.Config.AdmissionWait; live-tunable). Default 50ms; 0: shed at once.
 	AdmissionWait jsontime.Duration `json:"admission_wait"`
+	// MaxGenerating is how many first pages of the feed process wait on the generator at once;
+	// past it a first page that would ask the generator serves the feed as it stands
+	// (FRESH_STATUS_DEFERRED) and leaves the new pins in the pools for the next visit
+	// (feedsvc.Config.MaxGenerating; live-tunable in the knobs file). 0, the default: one per
+	// GOMAXPROCS.
+	MaxGenerating int `json:"max_generating"`
 }
 
 // MaxFeedItems is the largest Feed.MaxItems, the feed service's own bound (feedsvc.Config).

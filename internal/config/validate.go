@@ -169,6 +169,9 @@ func (c Config) validateFeed(bad func(format string, args ...any)) {
 	if c.Feed.InlineMaterialize < 0 || c.Feed.InlineMaterialize > 1024 {
 		bad("feed.inline_materialize: %d not in [0, 1024]", c.Feed.InlineMaterialize)
 	}
+	if c.Feed.MaxGenerating < 0 || c.Feed.MaxGenerating > 1<<20 {
+		bad("feed.max_generating: %d not in [0, 1048576]", c.Feed.MaxGenerating)
+	}
 	if c.Feed.MaxInflight < 0 || c.Feed.MaxInflight > 1<<20 {
 		bad("feed.max_inflight: %d not in [0, 1048576]", c.Feed.MaxInflight)
 	}

@@ -91,6 +91,10 @@ const (
 	// The generator was asked for this user's chunk less than feed.min_chunk_interval ago: the
 	// page is the feed as it stands.
 	FreshStatus_FRESH_STATUS_RECENT FreshStatus = 7
+	// feed.max_generating first pages were waiting on the generator in the serving process
+	// already (overload): the page is the feed as it stands, and the new pins stay in the pools
+	// for the next visit.
+	FreshStatus_FRESH_STATUS_DEFERRED FreshStatus = 8
 )
 
 // Enum value maps for FreshStatus.
@@ -104,6 +108,7 @@ var (
 		5: "FRESH_STATUS_PERSIST_FAILED",
 		6: "FRESH_STATUS_NOT_FIRST_PAGE",
 		7: "FRESH_STATUS_RECENT",
+		8: "FRESH_STATUS_DEFERRED",
 	}
 	FreshStatus_value = map[string]int32{
 		"FRESH_STATUS_UNSPECIFIED":       0,
@@ -114,6 +119,7 @@ var (
 		"FRESH_STATUS_PERSIST_FAILED":    5,
 		"FRESH_STATUS_NOT_FIRST_PAGE":    6,
 		"FRESH_STATUS_RECENT":            7,
+		"FRESH_STATUS_DEFERRED":          8,
 	}
 )
 
@@ -1210,7 +1216,7 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\x12SOURCE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10SOURCE_FOLLOWING\x10\x01\x12\x13\n" +
 	"\x0fSOURCE_INTEREST\x10\x02\x12\x12\n" +
-	"\x0eSOURCE_RELATED\x10\x03*\xff\x01\n" +
+	"\x0eSOURCE_RELATED\x10\x03*\x9a\x02\n" +
 	"\vFreshStatus\x12\x1c\n" +
 	"\x18FRESH_STATUS_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15FRESH_STATUS_INCLUDED\x10\x01\x12\x16\n" +
@@ -1219,7 +1225,8 @@ const file_feed_v1_feed_proto_rawDesc = "" +
 	"\x1eFRESH_STATUS_GENERATOR_TIMEOUT\x10\x04\x12\x1f\n" +
 	"\x1bFRESH_STATUS_PERSIST_FAILED\x10\x05\x12\x1f\n" +
 	"\x1bFRESH_STATUS_NOT_FIRST_PAGE\x10\x06\x12\x17\n" +
-	"\x13FRESH_STATUS_RECENT\x10\a*D\n" +
+	"\x13FRESH_STATUS_RECENT\x10\a\x12\x19\n" +
+	"\x15FRESH_STATUS_DEFERRED\x10\b*D\n" +
 	"\x05Store\x12\x15\n" +
 	"\x11STORE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTORE_PRIMARY\x10\x01\x12\x11\n" +
