@@ -101,7 +101,7 @@ type Config struct {
 	// a materialization, many times a page read; when the processors cannot keep up with them,
 	// those pages give way first, so that every page keeps its latency and the process keeps
 	// up, and the bound is met again once the load falls (docs/reliability.md, "Overload").
-	// 0 (the default) means DefaultMaxGenerating(), one per GOMAXPROCS.
+	// 0 (the default) means DefaultMaxGenerating(), two per GOMAXPROCS.
 	MaxGenerating int `json:"max_generating"`
 	// AdmissionWait is how long a GetFeed call past MaxInflight waits for a slot before it is
 	// shed; 0 sheds it at once. Default 50ms.

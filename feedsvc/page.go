@@ -68,9 +68,9 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	return s.generatedPage(ctx, cfg, user, size, early, returning, pageStart)
 }
 
-// DefaultMaxGenerating is Config.MaxGenerating's value when 0: one first page waiting on the
+// DefaultMaxGenerating is Config.MaxGenerating's value when 0: two first pages waiting on the
 // generator per processor the Go runtime uses.
-func DefaultMaxGenerating() int { return runtime.GOMAXPROCS(0) }
+func DefaultMaxGenerating() int { return 2 * runtime.GOMAXPROCS(0) }
 
 // startGenerating counts a first page that will wait on the generator, unless
 // Config.MaxGenerating of them wait already; then ok is false and limit is the bound. Every

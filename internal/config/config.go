@@ -443,7 +443,7 @@ type Feed struct {
 	// MaxGenerating is how many first pages of the feed process wait on the generator at once;
 	// past it a first page that would ask the generator serves the feed as it stands
 	// (FRESH_STATUS_DEFERRED) and leaves the new pins in the pools for the next visit
-	// (feedsvc.Config.MaxGenerating; live-tunable in the knobs file). 0, the default: one per
+	// (feedsvc.Config.MaxGenerating; live-tunable in the knobs file). 0, the default: two per
 	// GOMAXPROCS.
 	MaxGenerating int `json:"max_generating"`
 }
