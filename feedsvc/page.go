@@ -63,7 +63,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 		return s.recentPage(ctx, cfg, user, size, early, since, pageStart)
 	}
 	if limit, ok := s.startGenerating(cfg); !ok {
-		return s.deferredPage(ctx, cfg, user, size, early, limit, pageStart)
+		return s.deferredPage(ctx, user, size, early, limit, pageStart)
 	}
 	return s.generatedPage(ctx, cfg, user, size, early, returning, pageStart)
 }
@@ -74,7 +74,7 @@ func DefaultMaxGenerating() int { return 2 * runtime.GOMAXPROCS(0) }
 
 // startGenerating counts a first page that will wait on the generator, unless
 // Config.MaxGenerating of them wait already; then ok is false and limit is the bound. Every
-// true is matched by one doneGenerating, when the generator call returns.
+// true is matched by one decrement, when the page's generator call returns (generatedPage).
 func (s *Service) startGenerating(cfg Config) (limit int, ok bool) {
 	limit = cfg.MaxGenerating
 	if limit == 0 {
@@ -91,7 +91,7 @@ func (s *Service) startGenerating(cfg Config) (limit int, ok bool) {
 // call: limit first pages of this process were waiting on the generator already
 // (Config.MaxGenerating). The new pins stay in the pools, for the user's next visit. early is
 // the read a look for a prepared chunk made already, if any.
-func (s *Service) deferredPage(ctx context.Context, cfg Config, user zen.ID, size int, early *readResult, limit int, pageStart time.Time) (Page, error) {
+func (s *Service) deferredPage(ctx context.Context, user zen.ID, size int, early *readResult, limit int, pageStart time.Time) (Page, error) {
 	var rd readResult
 	if early != nil {
 		rd = *early
