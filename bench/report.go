@@ -401,7 +401,7 @@ func freshLatencyTable(lg *LoadGenResult) string {
 			continue
 		}
 		if b.Len() == 0 {
-			b.WriteString("GetFeed's pages from their send, by fresh status (`included`: a fresh chunk, from the generator or prepared; `recent`: the feed as it stood, the generator asked within `feed.min_chunk_interval`; `empty`: the generator found nothing; `generator_timeout`: it was late):\n\n")
+			b.WriteString("GetFeed's pages from their send, by fresh status (`included`: a fresh chunk, from the generator or prepared; `recent`: the feed as it stood, the generator asked within `feed.min_chunk_interval`; `empty`: the generator found nothing; `generator_timeout`: it was late; `deferred`: the feed as it stood, `feed.max_generating` pages waiting on the generator already):\n\n")
 			b.WriteString("| offered/s | fresh status | pages | p50 | p99 | p99.9 |\n|---|---|---|---|---|---|\n")
 		}
 		keys := make([]string, 0, len(st.FreshFromSend))
