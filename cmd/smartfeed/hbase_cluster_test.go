@@ -60,16 +60,7 @@ func TestGetFeedDuringRegionTransit(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	hb, err := zenhbase.Open(ctx, zkAddr, zenhbase.Options{TablePrefix: fmt.Sprintf("gt%d_", time.Now().UnixNano()), CreateTimeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hb.Close() })
-	primary, err := hb.Table(ctx, tableFeed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = hb.Drop(context.Background(), tableFeed) })
+	hb, primary := spreadFeedTable(t, ctx, zkAddr)
 	pb, err := zenpebble.Open(t.TempDir(), zenpebble.WithNoSync())
 	if err != nil {
 		t.Fatal(err)
@@ -422,5 +413,45 @@ func runFor(t *testing.T, ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
 	case <-time.After(d):
+	}
+}
+
+// spreadFeedTable opens the cluster with a fresh table prefix and creates the feed table, until
+// its regions open on all three region servers. A region server restarted by the test before
+// (TestRegionServerKill) is registered in ZooKeeper before the master assigns it regions, so a
+// table created in between lands on two: that one is dropped and made again, for at most a
+// minute.
+func spreadFeedTable(t *testing.T, ctx context.Context, zkAddr string) (*zenhbase.Store, zen.Table) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		hb, err := zenhbase.Open(ctx, zkAddr, zenhbase.Options{TablePrefix: fmt.Sprintf("gt%d_", time.Now().UnixNano()), CreateTimeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		primary, err := hb.Table(ctx, tableFeed)
+		if err != nil {
+			_ = hb.Close()
+			t.Fatal(err)
+		}
+		regions, err := hb.Regions(ctx, tableFeed)
+		if err != nil {
+			_ = hb.Close()
+			t.Fatal(err)
+		}
+		per := zenhbase.RegionsPerServer(regions)
+		if len(per) == 3 || time.Now().After(deadline) {
+			t.Cleanup(func() { _ = hb.Close() })
+			t.Cleanup(func() { _ = hb.Drop(context.Background(), tableFeed) })
+			return hb, primary
+		}
+		t.Logf("feed regions on %d servers (%v): the master has not taken the third yet; a new table", len(per), per)
+		_ = hb.Drop(ctx, tableFeed)
+		_ = hb.Close()
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
 	}
 }
