@@ -12,6 +12,8 @@ import "go.uber.org/goleak"
 func LeakOptions(extra ...goleak.Option) []goleak.Option {
 	return append([]goleak.Option{
 		goleak.IgnoreAnyFunction("github.com/tsuna/gohbase/region.(*client).receiveRPCs"),
+		// A scan left early closes its region scanner in the background, for at most 10 s.
+		goleak.IgnoreAnyFunction("github.com/tsuna/gohbase.(*scanner).sendClose"),
 		goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"),
 		// A background lane's thread waits up to a second for more work before it ends.
 		goleak.IgnoreAnyFunction("github.com/smartfeed/smartfeed/internal/quiet.(*Lanes).idle"),

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"time"
 
 	"github.com/tsuna/gohbase/hrpc"
 	"github.com/tsuna/gohbase/pb"
@@ -19,6 +20,10 @@ import (
 )
 
 const noScannerID = math.MaxUint64
+
+// closeScannerTimeout bounds the request that closes a region scanner a scan left early. If it
+// fails or times out, the scanner's lease expires and the server closes it anyway.
+const closeScannerTimeout = 10 * time.Second
 
 // rowPadding used to pad the row key when constructing a row before
 var rowPadding = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
@@ -310,20 +315,28 @@ func (s *scanner) closeRegionScanner() {
 		// Not closed at server side
 		// if we are closing in the middle of scanning a region,
 		// send a close scanner request
-		// TODO: add a deadline
-		rpc, err := hrpc.NewScanRange(context.Background(),
+		ctx, cancel := context.WithTimeout(context.Background(), closeScannerTimeout)
+		rpc, err := hrpc.NewScanRange(ctx,
 			s.rpc.Table(), s.startRow, nil,
 			hrpc.ScannerID(s.curRegionScannerID),
 			hrpc.CloseScanner(),
 			hrpc.NumberOfRows(0))
 		if err != nil {
+			cancel()
 			panic(fmt.Sprintf("should not happen: %s", err))
 		}
 
 		// If the request fails, the scanner lease will be expired
 		// and it will be closed automatically by hbase.
 		// No need to bother clients about that.
-		go s.SendRPC(rpc)
+		go s.sendClose(rpc, cancel)
 	}
 	s.curRegionScannerID = noScannerID
+}
+
+// sendClose sends the request that closes a region scanner, in a goroutine of its own that
+// nobody waits for (closeRegionScanner), and releases its context.
+func (s *scanner) sendClose(rpc hrpc.Call, cancel context.CancelFunc) {
+	defer cancel()
+	_, _ = s.SendRPC(rpc)
 }
