@@ -92,6 +92,19 @@ func (s *Service) startGenerating(cfg Config) (limit int, ok bool) {
 // (Config.MaxGenerating). The new pins stay in the pools, for the user's next visit. early is
 // the read a look for a prepared chunk made already, if any.
 func (s *Service) deferredPage(ctx context.Context, user zen.ID, size int, early *readResult, limit int, pageStart time.Time) (Page, error) {
+	page, err := s.standingPage(ctx, user, size, early, FreshDeferred,
+		fmt.Sprintf("%d first pages were waiting on the generator (feed.max_generating): the feed as it stands; the new pins stay in the pools", limit))
+	if err != nil {
+		return Page{}, err
+	}
+	s.m.observeStage(stagePageDeferred, time.Since(pageStart))
+	return page, nil
+}
+
+// standingPage composes a first page with no generator call: the feed as it stands, and the
+// prepared chunks in it, with status and detail saying why. early is the read a look for a
+// prepared chunk made already, if any.
+func (s *Service) standingPage(ctx context.Context, user zen.ID, size int, early *readResult, status FreshStatus, detail string) (Page, error) {
 	var rd readResult
 	if early != nil {
 		rd = *early
@@ -101,11 +114,9 @@ func (s *Service) deferredPage(ctx context.Context, user zen.ID, size int, early
 	if rd.err != nil {
 		return Page{}, rd.err
 	}
-	page := Page{From: rd.out.From, Hedged: rd.out.Hedged, FreshStatus: FreshDeferred,
-		FreshDetail: fmt.Sprintf("%d first pages were waiting on the generator (feed.max_generating): the feed as it stands; the new pins stay in the pools", limit)}
+	page := Page{From: rd.out.From, Hedged: rd.out.Hedged, FreshStatus: status, FreshDetail: detail}
 	served := s.servePreparedOn(ctx, &page, user, rd.res.prepared, prepServed)
 	s.fill(&page, user, nil, rd.res, size, served)
-	s.m.observeStage(stagePageDeferred, time.Since(pageStart))
 	return page, nil
 }
 
@@ -157,23 +168,15 @@ func (s *Service) preparedPage(ctx context.Context, cfg Config, user zen.ID, siz
 // call: the generator was asked for this user's chunk since ago, within MinChunkInterval.
 // early is the read a look for a prepared chunk made already, if any.
 func (s *Service) recentPage(ctx context.Context, cfg Config, user zen.ID, size int, early *readResult, since time.Duration, pageStart time.Time) (Page, error) {
-	var rd readResult
-	if early != nil {
-		rd = *early
-	} else {
-		rd = s.timedRead(ctx, user, size)
+	page, err := s.standingPage(ctx, user, size, early, FreshRecent,
+		fmt.Sprintf("the generator was asked %v ago (feed.min_chunk_interval %v)", since, cfg.MinChunkInterval))
+	if err != nil {
+		return Page{}, err
 	}
-	if rd.err != nil {
-		return Page{}, rd.err
-	}
-	page := Page{From: rd.out.From, Hedged: rd.out.Hedged, FreshStatus: FreshRecent,
-		FreshDetail: fmt.Sprintf("the generator was asked %v ago (feed.min_chunk_interval %v)", since, cfg.MinChunkInterval)}
-	served := s.servePreparedOn(ctx, &page, user, rd.res.prepared, prepServed)
 	// The next chunk is prepared once the interval allows (a no-op when one is scheduled, or
 	// when the preparations found the pools empty: then the first visit after the interval
 	// asks the generator itself), also when nothing was served.
 	s.prepareLater(user, cfg, 0)
-	s.fill(&page, user, nil, rd.res, size, served)
 	s.m.observeStage(stagePageRecent, time.Since(pageStart))
 	return page, nil
 }
