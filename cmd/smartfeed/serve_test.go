@@ -313,4 +313,14 @@ func TestFeedConfigDefaultsAreTheService(t *testing.T) {
 	if diff := cmp.Diff(want, feedConfig(config.DefaultConfig())); diff != "" {
 		t.Errorf("feedConfig(config.DefaultConfig()) (-feedsvc default +binary):\n%s", diff)
 	}
+	// On HBase the generator calls at once are not bounded unless asked for.
+	hb := config.DefaultConfig()
+	hb.Storage.Backend = config.BackendHBase
+	if got := feedConfig(hb).MaxGenerating; got != feedsvc.MaxMaxInflight {
+		t.Errorf("feedConfig on hbase: max generating %d, want %d (no bound)", got, feedsvc.MaxMaxInflight)
+	}
+	hb.Feed.MaxGenerating = 3
+	if got := feedConfig(hb).MaxGenerating; got != 3 {
+		t.Errorf("feedConfig on hbase with feed.max_generating 3: %d", got)
+	}
 }

@@ -115,6 +115,12 @@ func feedConfig(cfg config.Config) feedsvc.Config {
 	fc.InlineMaterialize, fc.MinChunkInterval = cfg.Feed.InlineMaterialize, cfg.Feed.MinChunkInterval.D()
 	fc.MaxInflight, fc.AdmissionWait = cfg.Feed.MaxInflight, cfg.Feed.AdmissionWait.D()
 	fc.MaxGenerating = cfg.Feed.MaxGenerating
+	if fc.MaxGenerating == 0 && cfg.Storage.Backend == config.BackendHBase {
+		// On HBase a generator call waits on the region servers, not on this process's
+		// processors: a bound would defer pages well below saturation, as a bound on the
+		// background lanes would (backgroundLanes).
+		fc.MaxGenerating = feedsvc.MaxMaxInflight
+	}
 	return fc
 }
 

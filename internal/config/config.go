@@ -444,7 +444,7 @@ type Feed struct {
 	// past it a first page that would ask the generator serves the feed as it stands
 	// (FRESH_STATUS_DEFERRED) and leaves the new pins in the pools for the next visit
 	// (feedsvc.Config.MaxGenerating; live-tunable in the knobs file). 0, the default: two per
-	// GOMAXPROCS.
+	// GOMAXPROCS on Pebble, no bound on HBase (where the calls wait on region servers).
 	MaxGenerating int `json:"max_generating"`
 }
 

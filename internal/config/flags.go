@@ -98,7 +98,7 @@ func Bind(fs *pflag.FlagSet, c *Config) {
 	d(&c.Feed.MinChunkInterval, "feed-min-chunk-interval", c.Feed.MinChunkInterval, "least time between two generator calls for one user; a first page sooner serves the feed as it stands (0: no bound)")
 	i(&c.Feed.InlineMaterialize, "feed-inline-materialize", c.Feed.InlineMaterialize, "served chunks materialized at once in process instead of as Redis jobs (0: all as jobs)")
 	bindFeedResources(fs, c)
-	i(&c.Feed.MaxGenerating, "feed-max-generating", c.Feed.MaxGenerating, "first pages waiting on the generator at once; past it a first page serves the feed as it stands (fresh status DEFERRED) and leaves the new pins in the pools (0: two per GOMAXPROCS)")
+	i(&c.Feed.MaxGenerating, "feed-max-generating", c.Feed.MaxGenerating, "first pages waiting on the generator at once; past it a first page serves the feed as it stands (fresh status DEFERRED) and leaves the new pins in the pools (0: two per GOMAXPROCS on pebble, no bound on hbase)")
 	i(&c.Feed.MaxInflight, "feed-max-inflight", c.Feed.MaxInflight, "GetFeed calls run at once; past it a call waits in line up to --feed-admission-wait, then is shed with RESOURCE_EXHAUSTED (0: 64 per GOMAXPROCS)")
 	d(&c.Feed.AdmissionWait, "feed-admission-wait", c.Feed.AdmissionWait, "how long a GetFeed call past --feed-max-inflight waits for a slot before it is shed (0: shed at once)")
 	b(&c.Feed.Faults, "feed-faults", c.Feed.Faults, "enable FeedAdmin fault injection on the feed stores")
