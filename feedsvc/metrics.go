@@ -110,6 +110,7 @@ const (
 	prepEmptyPool  = "empty_pool"  // the user's last generator call found the pools empty
 	prepFirstVisit = "first_visit" // the user's previous first page was not within PreparedMaxAge (Config.PrepareReturning)
 	prepDropped    = "dropped"     // the queue was full
+	prepTaken      = "taken"       // queued, then taken over by a first page that asked the generator itself
 )
 
 // Where a served chunk's materialization went, the label values of
@@ -223,7 +224,7 @@ func (m *metrics) addBackground() {
 		[]string{"outcome"})
 	m.prepSchedule = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "smartfeed_feed_prepare_scheduled_total",
-		Help: "Preparations asked for by pages, by what became of them: queued (then run: smartfeed_feed_prepared_total), coalesced (one was scheduled for the user already), empty_pool (the user's last generator call found the pools empty), first_visit (feed.prepare_returning: the user's previous first page was not within feed.prepared_max_age), dropped (the queue was full; 0 below saturation)."},
+		Help: "Preparations asked for by pages, by what became of them: queued (then run: smartfeed_feed_prepared_total), coalesced (one was scheduled for the user already), empty_pool (the user's last generator call found the pools empty), first_visit (feed.prepare_returning: the user's previous first page was not within feed.prepared_max_age), dropped (the queue was full; 0 below saturation), taken (queued longer than feed.min_chunk_interval, then taken over by a first page that asked the generator itself: the pools are asked once)."},
 		[]string{"result"})
 	m.prepQueued = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "smartfeed_feed_prepare_queued", Help: "Preparations due and waiting for a worker."})

@@ -65,6 +65,7 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	if limit, ok := s.startGenerating(cfg); !ok {
 		return s.deferredPage(ctx, user, size, early, limit, pageStart)
 	}
+	s.takeQueuedPrep(user)
 	return s.generatedPage(ctx, cfg, user, size, early, returning, pageStart)
 }
 

@@ -3,6 +3,7 @@ package feedsvc
 import (
 	"context"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,7 +35,11 @@ import (
 // preparation scheduled, queued or running gets no second one), and at most maxPreparing
 // workers take them in turn, each in a background lane (Deps.BackgroundLanes) for as long as it
 // takes one to come free. Only a full queue drops a preparation, which costs its user a
-// generator call on the next visit, as without preparation.
+// generator call on the next visit, as without preparation. When the workers fall behind (the
+// processors busy with pages), a preparation may wait in the queue longer than
+// Config.MinChunkInterval; the user's next first page then asks the generator itself and
+// cancels the queued preparation (takeQueuedPrep), so a user's pools are never asked twice for
+// one visit's chunk: past saturation, preparations give way to pages instead of adding work.
 //
 // A preparation that finds the pools empty tries again PrepareAfter later, prepareTries times
 // in all (a fanout under way fills them). When the last try finds them empty too, the user is
@@ -184,7 +189,8 @@ func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 		s.m.prepSchedule.WithLabelValues(prepEmptyPool).Inc()
 		return
 	}
-	if _, busy := s.preparing.LoadOrStore(user, struct{}{}); busy {
+	e := &prepEntry{}
+	if _, busy := s.preparing.LoadOrStore(user, e); busy {
 		s.m.prepSchedule.WithLabelValues(prepCoalesced).Inc()
 		return
 	}
@@ -192,42 +198,55 @@ func (s *Service) prepareLater(user zen.ID, cfg Config, delay time.Duration) {
 		delay = wait // not before the user's generator calls are MinChunkInterval apart
 	}
 	s.bg.Add(1)
+	task := prepTask{user: user, e: e}
 	if delay <= 0 {
-		s.enqueuePrep(user)
+		s.enqueuePrepTry(task)
 		return
 	}
-	time.AfterFunc(delay, func() { s.enqueuePrep(user) })
+	time.AfterFunc(delay, func() { s.enqueuePrepTry(task) })
 }
 
-// enqueuePrep puts a due preparation in the queue and starts a worker if fewer than
-// maxPreparing run. The preparation is this user's generator call from now on: a visit while
-// it waits is served the feed as it stands (feed.min_chunk_interval), not sent to the generator
-// beside it.
-func (s *Service) enqueuePrep(user zen.ID) { s.enqueuePrepTry(prepTask{user: user}) }
-
-// prepTask is a queued preparation: its user and how many tries found the pools empty before.
+// prepTask is a scheduled preparation: its user, its entry in Service.preparing, and how many
+// tries found the pools empty before.
 type prepTask struct {
 	user zen.ID
+	e    *prepEntry
 	try  int
 }
 
-// enqueuePrepTry queues task (see enqueuePrep).
+// prepEntry is a user's scheduled preparation in Service.preparing; state is one of the
+// prepState values.
+type prepEntry struct{ state atomic.Int32 }
+
+// A scheduled preparation's states. A queued one a first page takes over (takeQueuedPrep) is
+// cancelled: its worker skips it.
+const (
+	prepWaiting   int32 = iota // scheduled, not yet due (or due again after empty pools)
+	prepInQueue                // due and queued for a worker
+	prepAsking                 // running: asking the generator, recording the chunk
+	prepCancelled              // taken over by a first page before a worker took it
+)
+
+// enqueuePrepTry puts a due preparation in the queue and starts a worker if fewer than
+// maxPreparing run. The preparation is this user's generator call from now on: a visit while
+// it waits is served the feed as it stands (feed.min_chunk_interval), not sent to the generator
+// beside it; a visit after that interval takes its place (takeQueuedPrep).
 func (s *Service) enqueuePrepTry(task prepTask) {
-	user := task.user
 	select {
 	case <-s.closing:
-		s.prepEnded(user)
+		s.prepEnded(task)
 		return
 	default:
 	}
-	s.noteAsked(user)
+	s.noteAsked(task.user)
+	task.e.state.Store(prepInQueue)
 	select {
 	case s.prepQueue <- task:
 		s.m.prepSchedule.WithLabelValues(prepQueued).Inc()
 		s.m.prepQueued.Inc()
 	default:
 		s.m.prepSchedule.WithLabelValues(prepDropped).Inc()
-		s.prepEnded(user)
+		s.prepEnded(task)
 		return
 	}
 	if s.prepWorkers.Add(1) > maxPreparing {
@@ -262,47 +281,71 @@ func (s *Service) prepWorker() {
 }
 
 // runPrep runs one queued preparation in a background lane. It counts as queued until it has
-// the lane.
+// the lane, and may be taken over by a first page until then (takeQueuedPrep): it then only
+// ends.
 func (s *Service) runPrep(task prepTask) {
-	user, again := task.user, false
-	defer func() {
-		if !again {
-			s.prepEnded(user)
-		}
-	}()
+	user := task.user
+	if task.e.state.Load() == prepCancelled {
+		s.m.prepQueued.Dec()
+		s.bg.Done() // the page that took it over removed it from Service.preparing
+		return
+	}
 	// Background work that costs a generator call: let whatever is runnable first (the page's
 	// response writer, which a page's handler has just woken) go before it.
 	runtime.Gosched()
-	var empty bool
+	var empty, taken bool
 	err := s.inLane(s.closingCtx, func() {
 		s.m.prepQueued.Dec()
+		if taken = !task.e.state.CompareAndSwap(prepInQueue, prepAsking); taken {
+			return
+		}
 		s.m.prepRunning.Inc()
 		empty = s.prepare(user)
 		s.m.prepRunning.Dec()
 	})
-	if err != nil {
-		s.m.prepQueued.Dec()
-		return // closing
-	}
-	if !empty {
+	switch {
+	case err != nil:
+		s.m.prepQueued.Dec() // closing
+	case taken:
+		// The page that took it over removed it from Service.preparing.
+		s.bg.Done()
 		return
-	}
-	if task.try+1 >= prepareTries {
+	case empty && task.try+1 < prepareTries:
+		task.try++
+		task.e.state.Store(prepWaiting)
+		time.AfterFunc(s.Config().PrepareAfter, func() { s.enqueuePrepTry(task) })
+		return
+	case empty:
 		s.noteEmptyPools(user, true)
-		return
 	}
-	again = true
-	task.try++
-	time.AfterFunc(s.Config().PrepareAfter, func() { s.enqueuePrepTry(task) })
+	s.prepEnded(task)
 }
 
 // prepareTries bounds the preparations one page schedules while the pools stay empty.
 const prepareTries = 3
 
-// prepEnded ends a scheduled preparation: user may be prepared again.
-func (s *Service) prepEnded(user zen.ID) {
-	s.preparing.Delete(user)
+// prepEnded ends a scheduled preparation: its user may be prepared again.
+func (s *Service) prepEnded(task prepTask) {
+	s.preparing.CompareAndDelete(task.user, task.e)
 	s.bg.Done()
+}
+
+// takeQueuedPrep is a first page's look at user's scheduled preparation before the page asks
+// the generator itself: the generator was last asked more than Config.MinChunkInterval ago, so
+// a preparation still queued has waited that long for a worker. It is cancelled, the page's own
+// generator call taking its place, so the user's pools are not asked twice. (A running one
+// asked the generator a moment ago: the page was served the feed as it stands.)
+func (s *Service) takeQueuedPrep(user zen.ID) {
+	v, ok := s.preparing.Load(user)
+	if !ok {
+		return
+	}
+	e := v.(*prepEntry)
+	if e.state.CompareAndSwap(prepInQueue, prepCancelled) {
+		// The worker that dequeues it ends it (runPrep); the user may be prepared again now.
+		s.preparing.CompareAndDelete(user, e)
+		s.m.prepSchedule.WithLabelValues(prepTaken).Inc()
+	}
 }
 
 // noteEmptyPools marks user's pools as found empty by the last try of a preparation, or clears

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
+	"github.com/smartfeed/smartfeed/internal/quiet"
 	feedv1 "github.com/smartfeed/smartfeed/proto/feed/v1"
 	"github.com/smartfeed/smartfeed/zen"
 )
@@ -423,4 +425,65 @@ func TestPrepareReturning(t *testing.T) {
 	// Back after 60 s: the prepared chunk (16-20) is old, served after a new one (21-25), and
 	// nothing is prepared after it.
 	visit(72*time.Second, 5, cat(pins(21, 25), pins(16, 20)))
+}
+
+// A preparation still queued when the user's next first page asks the generator is taken over
+// by that page: the pools are asked once for the visit, and the worker that later dequeues the
+// preparation skips it. The preparation waits because the only background lane is held.
+func TestQueuedPreparationTakenByPage(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.PrepareAfter, c.MinChunkInterval = time.Millisecond, 0 })
+	lanes := quiet.NewLanes(1)
+	e.rebuild(t, func(d *Deps) { d.Lanes = lanes })
+	if err := lanes.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	held := true
+	defer func() {
+		if held {
+			lanes.Release()
+		}
+	}()
+	queued := func() float64 { return testutil.ToFloat64(e.svc.m.prepQueued) }
+	taken := func() float64 { return testutil.ToFloat64(e.svc.m.prepSchedule.WithLabelValues(prepTaken)) }
+
+	p := e.get(t, "", 100) // asks the generator (pins 1-5), schedules the preparation
+	if diff := cmp.Diff(pins(1, 5), freshPins(p)); diff != "" {
+		t.Fatalf("first page: fresh (-want +got):\n%s", diff)
+	}
+	waitFor(t, "the preparation queued behind the held lane", func() bool { return queued() == 1 })
+
+	p = e.get(t, "", 100) // the preparation has not run: the page asks the generator itself
+	if diff := cmp.Diff(pins(6, 10), freshPins(p)); diff != "" {
+		t.Errorf("second page: fresh (-want +got):\n%s", diff)
+	}
+	if got := taken(); got != 1 {
+		t.Errorf("preparations taken over by a page: %v, want 1", got)
+	}
+	if got := e.gen.calls(); got != 2 {
+		t.Errorf("generator calls after two pages: %d, want 2", got)
+	}
+
+	// The second page scheduled a preparation of its own; the taken-over one, dequeued once the
+	// lane is free, asks nothing.
+	lanes.Release()
+	held = false
+	e.svc.Wait()
+	if got := e.gen.calls(); got != 3 {
+		t.Errorf("generator calls once the lane is free: %d, want 3 (the second page's preparation only)", got)
+	}
+	if got := queued(); got != 0 {
+		t.Errorf("preparations still counted as queued: %v, want 0", got)
+	}
+	e.materialize(t)
+	after, err := readPage(t.Context(), e.primary, e.user, nil, 100, 0)
+	if err != nil || len(after.prepared) != 1 {
+		t.Fatalf("prepared rows: %d (%v), want 1: the second page's", len(after.prepared), err)
+	}
+	var prepared []zen.ID
+	for _, it := range after.prepared[0].pc.Items {
+		prepared = append(prepared, it.Pin)
+	}
+	if diff := cmp.Diff(pins(11, 15), prepared); diff != "" {
+		t.Errorf("prepared chunk (-want +got):\n%s", diff)
+	}
 }

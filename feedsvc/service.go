@@ -55,7 +55,7 @@ type Service struct {
 	lastSeq   atomic.Uint64
 	closeOnce sync.Once
 	// preparing holds the users with a preparation scheduled, queued or running in this
-	// process (zen.ID -> struct{}); prepared those for which this process recorded a prepared
+	// process (zen.ID -> *prepEntry); prepared those for which this process recorded a prepared
 	// chunk not yet served, a hint that the next first page should read before it calls the
 	// generator. prepQueue holds the due preparations, taken by at most maxPreparing workers
 	// (prepWorkers counts them). emptyPools holds the users whose pools every try of a
