@@ -36,12 +36,18 @@ func (s *Service) afterAnswer(f func()) {
 	}()
 }
 
-// materializeNow materializes task inline if a slot is free, else enqueues its job (bounded by
+// materializeNow materializes task in this process (queued for an inline worker, materializeInline)
+// or, when that is off or its queue is full, enqueues its job (bounded by
 // materializeEnqueueBound).
 func (s *Service) materializeNow(ctx context.Context, task MaterializeTask) {
-	if s.materializeInline(ctx, task) {
+	if s.materializeInline(task) {
 		return
 	}
+	s.enqueueJob(ctx, task)
+}
+
+// enqueueJob enqueues task's materialize job, bounded by materializeEnqueueBound.
+func (s *Service) enqueueJob(ctx context.Context, task MaterializeTask) {
 	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), materializeEnqueueBound)
 	defer ecancel()
 	if err := s.enq.EnqueueMaterialize(ectx, task); err != nil {
@@ -50,10 +56,19 @@ func (s *Service) materializeNow(ctx context.Context, task MaterializeTask) {
 	}
 }
 
-// materializeInline materializes task in this process if an inline slot is free, and reports
-// whether it is done. Materialize is safe to run twice, concurrently or after a crash, so a
-// job for the same chunk (a read that found it stale, the recovery pass) may run beside it.
-func (s *Service) materializeInline(ctx context.Context, task MaterializeTask) bool {
+// Inline materializations: a served chunk's materialization joins a FIFO in memory of at most
+// maxMaterializeQueue chunks, which at most Config.InlineMaterialize workers of this process
+// take in turn, each in a background lane for as long as it takes one to come free. So a chunk
+// becomes a materialize job (a Redis round trip to enqueue it, more to run it) only when the
+// queue is full, when its inline run fails, or at shutdown. The queue holds no state of its
+// own: each chunk's pending row is durable before the page answers, so a chunk whose queued
+// materialization a crash loses is completed by the recovery pass, and shown from its pending
+// row meanwhile.
+const maxMaterializeQueue = 4096
+
+// materializeInline queues task for an inline worker, starting one if fewer than
+// Config.InlineMaterialize run, and reports whether it was queued.
+func (s *Service) materializeInline(task MaterializeTask) bool {
 	select {
 	case <-s.closing:
 		return false // shutting down: the job (or the pending row) outlives this process
@@ -64,28 +79,66 @@ func (s *Service) materializeInline(ctx context.Context, task MaterializeTask) b
 		s.m.inline.WithLabelValues(inlineOff).Inc()
 		return false
 	}
-	if s.inlineRunning.Add(1) > limit {
-		s.inlineRunning.Add(-1)
+	select {
+	case s.matQueue <- task:
+		s.m.matQueued.Inc()
+	default:
 		s.m.inline.WithLabelValues(inlineBusy).Inc()
 		return false
 	}
-	defer s.inlineRunning.Add(-1)
+	if s.inlineRunning.Add(1) > limit {
+		s.inlineRunning.Add(-1)
+		return true
+	}
+	s.bg.Add(1)
+	go s.materializeWorker()
+	return true
+}
+
+// materializeWorker materializes queued chunks until the queue is empty.
+func (s *Service) materializeWorker() {
+	defer s.bg.Done()
+	for {
+		select {
+		case task := <-s.matQueue:
+			s.m.matQueued.Dec()
+			s.materializeQueued(task)
+			continue
+		default:
+		}
+		s.inlineRunning.Add(-1)
+		// A chunk queued as this worker found the queue empty, while the limit was still
+		// counted, started no worker: take it.
+		if len(s.matQueue) == 0 {
+			return
+		}
+		if s.inlineRunning.Add(1) > int64(max(s.Config().InlineMaterialize, 1)) {
+			s.inlineRunning.Add(-1)
+			return
+		}
+	}
+}
+
+// materializeQueued materializes one queued chunk in a background lane; it becomes a job when
+// that fails or the service is closing.
+func (s *Service) materializeQueued(task MaterializeTask) {
 	var err error
-	if !s.tryInLane(func() {
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), materializeInlineBound)
+	if lerr := s.inLane(s.closingCtx, func() {
+		mctx, cancel := context.WithTimeout(context.Background(), materializeInlineBound)
 		defer cancel()
 		err = s.Materialize(mctx, task)
-	}) {
-		s.m.inline.WithLabelValues(inlineBusy).Inc()
-		return false
+	}); lerr != nil {
+		s.m.inline.WithLabelValues(inlineClosing).Inc()
+		s.enqueueJob(context.Background(), task)
+		return
 	}
 	if err != nil {
 		s.m.inline.WithLabelValues(inlineFailed).Inc()
 		s.log.Debug("materialize inline: enqueueing", zap.Stringer("user", task.User), zap.String("chunk", task.ChunkID), zap.Error(err))
-		return false
+		s.enqueueJob(context.Background(), task)
+		return
 	}
 	s.m.inline.WithLabelValues(inlineDone).Inc()
-	return true
 }
 
 // materializeEnqueueBound bounds the materialize enqueue of a first page, made after the page
@@ -112,9 +165,6 @@ func (t timedEnqueuer) EnqueueMaterialize(ctx context.Context, task MaterializeT
 	return err
 }
 
-// laneWait bounds how long an inline materialization waits for a lane before it gives up and
-// goes to the queue as a job.
-const laneWait = 250 * time.Millisecond
 
 // DefaultBackgroundLanes is Deps.BackgroundLanes's default: half the processors, at least one.
 // Go's scheduler has no priorities: a page's handler, its response writer and a client's reader
@@ -124,19 +174,6 @@ const laneWait = 250 * time.Millisecond
 // for the requests.
 func DefaultBackgroundLanes() int {
 	return max(1, runtime.GOMAXPROCS(0)/2)
-}
-
-// tryInLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then
-// up to laneWait for a background lane, and runs f in it (at the lanes' priority); false, f not
-// run, when no lane came free or the service is closing.
-func (s *Service) tryInLane(f func()) bool {
-	s.waitQuiet()
-	select {
-	case <-s.closing:
-		return false
-	default:
-	}
-	return s.lanes.TryDo(s.closingCtx, laneWait, f)
 }
 
 // inLane waits for a gap between the process's requests (Deps.Quiet, up to its bound), then for

@@ -49,6 +49,8 @@ type metrics struct {
 	prepSchedule *prometheus.CounterVec
 	prepQueued   prometheus.Gauge
 	prepRunning  prometheus.Gauge
+	// matQueued is the served chunks waiting for an inline materialization worker.
+	matQueued prometheus.Gauge
 	// shed counts the GetFeed calls admission control refused, by reason.
 	shed *prometheus.CounterVec
 
@@ -116,10 +118,11 @@ const (
 // Where a served chunk's materialization went, the label values of
 // smartfeed_feed_materialize_inline_total.
 const (
-	inlineDone   = "done"   // materialized in this process, no job
-	inlineFailed = "failed" // tried in this process, failed: enqueued
-	inlineBusy   = "busy"   // every inline slot taken: enqueued
-	inlineOff    = "off"    // Config.InlineMaterialize 0: enqueued
+	inlineDone    = "done"    // materialized in this process, no job
+	inlineFailed  = "failed"  // tried in this process, failed: enqueued
+	inlineBusy    = "busy"    // the in-process queue full: enqueued
+	inlineOff     = "off"     // Config.InlineMaterialize 0: enqueued
+	inlineClosing = "closing" // queued in process when the service closed: enqueued
 )
 
 // observeStage records d under stage.
@@ -192,7 +195,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.requests, m.latency, m.servedFrom, m.generatorLate,
 			m.persistFailed, m.enqueueFailed, m.reenqueued, m.materialized, m.materializeSeconds,
-			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.preparedRemoved, m.preparedCheckErrors, m.activityErrors, m.activityLate, m.activitySkipped, m.unsureRecordings, m.stage, m.prepared, m.inline, m.shed, m.prepSchedule, m.prepQueued, m.prepRunning} {
+			m.duplicatePins, m.trimmed, m.deletedSkipped, m.liveErrors, m.preparedRemoved, m.preparedCheckErrors, m.activityErrors, m.activityLate, m.activitySkipped, m.unsureRecordings, m.stage, m.prepared, m.inline, m.shed, m.prepSchedule, m.prepQueued, m.prepRunning, m.matQueued} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register feed metrics: %w", err)
 			}
@@ -230,9 +233,11 @@ func (m *metrics) addBackground() {
 		Name: "smartfeed_feed_prepare_queued", Help: "Preparations due and waiting for a worker."})
 	m.prepRunning = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "smartfeed_feed_prepare_running", Help: "Preparations running (in a background lane)."})
+	m.matQueued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "smartfeed_feed_materialize_queued", Help: "Served chunks waiting in this process for an inline materialization worker (at most 4,096; past it they become jobs)."})
 	m.inline = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "smartfeed_feed_materialize_inline_total",
-		Help: "Served chunks by where their materialization went: done in process, or enqueued as a job (failed, busy, off)."},
+		Help: "Served chunks by where their materialization went: done in process (after its turn in the in-process queue), or enqueued as a job (failed, busy: the in-process queue full, off, closing)."},
 		[]string{"path"})
 }
 

@@ -75,9 +75,10 @@ type Service struct {
 	// active holds the users whose activity hook answered "not rebuilding" lately, and when
 	// (see activeAge).
 	active userMarks
-	// inlineRunning counts the materializations running in this process (see
-	// Config.InlineMaterialize).
+	// inlineRunning counts the inline materialization workers of this process (see
+	// Config.InlineMaterialize); matQueue holds the served chunks waiting for one.
 	inlineRunning atomic.Int64
+	matQueue      chan MaterializeTask
 	// generating counts the first pages waiting on the generator (Config.MaxGenerating).
 	generating atomic.Int64
 	// lanes bounds the background work running at once in this process (preparations and
@@ -137,7 +138,7 @@ func New(d Deps, c Config) (*Service, error) {
 		hedger: d.Hedger, log: d.Logger, now: d.Now, m: m, reenqueued: map[string]time.Time{},
 		live: d.Liveness, liveTimeout: d.LiveTimeout, elig: d.Eligibility, activity: d.Activity, activityWait: d.ActivityWait,
 		indexShards: d.IndexShards, gate: d.StandbyGate, incarnation: rand.Uint64() | 1, unsureGrace: d.UnsureGrace,
-		trimEvery: uint32(d.TrimEvery), prepQueue: make(chan prepTask, maxPrepQueue),
+		trimEvery: uint32(d.TrimEvery), prepQueue: make(chan prepTask, maxPrepQueue), matQueue: make(chan MaterializeTask, maxMaterializeQueue),
 		lanes: d.Lanes, quiet: d.Quiet, quietBound: d.QuietBound, head: head}
 	s.closingCtx, s.stopAll = context.WithCancel(context.Background())
 	s.closing = s.closingCtx.Done()
