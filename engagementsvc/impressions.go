@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -26,7 +27,7 @@ const (
 	DefaultImpressionQueue = 4096
 	// DefaultImpressionSenders is how many goroutines enqueue the queued pages.
 	DefaultImpressionSenders = 2
-	// DefaultImpressionTimeout bounds one page's enqueue.
+	// DefaultImpressionTimeout bounds one task's enqueue.
 	DefaultImpressionTimeout = 5 * time.Second
 	// DefaultImpressionDrain bounds how long Close keeps enqueuing the pages still queued.
 	DefaultImpressionDrain = 2 * time.Second
@@ -52,15 +53,22 @@ type ImpressionOptions struct {
 	Registerer prometheus.Registerer
 }
 
-// ImpressionLog records the pages the feed served as impressions, through the same engagement
-// task a client's Report enqueues (q: the outbox's durable client where the process has one).
-// Log never blocks: a page is queued in memory and enqueued by a few background senders, so a
-// page's latency does not include the enqueue, and a page never fails because of it. The
-// durability is best effort and bounded: at most Queue pages wait in memory, a page that finds
-// the queue full, or whose enqueue fails, is dropped and counted, and the pages still queued when
-// the process crashes are lost (those left at Close are enqueued for up to Drain). Once enqueued,
-// a page is as durable as a Report. A page's request ID is derived from the user, the cursor and
-// the pins in order, so the same page served again (a retried request) is applied once.
+// ImpressionLog records the pages the feed served as impressions, through the outbox's durable
+// client where the process has one (q). Log never blocks: a page is queued in memory and
+// enqueued by a few background senders, so a page's latency does not include the enqueue, and a
+// page never fails because of it. A sender takes the next page as soon as it is free, then
+// every page already queued behind it, up to pinlater.MaxImpressionPages pages and
+// pinlater.MaxImpressionEvents impressions, and enqueues them as one impressions task: an idle
+// log sends each page alone at once, a busy one batches many pages (of many users) per task,
+// with no timer. Each page keeps its own engagement batch and request ID inside the task, the
+// same batch a client's Report enqueues (a page of more than pinlater.MaxEngagementEvents pins
+// is split into several, each with its own request ID). The durability is best effort and
+// bounded: at most Queue pages wait in memory, a page that finds the queue full, or whose
+// task's enqueue fails, is dropped and counted, and the pages still queued when the process
+// crashes are lost (those left at Close are enqueued for up to Drain). Once enqueued, a page is
+// as durable as a Report. A page's request ID is derived from the user, the cursor and the pins
+// in order, so the same page served again (a retried request) is applied once by the worker,
+// whichever tasks carry it.
 type ImpressionLog struct {
 	q       Enqueuer
 	o       ImpressionOptions
@@ -73,6 +81,7 @@ type ImpressionLog struct {
 	logged  *prometheus.CounterVec
 	dup     prometheus.Counter
 	dropped *prometheus.CounterVec
+	pages   prometheus.Histogram
 }
 
 type servedPage struct {
@@ -118,9 +127,12 @@ func NewImpressionLog(q Enqueuer, o ImpressionOptions) (*ImpressionLog, error) {
 	f := promauto.With(o.Registerer)
 	l := &ImpressionLog{q: q, o: o, queue: make(chan servedPage, o.Queue),
 		logged: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_impressions_logged_total",
-			Help: "Impressions of the pages GetFeed served, enqueued as engagement tasks, by experiment arm (the worker applies a page served again once)."}, []string{"arm"}),
+			Help: "Impressions of the pages GetFeed served, enqueued in impressions tasks, by experiment arm (the worker applies a page served again once)."}, []string{"arm"}),
 		dup: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_impressions_duplicate_total",
-			Help: "Impressions of served pages not enqueued because the same page's task was still queued (a retried page)."}),
+			Help: "Impressions of served pages not enqueued because the same page was already in the task being sent, or the same task was still queued (a retried page)."}),
+		pages: f.NewHistogram(prometheus.HistogramOpts{Name: "smartfeed_impressions_task_pages",
+			Help:    "Served pages (engagement batches) per impressions task enqueued: 1 when the log is idle, more when pages queue up behind a sender.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64}}),
 		dropped: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_impressions_dropped_total",
 			Help: "Impressions of served pages not recorded, by reason: queue_full (the senders fell behind), enqueue_failed, closed (shutdown)."}, []string{"reason"}),
 	}
@@ -176,48 +188,109 @@ func (l *ImpressionLog) Close() {
 	l.stop()
 }
 
+// send enqueues the queued pages until the queue is closed and empty: one impressions task at a
+// time, of the page it waited for and those already queued behind it (gather).
 func (l *ImpressionLog) send() {
 	defer l.wg.Done()
-	for p := range l.queue {
+	var left []pinlater.EngagementPayload // the batches of a page that did not fit the last task
+	for {
+		if len(left) == 0 {
+			p, ok := <-l.queue
+			if !ok {
+				return
+			}
+			left = l.batches(p)
+		}
+		var task []pinlater.EngagementPayload
+		task, left = l.gather(left)
 		if l.drain.Err() != nil {
-			l.dropped.WithLabelValues(dropClosed).Add(float64(len(p.items)))
+			l.drop(dropClosed, task)
 			continue
 		}
-		l.enqueue(p)
+		l.enqueue(task)
 	}
 }
 
-// enqueue enqueues one page as engagement tasks of at most pinlater.MaxEngagementEvents
-// impressions each.
-func (l *ImpressionLog) enqueue(p servedPage) {
+// gather fills one task with batches from next, then from the pages already queued, without
+// waiting for any: at most pinlater.MaxImpressionPages batches and MaxImpressionEvents events.
+// It returns the task and the batches that did not fit, which start the next one. A batch
+// with the user and request ID of one already in the task (the same page queued twice) is
+// counted as a duplicate and left out.
+func (l *ImpressionLog) gather(next []pinlater.EngagementPayload) (task, left []pinlater.EngagementPayload) {
+	events := 0
+	for {
+		for len(next) > 0 {
+			b := next[0]
+			if len(task) > 0 && (len(task) == pinlater.MaxImpressionPages || events+len(b.Events) > pinlater.MaxImpressionEvents) {
+				return task, next
+			}
+			next = next[1:]
+			if slices.ContainsFunc(task, func(t pinlater.EngagementPayload) bool { return t.User == b.User && t.RequestID == b.RequestID }) {
+				l.dup.Add(float64(len(b.Events)))
+				continue
+			}
+			task, events = append(task, b), events+len(b.Events)
+		}
+		if len(task) == pinlater.MaxImpressionPages || events == pinlater.MaxImpressionEvents {
+			return task, nil
+		}
+		select {
+		case p, ok := <-l.queue:
+			if !ok {
+				return task, nil
+			}
+			next = l.batches(p)
+		default:
+			return task, nil
+		}
+	}
+}
+
+// batches is a served page as engagement batches of impressions: one, or several of at most
+// pinlater.MaxEngagementEvents each for a longer page (the request IDs of the second and later
+// ones suffixed ":1", ":2", ...).
+func (l *ImpressionLog) batches(p servedPage) []pinlater.EngagementPayload {
 	arm := l.o.Experiment.ArmOf(p.user)
 	rid := PageRequestID(p.user, p.cursor, p.items)
+	out := make([]pinlater.EngagementPayload, 0, (len(p.items)+pinlater.MaxEngagementEvents-1)/pinlater.MaxEngagementEvents)
 	for part, start := 0, 0; start < len(p.items); part, start = part+1, start+pinlater.MaxEngagementEvents {
 		items := p.items[start:min(len(p.items), start+pinlater.MaxEngagementEvents)]
-		payload := pinlater.EngagementPayload{User: uint64(p.user), RequestID: rid, Arm: arm,
+		b := pinlater.EngagementPayload{V: pinlater.PayloadVersion, User: uint64(p.user), RequestID: rid, Arm: arm,
 			Events: make([]pinlater.EngagementEvent, len(items))}
 		if part > 0 {
-			payload.RequestID = rid + ":" + strconv.Itoa(part)
+			b.RequestID = rid + ":" + strconv.Itoa(part)
 		}
 		for i, it := range items {
-			payload.Events[i] = pinlater.EngagementEvent{Action: pinlater.ActionImpression, Pin: uint64(it.Pin),
+			b.Events[i] = pinlater.EngagementEvent{Action: pinlater.ActionImpression, Pin: uint64(it.Pin),
 				Position: it.Position, Fresh: it.Fresh, Source: sourceName(it.Source), AtMs: p.atMs}
 		}
-		dup, err := l.enqueueOne(payload)
-		switch {
-		case err != nil:
-			l.dropped.WithLabelValues(dropEnqueue).Add(float64(len(items)))
-			l.o.Logger.Warn("impressions of a served page not recorded", zap.Uint64("user", uint64(p.user)), zap.Error(err))
-		case dup:
-			l.dup.Add(float64(len(items)))
-		default:
-			l.logged.WithLabelValues(arm).Add(float64(len(items)))
+		out = append(out, b)
+	}
+	return out
+}
+
+// enqueue enqueues the batches as one impressions task and counts their impressions: logged
+// by arm, all duplicate when the task was still queued, all dropped when the enqueue failed.
+func (l *ImpressionLog) enqueue(task []pinlater.EngagementPayload) {
+	dup, err := l.enqueueTask(task)
+	switch {
+	case err != nil:
+		l.drop(dropEnqueue, task)
+		l.o.Logger.Warn("impressions of served pages not recorded", zap.Int("pages", len(task)), zap.Error(err))
+	case dup:
+		for _, b := range task {
+			l.dup.Add(float64(len(b.Events)))
+		}
+	default:
+		l.pages.Observe(float64(len(task)))
+		for _, b := range task {
+			l.logged.WithLabelValues(b.Arm).Add(float64(len(b.Events)))
 		}
 	}
 }
 
-func (l *ImpressionLog) enqueueOne(p pinlater.EngagementPayload) (duplicate bool, err error) {
-	task, err := pinlater.NewEngagement(p)
+func (l *ImpressionLog) enqueueTask(pages []pinlater.EngagementPayload) (duplicate bool, err error) {
+	task, err := pinlater.NewImpressions(pinlater.ImpressionsPayload{Pages: pages})
 	if err != nil {
 		return false, err
 	}
@@ -228,6 +301,15 @@ func (l *ImpressionLog) enqueueOne(p pinlater.EngagementPayload) (duplicate bool
 		return false, err
 	}
 	return info.Duplicate, nil
+}
+
+// drop counts the impressions of the batches as dropped for reason.
+func (l *ImpressionLog) drop(reason string, batches []pinlater.EngagementPayload) {
+	n := 0
+	for _, b := range batches {
+		n += len(b.Events)
+	}
+	l.dropped.WithLabelValues(reason).Add(float64(n))
 }
 
 // sourceName is the task's name of s ("" for following, and for a source the worker would not

@@ -165,7 +165,6 @@ func (t timedEnqueuer) EnqueueMaterialize(ctx context.Context, task MaterializeT
 	return err
 }
 
-
 // DefaultBackgroundLanes is Deps.BackgroundLanes's default: half the processors, at least one.
 // Go's scheduler has no priorities: a page's handler, its response writer and a client's reader
 // queue for a processor behind whatever is runnable, so background work that could fill every

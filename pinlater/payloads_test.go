@@ -182,6 +182,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(TypeMaterialize, []byte(`{"v":1,"user":1,"chunk_id":"c","pins":[{"pin":1,"source":1,"score":0.5}]}`))
 	f.Add(TypeRespace, []byte(`{"v":1,"board":-1}`))
 	f.Add(TypeFanoutChunk, []byte(`null`))
+	f.Add(TypeImpressions, []byte(`{"v":1,"pages":[{"v":1,"user":1,"request_id":"r","events":[{"action":"impression","pin":2,"position":0,"at_ms":1}]}]}`))
 	f.Fuzz(func(t *testing.T, typ string, body []byte) {
 		task := &Task{typ: typ, payload: body}
 		var err error
@@ -202,6 +203,8 @@ func FuzzDecode(f *testing.F) {
 			_, err = Decode[MaterializePayload](task)
 		case TypeRespace:
 			_, err = Decode[RespacePayload](task)
+		case TypeImpressions:
+			_, err = Decode[ImpressionsPayload](task)
 		default:
 			_, err = Decode[RespacePayload](task)
 			if err == nil {

@@ -30,7 +30,7 @@ const (
 func Types() []string {
 	return []string{TypeFanout, TypeFanoutChunk, TypeFollowBackfill, TypeUnfollowCleanup,
 		TypePinDelete, TypeUserDelete, TypeMaterialize, TypeRespace, TypeFeedDelete,
-		TypeTouch, TypeEngagement}
+		TypeTouch, TypeEngagement, TypeImpressions}
 }
 
 // Queues, highest priority first. By default a server serves them weighted 6:3:2:1 (so
@@ -70,7 +70,7 @@ func DefaultPolicy(typ string) (p Policy, ok bool) {
 		p.Queue = QueueFanout
 		p.MaxAttempts = 6
 		p.Timeout = 10 * time.Minute
-	case TypeFollowBackfill, TypeUnfollowCleanup, TypePinDelete, TypeUserDelete, TypeRespace, TypeEngagement:
+	case TypeFollowBackfill, TypeUnfollowCleanup, TypePinDelete, TypeUserDelete, TypeRespace, TypeEngagement, TypeImpressions:
 	case TypeTouch:
 		// A touch is advisory and superseded by the next feed read: a few quick attempts.
 		p.MaxAttempts, p.BackoffMax, p.Timeout = 3, 10*time.Second, 10*time.Second
@@ -157,6 +157,8 @@ func dedupID(p Payload) string {
 		return "feed-delete:" + u(p.User)
 	case EngagementPayload:
 		return "engagement:" + u(p.User) + ":" + p.RequestID
+	case ImpressionsPayload:
+		return impressionsID(p)
 	case TouchPayload:
 		// One touch per user per minute: the worker writes the last-active time at most that
 		// often anyway (worker.Config.TouchEvery).

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/engagement"
 	"github.com/smartfeed/smartfeed/pinlater"
@@ -18,8 +19,9 @@ import (
 
 // engagementMetrics count the engagement the worker recorded.
 type engagementMetrics struct {
-	events  *prometheus.CounterVec
-	skipped prometheus.Counter
+	events       *prometheus.CounterVec
+	skipped      prometheus.Counter
+	pagesSkipped prometheus.Counter
 }
 
 func newEngagementMetrics(reg prometheus.Registerer) (*engagementMetrics, error) {
@@ -30,6 +32,8 @@ func newEngagementMetrics(reg prometheus.Registerer) (*engagementMetrics, error)
 			[]string{"arm", "action"}),
 		skipped: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_engagement_skipped_total",
 			Help: "Engagement events dropped because their pin is deleted or unknown."}),
+		pagesSkipped: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_impressions_pages_skipped_total",
+			Help: "Pages of an impressions task not recorded because they are invalid (a bad user, pin or source); the task's other pages are."}),
 	}, nil
 }
 
@@ -109,7 +113,8 @@ func (w *Worker) engagementFeatures(f *Features, r receiver, pi *pinInfo) {
 // each event's pin is read (author, board, interests, popularity) and scored for the user as a
 // fanout would now, so the impression log keeps the features the user's scores see; a hidden pin
 // is also forgotten by the user's pools, so no later fanout puts it back. Events naming a
-// deleted or unknown pin are dropped and counted. A batch applied before is a no-op.
+// deleted or unknown pin are dropped and counted. A batch applied before is a no-op. The user's
+// engagement profile is read once for the batch: it changes only when the batch is applied.
 func (w *Worker) HandleEngagement(ctx context.Context, p pinlater.EngagementPayload) error {
 	user, err := checkID("engagement user", p.User, zen.TypeUser)
 	if err != nil {
@@ -121,6 +126,7 @@ func (w *Worker) HandleEngagement(ctx context.Context, p pinlater.EngagementPayl
 	b := engagement.Batch{User: user, RequestID: p.RequestID, Arm: p.Arm, Model: w.modelOf(p.Arm)}
 	pins := map[zen.ID]*pinInfo{}
 	var hidden []zen.ID
+	var prof *engagement.Profile // the user's whole profile, read at its first use
 	for _, e := range p.Events {
 		pin, err := checkID("engagement pin", e.Pin, zen.TypePin)
 		if err != nil {
@@ -143,11 +149,11 @@ func (w *Worker) HandleEngagement(ctx context.Context, p pinlater.EngagementPayl
 			w.em.skipped.Inc()
 			continue
 		}
-		rs, err := w.receivers(ctx, []zen.ID{user}, pi, 0, w.feats)
+		r, err := w.engagedReceiver(ctx, user, pi, &prof)
 		if err != nil {
 			return fmt.Errorf("engagement of %d: %w", user, err)
 		}
-		f := w.features(rs[0], pi, src, e.AtMs-pi.createdMs, 0)
+		f := w.features(r, pi, src, e.AtMs-pi.createdMs, 0)
 		b.Events = append(b.Events, engagement.Event{Action: e.Action, Pin: pin, Position: e.Position,
 			Fresh: e.Fresh, AtMs: e.AtMs, Source: src, Author: pi.author, Board: pi.board,
 			Interests: pi.interests, Inputs: f.Inputs()})
@@ -171,6 +177,51 @@ func (w *Worker) HandleEngagement(ctx context.Context, p pinlater.EngagementPayl
 		}
 		for _, e := range b.Events {
 			w.em.events.WithLabelValues(arm, e.Action).Inc()
+		}
+	}
+	return nil
+}
+
+// engagedReceiver is receivers for user alone, scoring pi, with *prof as the user's online
+// features: the whole profile, read into *prof the first time it is needed. The features are
+// those receivers gives: engagementFeatures reads only entries of pi's author, board, interests,
+// the sources and the hidden authors, all in the whole profile.
+func (w *Worker) engagedReceiver(ctx context.Context, user zen.ID, pi *pinInfo, prof **engagement.Profile) (receiver, error) {
+	rs, err := w.loadReceivers(ctx, []zen.ID{user}, pi, 0, w.feats)
+	if err != nil {
+		return receiver{}, err
+	}
+	r := rs[0]
+	if r.skip != "" || w.eng == nil || w.noOnline {
+		return r, nil
+	}
+	if *prof == nil {
+		ps, err := w.eng.Profiles(ctx, []zen.ID{user})
+		if err != nil {
+			return receiver{}, fmt.Errorf("read receivers: %w", err)
+		}
+		*prof = &ps[0]
+	}
+	r.prof = *prof
+	return r, nil
+}
+
+// HandleImpressions records the served pages of an impressions task, each as HandleEngagement
+// records a batch: a page applied before (by this task's earlier run, or by another task that
+// carried it) is a no-op. A page refused as invalid (a bad user, pin or source) is counted,
+// logged and skipped, so it does not hold up the others; any other error fails the task, whose
+// retry skips the pages already applied.
+func (w *Worker) HandleImpressions(ctx context.Context, p pinlater.ImpressionsPayload) error {
+	for i, pg := range p.Pages {
+		err := w.HandleEngagement(ctx, pg)
+		switch {
+		case err == nil:
+		case errors.Is(err, pinlater.ErrInvalidPayload) || errors.Is(err, pinlater.SkipRetry):
+			w.em.pagesSkipped.Inc()
+			w.log.Warn("impressions: invalid page skipped", zap.Int("page", i),
+				zap.Uint64("user", pg.User), zap.Error(err))
+		default:
+			return fmt.Errorf("impressions: page %d of %d: %w", i, len(p.Pages), err)
 		}
 	}
 	return nil

@@ -263,7 +263,8 @@ func (w *Worker) Pools() *zen.Pools { return w.pools }
 func (w *Worker) Config() Config { return w.cfg }
 
 // Register registers the worker's handlers on a pinlater server: fanout, fanout-chunk,
-// follow-backfill (also rebuilds), unfollow-cleanup, pin-delete and user-delete.
+// follow-backfill (also rebuilds), unfollow-cleanup, pin-delete, user-delete and touch, and with
+// an engagement store engagement and impressions.
 func (w *Worker) Register(r Registrar) {
 	r.Handle(pinlater.TypeFanout, pinlater.Typed(w.HandleFanout))
 	r.Handle(pinlater.TypeFanoutChunk, pinlater.Typed(w.HandleFanoutChunk))
@@ -274,6 +275,7 @@ func (w *Worker) Register(r Registrar) {
 	r.Handle(pinlater.TypeTouch, pinlater.Typed(w.HandleTouch))
 	if w.eng != nil {
 		r.Handle(pinlater.TypeEngagement, pinlater.Typed(w.HandleEngagement))
+		r.Handle(pinlater.TypeImpressions, pinlater.Typed(w.HandleImpressions))
 	}
 }
 
