@@ -31,6 +31,10 @@ const (
 	DefaultImpressionTimeout = 5 * time.Second
 	// DefaultImpressionDrain bounds how long Close keeps enqueuing the pages still queued.
 	DefaultImpressionDrain = 2 * time.Second
+	// DefaultImpressionLinger is how long a sender waits for more pages after the first one of
+	// a task that is not full: at a few hundred pages a second and more it makes one task of
+	// every few dozen pages; a lone page waits this long, in the background, never the reader.
+	DefaultImpressionLinger = 20 * time.Millisecond
 )
 
 // Impression is one pin of a served page, at its position on the page.
@@ -48,6 +52,8 @@ type ImpressionOptions struct {
 	Senders    int
 	Timeout    time.Duration
 	Drain      time.Duration
+	// Linger: see DefaultImpressionLinger; negative: none (a task holds what was queued at once).
+	Linger     time.Duration
 	Now        func() time.Time
 	Logger     *zap.Logger
 	Registerer prometheus.Registerer
@@ -57,10 +63,9 @@ type ImpressionOptions struct {
 // client where the process has one (q). Log never blocks: a page is queued in memory and
 // enqueued by a few background senders, so a page's latency does not include the enqueue, and a
 // page never fails because of it. A sender takes the next page as soon as it is free, then
-// every page already queued behind it, up to pinlater.MaxImpressionPages pages and
-// pinlater.MaxImpressionEvents impressions, and enqueues them as one impressions task: an idle
-// log sends each page alone at once, a busy one batches many pages (of many users) per task,
-// with no timer. Each page keeps its own engagement batch and request ID inside the task, the
+// every page queued behind it or within Linger, up to pinlater.MaxImpressionPages pages and
+// pinlater.MaxImpressionEvents impressions, and enqueues them as one impressions task: a lone
+// page goes alone after Linger, a busy log batches many pages (of many users) per task. Each page keeps its own engagement batch and request ID inside the task, the
 // same batch a client's Report enqueues (a page of more than pinlater.MaxEngagementEvents pins
 // is split into several, each with its own request ID). The durability is best effort and
 // bounded: at most Queue pages wait in memory, a page that finds the queue full, or whose
@@ -117,6 +122,9 @@ func NewImpressionLog(q Enqueuer, o ImpressionOptions) (*ImpressionLog, error) {
 	}
 	if o.Drain <= 0 {
 		o.Drain = DefaultImpressionDrain
+	}
+	if o.Linger == 0 {
+		o.Linger = DefaultImpressionLinger
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -211,13 +219,14 @@ func (l *ImpressionLog) send() {
 	}
 }
 
-// gather fills one task with batches from next, then from the pages already queued, without
-// waiting for any: at most pinlater.MaxImpressionPages batches and MaxImpressionEvents events.
+// gather fills one task with batches from next, then from the pages queued already or within
+// Options.Linger of the call: at most pinlater.MaxImpressionPages batches and MaxImpressionEvents events.
 // It returns the task and the batches that did not fit, which start the next one. A batch
 // with the user and request ID of one already in the task (the same page queued twice) is
 // counted as a duplicate and left out.
 func (l *ImpressionLog) gather(next []pinlater.EngagementPayload) (task, left []pinlater.EngagementPayload) {
 	events := 0
+	var linger <-chan time.Time
 	for {
 		for len(next) > 0 {
 			b := next[0]
@@ -240,7 +249,26 @@ func (l *ImpressionLog) gather(next []pinlater.EngagementPayload) (task, left []
 				return task, nil
 			}
 			next = l.batches(p)
+			continue
 		default:
+		}
+		if l.o.Linger < 0 || l.drain.Err() != nil {
+			return task, nil
+		}
+		if linger == nil {
+			t := time.NewTimer(l.o.Linger)
+			defer t.Stop()
+			linger = t.C
+		}
+		select {
+		case p, ok := <-l.queue:
+			if !ok {
+				return task, nil
+			}
+			next = l.batches(p)
+		case <-linger:
+			return task, nil
+		case <-l.drain.Done():
 			return task, nil
 		}
 	}

@@ -104,7 +104,7 @@ func TestImpressionLogEnqueuesPage(t *testing.T) {
 	q := newRecorder(false)
 	reg := prometheus.NewRegistry()
 	now := time.UnixMilli(1_700_000_000_000)
-	l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Registerer: reg, Now: func() time.Time { return now },
+	l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Linger: -1, Registerer: reg, Now: func() time.Time { return now },
 		Experiment: engagement.Experiment{LearnedPercent: 100}})
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +189,7 @@ func TestImpressionLogBatches(t *testing.T) {
 			q := newRecorder(true)
 			reg := prometheus.NewRegistry()
 			now := time.UnixMilli(1_700_000_000_000)
-			l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Registerer: reg, Drain: time.Minute,
+			l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Linger: -1, Registerer: reg, Drain: time.Minute,
 				Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)
@@ -274,7 +274,7 @@ func TestImpressionLogNeverBlocksOrFails(t *testing.T) {
 			tried <- struct{}{}
 			return nil, errors.New("outbox write failed")
 		})
-		l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Registerer: prometheus.NewRegistry()})
+		l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Linger: -1, Registerer: prometheus.NewRegistry()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +299,7 @@ func TestImpressionLogNeverBlocksOrFails(t *testing.T) {
 			}
 			return nil, errors.New("stuck")
 		})
-		l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Queue: 2, Registerer: prometheus.NewRegistry(), Drain: time.Millisecond})
+		l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Linger: -1, Queue: 2, Registerer: prometheus.NewRegistry(), Drain: time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,5 +336,31 @@ func BenchmarkImpressionLogLog(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		l.Log(user, "", items)
+	}
+}
+
+// TestImpressionLogLingers: a sender waits up to Linger for more pages after a task's first, so
+// pages served one after another share a task; a full task goes at once, and Close sends a
+// lingering task without waiting out the linger.
+func TestImpressionLogLingers(t *testing.T) {
+	q := newRecorder(false)
+	l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Linger: time.Hour, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range pinlater.MaxImpressionPages + 1 {
+		l.Log(id(zen.TypeUser, uint64(i+1)), "", page(2))
+	}
+	<-q.done // the full task, long before the linger's end
+	if got := q.got(); len(got) != 1 || len(got[0].Pages) != pinlater.MaxImpressionPages {
+		t.Fatalf("tasks before Close: %d, want one of %d pages", len(got), pinlater.MaxImpressionPages)
+	}
+	l.Close() // the last page lingers in its own task: sent now
+	got := q.got()
+	if len(got) != 2 || len(got[1].Pages) != 1 {
+		t.Fatalf("tasks after Close: %d, want 2, the second of 1 page", len(got))
+	}
+	if got[1].Pages[0].User != uint64(id(zen.TypeUser, pinlater.MaxImpressionPages+1)) {
+		t.Errorf("lingering task holds user %d, want the last page's", got[1].Pages[0].User)
 	}
 }
