@@ -66,6 +66,22 @@ func (s *Service) enqueueJob(ctx context.Context, task MaterializeTask) {
 // row meanwhile.
 const maxMaterializeQueue = 4096
 
+// materializeBehindAt is the backlog of the in-process materialization queue past which this
+// process takes no new chunk from the pools (materializeBehind): first pages are served
+// deferred, and preparations wait. Chunks are then made no faster than they are materialized,
+// so the backlog, and the pending rows every read of those users decodes, stay bounded, and the
+// queue never spills to jobs because of pages alone.
+const materializeBehindAt = maxMaterializeQueue / 4
+
+// materializeBehind returns the chunks waiting for an inline materialization when they are
+// materializeBehindAt or more, else 0.
+func (s *Service) materializeBehind() int {
+	if n := len(s.matQueue); n >= materializeBehindAt {
+		return n
+	}
+	return 0
+}
+
 // materializeInline queues task for an inline worker, starting one if fewer than
 // Config.InlineMaterialize run, and reports whether it was queued.
 func (s *Service) materializeInline(task MaterializeTask) bool {

@@ -1,10 +1,12 @@
 package feedsvc
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/smartfeed/smartfeed/feedsvc/hedge"
 )
@@ -68,4 +70,35 @@ func TestMaxGenerating(t *testing.T) {
 	if p.FreshStatus != FreshIncluded || len(freshPins(p)) == 0 {
 		t.Errorf("B's page once the generator is free: status %q, fresh %v; want included", p.FreshStatus, freshPins(p))
 	}
+}
+
+// TestDeferredWhileMaterializationsBehind: with materializeBehindAt served chunks waiting for
+// their materialization in the process, a first page takes no new chunk from the pools (it is
+// served deferred, saying why) and a preparation asks nothing; once the backlog is worked off,
+// the next first page asks the generator again.
+func TestDeferredWhileMaterializationsBehind(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.InlineMaterialize, c.PrepareAfter = 4, time.Millisecond })
+	for range materializeBehindAt { // queued without a worker: nothing takes them
+		e.svc.matQueue <- MaterializeTask{}
+	}
+	p := e.get(t, "", 100)
+	if p.FreshStatus != FreshDeferred || !strings.Contains(p.FreshDetail, "materialization") {
+		t.Errorf("first page behind the materializations: status %q (%s), want deferred, saying why", p.FreshStatus, p.FreshDetail)
+	}
+	if got := e.gen.calls(); got != 0 {
+		t.Errorf("generator calls while behind: %d, want 0", got)
+	}
+	if e.svc.prepare(e.user) {
+		t.Errorf("a preparation while behind reported empty pools")
+	}
+	if got := testutil.ToFloat64(e.svc.m.prepared.WithLabelValues(prepDeferred)); got != 1 || e.gen.calls() != 0 {
+		t.Errorf("preparation while behind: deferred %v, generator calls %d; want 1, 0", got, e.gen.calls())
+	}
+	for range materializeBehindAt {
+		<-e.svc.matQueue
+	}
+	if p := e.get(t, "", 100); p.FreshStatus != FreshIncluded || e.gen.calls() != 1 {
+		t.Errorf("first page once caught up: status %q, generator calls %d; want included, 1", p.FreshStatus, e.gen.calls())
+	}
+	e.svc.Wait()
 }

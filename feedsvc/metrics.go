@@ -102,6 +102,7 @@ const (
 	prepStale    = "stale"    // served fresh beside a new chunk (older than PreparedMaxAge)
 	prepLost     = "lost"     // this process's, but shown already by another request (or forgotten): feed items
 	prepForeign  = "foreign"  // another incarnation's (a peer, or this process before a restart): feed items
+	prepDeferred = "deferred" // not asked: served chunks were waiting for their materialization (materializeBehind)
 )
 
 // What became of a preparation a page asked for, the label values of
@@ -223,7 +224,7 @@ func (m *metrics) addBackground() {
 		Name: "smartfeed_feed_trimmed_total", Help: "Items dropped by trimming to the maximum length."})
 	m.prepared = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "smartfeed_feed_prepared_total",
-		Help: "Chunks prepared ahead of a visit, by outcome (recorded, empty, failed; then served, stale, lost or foreign)."},
+		Help: "Chunks prepared ahead of a visit, by outcome (recorded, empty, failed, deferred: not asked while 1,024 served chunks waited for their materialization; then served, stale, lost or foreign)."},
 		[]string{"outcome"})
 	m.prepSchedule = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "smartfeed_feed_prepare_scheduled_total",

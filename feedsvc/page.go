@@ -62,8 +62,13 @@ func (s *Service) firstPage(ctx context.Context, cfg Config, user zen.ID, size i
 	if since, ok := s.askedWithin(user, cfg.MinChunkInterval); ok {
 		return s.recentPage(ctx, cfg, user, size, early, since, pageStart)
 	}
+	if behind := s.materializeBehind(); behind > 0 {
+		return s.deferredPage(ctx, user, size, early, fmt.Sprintf(
+			"%d served chunks were waiting for their materialization in this process: the feed as it stands; the new pins stay in the pools", behind), pageStart)
+	}
 	if limit, ok := s.startGenerating(cfg); !ok {
-		return s.deferredPage(ctx, user, size, early, limit, pageStart)
+		return s.deferredPage(ctx, user, size, early, fmt.Sprintf(
+			"%d first pages were waiting on the generator (feed.max_generating): the feed as it stands; the new pins stay in the pools", limit), pageStart)
 	}
 	s.takeQueuedPrep(user)
 	return s.generatedPage(ctx, cfg, user, size, early, returning, pageStart)
@@ -89,12 +94,12 @@ func (s *Service) startGenerating(cfg Config) (limit int, ok bool) {
 }
 
 // deferredPage serves the feed as it stands, and the prepared chunks in it, with no generator
-// call: limit first pages of this process were waiting on the generator already
-// (Config.MaxGenerating). The new pins stay in the pools, for the user's next visit. early is
-// the read a look for a prepared chunk made already, if any.
-func (s *Service) deferredPage(ctx context.Context, user zen.ID, size int, early *readResult, limit int, pageStart time.Time) (Page, error) {
-	page, err := s.standingPage(ctx, user, size, early, FreshDeferred,
-		fmt.Sprintf("%d first pages were waiting on the generator (feed.max_generating): the feed as it stands; the new pins stay in the pools", limit))
+// call: Config.MaxGenerating first pages of this process were waiting on the generator
+// already, or materializeBehind chunks on their materialization; detail says which. The new
+// pins stay in the pools, for the user's next visit. early is the read a look for a prepared
+// chunk made already, if any.
+func (s *Service) deferredPage(ctx context.Context, user zen.ID, size int, early *readResult, detail string, pageStart time.Time) (Page, error) {
+	page, err := s.standingPage(ctx, user, size, early, FreshDeferred, detail)
 	if err != nil {
 		return Page{}, err
 	}

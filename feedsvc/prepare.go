@@ -364,6 +364,12 @@ func (s *Service) noteEmptyPools(user zen.ID, empty bool) {
 func (s *Service) prepare(user zen.ID) (empty bool) {
 	cfg := s.Config()
 	start := time.Now()
+	if s.materializeBehind() > 0 {
+		// No new chunk while the served ones wait for their materialization: the next visit
+		// asks again (or is deferred too).
+		s.m.prepared.WithLabelValues(prepDeferred).Inc()
+		return false
+	}
 	s.noteAsked(user)
 	gctx, gcancel := context.WithTimeout(context.Background(), cfg.GeneratorDeadline)
 	c, err := s.gen.GenerateChunk(gctx, user)

@@ -196,8 +196,9 @@ const (
 	// FreshRecent: the generator was asked for this user's chunk less than
 	// Config.MinChunkInterval ago; the page is the feed as it stands.
 	FreshRecent FreshStatus = "recent"
-	// FreshDeferred: Config.MaxGenerating first pages were waiting on the generator already;
-	// the page is the feed as it stands, and the new pins stay in the pools.
+	// FreshDeferred: Config.MaxGenerating first pages were waiting on the generator already,
+	// or the chunks served were waiting for their materialization (materializeBehind); the page
+	// is the feed as it stands, and the new pins stay in the pools.
 	FreshDeferred FreshStatus = "deferred"
 )
 

@@ -91,8 +91,9 @@ const (
 	// The generator was asked for this user's chunk less than feed.min_chunk_interval ago: the
 	// page is the feed as it stands.
 	FreshStatus_FRESH_STATUS_RECENT FreshStatus = 7
-	// feed.max_generating first pages were waiting on the generator in the serving process
-	// already (overload): the page is the feed as it stands, and the new pins stay in the pools
+	// The serving process is overloaded: feed.max_generating first pages were waiting on the
+	// generator already, or the chunks it served were waiting for their materialization (the
+	// detail says which). The page is the feed as it stands, and the new pins stay in the pools
 	// for the next visit.
 	FreshStatus_FRESH_STATUS_DEFERRED FreshStatus = 8
 )
