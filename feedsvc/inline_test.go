@@ -116,7 +116,9 @@ func TestInlineMaterializeFallsBack(t *testing.T) {
 		for range maxMaterializeQueue { // the in-process queue full
 			e.svc.matQueue <- MaterializeTask{}
 		}
-		e.get(t, "", 10)
+		// A page would be deferred this far behind (materializeBehind): a chunk served before
+		// the queue filled.
+		e.svc.materializeNow(t.Context(), MaterializeTask{User: e.user, ChunkID: "c1", Seq: 1})
 		e.svc.Wait()
 		for range maxMaterializeQueue {
 			<-e.svc.matQueue
