@@ -87,6 +87,8 @@ type ImpressionLog struct {
 	dup     prometheus.Counter
 	dropped *prometheus.CounterVec
 	pages   prometheus.Histogram
+	lastMu  sync.Mutex
+	last    map[zen.ID]string // each user's last logged page's request ID (repeated)
 }
 
 type servedPage struct {
@@ -133,11 +135,11 @@ func NewImpressionLog(q Enqueuer, o ImpressionOptions) (*ImpressionLog, error) {
 		o.Logger = zap.NewNop()
 	}
 	f := promauto.With(o.Registerer)
-	l := &ImpressionLog{q: q, o: o, queue: make(chan servedPage, o.Queue),
+	l := &ImpressionLog{q: q, o: o, queue: make(chan servedPage, o.Queue), last: map[zen.ID]string{},
 		logged: f.NewCounterVec(prometheus.CounterOpts{Name: "smartfeed_impressions_logged_total",
 			Help: "Impressions of the pages GetFeed served, enqueued in impressions tasks, by experiment arm (the worker applies a page served again once)."}, []string{"arm"}),
 		dup: f.NewCounter(prometheus.CounterOpts{Name: "smartfeed_impressions_duplicate_total",
-			Help: "Impressions of served pages not enqueued because the same page was already in the task being sent, or the same task was still queued (a retried page)."}),
+			Help: "Impressions of served pages not enqueued because the page was the user's last logged one again (a refresh that found nothing new, a retried page), or the same task was still queued."}),
 		pages: f.NewHistogram(prometheus.HistogramOpts{Name: "smartfeed_impressions_task_pages",
 			Help:    "Served pages (engagement batches) per impressions task enqueued: 1 when the log is idle, more when pages queue up behind a sender.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64}}),
@@ -207,10 +209,15 @@ func (l *ImpressionLog) send() {
 			if !ok {
 				return
 			}
-			left = l.batches(p)
+			if left = l.batches(p); len(left) == 0 {
+				continue // the user's last page again
+			}
 		}
 		var task []pinlater.EngagementPayload
 		task, left = l.gather(left)
+		if len(task) == 0 {
+			continue
+		}
 		if l.drain.Err() != nil {
 			l.drop(dropClosed, task)
 			continue
@@ -274,12 +281,38 @@ func (l *ImpressionLog) gather(next []pinlater.EngagementPayload) (task, left []
 	}
 }
 
-// batches is a served page as engagement batches of impressions: one, or several of at most
+// maxLastPages bounds the users whose last logged page the log remembers (repeated); past it
+// the memory starts again, which only lets a repeated page through to the worker, which
+// applies it once all the same.
+const maxLastPages = 1 << 16
+
+// repeated reports whether rid is the request ID of the last page logged for user, and makes it
+// the last. A refresh that finds nothing new serves the same page again: the worker would apply
+// it once (its request ID), so it is not sent at all.
+func (l *ImpressionLog) repeated(user zen.ID, rid string) bool {
+	l.lastMu.Lock()
+	defer l.lastMu.Unlock()
+	if l.last[user] == rid {
+		return true
+	}
+	if len(l.last) >= maxLastPages {
+		clear(l.last)
+	}
+	l.last[user] = rid
+	return false
+}
+
+// batches is a served page as engagement batches of impressions (none when it repeats the
+// user's last logged page, counted as duplicate): one, or several of at most
 // pinlater.MaxEngagementEvents each for a longer page (the request IDs of the second and later
 // ones suffixed ":1", ":2", ...).
 func (l *ImpressionLog) batches(p servedPage) []pinlater.EngagementPayload {
-	arm := l.o.Experiment.ArmOf(p.user)
 	rid := PageRequestID(p.user, p.cursor, p.items)
+	if l.repeated(p.user, rid) {
+		l.dup.Add(float64(len(p.items)))
+		return nil
+	}
+	arm := l.o.Experiment.ArmOf(p.user)
 	out := make([]pinlater.EngagementPayload, 0, (len(p.items)+pinlater.MaxEngagementEvents-1)/pinlater.MaxEngagementEvents)
 	for part, start := 0, 0; start < len(p.items); part, start = part+1, start+pinlater.MaxEngagementEvents {
 		items := p.items[start:min(len(p.items), start+pinlater.MaxEngagementEvents)]

@@ -364,3 +364,38 @@ func TestImpressionLogLingers(t *testing.T) {
 		t.Errorf("lingering task holds user %d, want the last page's", got[1].Pages[0].User)
 	}
 }
+
+// TestImpressionLogSkipsRepeatedPage: a page that is the user's last logged page again (a
+// refresh that found nothing new) is not sent, and is counted as duplicate; the same page after
+// another one is sent again (the worker applies it once).
+func TestImpressionLogSkipsRepeatedPage(t *testing.T) {
+	q := newRecorder(false)
+	reg := prometheus.NewRegistry()
+	l, err := NewImpressionLog(q, ImpressionOptions{Senders: 1, Linger: -1, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := id(zen.TypeUser, 7)
+	a, b := page(3), page(4)
+	l.Log(user, "", a)
+	<-q.done
+	l.Log(user, "", a) // skipped: b's task is the next one sent
+	l.Log(user, "", b)
+	<-q.done
+	l.Log(user, "", a)
+	<-q.done
+	l.Close()
+	var got []string
+	for _, task := range q.got() {
+		for _, pg := range task.Pages {
+			got = append(got, pg.RequestID)
+		}
+	}
+	ra, rb := PageRequestID(user, "", a), PageRequestID(user, "", b)
+	if diff := cmp.Diff([]string{ra, rb, ra}, got); diff != "" {
+		t.Errorf("pages sent (-want +got):\n%s", diff)
+	}
+	if n := testutil.ToFloat64(l.dup); n != 3 {
+		t.Errorf("duplicate impressions %v, want 3 (the repeated page's)", n)
+	}
+}

@@ -8,11 +8,13 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/smartfeed/smartfeed/engagement"
+	"github.com/smartfeed/smartfeed/internal/quiet"
 	"github.com/smartfeed/smartfeed/pinlater"
 	"github.com/smartfeed/smartfeed/zen"
 	"github.com/smartfeed/smartfeed/zen/zenmem"
@@ -212,5 +214,40 @@ func writeProfile(t *testing.T, et zen.Table, user zen.ID, p engagement.Profile)
 	k := append(binary.BigEndian.AppendUint64(nil, uint64(user)), 'p')
 	if err := et.Apply(t.Context(), []zen.Mutation{{Key: k, Value: v}}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestImpressionsTakeALane: with background lanes (a process that serves pages too), each page
+// of an impressions task is recorded in a lane: while other background work holds the only
+// lane, nothing is recorded; once it is given back, every page is.
+func TestImpressionsTakeALane(t *testing.T) {
+	w, store, _ := impressionsWorld(t)
+	lanes := quiet.NewLanes(1)
+	w.w.lanes = lanes
+	if err := lanes.Acquire(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- w.runImpressions(t, w.servedPage(w.followers[0], "feed:a", "", w.pins[0]),
+			w.servedPage(w.followers[1], "feed:b", "", w.pins[1]))
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the task ended (%v) while the only lane was held", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if rows := logRows(t, store); len(rows) != 0 {
+		t.Errorf("%d impressions recorded while the only lane was held, want 0", len(rows))
+	}
+	lanes.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if rows := logRows(t, store); len(rows) != 2 {
+		t.Errorf("%d impressions recorded once the lane was free, want 2", len(rows))
+	}
+	if got := lanes.InUse(); got != 0 {
+		t.Errorf("%d lanes held after the task, want 0", got)
 	}
 }
