@@ -69,21 +69,26 @@ func TestValidate(t *testing.T) {
 		{"respace version", RespacePayload{V: 3, Board: 1}, "unknown version 3"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.p.Validate()
-			if tc.wantErr == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("Validate() = %v, want an error containing %q", err, tc.wantErr)
-			}
-			if !errors.Is(err, ErrInvalidPayload) {
-				t.Errorf("error %v does not wrap ErrInvalidPayload", err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { checkValidate(t, tc.p, tc.wantErr) })
+	}
+}
+
+// checkValidate fails t unless p.Validate() returns nil (wantErr "") or an error wrapping
+// ErrInvalidPayload whose text contains wantErr.
+func checkValidate(t *testing.T, p Payload, wantErr string) {
+	t.Helper()
+	err := p.Validate()
+	if wantErr == "" {
+		if err != nil {
+			t.Fatalf("Validate() = %v, want nil", err)
+		}
+		return
+	}
+	if err == nil || !strings.Contains(err.Error(), wantErr) {
+		t.Fatalf("Validate() = %v, want an error containing %q", err, wantErr)
+	}
+	if !errors.Is(err, ErrInvalidPayload) {
+		t.Errorf("error %v does not wrap ErrInvalidPayload", err)
 	}
 }
 
