@@ -15,9 +15,9 @@ import (
 	"github.com/smartfeed/smartfeed/zen/zenpebble/pebblecrash"
 )
 
-// TestMaterializeMachineCrash: Materialize writes its pin claims and item rows lazily and only
-// the close (done marker, pending row deleted) waits for its fsync. A machine crash (the files
-// as fsynced, nothing more) before any of its writes, followed by the retry of the task, must
+// TestMaterializeMachineCrash: Materialize writes its pin claims, item rows and close (done
+// marker, pending row deleted) lazily, in that order on one log. A machine crash (the files as
+// fsynced, nothing more) before any of its writes, followed by the retry of the task, must
 // leave the feed table exactly as one clean materialization does: no item lost with its pending
 // row gone, no pin claimed without its item, nothing twice.
 func TestMaterializeMachineCrash(t *testing.T) {

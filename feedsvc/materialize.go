@@ -116,14 +116,16 @@ func (s *Service) Materialize(ctx context.Context, t MaterializeTask) error {
 // writes the item rows of those it claimed; skipped counts the pins claimed elsewhere in the
 // feed already.
 func (s *Service) writeItems(ctx context.Context, t MaterializeTask, pc pendingChunk) (skipped int, err error) {
-	// The claims and the item rows do not wait for their own fsync (zen.Lazily): the chunk's
-	// close (closeChunk, after this) is a synced write to the same table, on the same log
-	// (every row here is led by the user's ID, so a router keeps them on one store), which
-	// makes them durable before the pending row goes. A machine crash before it leaves a prefix
-	// of them, which a retry completes: a claim for this position counts as ours, and item rows
-	// are rewritten the same. The claims go in one batch of compare-and-sets and the item rows
-	// in one write: a chunk of n pins costs a few commits, not n+2, each waiting its turn in the
-	// log that GetFeed's recordings sync through.
+	// The claims and the item rows do not wait for their own fsync (zen.Lazily), nor does the
+	// chunk's close after them (closeChunk): all go to the same table, on the same log (every
+	// row here is led by the user's ID, so a router keeps them on one store), so the log makes
+	// them durable in order, with the next synced write of the store (a page's recording) or
+	// its flush. A machine crash leaves a prefix of them, never the close without the items:
+	// the chunk is then pending again (its pending row was synced before its page answered,
+	// and is shown meanwhile), and the retry, or the recovery pass, completes it: a claim for
+	// this position counts as ours, and item rows are rewritten the same. The claims go in one
+	// batch of compare-and-sets and the item rows in one write: a chunk of n pins costs a few
+	// commits and no fsync of its own, where the pages' recordings wait for theirs.
 	lctx := zen.Lazily(ctx)
 	ats := make([]position, len(pc.Items))
 	pins := make([]zen.ID, len(pc.Items))
@@ -152,10 +154,11 @@ func (s *Service) writeItems(ctx context.Context, t MaterializeTask, pc pendingC
 
 // closeChunk replaces a materialized chunk's pending row by its done marker. Until then its item
 // rows are hidden behind the pending row (readPage), so this is the write that changes the
-// feed's head (headChanged), whether it reports success or not.
+// feed's head (headChanged), whether it reports success or not. It is lazy, after the items on
+// the same log (see writeItems): a crash that loses it leaves the chunk pending, as it was.
 func (s *Service) closeChunk(ctx context.Context, t MaterializeTask) error {
 	defer s.headChanged(ctx, t.User)
-	if err := s.primary.Apply(ctx, []zen.Mutation{
+	if err := s.primary.Apply(zen.Lazily(ctx), []zen.Mutation{
 		{Key: doneKey(t.User, t.ChunkID), Value: encodeMarker(chunkMarker{seq: t.Seq, done: true})},
 		{Key: pendingKey(t.User, t.Seq), Delete: true},
 		{Key: pendingIndexKey(t.User, t.Seq), Delete: true},
