@@ -210,11 +210,11 @@ func (w *Worker) engagedReceiver(ctx context.Context, user zen.ID, pi *pinInfo, 
 // records a batch: a page applied before (by this task's earlier run, or by another task that
 // carried it) is a no-op. A page refused as invalid (a bad user, pin or source) is counted,
 // logged and skipped, so it does not hold up the others; any other error fails the task, whose
-// retry skips the pages already applied. Each page is recorded in a lane of
-// Options.ImpressionLanes.
+// retry skips the pages already applied. Each page is recorded in a background lane
+// (Options.Lanes), as a fanout delivery's scoring is.
 func (w *Worker) HandleImpressions(ctx context.Context, p pinlater.ImpressionsPayload) error {
 	for i, pg := range p.Pages {
-		err := inLane(ctx, w.impLanes, func() error { return w.HandleEngagement(ctx, pg) })
+		err := w.inLane(ctx, func() error { return w.HandleEngagement(ctx, pg) })
 		switch {
 		case err == nil:
 		case errors.Is(err, pinlater.ErrInvalidPayload) || errors.Is(err, pinlater.SkipRetry):
@@ -254,13 +254,15 @@ func (w *Worker) modelOf(arm string) string {
 	return "weights"
 }
 
-// inLane runs f in one of lanes, or as it is with none.
-func inLane(ctx context.Context, lanes Lanes, f func() error) error {
-	if lanes == nil {
+// inLane runs f in a background lane (Options.Lanes) when the worker has them, so that
+// recording impressions, background work no reader waits for, runs at the lanes' priority and
+// within their bound beside a process's pages; else it runs f as it is.
+func (w *Worker) inLane(ctx context.Context, f func() error) error {
+	if w.lanes == nil {
 		return f()
 	}
 	var err error
-	if lerr := lanes.Do(ctx, func() { err = f() }); lerr != nil {
+	if lerr := w.lanes.Do(ctx, func() { err = f() }); lerr != nil {
 		return fmt.Errorf("wait for a lane: %w", lerr)
 	}
 	return err

@@ -217,13 +217,13 @@ func writeProfile(t *testing.T, et zen.Table, user zen.ID, p engagement.Profile)
 	}
 }
 
-// TestImpressionsTakeALane: with impression lanes (a process that serves pages too), each page
-// of an impressions task is recorded in one: while something else holds the only lane, nothing
-// is recorded; once it is given back, every page is.
+// TestImpressionsTakeALane: with background lanes (a process that serves pages too), each page
+// of an impressions task is recorded in a lane: while other background work holds the only
+// lane, nothing is recorded; once it is given back, every page is.
 func TestImpressionsTakeALane(t *testing.T) {
 	w, store, _ := impressionsWorld(t)
 	lanes := quiet.NewLanes(1)
-	w.w.impLanes = lanes
+	w.w.lanes = lanes
 	if err := lanes.Acquire(t.Context()); err != nil {
 		t.Fatal(err)
 	}

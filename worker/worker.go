@@ -179,13 +179,6 @@ type Options struct {
 	// work takes (internal/quiet.Lanes), so that fanout cannot hold every processor while
 	// pages wait for one. nil: no bound beyond the pinlater server's concurrency.
 	Lanes Lanes
-	// ImpressionLanes, when set, bound the recording of the impressions of served pages
-	// (HandleImpressions), background work no reader waits for and the least urgent a process
-	// has. A process that also serves pages passes lanes of their own at the lowest CPU
-	// priority, so that impressions take only what the pages and their background work (in
-	// Lanes) leave, and never a lane a materialization or a preparation waits for. nil: no
-	// bound beyond the pinlater server's concurrency.
-	ImpressionLanes Lanes
 }
 
 // Lanes bound work that runs at once, and may run it at a lower CPU priority
@@ -217,7 +210,6 @@ type Worker struct {
 	noOnline bool // Options.NoOnlineFeatures
 	exp      engagement.Experiment
 	lanes    Lanes // Options.Lanes; nil: none
-	impLanes Lanes // Options.ImpressionLanes; nil: none
 	em       *engagementMetrics
 	// onInsert, when set, is called with each batch of entries written (OnInsert).
 	onInsert atomic.Pointer[func([]zen.PoolEntry)]
@@ -258,7 +250,7 @@ func New(g *zen.Graph, pools, state zen.Table, enq Enqueuer, cfg Config, o Optio
 	if err != nil {
 		return nil, fmt.Errorf("new worker: %w", err)
 	}
-	return &Worker{eng: o.Engagement, noOnline: o.NoOnlineFeatures, exp: o.Experiment, lanes: o.Lanes, impLanes: o.ImpressionLanes, em: em, g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
+	return &Worker{eng: o.Engagement, noOnline: o.NoOnlineFeatures, exp: o.Experiment, lanes: o.Lanes, em: em, g: g, pools: zen.NewPools(pools, o.Now), state: state, enq: enq, scorer: o.Scorer,
 		feeds: o.Feeds, cfg: cfg, now: o.Now, log: o.Logger, m: m, lazyTask: zen.SameLog(pools, state),
 		feats:  newFeatureCache(cfg.FeatureTTL, cfg.FeatureCacheSize, o.Now, m.featureHits, m.featureMisses),
 		active: newFeatureCache(cfg.ActiveTTL, cfg.FeatureCacheSize, o.Now, m.activeHits, m.activeMisses)}, nil

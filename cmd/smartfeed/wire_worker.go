@@ -7,8 +7,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/smartfeed/smartfeed/graphsvc"
-	"github.com/smartfeed/smartfeed/internal/lowprio"
-	"github.com/smartfeed/smartfeed/internal/quiet"
 	"github.com/smartfeed/smartfeed/pinlater"
 	ingestv1 "github.com/smartfeed/smartfeed/proto/ingest/v1"
 	"github.com/smartfeed/smartfeed/worker"
@@ -70,10 +68,8 @@ func (a *app) buildWorker(ctx context.Context) error {
 	opts.Feeds = worker.PinlaterFeedRemover{Client: a.durable}
 	if a.has(roleFeed) {
 		opts.Feeds = feedRemover{a}
-		// The pages' background work and the fanout's reads take turns in the same lanes;
-		// impressions get one lane of their own at the lowest priority.
+		// The pages' background work and the fanout's reads take turns in the same lanes.
 		opts.Lanes = a.sharedLanes()
-		opts.ImpressionLanes = quiet.NewLanes(1, quiet.Nice(lowprio.MaxNice))
 	}
 	wcfg := worker.Config{FeatureTTL: a.cfg.Worker.FeatureTTL.D(), ActiveTTL: a.cfg.Worker.ActiveTTL.D(),
 		UserDeleteRecheck: a.cfg.Worker.UserDeleteRecheck.D()}
