@@ -46,14 +46,17 @@ func (s *Service) materializeNow(ctx context.Context, task MaterializeTask) {
 	s.enqueueJob(ctx, task)
 }
 
-// enqueueJob enqueues task's materialize job, bounded by materializeEnqueueBound.
-func (s *Service) enqueueJob(ctx context.Context, task MaterializeTask) {
+// enqueueJob enqueues task's materialize job, bounded by materializeEnqueueBound, and reports
+// whether it was enqueued.
+func (s *Service) enqueueJob(ctx context.Context, task MaterializeTask) bool {
 	ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), materializeEnqueueBound)
 	defer ecancel()
 	if err := s.enq.EnqueueMaterialize(ectx, task); err != nil {
 		s.m.enqueueFailed.Inc()
 		s.log.Warn("enqueue materialize", zap.Stringer("user", task.User), zap.String("chunk", task.ChunkID), zap.Error(err))
+		return false
 	}
+	return true
 }
 
 // Inline materializations: a served chunk's materialization joins a FIFO in memory of at most
@@ -144,8 +147,13 @@ func (s *Service) materializeQueued(task MaterializeTask) {
 		defer cancel()
 		err = s.Materialize(mctx, task)
 	}); lerr != nil {
+		// Closing: the chunks still queued become jobs, until one enqueue fails. The rest are
+		// left to the recovery pass (their pending rows are durable), so a shutdown with Redis
+		// unreachable costs one enqueue's bound, not one per queued chunk.
 		s.m.inline.WithLabelValues(inlineClosing).Inc()
-		s.enqueueJob(context.Background(), task)
+		if !s.closeEnqueueFailed.Load() && !s.enqueueJob(context.Background(), task) {
+			s.closeEnqueueFailed.Store(true)
+		}
 		return
 	}
 	if err != nil {

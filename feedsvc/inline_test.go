@@ -3,6 +3,7 @@ package feedsvc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -409,4 +410,27 @@ func holdLane(t *testing.T, svc *Service) {
 	if err := svc.lanes.Acquire(context.Background()); err != nil {
 		t.Fatalf("acquire a lane: %v", err)
 	}
+}
+
+// TestCloseLeavesQueuedMaterializationsToRecovery: at shutdown the chunks still queued for an
+// inline materialization become jobs; with Redis hung, only the first enqueue is tried (so a
+// shutdown waits its bound once, not once per chunk), and the rest are left to the recovery
+// pass (their pending rows are durable).
+func TestCloseLeavesQueuedMaterializationsToRecovery(t *testing.T) {
+	e := newEnv(t, func(c *Config, _ *hedge.Policy) { c.InlineMaterialize = 1 })
+	e.rebuild(t, func(d *Deps) { d.BackgroundLanes = 1 })
+	holdLane(t, e.svc) // the worker waits for the lane with the chunks queued behind it
+	const n = 20
+	for i := range n {
+		e.svc.materializeNow(t.Context(), MaterializeTask{User: e.user, ChunkID: fmt.Sprintf("c%d", i), Seq: uint64(i + 1)})
+	}
+	e.queue.hang.Store(true)
+	e.svc.Close()
+	if got := testutil.ToFloat64(e.svc.m.inline.WithLabelValues(inlineClosing)); got != n {
+		t.Errorf("chunks counted as closing: %v, want %d", got, n)
+	}
+	if got := testutil.ToFloat64(e.svc.m.enqueueFailed); got != 1 {
+		t.Errorf("enqueues tried at shutdown: %v failed, want 1 (then none)", got)
+	}
+	e.svc.lanes.Release()
 }

@@ -79,6 +79,9 @@ type Service struct {
 	// Config.InlineMaterialize); matQueue holds the served chunks waiting for one.
 	inlineRunning atomic.Int64
 	matQueue      chan MaterializeTask
+	// closeEnqueueFailed: an enqueue of a queued chunk at shutdown failed; the others are left
+	// to the recovery pass (materializeQueued).
+	closeEnqueueFailed atomic.Bool
 	// generating counts the first pages waiting on the generator (Config.MaxGenerating).
 	generating atomic.Int64
 	// lanes bounds the background work running at once in this process (preparations and
