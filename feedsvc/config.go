@@ -82,7 +82,8 @@ type Config struct {
 	MinChunkInterval time.Duration `json:"min_chunk_interval"`
 	// InlineMaterialize is how many served chunks this process materializes at once itself,
 	// in the background after the page is answered, instead of enqueueing a materialize job;
-	// a chunk past it, or whose inline run fails, is enqueued as before. The process that
+	// the chunks past it wait for them in a queue in memory (background.go), and a chunk that
+	// finds that queue full, or whose inline run fails, is enqueued as a job. The process that
 	// serves the feed is the one that runs its materialize jobs, so this moves no work, and
 	// saves the job's round trips through Redis (enqueue, dequeue, completion) per page.
 	// Nothing is less durable: the chunk's pending row is written first, and a process that
